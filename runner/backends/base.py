@@ -1,0 +1,68 @@
+"""The one interface every backend implements (docs/internals.md, "Backends")."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import ClassVar
+
+from runner.results import Outcome
+from runner.spec import EnvironmentBase, RunContext, Task
+
+Sink = Callable[[Task, Outcome], None]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of `matrix doctor`: ok is None when the check does not apply here."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C arrived during a task: carries that task's `cancelled` outcome to the sink."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__("interrupted")
+        self.outcome = outcome
+
+
+class Backend(abc.ABC):
+    """Runs the tasks of one environment and always cleans up after itself.
+
+    `run` reports every task through `sink` exactly once. A task that cannot run is a
+    `failed` outcome with the reason, not an exception. On KeyboardInterrupt a backend stops
+    the task in flight, reports it `cancelled` and re-raises; `__exit__` still cleans up.
+    """
+
+    kind: ClassVar[str]
+    config: ClassVar[type[EnvironmentBase]]
+
+    def __init__(self, env: EnvironmentBase, ctx: RunContext) -> None:
+        self.env = env
+        self.ctx = ctx
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        return None
+
+    @abc.abstractmethod
+    def run(self, tasks: Sequence[Task], sink: Sink) -> None:
+        """Run the tasks; report each through sink as soon as its outcome is known."""
+
+    @classmethod
+    def doctor(cls) -> list[Check]:
+        """What this host offers for this backend."""
+        return []
+
+    @classmethod
+    def clean(cls, run_id: str | None = None) -> list[str]:
+        """Remove what interrupted runs left behind; returns what was removed."""
+        return []

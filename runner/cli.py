@@ -1,0 +1,229 @@
+"""The `matrix` command line: parse options, call one function per command."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import traceback
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from runner import backends, execute
+from runner import matrix as matrix_mod
+from runner.errors import MatrixError
+from runner.store import DEFAULT_DB, Store
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Benchmark deep-learning training across environments and precisions.")
+state = {"verbose": False}
+
+MatrixOpt = Annotated[Optional[Path], typer.Option("--matrix", "-m", help="matrix file [default: ./matrix.yaml, "
+                                                   "else the embedded quickstart]")]
+DbOpt = Annotated[Path, typer.Option("--db", help="SQLite result store")]
+EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", help="only these environments (name, tag or backend)")]
+OnlyOpt = Annotated[Optional[list[str]], typer.Option("--only", help="only cells with KEY=VALUE (repeatable)")]
+
+
+@app.callback()
+def _global(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show tracebacks and every repeat")] = False
+            ) -> None:
+    state["verbose"] = verbose
+
+
+def _matrix_path(path: Path | None) -> Path | None:
+    if path is None and Path("matrix.yaml").exists():
+        return Path("matrix.yaml")
+    return path
+
+
+@app.command()
+def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
+         db: DbOpt = DEFAULT_DB) -> None:
+    """Validate the matrix file and list its cells; nothing runs."""
+    m = matrix_mod.load(_matrix_path(matrix))
+    cells = matrix_mod.select(m.cells(), env or (), only or ())
+    stored = Store(db).latest_statuses(c.key for c in cells) if db.exists() else {}
+    table = Table(title=f"{m.name}: {len(cells)} cells x {m.run.repeats} repeats "
+                        f"({m.run.iterations} iterations after {m.run.warmup} warm-up)")
+    axes = param_columns(cells)
+    for col in ("#", "key", "environment", "backend", *axes, "stored"):
+        table.add_column(col)
+    for i, cell in enumerate(cells, 1):
+        done = [stored[(cell.key, r)].value for r in range(m.run.repeats) if (cell.key, r) in stored]
+        table.add_row(str(i), cell.key, cell.env_name, cell.environment.backend,
+                      *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats}")
+    console().print(table)
+
+
+def param_columns(cells: list[Any]) -> list[str]:
+    """The axes worth a column: those present in any cell, minus a process layout of 1."""
+    names: dict[str, None] = {}
+    for cell in cells:
+        for k, v in cell.params.items():
+            if not (k in ("gpus", "nodes") and v == 1):
+                names[k] = None
+    return list(names)
+
+
+def console() -> Console:
+    """Tables are wide: when output is not a terminal, do not wrap them at 80 columns."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+@app.command()
+def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
+        image: Annotated[Optional[str], typer.Option("--image", help="run the axes in this one image "
+                                                     "(an ad-hoc docker environment)")] = None,
+        gpus: Annotated[Optional[str], typer.Option("--gpus", help="with --image: all, N or 0,1")] = None,
+        rerun_failed: Annotated[bool, typer.Option("--rerun-failed", help="run failed and timed-out "
+                                                   "repeats again")] = False,
+        force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
+        no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
+        workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch files")] = Path("results"),
+        ) -> None:
+    """Run every repeat that is not stored yet (resume is the default)."""
+    m = matrix_mod.load(_matrix_path(matrix))
+    if image:
+        m = _with_image(m, image, gpus)
+    _run(m, db, env, only, workdir, rerun_failed=rerun_failed, force=force, wait=not no_wait, submit=True)
+
+
+@app.command()
+def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
+            workdir: Annotated[Path, typer.Option("--workdir")] = Path("results")) -> None:
+    """Gather results of batch jobs submitted earlier (`run --no-wait`); submits nothing."""
+    m = matrix_mod.load(_matrix_path(matrix))
+    _run(m, db, env, only, workdir, submit=False)
+
+
+def _with_image(m: matrix_mod.Matrix, image: str, gpus: str | None) -> matrix_mod.Matrix:
+    from dataclasses import replace
+
+    from runner.backends.docker import adhoc_environment
+    return replace(m, environments=(adhoc_environment(image, gpus),), include=tuple(
+        {k: v for k, v in rule.items() if k != "environment"} for rule in m.include),
+        exclude=tuple(r for r in m.exclude if "environment" not in r))
+
+
+def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] | None, workdir: Path,
+         **kwargs: bool) -> None:
+    cells = matrix_mod.select(m.cells(), env or (), only or ())
+    signal.signal(signal.SIGTERM, _sigterm)
+    with Store(db) as store:
+        report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:],
+                                    console=execute.stdout_console(), verbose=state["verbose"], **kwargs)
+    if report.interrupted:
+        raise typer.Exit(130)
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@app.command("ls")
+def ls(db: DbOpt = DEFAULT_DB) -> None:
+    """List the runs in the store."""
+    from datetime import datetime
+    with Store(db, create=False) as store:
+        table = Table(title=f"runs in {db}")
+        for col in ("run", "matrix", "started", "took", "status", "repeats"):
+            table.add_column(col)
+        for r in store.runs():
+            took = f"{r.finished_at - r.started_at:.0f} s" if r.finished_at else "-"
+            counts = ", ".join(f"{n} {s}" for s, n in sorted(r.counts.items())) or "none"
+            table.add_row(r.run_id, r.matrix_name or "-", datetime.fromtimestamp(r.started_at).strftime(
+                "%Y-%m-%d %H:%M"), took, r.status, counts)
+    console().print(table)
+
+
+@app.command()
+def show(run_ref: Annotated[Optional[str], typer.Argument(metavar="RUN", help="run id or prefix "
+                                                          "[default: latest]")] = None,
+         db: DbOpt = DEFAULT_DB) -> None:
+    """The cells of one run with their statuses and throughput."""
+    with Store(db, create=False) as store:
+        run_id = store.resolve_run(run_ref)
+        rows = list(store.rows([run_id], latest_only=False))
+    table = Table(title=f"run {run_id}: {len(rows)} repeats")
+    axes: dict[str, None] = {}
+    for r in rows:
+        axes.update({k: None for k, v in r["params"].items() if not (k in ("gpus", "nodes") and v == 1)})
+    for col in ("cell", "environment", *axes, "repeat", "status", "img/s", "note"):
+        table.add_column(col)
+    for r in rows:
+        tput = (r["metrics"] or {}).get("throughput")
+        table.add_row(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
+                      str(r["repeat"] + 1), r["status"],
+                      f"{tput:.1f}" if isinstance(tput, (int, float)) else "-", (r["reason"] or "")[:70])
+    console().print(table)
+
+
+@app.command()
+def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, backend or run id")],
+            b: Annotated[str, typer.Argument(help="side B: environment, tag, backend or run id")],
+            db: DbOpt = DEFAULT_DB,
+            fmt: Annotated[Optional[str], typer.Option("--format", help="md, csv or json "
+                                                       "[default: a table]")] = None,
+            metric: Annotated[str, typer.Option("--metric", help="metric to compare")] = "throughput") -> None:
+    """Pair the cells of A and B and say which is faster, by how much, and whether it is significant."""
+    from runner.report import compare_command
+    text = compare_command(db, a, b, fmt, metric)
+    if text:
+        typer.echo(text)
+
+
+@app.command()
+def report(db: DbOpt = DEFAULT_DB,
+           run_refs: Annotated[Optional[list[str]], typer.Option("--run", help="only these runs")] = None,
+           fmt: Annotated[Optional[list[str]], typer.Option("--format", help="md, html, csv, json "
+                                                            "(repeatable) [default: md and html]")] = None,
+           out: Annotated[Optional[Path], typer.Option("--out", help="output folder "
+                                                       "[default: reports/<name>/]")] = None) -> None:
+    """Write the report views (tables and plots) from the store."""
+    from runner.report import report_command
+    for path in report_command(db, run_refs or None, fmt or ["md", "html"], out):
+        typer.echo(str(path))
+
+
+@app.command()
+def doctor() -> None:
+    """What this host offers: Docker engine and GPU runtime, Slurm, GPUs, Python and torch."""
+    table = Table(title="matrix doctor")
+    for col in ("backend", "check", "", "detail"):
+        table.add_column(col)
+    marks = {True: "[green]ok[/]", False: "[red]missing[/]", None: "[dim]n/a[/]"}
+    for kind in backends.kinds():
+        for check in backends.get(kind).doctor():
+            table.add_row(kind, check.name, marks[check.ok], check.detail)
+    console().print(table)
+
+
+@app.command()
+def clean(run_ref: Annotated[Optional[str], typer.Option("--run", help="only this run's leftovers")] = None
+          ) -> None:
+    """Remove containers (and other leftovers) of interrupted runs."""
+    removed = [f"{kind}: {item}" for kind in backends.kinds() for item in backends.get(kind).clean(run_ref)]
+    typer.echo("\n".join(["removed:", *removed]) if removed else "nothing to clean")
+
+
+def main() -> None:
+    """Entry point: a MatrixError is one line on stderr and exit status 1 (--verbose: the traceback)."""
+    try:
+        app(prog_name="matrix")
+    except MatrixError as e:
+        if state["verbose"]:
+            traceback.print_exc()
+        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

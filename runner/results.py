@@ -1,0 +1,118 @@
+"""What one repeat produced: a status, the bench JSON and the log tail."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+RESULT_PREFIX = "MATRIX_RESULT "
+BENCH_SCHEMA = 1
+LOG_TAIL_CHARS = 4000
+
+# bench.py's exit statuses (docs/internals.md).
+EXIT_OK, EXIT_FAILED, EXIT_BAD_ARGS, EXIT_OOM, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4
+
+
+class Status(str, Enum):
+    OK = "ok"
+    OOM = "oom"
+    UNSUPPORTED = "unsupported"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+    @property
+    def final(self) -> bool:
+        """A final status counts as measured: resume does not run it again by default."""
+        return self is not Status.CANCELLED
+
+
+RERUN_FAILED = frozenset({Status.FAILED, Status.TIMEOUT, Status.CANCELLED})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Status
+    result: dict[str, Any] | None = None
+    log_tail: str = ""
+    reason: str = ""
+    started_at: float = field(default_factory=time.time)
+    finished_at: float = field(default_factory=time.time)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return dict((self.result or {}).get("metrics") or {})
+
+    @property
+    def env(self) -> dict[str, Any]:
+        env = dict((self.result or {}).get("env") or {})
+        if self.result and self.result.get("precision"):
+            env["precision_flags"] = self.result["precision"]
+        env.update(self.extra)
+        return env
+
+
+def tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
+    """The last `limit` characters, cut at a line start where possible."""
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    nl = cut.find("\n")
+    return cut[nl + 1 :] if 0 <= nl < 200 else cut
+
+
+def parse_result_line(stdout: str) -> dict[str, Any] | None:
+    """The last MATRIX_RESULT line of a process's output, decoded; None if there is none."""
+    found = None
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line.startswith(RESULT_PREFIX):
+            try:
+                found = json.loads(line[len(RESULT_PREFIX) :])
+            except json.JSONDecodeError:
+                continue
+    return found
+
+
+def outcome_from_process(
+    stdout: str,
+    log: str,
+    returncode: int | None,
+    started_at: float,
+    finished_at: float,
+    extra: dict[str, Any] | None = None,
+) -> Outcome:
+    """Turn a finished bench process into an Outcome: the JSON line wins, else the exit status."""
+    result = parse_result_line(stdout)
+    log_tail = tail(log)
+    extra = extra or {}
+    if result is not None and result.get("schema") != BENCH_SCHEMA:
+        return Outcome(Status.FAILED, result, log_tail,
+                       f"bench result schema {result.get('schema')!r}, this matrix reads {BENCH_SCHEMA}: "
+                       "run the bench.py shipped with this version of matrix",
+                       started_at, finished_at, extra)
+    if result is not None:
+        try:
+            status = Status(result.get("status", "failed"))
+        except ValueError:
+            status = Status.FAILED
+        if returncode not in (0, EXIT_OOM, EXIT_UNSUPPORTED, None) and status is Status.OK:
+            status = Status.FAILED
+        reason = result.get("reason") or ("" if status is Status.OK else f"exit status {returncode}")
+        return Outcome(status, result, log_tail, reason, started_at, finished_at, extra)
+    if returncode == EXIT_OOM:
+        status, reason = Status.OOM, "out of memory"
+    elif returncode == EXIT_UNSUPPORTED:
+        status, reason = Status.UNSUPPORTED, "unsupported"
+    else:
+        status = Status.FAILED
+        last = [ln for ln in log.strip().splitlines() if ln.strip()]
+        reason = (last[-1][:300] if last else "") or f"exit status {returncode}"
+        if returncode is not None and returncode < 0:
+            reason = f"killed by signal {-returncode}" + (f": {reason}" if last else "")
+    return Outcome(status, None, log_tail, reason, started_at, finished_at, extra)

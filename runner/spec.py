@@ -1,0 +1,208 @@
+"""The data the parts pass around: environments, run settings, cells and tasks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PRECISIONS = ("fp32", "tf32", "fp16", "amp", "amp-bf16", "bf16")
+BUILTIN_MODELS = ("cifar_vgg16", "wrn", "mnist_cnn", "mlp")
+TORCHVISION_MODELS = (
+    "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+    "vgg16", "vgg16_bn", "wide_resnet50_2",
+)
+MODELS = BUILTIN_MODELS + TORCHVISION_MODELS
+DATASET_KINDS = ("synthetic", "npz:PATH", "cifar10:DIR", "imagefolder:DIR")
+
+Scalar = str | int | float | bool
+
+
+class Strict(BaseModel):
+    """Every model of matrix.yaml rejects keys it does not know."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Mount(Strict):
+    source: str
+    target: str
+    read_only: bool = True
+
+
+class RunSettings(Strict):
+    iterations: int = Field(50, ge=0)
+    warmup: int = Field(10, ge=0)
+    repeats: int = Field(3, ge=1)
+    timeout: float = Field(600, gt=0, description="seconds per repeat")
+    seed: int = 0
+
+
+class EnvironmentBase(Strict):
+    """What every environment has; each backend adds its own fields in a subclass."""
+
+    name: str = Field(min_length=1)
+    backend: str
+    tags: list[str] = []
+    env: dict[str, str] = {}
+    mounts: list[Mount] = []
+    python: str | None = None
+
+    # Fields that change what is measured, besides name/backend/python/env: part of a cell's key.
+    measured_fields: ClassVar[tuple[str, ...]] = ()
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values_are_strings(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k): ("" if v is None else str(v)) for k, v in value.items()}
+        return value
+
+    def identity(self) -> dict[str, Any]:
+        ident: dict[str, Any] = {"name": self.name, "backend": self.backend,
+                                 "python": self.python, "env": dict(sorted(self.env.items()))}
+        for name in self.measured_fields:
+            value = getattr(self, name)
+            ident[name] = value.model_dump() if isinstance(value, BaseModel) else value
+        return ident
+
+
+class Axes(Strict):
+    """The axes of the matrix; a scalar is a one-value axis."""
+
+    model: list[str] = ["mnist_cnn"]
+    precision: list[Literal["fp32", "tf32", "fp16", "amp", "amp-bf16", "bf16"]] = ["fp32"]
+    batch_size: list[int] = [64]
+    dataset: list[str] = ["synthetic"]
+    gpus: list[int] = [1]
+    nodes: list[int] = [1]
+    device: list[Literal["auto", "cpu", "cuda"]] | None = None
+    channels_last: list[bool] | None = None
+    cudnn_benchmark: list[bool] | None = None
+    compile: list[bool] | None = None
+    workers: list[int] | None = None
+    threads: list[int] | None = None
+    image_size: list[int] | None = None
+    num_classes: list[int] | None = None
+    loss_scale: list[float] | None = None
+    wrn_depth: list[int] | None = None
+    wrn_width: list[int] | None = None
+    lr: list[float] | None = None
+    amp_impl: list[Literal["auto", "native", "apex", "manual"]] | None = None
+    breakdown: list[bool] | None = None
+    eval_batches: list[int] | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _scalar_is_one_value(cls, value: Any) -> Any:
+        if value is None or isinstance(value, list):
+            return value
+        return [value]
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: list[str]) -> list[str]:
+        for m in value:
+            if m not in MODELS:
+                raise ValueError(f"unknown model {m!r}; allowed: {', '.join(MODELS)}")
+        return value
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, value: list[str]) -> list[str]:
+        for d in value:
+            kind, _, arg = d.partition(":")
+            if not (d == "synthetic" or (kind in ("npz", "cifar10", "imagefolder") and arg)):
+                raise ValueError(f"unknown dataset {d!r}; allowed: {', '.join(DATASET_KINDS)}")
+        return value
+
+    @field_validator("batch_size", "gpus", "nodes")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(v < 1 for v in value):
+            raise ValueError("values must be 1 or more")
+        return value
+
+
+AXIS_NAMES = tuple(Axes.model_fields)
+LAYOUT_AXES = ("gpus", "nodes")  # how many processes a backend starts, not bench.py options
+
+
+def stable_hash(obj: Any, length: int = 12) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One environment times one point of the axes."""
+
+    environment: EnvironmentBase
+    params: Mapping[str, Scalar]
+    run: RunSettings
+
+    @property
+    def env_name(self) -> str:
+        return self.environment.name
+
+    @property
+    def key(self) -> str:
+        return stable_hash({
+            "environment": self.environment.identity(),
+            "params": dict(sorted(self.params.items())),
+            "run": {"iterations": self.run.iterations, "warmup": self.run.warmup, "seed": self.run.seed},
+        })
+
+    @property
+    def gpus(self) -> int:
+        return int(self.params.get("gpus", 1))
+
+    @property
+    def nodes(self) -> int:
+        return int(self.params.get("nodes", 1))
+
+    def bench_args(self) -> list[str]:
+        """bench.py's arguments for this cell (docs/internals.md)."""
+        args = ["--iterations", str(self.run.iterations), "--warmup", str(self.run.warmup),
+                "--seed", str(self.run.seed)]
+        for name, value in self.params.items():
+            if name in LAYOUT_AXES or value is None or value is False:
+                continue
+            flag = "--" + name.replace("_", "-")
+            args += [flag] if value is True else [flag, str(value)]
+        return args
+
+    def label(self) -> str:
+        shown = {k: v for k, v in self.params.items() if not (k in LAYOUT_AXES and v == 1)}
+        return f"{self.env_name} " + " ".join(f"{k}={v}" for k, v in shown.items())
+
+
+@dataclass(frozen=True)
+class Task:
+    """One repeat of one cell: one fresh bench process (or one per GPU and node)."""
+
+    cell: Cell
+    repeat: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.cell.key}-r{self.repeat}"
+
+
+@dataclass
+class RunContext:
+    """What a backend needs to know about the run it serves."""
+
+    run_id: str
+    workdir: Path
+    stop: threading.Event = field(default_factory=threading.Event)
+    wait: bool = True     # False: submit (batch backends) and return without waiting
+    submit: bool = True   # False: only collect what earlier runs submitted
+    verbose: bool = False
+    on_start: Any = None  # callable(Task) -> None, told when a task starts (progress display)

@@ -1,0 +1,171 @@
+"""The result store: SQLite, append-only, one row per repeat (docs/internals.md, "Store")."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.errors import StoreError
+from runner.results import Outcome, Status
+from runner.spec import Task
+
+SCHEMA = 1
+DEFAULT_DB = Path("results/matrix.db")
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, schema INTEGER NOT NULL, started_at REAL NOT NULL, finished_at REAL,
+    matrix_path TEXT, matrix_name TEXT, argv TEXT, host TEXT, status TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS results (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, schema INTEGER NOT NULL, run_id TEXT NOT NULL,
+    cell_key TEXT NOT NULL, repeat INTEGER NOT NULL, environment TEXT NOT NULL, backend TEXT NOT NULL,
+    tags TEXT NOT NULL, params TEXT NOT NULL, status TEXT NOT NULL, reason TEXT,
+    metrics TEXT, env TEXT, raw TEXT, log_tail TEXT, started_at REAL, finished_at REAL);
+CREATE INDEX IF NOT EXISTS results_cell ON results (cell_key, repeat);
+CREATE INDEX IF NOT EXISTS results_run ON results (run_id);
+CREATE TRIGGER IF NOT EXISTS results_no_update BEFORE UPDATE ON results
+    BEGIN SELECT RAISE(ABORT, 'results are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS results_no_delete BEFORE DELETE ON results
+    BEGIN SELECT RAISE(ABORT, 'results are append-only'); END;
+"""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    started_at: float
+    finished_at: float | None
+    matrix_name: str | None
+    matrix_path: str | None
+    host: str | None
+    status: str
+    counts: dict[str, int]
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+class Store:
+    """Opens (and creates) the database; every write is its own short transaction."""
+
+    def __init__(self, path: Path | str = DEFAULT_DB, create: bool = True) -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StoreError(f"no result store at {self.path}: run `matrix run` first, or pass --db PATH")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(self.path, timeout=30)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_DDL)
+            self._check_schema()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a matrix result store ({e})") from e
+        self.db.row_factory = sqlite3.Row
+
+    def _check_schema(self) -> None:
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        if row is None:
+            with self.db:
+                self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+        elif int(row[0]) != SCHEMA:
+            raise StoreError(f"{self.path} has store schema {row[0]}; this matrix reads schema {SCHEMA}: "
+                             "use the matrix version that wrote it, or start a new store with --db")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # runs -----------------------------------------------------------------------------------
+    def start_run(self, run_id: str, matrix_path: str | None, matrix_name: str | None,
+                  argv: list[str]) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT INTO runs (run_id, schema, started_at, matrix_path, matrix_name, argv, host, status)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')",
+                (run_id, SCHEMA, time.time(), matrix_path, matrix_name, json.dumps(argv), socket.gethostname()))
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        with self.db:
+            self.db.execute("UPDATE runs SET finished_at=?, status=? WHERE run_id=?", (time.time(), status, run_id))
+
+    def runs(self) -> list[RunInfo]:
+        counts: dict[str, dict[str, int]] = {}
+        for row in self.db.execute("SELECT run_id, status, COUNT(*) FROM results GROUP BY run_id, status"):
+            counts.setdefault(row[0], {})[row[1]] = row[2]
+        return [RunInfo(r["run_id"], r["started_at"], r["finished_at"], r["matrix_name"], r["matrix_path"],
+                        r["host"], r["status"], counts.get(r["run_id"], {}))
+                for r in self.db.execute("SELECT * FROM runs ORDER BY started_at")]
+
+    def resolve_run(self, ref: str | None) -> str:
+        """A run id from a prefix, or 'latest'/None for the newest run."""
+        runs = [r.run_id for r in self.runs()]
+        if not runs:
+            raise StoreError(f"no runs in {self.path} yet: run `matrix run` first")
+        if ref in (None, "latest"):
+            return runs[-1]
+        hits = [r for r in runs if r.startswith(ref or "")]
+        if len(hits) != 1:
+            shown = ", ".join(runs[-5:])
+            raise StoreError(f"run {ref!r} {'is ambiguous' if hits else 'not found'}; recent runs: {shown}")
+        return hits[0]
+
+    # results --------------------------------------------------------------------------------
+    def add(self, run_id: str, task: Task, outcome: Outcome) -> None:
+        cell = task.cell
+        with self.db:
+            self.db.execute(
+                "INSERT INTO results (schema, run_id, cell_key, repeat, environment, backend, tags, params,"
+                " status, reason, metrics, env, raw, log_tail, started_at, finished_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (SCHEMA, run_id, cell.key, task.repeat, cell.env_name, cell.environment.backend,
+                 json.dumps(cell.environment.tags), json.dumps(dict(cell.params)), outcome.status.value,
+                 outcome.reason, json.dumps(outcome.metrics), json.dumps(outcome.env, default=str),
+                 json.dumps(outcome.result) if outcome.result is not None else None, outcome.log_tail,
+                 outcome.started_at, outcome.finished_at))
+
+    def latest_statuses(self, keys: Iterable[str]) -> dict[tuple[str, int], Status]:
+        """The current status of every stored repeat of these cells (the newest row wins)."""
+        keys = list(keys)
+        found: dict[tuple[str, int], Status] = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self.db.execute(
+                    f"SELECT cell_key, repeat, status FROM results WHERE id IN (SELECT MAX(id) FROM results"
+                    f" WHERE cell_key IN ({marks}) GROUP BY cell_key, repeat)", chunk):
+                found[(row[0], row[1])] = Status(row[2])
+        return found
+
+    def rows(self, run_ids: Iterable[str] | None = None, latest_only: bool = True) -> Iterator[dict[str, Any]]:
+        """Result rows with JSON decoded; by default only each repeat's newest row."""
+        scope, args = "", []
+        if run_ids is not None:
+            ids = list(run_ids) or [""]
+            scope = f" WHERE run_id IN ({','.join('?' * len(ids))})"
+            args = ids
+        if latest_only:
+            sql = f"SELECT * FROM results WHERE id IN (SELECT MAX(id) FROM results{scope} GROUP BY cell_key, repeat)"
+        else:
+            sql = "SELECT * FROM results" + scope
+        with closing(self.db.execute(sql + " ORDER BY id", args)) as cur:
+            for row in cur:
+                d = dict(row)
+                for col in ("tags", "params", "metrics", "env", "raw"):
+                    d[col] = json.loads(d[col]) if d[col] is not None else None
+                yield d
