@@ -1,0 +1,156 @@
+"""matrix.yaml validation and cell expansion."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from runner import matrix
+from runner.errors import ConfigError
+from runner.spec import Cell, RunSettings
+
+BASE = """
+environments:
+  - name: cpu
+    backend: local
+axes:
+  model: [mnist_cnn]
+  precision: [fp32, bf16]
+  batch_size: [16, 32]
+"""
+
+
+def parse(text: str) -> matrix.Matrix:
+    return matrix.parse(textwrap.dedent(text), Path("m.yaml"))
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(ConfigError) as e:
+        parse(text)
+    return str(e.value)
+
+
+def test_expansion_is_the_product_in_order() -> None:
+    cells = parse(BASE).cells()
+    assert [(c.params["precision"], c.params["batch_size"]) for c in cells] == [
+        ("fp32", 16), ("fp32", 32), ("bf16", 16), ("bf16", 32)]
+    assert len({c.key for c in cells}) == 4
+
+
+def test_unknown_key_names_file_field_line_and_allowed_keys() -> None:
+    msg = error_of(BASE.replace("batch_size: [16, 32]", "batch_size: [16, 32]\n  batchsize: [8]"))
+    assert "m.yaml: axes.batchsize (line 9): unknown key 'batchsize'" in msg
+    assert "allowed: model, precision, batch_size" in msg
+
+
+def test_bad_precision_lists_allowed_values() -> None:
+    msg = error_of(BASE.replace("[fp32, bf16]", "[fp32, fp8]"))
+    assert "axes.precision[1] (line 7)" in msg
+    assert "'fp32', 'tf32', 'fp16', 'amp', 'amp-bf16' or 'bf16'" in msg
+
+
+def test_unknown_backend_lists_known_backends() -> None:
+    msg = error_of(BASE.replace("backend: local", "backend: kubernetes"))
+    assert "environments[0].backend (line 4)" in msg
+    assert "allowed: docker, local, slurm" in msg
+
+
+def test_backend_specific_fields_are_checked() -> None:
+    msg = error_of(BASE.replace("backend: local", "backend: docker"))
+    assert "environments[0].image" in msg and "required" in msg
+    msg = error_of(BASE.replace("backend: local", "backend: local\n    image: x"))
+    assert "environments[0].image (line 5): unknown key 'image'" in msg
+
+
+def test_unknown_model_and_dataset() -> None:
+    assert "unknown model 'resnet9000'; allowed:" in error_of(BASE.replace("[mnist_cnn]", "[resnet9000]"))
+    msg = error_of(BASE.replace("batch_size: [16, 32]", "batch_size: [16]\n  dataset: [mnist]"))
+    assert "unknown dataset 'mnist'; allowed: synthetic, npz:PATH" in msg
+
+
+def test_wrong_types_and_ranges() -> None:
+    assert "axes.batch_size[0]" in error_of(BASE.replace("[16, 32]", "[big]"))
+    assert "values must be 1 or more" in error_of(BASE.replace("[16, 32]", "[0]"))
+    assert "run.repeats" in error_of(BASE + "run: {repeats: 0}\n")
+
+
+def test_duplicate_environment_names() -> None:
+    text = BASE.replace("environments:\n", "environments:\n  - {name: cpu, backend: local}\n")
+    assert "the name 'cpu' is used twice" in error_of(text)
+
+
+def test_yaml_syntax_error_has_line() -> None:
+    assert "(line 3): not valid YAML" in error_of("environments:\n  - name: [\n  x: {")
+
+
+def test_rules_must_use_known_keys_and_environments() -> None:
+    assert "exclude[0].colour" in error_of(BASE + "exclude: [{colour: red}]\n")
+    assert "no environment 'gpu'" in error_of(BASE + "exclude: [{environment: gpu}]\n")
+    assert "include[0].precision" in error_of(BASE + "include: [{precision: fp64}]\n")
+
+
+def test_exclude_removes_matching_cells() -> None:
+    cells = parse(BASE + "exclude: [{precision: bf16, batch_size: 32}]\n").cells()
+    assert [(c.params["precision"], c.params["batch_size"]) for c in cells] == [
+        ("fp32", 16), ("fp32", 32), ("bf16", 16)]
+
+
+def test_include_extends_matching_cells_or_adds_new_ones() -> None:
+    cells = parse(BASE + "include:\n  - {precision: bf16, channels_last: true}\n"
+                         "  - {model: wrn, precision: fp32, batch_size: 8}\n").cells()
+    assert [c.params.get("channels_last") for c in cells[:4]] == [None, None, True, True]
+    assert len(cells) == 5
+    assert dict(cells[4].params) == {"model": "wrn", "precision": "fp32", "batch_size": 8,
+                                     "dataset": "synthetic", "gpus": 1, "nodes": 1}
+
+
+def test_include_values_take_the_axis_type() -> None:
+    cells = parse(BASE + "include: [{precision: fp32, workers: '2'}]\n").cells()
+    assert cells[0].params["workers"] == 2
+
+
+def test_keys_are_stable_and_depend_on_what_is_measured() -> None:
+    a = parse(BASE).cells()
+    b = parse(BASE.replace("  - name: cpu", "  - name: cpu\n    tags: [x]")).cells()
+    assert [c.key for c in a] == [c.key for c in b]  # tags do not change what is measured
+    c = parse(BASE + "run: {iterations: 7}\n").cells()
+    assert {x.key for x in a}.isdisjoint({x.key for x in c})
+    d = parse(BASE + "run: {repeats: 9, timeout: 5}\n").cells()
+    assert [x.key for x in a] == [x.key for x in d]  # how often and how long are not the cell
+    # The key is a pure function of the spec: the same in a fresh interpreter.
+    code = ("from runner import matrix; import pathlib, sys; "
+            "print(' '.join(c.key for c in matrix.parse(sys.stdin.read(), pathlib.Path('m.yaml')).cells()))")
+    out = subprocess.run([sys.executable, "-c", code], input=textwrap.dedent(BASE), capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == [x.key for x in a]
+
+
+def test_bench_args_follow_the_contract() -> None:
+    env = parse(BASE).environments[0]
+    cell = Cell(env, {"model": "wrn", "precision": "amp", "batch_size": 8, "gpus": 2,
+                      "channels_last": True, "compile": False}, RunSettings(iterations=5, warmup=1))
+    assert cell.bench_args() == ["--iterations", "5", "--warmup", "1", "--seed", "0", "--model", "wrn",
+                                 "--precision", "amp", "--batch-size", "8", "--channels-last"]
+
+
+def test_select_by_env_tag_and_only() -> None:
+    text = BASE.replace("environments:\n", "environments:\n  - {name: box, backend: local, tags: [metal]}\n")
+    cells = parse(text).cells()
+    assert {c.env_name for c in matrix.select(cells, ["metal"])} == {"box"}
+    picked = matrix.select(cells, (), ["precision=bf16", "batch_size=16"])
+    assert [(c.env_name, c.params["precision"], c.params["batch_size"]) for c in picked] == [
+        ("box", "bf16", 16), ("cpu", "bf16", 16)]
+    with pytest.raises(ConfigError, match="matches no environment; known: box, cpu, metal"):
+        matrix.select(cells, ["gpu"])
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        matrix.select(cells, (), ["fp32"])
+
+
+def test_shipped_matrices_are_valid() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for path in [root / "matrix.yaml", *sorted((root / "examples").glob("*.yaml"))]:
+        assert matrix.load(path).cells(), path
