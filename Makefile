@@ -1,0 +1,41 @@
+# Two commands: `make demo` (set up, run the quickstart matrix, write its report) and
+# `make test` (set up, start the services, run every test).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MATRIX := $(VENV)/bin/matrix
+DEMO_DB ?= results/demo.db
+DEMO_OUT ?= results/demo-report
+
+.PHONY: demo test services venv lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch==2.13.0 is pinned: the CPU build; an unpinned torch pulls several GB of CUDA packages.
+	$(PY) -m pip install -q -e '.[local,dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(MATRIX) run -m examples/quickstart.yaml --db $(DEMO_DB)
+	$(MATRIX) report --db $(DEMO_DB) --format md --format html --out $(DEMO_OUT)
+	@echo
+	@echo "Results are stored in $(DEMO_DB) (try: $(MATRIX) ls --db $(DEMO_DB); $(MATRIX) show --db $(DEMO_DB))."
+	@echo "Report: $(DEMO_OUT)/report.md and $(DEMO_OUT)/report.html"
+
+# Docker engine + the Debian-built test image, a one-node Slurm with accounting, headless Chromium.
+services:
+	bash scripts/services.sh
+
+test: venv services
+	$(PY) -m pytest
+
+lint: venv
+	$(VENV)/bin/ruff check runner tests benchmarks
+	$(VENV)/bin/mypy runner
+
+clean:
+	rm -rf results .pytest_cache
