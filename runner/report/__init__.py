@@ -1,0 +1,98 @@
+"""Reports and comparisons from the result store (DESIGN.md step 6): what `matrix report` and
+`matrix compare` call. The CLI stays thin: one function per command."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runner import analysis as an
+from runner.errors import ConfigError, StoreError
+from runner.store import Store
+
+REPORT_FORMATS = ("md", "html", "csv", "json")
+DEFAULT_REPORT_FORMATS = ("md", "html")
+COMPARE_FORMATS = ("md", "csv", "json")
+REPORTS_DIR = Path("reports")
+
+
+def _check_formats(formats: Sequence[str], allowed: Sequence[str], what: str) -> list[str]:
+    out = []
+    for f in formats:
+        for part in f.split(","):
+            part = part.strip().lower()
+            if part == "markdown":
+                part = "md"
+            if part not in allowed:
+                raise ConfigError(f"unknown {what} format {part!r}; allowed: {', '.join(allowed)}")
+            if part not in out:
+                out.append(part)
+    return out
+
+
+def _open(db: Path) -> Store:
+    return Store(db, create=False)
+
+
+def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[str, Any]], str]:
+    """The long frame of the chosen runs (all rows when none), their run records and the report name."""
+    with _open(db) as store:
+        infos = store.runs()
+        run_ids = [store.resolve_run(r) for r in runs] if runs else None
+        rows = list(store.rows(run_ids))
+    if not rows:
+        scope = f"runs {', '.join(run_ids)}" if run_ids else str(db)
+        raise StoreError(f"no results in {scope}: run `matrix run` first (or pick runs with --run)")
+    df = an.frame(rows)
+    present = set(df["run_id"])
+    records: list[dict[str, Any]] = [{"run_id": r.run_id, "matrix_name": r.matrix_name, "started_at": r.started_at,
+                "finished_at": r.finished_at, "host": r.host, "status": r.status, "counts": r.counts}
+               for r in infos if r.run_id in present]
+    names = {str(r["matrix_name"]) for r in records if r["matrix_name"]}
+    name = names.pop() if len(names) == 1 else "matrix"
+    return df, records, name
+
+
+def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequence[str] | None = None,
+                   out: Path | None = None) -> list[Path]:
+    """`matrix report`: write the report (default Markdown + HTML) into `out`; returns the files written.
+
+    `out` defaults to reports/<matrix name>/; `runs` are run ids or prefixes (default: every stored run).
+    """
+    from runner.report import render, views
+
+    fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, REPORT_FORMATS, "report")
+    df, records, name = load(db, runs)
+    model = views.build(df, records, name)
+    return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name))
+
+
+def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: str = "throughput",
+                    min_effect: float = an.MIN_EFFECT, alpha: float = an.ALPHA) -> str:
+    """`matrix compare A B`: the comparison as text (md, csv, json, or rich tables for the terminal if None).
+
+    A and B are environment names, tags, backend kinds or run id prefixes (`env:`/`tag:`/`backend:`/`run:`
+    in front picks the kind when names clash).
+    """
+    from runner.report import render
+
+    fmt_ = _check_formats([fmt], COMPARE_FORMATS, "compare")[0] if fmt else None
+    m = an.get_metric(metric)
+    with _open(db) as store:
+        rows = list(store.rows(latest_only=False))
+    if not rows:
+        raise StoreError(f"no results in {db}: run `matrix run` first")
+    df = an.frame(rows)
+    comparison = an.compare(an.select_side(df, a), an.select_side(df, b), m, alpha, min_effect)
+    if fmt_ == "md":
+        return render.compare_markdown(comparison)
+    if fmt_ == "csv":
+        return render.compare_csv(comparison)
+    if fmt_ == "json":
+        return render.compare_json(comparison)
+    return render.compare_terminal(comparison)
+
+
+__all__ = ["report_command", "compare_command", "load", "REPORT_FORMATS", "COMPARE_FORMATS",
+           "DEFAULT_REPORT_FORMATS"]

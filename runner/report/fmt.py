@@ -1,0 +1,156 @@
+"""Number formatting and Markdown escaping: how a computed number becomes text, in one place."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.analysis import Metric
+
+DASH = "—"
+
+
+def _isnan(x: Any) -> bool:
+    try:
+        return x is None or math.isnan(float(x))
+    except (TypeError, ValueError):
+        return True
+
+
+def decimals(mean: float, std: float | None = None) -> int:
+    """Decimals that show the std to two significant digits, or the mean to four without a std."""
+    if std is not None and not _isnan(std) and std > 0:
+        return max(0, min(6, 1 - math.floor(math.log10(std))))
+    if _isnan(mean) or mean == 0:
+        return 0 if not _isnan(mean) else 2
+    return max(0, min(6, 3 - math.floor(math.log10(abs(mean)))))
+
+
+def number(x: Any, places: int | None = None) -> str:
+    """A number for a table: '—' for missing, else fixed decimals (chosen from the value if not given)."""
+    if _isnan(x):
+        return DASH
+    x = float(x)
+    return f"{x:.{decimals(x) if places is None else places}f}"
+
+
+def mean_std(mean: Any, std: Any, n: int, scale: float = 1.0) -> str:
+    """'mean ± std'; a single repeat is 'mean (n=1)', never 'nan'; no data is '—'."""
+    if n == 0 or _isnan(mean):
+        return DASH
+    m = float(mean) * scale
+    if n < 2 or _isnan(std):
+        return f"{number(m)} (n=1)" if n == 1 else number(m)
+    s = float(std) * scale
+    places = decimals(m, s)
+    return f"{m:.{places}f} ± {s:.{places}f}"
+
+
+def metric_value(m: Metric, mean: Any, std: Any, n: int) -> str:
+    return mean_std(mean, std, n, m.scale)
+
+
+def ratio(x: Any) -> str:
+    """'1.85x' for a ratio; '—' when there is none."""
+    return DASH if _isnan(x) else f"{float(x):.2f}x"
+
+
+def percent(x: Any) -> str:
+    return DASH if _isnan(x) else f"{float(x) * 100:.0f}%"
+
+
+def p_value(p: Any) -> str:
+    if _isnan(p):
+        return DASH
+    return "<0.001" if float(p) < 0.001 else f"{float(p):.3f}"
+
+
+def short_digest(value: str, keep: int = 12) -> str:
+    """'repo@sha256:5f0c1b2a3d4e…' → the algorithm and the first hex digits, enough to tell images apart."""
+    if not value:
+        return ""
+    out = []
+    for part in value.split(", "):
+        m = re.search(rf"(sha256:)([0-9a-f]{{{keep}}})[0-9a-f]+", part)
+        out.append(m.group(1) + m.group(2) if m else part)
+    return ", ".join(out)
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+class MdSafe(str):
+    """Markdown that is already escaped (a table, a code block): the Markdown templates emit it as is."""
+
+
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")  # only a '<' that could open an HTML tag or comment
+_ENTITY = re.compile(r"&(?=#?\w+;)")
+
+
+def md_escape(value: Any) -> str:
+    """Text that Markdown shows literally, safe inside a table cell: no pipes, tags, code or newlines.
+
+    Underscores inside words and a '<' that cannot open a tag stay as they are, so the source stays readable.
+    """
+    if isinstance(value, MdSafe):
+        return value
+    text = "" if value is None else str(value)
+    text = _ENTITY.sub("&amp;", text)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    text = _TAG_START.sub("&lt;", text)
+    if text[:1] in ("#", ">", "-", "+", "="):
+        text = "\\" + text  # would start a heading, quote or list where the value begins a line
+    return re.sub(r"\s*[\r\n]+\s*", " ", text)
+
+
+def md_code_block(text: str, lang: str = "text") -> MdSafe:
+    """A fenced block whose fence is longer than any backtick run inside, so the text cannot close it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return MdSafe(f"{fence}{lang}\n{text.rstrip()}\n{fence}")
+
+
+# --- Tables ------------------------------------------------------------------------------------
+
+@dataclass
+class Cell:
+    """One formatted table cell; `cls` is a CSS hint for HTML (num, good, bad, muted, status)."""
+
+    text: str
+    cls: str = ""
+
+
+@dataclass
+class Table:
+    """A formatted table: what both the Markdown and the HTML templates render."""
+
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+    align: list[str] = field(default_factory=list)  # "l" or "r" per column
+    caption: str = ""
+    row_classes: list[str] = field(default_factory=list)  # CSS class per row ("group" starts a block)
+
+    def add(self, *cells: Cell | str, row_class: str = "") -> None:
+        self.rows.append([c if isinstance(c, Cell) else Cell(str(c)) for c in cells])
+        self.row_classes.append(row_class)
+
+    def aligns(self) -> list[str]:
+        return self.align + ["l"] * (len(self.columns) - len(self.align))
+
+
+def md_table(table: Table) -> MdSafe:
+    """A GitHub-flavoured Markdown table, every cell escaped, columns padded for readable source."""
+    head = [md_escape(c) for c in table.columns]
+    body = [[md_escape(c.text) for c in row] for row in table.rows]
+    widths = [max(3, len(h), *(len(r[i]) for r in body)) for i, h in enumerate(head)]
+    aligns = table.aligns()
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) if a == "r" else c.ljust(w)
+                                 for c, w, a in zip(cells, widths, aligns, strict=True)) + " |"
+
+    rule = "| " + " | ".join(("-" * (w - 1) + ":") if a == "r" else "-" * w
+                             for w, a in zip(widths, aligns, strict=True)) + " |"
+    return MdSafe("\n".join([line(head), rule, *(line(r) for r in body)]))

@@ -1,0 +1,180 @@
+"""Plots with matplotlib's Agg backend: metric against batch size per precision, and speedup against GPUs.
+
+SVG goes inline into the HTML report (text kept as text, ids salted per figure so several figures can
+share one page), PNG beside the Markdown report.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display, no GUI toolkit: reports are built on servers and in CI
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from runner import analysis as an  # noqa: E402
+from runner.spec import PRECISIONS  # noqa: E402
+
+BATCH_METRICS = ("throughput", "iter_time", "peak_mem")
+MAX_FACETS = 9
+MAX_SCALING_LINES = 12
+PALETTE = {"fp32": "#1f77b4", "tf32": "#17becf", "fp16": "#d62728", "amp": "#ff7f0e",
+           "amp-bf16": "#2ca02c", "bf16": "#9467bd"}
+EXTRA_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", ":", "-.")
+STYLE: dict[str, Any] = {"font.size": 9, "axes.titlesize": 10, "axes.spines.top": False, "axes.spines.right": False,
+         "axes.grid": True, "grid.alpha": 0.3, "svg.fonttype": "none", "figure.dpi": 100}
+
+
+@dataclass
+class Plot:
+    """One figure, in the formats asked for."""
+
+    name: str
+    title: str
+    svg: str | None = None
+    png: bytes | None = None
+
+
+def _colour(precision: str) -> str:
+    if precision in PALETTE:
+        return PALETTE[precision]
+    return EXTRA_COLOURS[sum(map(ord, precision)) % len(EXTRA_COLOURS)]  # stable across processes
+
+
+def _facet_title(row: pd.Series, varying: list[str]) -> str:
+    parts = [str(row["model"])]
+    for k in varying:
+        v = row[k]
+        if k == "gpus":
+            parts.append(f"{v} GPU{'s' if v != 1 else ''}")
+        elif k == "nodes":
+            parts.append(f"{v} node{'s' if v != 1 else ''}")
+        elif v != "":
+            parts.append(str(v))
+    return " · ".join(parts)
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(3, n)
+    return math.ceil(n / cols), cols
+
+
+def _render(fig: Figure, name: str, svg: bool, png: bool) -> tuple[str | None, bytes | None]:
+    svg_text = png_bytes = None
+    if svg:
+        with plt.rc_context({"svg.hashsalt": name}):
+            buf = io.StringIO()
+            fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+        text = buf.getvalue()
+        svg_text = text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: it is inlined into HTML
+    if png:
+        out = io.BytesIO()
+        fig.savefig(out, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+        png_bytes = out.getvalue()
+    plt.close(fig)
+    return svg_text, png_bytes
+
+
+def batch_plot(summary: pd.DataFrame, metric: str, svg: bool, png: bool) -> Plot | None:
+    """Metric mean against batch size with std error bars: one line per environment and precision."""
+    m = an.METRICS[metric]
+    data = summary[summary[f"{metric}_n"] > 0]
+    if data.empty:
+        return None
+    # Against batch size at each configuration's smallest layout; more GPUs are the scaling plot's business.
+    facet_keys = ["model", "dataset", "options"]
+    procs = data["gpus"] * data["nodes"]
+    data = data[procs == procs.groupby([data[k] for k in facet_keys], dropna=False).transform("min")]
+    varying = [k for k in [*facet_keys[1:], "gpus", "nodes"] if data[k].nunique() > 1]
+    facets = list(data.groupby(facet_keys, sort=False, dropna=False))[:MAX_FACETS]
+    envs = list(dict.fromkeys(data["environment"]))
+    rows, cols = _grid(len(facets))
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.3 * rows), squeeze=False)
+        handles: dict[str, Any] = {}
+        for ax, (_, g) in zip(axes.flat, facets, strict=False):
+            batches = sorted(set(g["batch_size"]))
+            pos = {b: i for i, b in enumerate(batches)}
+            series = list(g.groupby(["environment", "precision"], sort=False))
+            series.sort(key=lambda s: (envs.index(s[0][0]), PRECISIONS.index(s[0][1])
+                                       if s[0][1] in PRECISIONS else 99))
+            width = 0.5 / max(1, len(series))
+            top = 0.0
+            for i, ((env, precision), s) in enumerate(series):
+                s = s.sort_values("batch_size")
+                ei = envs.index(env)
+                dodge = (i - (len(series) - 1) / 2) * width if len(batches) == 1 else 0.0
+                x = [pos[b] + dodge for b in s["batch_size"]]
+                y = s[f"{metric}_mean"] * m.scale
+                err = s[f"{metric}_std"].fillna(0) * m.scale
+                label = f"{env} · {precision}" if len(envs) > 1 else str(precision)
+                h = ax.errorbar(x, y, yerr=err, color=_colour(str(precision)), marker=MARKERS[ei % len(MARKERS)],
+                                linestyle=LINESTYLES[ei % len(LINESTYLES)], capsize=3, markersize=5,
+                                linewidth=1.4, label=label)
+                handles.setdefault(label, h)
+                top = max(top, float((y + err).max()))
+            ax.set_xticks(range(len(batches)), [str(b) for b in batches])
+            ax.set_xlim(-0.5, len(batches) - 0.5)
+            ax.set_xlabel("batch size")
+            ax.set_ylabel(m.heading)
+            ax.set_title(_facet_title(g.iloc[0], varying))
+            ax.set_ylim(0, top * 1.1 if top > 0 else 1)
+        for ax in list(axes.flat)[len(facets):]:
+            ax.set_visible(False)
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(4, len(handles)),
+                   frameon=False, bbox_to_anchor=(0.5, -0.02))
+        fig.suptitle(f"{m.label.capitalize()} against batch size (mean ± std)", fontsize=11)
+        fig.tight_layout(rect=(0, 0.06 + 0.025 * math.ceil(len(handles) / 4), 1, 1))
+        title = f"{m.label.capitalize()} against batch size"
+        svg_text, png_bytes = _render(fig, metric, svg, png)
+    return Plot(metric, title, svg_text, png_bytes)
+
+
+def scaling_plot(scale: pd.DataFrame, svg: bool, png: bool) -> Plot | None:
+    """Speedup against the number of processes (GPUs × nodes), with the ideal line."""
+    if scale.empty:
+        return None
+    groups = list(scale.groupby(["environment", "model", "precision", "batch_size", "dataset", "options"],
+                                sort=False, dropna=False))[:MAX_SCALING_LINES]
+    envs = list(dict.fromkeys(scale["environment"]))
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, ax = plt.subplots(figsize=(5.6, 3.9))
+        top = 1
+        for i, ((env, model, precision, batch, _ds, _opt), g) in enumerate(groups):
+            g = g.sort_values("processes")
+            x = g["processes"].to_numpy()
+            ei = envs.index(env)
+            err = (g["throughput_std"].fillna(0) / g["throughput_mean"].iloc[0]).to_numpy()
+            ax.errorbar(x, g["speedup"], yerr=err, marker=MARKERS[(ei + i) % len(MARKERS)],
+                        color=_colour(str(precision)) if len(groups) <= 6 else None,
+                        linestyle=LINESTYLES[ei % len(LINESTYLES)], capsize=3, markersize=5,
+                        label=f"{env} · {model} · {precision} · batch {batch}")
+            top = max(top, int(x.max()))
+        ideal = list(range(1, top + 1))
+        ax.plot(ideal, ideal, color="#999999", linestyle="--", linewidth=1, label="ideal")
+        ax.set_xlabel("processes (GPUs × nodes)")
+        ax.set_ylabel("speedup")
+        ax.set_xticks(sorted(set(scale["processes"])))
+        ax.set_title("Speedup against GPU count (mean, std error bars)")
+        ax.legend(frameon=False, fontsize=8, loc="upper left")
+        fig.tight_layout()
+        svg_text, png_bytes = _render(fig, "scaling", svg, png)
+    return Plot("scaling", "Speedup against GPU count", svg_text, png_bytes)
+
+
+def make_plots(summary: pd.DataFrame, scale: pd.DataFrame, svg: bool, png: bool) -> list[Plot]:
+    """Every plot the data supports, each rendered once per requested format."""
+    if not (svg or png) or summary.empty:
+        return []
+    plots = [batch_plot(summary, m, svg, png) for m in BATCH_METRICS]
+    plots.append(scaling_plot(scale, svg, png))
+    return [p for p in plots if p is not None]

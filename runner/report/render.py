@@ -1,0 +1,267 @@
+"""Turning views into files: Jinja2 for Markdown and HTML, pandas for CSV and JSON, rich for the terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from runner import analysis as an
+from runner.report import fmt, views
+from runner.report.fmt import DASH, Cell, MdSafe, Table
+from runner.report.plots import Plot
+
+JSON_SCHEMA = 1
+REPORT_FORMATS = ("md", "html", "csv", "json")
+COMPARE_FORMATS = ("md", "csv", "json")
+
+
+# --- Jinja ------------------------------------------------------------------------------------
+
+def _md_finalize(value: Any) -> Any:
+    """Autoescape for Markdown: everything a template prints is escaped unless it is MdSafe."""
+    return value if isinstance(value, MdSafe) else fmt.md_escape(value)
+
+
+@cache
+def jinja(kind: str) -> jinja2.Environment:
+    """The template environment: HTML autoescaped, Markdown escaped by finalize, undefined names fail."""
+    loader = jinja2.PackageLoader("runner.report", "templates")
+    common: dict[str, Any] = {"loader": loader, "undefined": jinja2.StrictUndefined, "trim_blocks": True,
+                              "lstrip_blocks": True, "keep_trailing_newline": True}
+    if kind == "md":
+        env = jinja2.Environment(autoescape=False, finalize=_md_finalize, **common)  # noqa: S701 (Markdown)
+        env.filters["md_table"] = fmt.md_table
+        env.filters["code"] = fmt.md_code_block
+    else:
+        env = jinja2.Environment(autoescape=True, **common)
+    return env
+
+
+def render_template(name: str, **context: Any) -> str:
+    kind = "md" if name.endswith(".md.j2") else "html"
+    return jinja(kind).get_template(name).render(**context)
+
+
+# --- pandas -----------------------------------------------------------------------------------
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame as JSON-ready records via pandas (NaN becomes null, numpy scalars plain numbers)."""
+    if df.empty:
+        return []
+    out = df.copy()
+    for col in out.columns:
+        if out[col].map(lambda v: isinstance(v, tuple)).any():
+            out[col] = out[col].map(list)
+    result: list[dict[str, Any]] = json.loads(out.to_json(orient="records", double_precision=10))
+    return result
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+def repeats_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The long frame as a flat table: tags joined, the multi-line log tail left out."""
+    out = df.drop(columns=["log_tail"]).copy()
+    out["tags"] = out["tags"].map(lambda t: " ".join(t))
+    return out
+
+
+def report_json(model: views.ReportModel) -> str:
+    counts = model.frame["status"].value_counts().to_dict()
+    doc = {
+        "schema": JSON_SCHEMA,
+        "kind": "matrix-report",
+        "name": model.name,
+        "units": {m.name: m.stored_unit for m in an.METRICS.values() if m.stored_unit},
+        "statuses": {k: int(v) for k, v in sorted(counts.items())},
+        "runs": [{k: v for k, v in r.items()} for r in model.run_records],
+        "environments": records(an.environment_info(model.frame).drop(columns="side")),
+        "cells": records(model.summary),
+        "comparisons": [comparison_doc(c) for _, _, c in model.comparisons],
+        "precision_summary": records(model.precision_df),
+        "scaling": records(model.scaling_df),
+    }
+    return dumps(doc)
+
+
+def comparison_doc(c: an.Comparison) -> dict[str, Any]:
+    """A comparison as plain data: sides, test settings, pairs, geometric mean, unpaired cells."""
+    return {
+        "metric": c.metric.name, "unit": c.metric.stored_unit,
+        "a": {"ref": c.a.ref, "kind": c.a.kind, "environments": c.a.environments},
+        "b": {"ref": c.b.ref, "kind": c.b.kind, "environments": c.b.environments},
+        "test": {"name": "welch-t", "alpha": c.alpha, "min_effect": c.min_effect},
+        "pairs": records(c.pairs),
+        "geomean_ratio": None if math.isnan(c.geomean) else round(c.geomean, 10),
+        "geomean_change": c.geomean_words,
+        "significant": c.n_significant,
+        "unpaired": records(c.unpaired),
+        "precision_ratios": records(c.precision_ratios),
+        "environments": records(c.environments),
+    }
+
+
+# --- report -----------------------------------------------------------------------------------
+
+def slug(name: str) -> str:
+    """A directory name from a matrix name: letters, digits, dot, dash and underscore only."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return s or "matrix"
+
+
+def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) -> list[Path]:
+    """Write the report in each format into `out`; returns the files written (plots included)."""
+    from runner.report.plots import make_plots
+
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    plots = make_plots(model.summary, model.scaling_df, svg="html" in formats, png="md" in formats)
+    if "md" in formats:
+        shown = []
+        for p in plots:
+            if p.png is None:
+                continue
+            path = out / "plots" / f"{p.name}.png"
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(p.png)
+            written.append(path)
+            shown.append({"title": p.title, "path": f"plots/{p.name}.png"})
+        written.append(_write(out / "report.md", render_template("report.md.j2", r=model, plots=shown)))
+    if "html" in formats:
+        svgs = [{"title": p.title, "name": p.name, "svg": jinja2_markup(p)} for p in plots if p.svg]
+        written.append(_write(out / "report.html", render_template("report.html.j2", r=model, plots=svgs)))
+    if "csv" in formats:
+        written.append(_write(out / "summary.csv", model.summary.to_csv(index=False)))
+        written.append(_write(out / "repeats.csv", repeats_frame(model.frame).to_csv(index=False)))
+    if "json" in formats:
+        written.append(_write(out / "report.json", report_json(model)))
+    return written
+
+
+def jinja2_markup(p: Plot) -> Any:
+    """matplotlib's SVG, trusted as markup: it escapes the text it draws (checked by the hostile test)."""
+    from markupsafe import Markup
+
+    return Markup(p.svg or "")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- compare ----------------------------------------------------------------------------------
+
+@dataclass
+class CompareView:
+    """A comparison as formatted tables and sentences, shared by Markdown and the terminal."""
+
+    title: str
+    method: str
+    environments: Table
+    pairs: Table
+    summary: str
+    precision: Table | None
+    unpaired: Table | None
+
+
+def compare_view(c: an.Comparison) -> CompareView:
+    a, b, m = c.a.ref, c.b.ref, c.metric
+    info = c.environments
+    headers = [f"{side}: {env}" for side, env in zip(info["side"], info["environment"], strict=True)]
+    env_table = views.environments_table(info.assign(environment=headers))
+    method = (f"Metric: {m.heading}, mean ± std over the repeats that ended ok; the ratio is {b}/{a}. "
+              f"A change counts as significant when Welch's t-test gives p < {c.alpha:g} and the change is "
+              f"at least {c.min_effect:.0%}.")
+    a_kind, b_kind = c.a.kind, c.b.kind
+    title = f"{a} ({a_kind}) vs {b} ({b_kind})"
+    pairs = views.pairs_table(c, a, b)
+    if c.pairs.empty:
+        summary = f"No cell of {b} has a partner in {a}: nothing to compare."
+    else:
+        n = len(c.pairs)
+        words = c.geomean_words
+        summary = (f"Geometric mean of {b}/{a} over {n} pair{'s' if n != 1 else ''}: {fmt.ratio(c.geomean)}"
+                   f"{f' ({words})' if words else ''}. {c.n_significant} of {n} pairs significant.")
+    precision = None
+    if not c.precision_ratios.empty:
+        side_names = {"A": a, "B": b}
+        ratios = c.precision_ratios.assign(side=c.precision_ratios["side"].map(side_names))
+        precision = views.precision_ratio_table(ratios, [a, b])
+    unpaired = None
+    if not c.unpaired.empty:
+        u = c.unpaired
+        keys = views.varying(u, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
+        unpaired = Table(["side", "environment", *(views.KEY_LABELS[k] for k in keys), "statuses"])
+        for _, r in u.iterrows():
+            unpaired.add(a if r["side"] == "A" else b, r["environments"],
+                         *(views.key_text(k, r[k]) for k in keys), Cell(r["statuses"], "status"))
+    return CompareView(title, method, env_table, pairs, summary, precision, unpaired)
+
+
+def compare_markdown(c: an.Comparison) -> str:
+    return render_template("compare.md.j2", v=compare_view(c))
+
+
+def compare_csv(c: an.Comparison) -> str:
+    return c.pairs.assign(a=c.a.ref, b=c.b.ref, metric=c.metric.name).to_csv(index=False)
+
+
+def compare_json(c: an.Comparison) -> str:
+    return dumps({"schema": JSON_SCHEMA, "kind": "matrix-compare", **comparison_doc(c)})
+
+
+_STYLES = {"good": "bold green", "bad": "bold red", "muted": "dim", "status": "yellow", "key": "bold",
+           "num partial": "yellow"}
+
+
+def rich_table(t: Table, title: str = "") -> Any:
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    rt = RichTable(title=title or None, title_justify="left", header_style="bold", show_lines=False)
+    for col, align in zip(t.columns, t.aligns(), strict=True):
+        rt.add_column(col, justify="right" if align == "r" else "left", overflow="fold")
+    for row in t.rows:
+        rt.add_row(*(Text(c.text, style=_STYLES.get(c.cls, "")) for c in row))
+    return rt
+
+
+def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | None = None) -> str:
+    """The comparison as rich tables, rendered to text (ANSI colours only when stdout is a terminal)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    v = compare_view(c)
+    if color is None:
+        color = sys.stdout.isatty()
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=color, no_color=not color, highlight=False,
+                      width=width or max(100, shutil.get_terminal_size((160, 40)).columns), soft_wrap=False)
+    console.print(Text(v.title, style="bold"))
+    console.print(Text(v.method, style="dim"))
+    console.print(rich_table(v.environments, "Environments"))
+    console.print(rich_table(v.pairs, "Pairs"))
+    console.print(Text(v.summary, style="bold"))
+    if v.precision is not None:
+        console.print(rich_table(v.precision, "Precision speed-up (throughput ÷ fp32)"))
+    if v.unpaired is not None:
+        console.print(rich_table(v.unpaired, "Unpaired cells"))
+    return buf.getvalue()
+
+
+__all__ = ["DASH", "REPORT_FORMATS", "COMPARE_FORMATS", "write_report", "compare_markdown", "compare_csv",
+           "compare_json", "compare_terminal", "report_json", "slug"]

@@ -1,0 +1,363 @@
+"""The report's views (DESIGN.md "Report views") as formatted tables, built from the analysis frames.
+
+Each view appears only when the data has its axes: the environment comparison needs two environments,
+the precision summary fp32 and another precision, scaling more than one GPU or node count.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from runner import analysis as an
+from runner.report import fmt
+from runner.report.fmt import DASH, Cell, Table
+from runner.results import Status
+from runner.spec import PRECISIONS
+
+GRID_METRICS = ("throughput", "iter_time", "peak_mem", "accuracy", "loss_end")
+KEY_LABELS = {"environment": "environment", "model": "model", "precision": "precision", "batch_size": "batch",
+              "dataset": "dataset", "gpus": "GPUs", "nodes": "nodes", "options": "options"}
+ENV_LABELS = (("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"), ("env_torch", "torch"),
+              ("env_cuda", "CUDA"), ("env_cudnn", "cuDNN"), ("env_python", "Python"), ("env_image", "image"),
+              ("env_repo_digest", "image digest"), ("env_image_id", "image id"), ("env_hostname", "host"),
+              ("backend", "backend"), ("tags", "tags"), ("run_ids", "runs"))
+
+
+@dataclass
+class Section:
+    """A heading, an optional note and one table."""
+
+    title: str
+    table: Table
+    note: str = ""
+
+
+@dataclass
+class Failure:
+    """A cell with repeats that did not end ok, with what its log said last."""
+
+    label: str
+    status: str
+    statuses: str
+    reason: str
+    log_tail: str
+
+
+@dataclass
+class ReportModel:
+    """Everything a report shows, formatted; the frames stay alongside for CSV and JSON."""
+
+    name: str
+    totals: str
+    hardware: list[str]
+    runs: Table
+    environments: Table
+    grid: list[Section]
+    comparison: list[Section]
+    precision: list[Section]
+    scaling: list[Section]
+    failures: list[Failure]
+    frame: pd.DataFrame
+    summary: pd.DataFrame
+    comparisons: list[tuple[str, str, an.Comparison]] = field(default_factory=list)
+    precision_df: pd.DataFrame = field(default_factory=pd.DataFrame)
+    scaling_df: pd.DataFrame = field(default_factory=pd.DataFrame)
+    run_records: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+def varying(df: pd.DataFrame, keys: Sequence[str], always: Sequence[str] = ()) -> list[str]:
+    """The key columns worth a table column: those that vary, plus the ones always shown."""
+    return [k for k in keys if k in always or (k in df and df[k].nunique(dropna=False) > 1)]
+
+
+def constants_note(df: pd.DataFrame, keys: Sequence[str]) -> str:
+    """The key values every row shares, said once under the table instead of in a column."""
+    parts = []
+    for k in keys:
+        if k not in df or df.empty or df[k].nunique(dropna=False) != 1:
+            continue
+        v = df[k].iloc[0]
+        if k == "options" and not v:
+            continue
+        if k in ("gpus", "nodes"):
+            parts.append(f"{v} {'GPU' if k == 'gpus' else 'node'}{'s' if v != 1 else ''}")
+        elif k == "options":
+            parts.append(str(v))
+        else:
+            parts.append(f"{KEY_LABELS[k]} {v}")
+    return ", ".join(parts)
+
+
+def key_text(k: str, v: Any) -> str:
+    return str(v) if v != "" else DASH
+
+
+def not_ok(statuses: str) -> str:
+    """The non-ok part of a status summary: '1 failed' out of '2 ok, 1 failed'."""
+    return ", ".join(p for p in statuses.split(", ") if p and not p.endswith(" ok"))
+
+
+def cell_value(row: Any, m: an.Metric) -> Cell:
+    """A grid cell: mean ± std of the ok repeats, with the repeats that were not ok counted beside it."""
+    n = int(row[f"{m.name}_n"])
+    bad = not_ok(row["statuses"])
+    if int(row["n_ok"]) == 0:
+        return Cell(bad or DASH, "status")
+    if n == 0:
+        return Cell(DASH, "muted")
+    text = fmt.metric_value(m, row[f"{m.name}_mean"], row[f"{m.name}_std"], n)
+    if bad:
+        return Cell(f"{text} ({bad})", "num partial")
+    return Cell(text, "num")
+
+
+def cell_label(row: Any, keys: Sequence[str] = an.CELL_KEYS) -> str:
+    parts = []
+    for k in keys:
+        v = row[k]
+        if k in ("gpus", "nodes") and v == 1:
+            continue
+        if k == "options" and not v:
+            continue
+        parts.append(f"batch {v}" if k == "batch_size" else f"{v} GPUs" if k == "gpus"
+                     else f"{v} nodes" if k == "nodes" else str(v))
+    return " · ".join(parts)
+
+
+def _iso(ts: Any) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(ts)))
+    except (TypeError, ValueError, OverflowError):
+        return DASH
+
+
+# --- views ------------------------------------------------------------------------------------
+
+def environments_table(info: pd.DataFrame) -> Table:
+    """Fields as rows, environments as columns: which hardware and versions produced the numbers."""
+    envs = list(info["environment"])
+    table = Table(["", *envs])
+    for col, label in ENV_LABELS:
+        values = [str(v) for v in info[col]]
+        if not any(values):
+            continue
+        if col == "env_repo_digest":
+            values = [fmt.short_digest(v) for v in values]
+        table.add(Cell(label, "key"), *(Cell(v or DASH) for v in values))
+    return table
+
+
+def hardware_lines(info: pd.DataFrame) -> list[str]:
+    """One line per environment naming the device and the versions: for the top of every report."""
+    lines = []
+    for row in info.itertuples(index=False):
+        r = row._asdict()
+        bits = [r["hardware"] or "device unknown"]
+        if r["env_cpu"] and r["env_cpu"] != r["hardware"]:
+            bits.append(f"CPU {r['env_cpu']}")
+        for col, label in (("env_driver", "driver"), ("env_torch", "torch"), ("env_cuda", "CUDA")):
+            if r[col]:
+                bits.append(f"{label} {r[col]}")
+        if r["env_image"]:
+            bits.append(f"image {r['env_image']}")
+        lines.append(f"{r['environment']} ({r['backend']}): " + ", ".join(bits))
+    return lines
+
+
+def hardware_of(info: pd.DataFrame, env: str) -> str:
+    hw = info.loc[info["environment"] == env, "hardware"]
+    return str(hw.iloc[0]) if len(hw) else ""
+
+
+def runs_table(records: list[dict[str, Any]]) -> Table:
+    table = Table(["run", "matrix", "started", "host", "status", "results"], align=["l"] * 5 + ["l"])
+    for r in records:
+        table.add(r["run_id"], r.get("matrix_name") or DASH, _iso(r.get("started_at")), r.get("host") or DASH,
+                  r.get("status") or DASH, an.status_summary(r.get("counts") or {}) or DASH)
+    return table
+
+
+def grid_sections(summary: pd.DataFrame) -> list[Section]:
+    """Precision grid: per environment and configuration, rows precision × metric, columns batch size."""
+    sections = []
+    group = ["environment", "model", "dataset", "gpus", "nodes", "options"]
+    for _, g in summary.groupby(group, sort=False, dropna=False):
+        first = g.iloc[0]
+        batches = sorted(set(g["batch_size"]))
+        metrics = [an.METRICS[m] for m in GRID_METRICS if (g[f"{m}_n"] > 0).any()] or [an.METRICS["throughput"]]
+        table = Table(["precision", "metric", *(f"batch {b}" for b in batches)],
+                      align=["l", "l", *("r" * len(batches))])
+        for precision, pg in g.groupby("precision", sort=False):
+            by_batch = {int(r["batch_size"]): r for _, r in pg.iterrows()}
+            for i, m in enumerate(metrics):
+                cells = [cell_value(by_batch[b], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
+                table.add(Cell(str(precision) if i == 0 else "", "key"), Cell(m.heading), *cells,
+                          row_class="group" if i == 0 else "")
+        title = " · ".join(p for p in (str(first["environment"]), str(first["hardware"]),
+                                       cell_label(first, ["model", "dataset", "gpus", "nodes", "options"])) if p)
+        sections.append(Section(title, table))
+    return sections
+
+
+def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame
+                        ) -> tuple[list[Section], list[tuple[str, str, an.Comparison]]]:
+    """Environment comparison: every environment against the first, plus each one's FP16/FP32 ratios."""
+    envs = list(dict.fromkeys(summary["environment"]))
+    if len(envs) < 2:
+        return [], []
+    base = envs[0]
+    sides = {e: an.Side(e, "env", e, df[df["environment"] == e]) for e in envs}
+    comparisons = [(base, e, an.compare(sides[base], sides[e])) for e in envs[1:]]
+    sections = []
+    m = an.METRICS["throughput"]
+    for a, b, c in comparisons:
+        sections.append(Section(f"{b} vs {a}", pairs_table(c, a, b), comparison_note(c, a, b)))
+    ratios = pd.concat([an.precision_ratios(sides[e].frame, e)
+                        for e in envs], ignore_index=True)
+    if not ratios.empty:
+        sections.append(Section("Precision speed-up per environment (throughput ÷ fp32)",
+                                precision_ratio_table(ratios, envs),
+                                f"The {m.label} of each precision over fp32's, in the same environment and "
+                                "configuration."))
+    return sections, comparisons
+
+
+def comparison_note(c: an.Comparison, a: str, b: str) -> str:
+    n = len(c.pairs)
+    if not n:
+        return f"No cell of {b} has a partner in {a}."
+    sig = c.n_significant
+    geo = fmt.ratio(c.geomean)
+    words = c.geomean_words
+    text = (f"Geometric mean of {b}/{a} over {n} pair{'s' if n != 1 else ''}: {geo}"
+            f"{f' ({words})' if words else ''}; {sig} of {n} significant "
+            f"(Welch's t-test p < {c.alpha:g} and a change of at least {c.min_effect:.0%}).")
+    if not c.unpaired.empty:
+        text += f" Unpaired: {len(c.unpaired)} cell{'s' if len(c.unpaired) != 1 else ''}."
+    return text
+
+
+def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
+    """Per pair: both sides' mean ± std, B/A, the change in words, p and the verdict."""
+    p = c.pairs
+    keys = varying(p, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
+    m = c.metric
+    unit = f" ({m.unit})" if m.unit else ""
+    table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit}", f"{b}{unit}", f"{b}/{a}", "change", "p",
+                   "verdict"], align=["l"] * len(keys) + ["r", "r", "r", "l", "r", "l"])
+    for _, r in p.iterrows():
+        cls = ("good" if r["verdict"] == m.better else "bad") if r["significant"] else "muted"
+        table.add(*(key_text(k, r[k]) for k in keys),
+                  side_cell(r, "a", m), side_cell(r, "b", m),
+                  Cell(fmt.number(r["ratio"], 3), "num"), Cell(r["change"] or DASH),
+                  Cell(fmt.p_value(r["p_value"]), "num"), Cell(r["verdict"], cls))
+    return table
+
+
+def side_cell(r: Any, side: str, m: an.Metric) -> Cell:
+    n = int(r[f"{side}_n"])
+    bad = not_ok(r[f"{side}_statuses"])
+    if n == 0:
+        return Cell(bad or DASH, "status")
+    text = fmt.metric_value(m, r[f"{side}_mean"], r[f"{side}_std"], n)
+    return Cell(f"{text} ({bad})" if bad else text, "num")
+
+
+def precision_ratio_table(ratios: pd.DataFrame, sides: Sequence[str]) -> Table:
+    """Rows configuration, columns side × precision: the 2018 Slurm-versus-container table's ratios."""
+    keys = varying(ratios, [k for k in an.PARAM_KEYS if k != "precision"], always=("model", "batch_size"))
+    precisions = list(dict.fromkeys(ratios.sort_values(
+        "precision", key=lambda s: s.map(lambda p: PRECISIONS.index(p) if p in PRECISIONS else 99),
+        kind="stable")["precision"]))
+    columns = [(s, p) for s in sides for p in precisions
+               if ((ratios["side"] == s) & (ratios["precision"] == p)).any()]
+    table = Table([*(KEY_LABELS[k] for k in keys), *(f"{s} {p}/fp32" for s, p in columns)],
+                  align=["l"] * len(keys) + ["r"] * len(columns))
+    lookup = {(r["side"], r["precision"], *(r[k] for k in keys)): r["ratio"] for _, r in ratios.iterrows()}
+    for key in dict.fromkeys(tuple(r[k] for k in keys) for _, r in ratios.iterrows()):
+        table.add(*(key_text(k, v) for k, v in zip(keys, key, strict=True)),
+                  *(Cell(fmt.ratio(lookup.get((s, p, *key))), "num") for s, p in columns))
+    return table
+
+
+def precision_sections(info: pd.DataFrame, prec: pd.DataFrame) -> list[Section]:
+    """Precision summary: per environment, time, throughput, memory and accuracy with ratios to fp32."""
+    if prec.empty:
+        return []
+    sections = []
+    keys = varying(prec, ["model", "batch_size", "dataset", "gpus", "nodes", "options"],
+                   always=("model", "batch_size"))
+    metric_cols: list[tuple[str, bool]] = [("iter_time", True), ("throughput", True), ("peak_mem", True),
+                                           ("accuracy", False)]
+    metric_cols = [(m, r) for m, r in metric_cols if (prec[f"{m}_n"] > 0).any()]
+    for env, g in prec.groupby("environment", sort=False):
+        cols = [KEY_LABELS[k] for k in keys] + ["precision"]
+        for m, with_ratio in metric_cols:
+            cols.append(an.METRICS[m].heading)
+            if with_ratio:
+                cols.append("÷ fp32")
+        table = Table(cols, align=["l"] * (len(keys) + 1) + ["r"] * (len(cols) - len(keys) - 1))
+        for _, r in g.iterrows():
+            cells: list[Cell | str] = [*(key_text(k, r[k]) for k in keys), str(r["precision"])]
+            for m, with_ratio in metric_cols:
+                metric = an.METRICS[m]
+                cells.append(cell_value(r, metric))
+                if with_ratio:
+                    cells.append(Cell(fmt.ratio(r[f"{m}_vs_fp32"]) if r["precision"] != "fp32" else DASH, "num"))
+            table.add(*cells)
+        hardware = hardware_of(info, str(env))
+        sections.append(Section(f"{env} · {hardware}" if hardware else str(env), table,
+                                constants_note(g, ["dataset", "gpus", "nodes", "options"])))
+    return sections
+
+
+def scaling_sections(scale: pd.DataFrame) -> list[Section]:
+    """Scaling: processes against throughput, speedup over the smallest layout and efficiency."""
+    if scale.empty:
+        return []
+    keys = varying(scale, ["environment", "model", "precision", "batch_size", "dataset", "options"],
+                   always=("environment", "model", "precision", "batch_size"))
+    m = an.METRICS["throughput"]
+    table = Table([*(KEY_LABELS[k] for k in keys), "GPUs", "nodes", m.heading, "speedup", "efficiency"],
+                  align=["l"] * len(keys) + ["r"] * 5)
+    for _, r in scale.iterrows():
+        table.add(*(key_text(k, r[k]) for k in keys), Cell(str(r["gpus"]), "num"), Cell(str(r["nodes"]), "num"),
+                  Cell(fmt.metric_value(m, r["throughput_mean"], r["throughput_std"], int(r["throughput_n"])),
+                       "num"),
+                  Cell(fmt.ratio(r["speedup"]), "num"), Cell(fmt.percent(r["efficiency"]), "num"))
+    note = ("Speedup is throughput over the same configuration's smallest layout; efficiency is speedup "
+            "over the growth in processes (GPUs × nodes). Batch size is per process.")
+    return [Section("Scaling", table, note)]
+
+
+def failures(summary: pd.DataFrame) -> list[Failure]:
+    bad = summary[summary["status"] != Status.OK.value]
+    return [Failure(cell_label(r), str(r["status"]), str(r["statuses"]), str(r["reason"]), str(r["log_tail"]))
+            for _, r in bad.iterrows()]
+
+
+def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> ReportModel:
+    """All views of one report from the long frame and the runs it came from."""
+    summary = an.summarize(df)
+    info = an.environment_info(df)
+    comparison, comparisons = comparison_sections(df, summary)
+    prec = an.precision_summary(summary)
+    scale = an.scaling(summary)
+    counts = df["status"].value_counts().to_dict()
+    n_cells = len(summary)
+    totals = (f"{len(df)} repeat{'s' if len(df) != 1 else ''} in {n_cells} cell{'s' if n_cells != 1 else ''}, "
+              f"{len(info)} environment{'s' if len(info) != 1 else ''}: {an.status_summary(counts)}")
+    return ReportModel(
+        name=name, totals=totals, hardware=hardware_lines(info), runs=runs_table(run_records),
+        environments=environments_table(info), grid=grid_sections(summary), comparison=comparison,
+        precision=precision_sections(info, prec), scaling=scaling_sections(scale),
+        failures=failures(summary), frame=df, summary=summary, comparisons=comparisons,
+        precision_df=prec, scaling_df=scale, run_records=run_records,
+    )
