@@ -156,10 +156,10 @@ def parse_gpus(value: str | None) -> Literal["all"] | int | list[int] | None:
                 raise ValueError(value)
             return ids
         count = int(text)
+        if count < 0:
+            raise ValueError(value)
     except ValueError:
         raise ConfigError(f"--gpus {value!r}: allowed: all, a count (2), or device ids (0,1 or device=0)") from None
-    if count < 0:
-        raise ConfigError(f"--gpus {value!r}: a count must be 0 or more")
     return count or None
 
 
@@ -530,6 +530,16 @@ class DockerBackend(Backend):
         except (NotFound, APIError):
             return False
 
+    def _still_running(self, container: Container, code: int | None) -> bool:
+        """Whether the container survived a failed repeat. After a death by signal the engine needs a
+        moment to notice that the whole container was killed, so give it that moment."""
+        deadline = time.time() + (3.0 if code is None or code >= 128 else 0.0)
+        while self._running(container):
+            if time.time() >= deadline:
+                return True
+            time.sleep(0.1)
+        return False
+
     def _exited_early(self, container: Container, e: Exception | None) -> str:
         try:
             logs = container.logs(tail=20).decode(errors="replace").strip()
@@ -617,7 +627,7 @@ class DockerBackend(Backend):
             return Outcome(Status.CANCELLED, None, outcome.log_tail, "stopped (Ctrl-C)",
                            started, time.time(), outcome.extra)
         codes = [e.exit_code() for e in execs]
-        if codes[0] not in (0, 3, 4) and not self._running(container):
+        if codes[0] not in (0, 3, 4) and not self._still_running(container, codes[0]):
             return self._container_lost(container, execs, started, None)
         if ended == "rank" or (codes[0] == 0 and any(c != 0 for c in codes[1:])):
             bad = next((c for c in codes[1:] if c != 0), None)
