@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `tests` is a namespace package found from the checkout's root
     sys.path.insert(0, str(ROOT))
 
-from tests.conftest import require  # noqa: E402
-
 from dockertools import IMAGE  # noqa: E402
+
+from tests.conftest import require  # noqa: E402
 
 
 @pytest.fixture(scope="session")

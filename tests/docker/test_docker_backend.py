@@ -17,7 +17,7 @@ from runner.spec import Cell, Mount, RunContext, RunSettings, Task
 
 pytestmark = pytest.mark.docker
 
-SMALL = {"model": "mnist_cnn", "precision": "fp32", "batch_size": 16, "dataset": "synthetic", "device": "cpu"}
+SMALL: dict[str, str | int] = {"model": "mnist_cnn", "precision": "fp32", "batch_size": 16, "dataset": "synthetic", "device": "cpu"}
 # Lists the processes in the container that carry a matrix task mark (what a timeout must kill).
 MARKED = ("import os\nfor p in os.listdir('/proc'):\n    try:\n        e = open('/proc/%s/environ' % p, 'rb').read()\n"
           "    except Exception:\n        continue\n    if b'MATRIX_TASK=' in e:\n        print(p)\n")

@@ -74,7 +74,7 @@ def test_clean_without_engine_removes_nothing(no_engine: None) -> None:
 
 def test_tasks_fail_with_the_hint_when_no_engine_answers(no_engine: None, tmp_path: Path) -> None:
     env = dk.DockerEnvironment(name="box", image="img:1")
-    cell = Cell(env, {"model": "mnist_cnn"}, RunSettings(repeats=2))
+    cell = Cell(env, {"model": "mnist_cnn"}, RunSettings(iterations=2, warmup=1, repeats=2, timeout=60, seed=0))
     got: list[tuple[Task, object]] = []
     with dk.DockerBackend(env, RunContext("r1", tmp_path)) as backend:
         backend.run([Task(cell, 0), Task(cell, 1)], lambda t, o: got.append((t, o)))
