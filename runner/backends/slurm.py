@@ -90,24 +90,24 @@ class SlurmEnvironment(EnvironmentBase):
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    time: str | None = Field(None, description="Slurm time limit per array task (minutes, HH:MM:SS, "
+    time: str | None = Field(default=None, description="Slurm time limit per array task (minutes, HH:MM:SS, "
                              "D-HH:MM); default: the run's timeout rounded up to minutes")
-    gpus_per_node: int | None = Field(None, ge=0, description="GPUs to request per node; default: the "
+    gpus_per_node: int | None = Field(default=None, ge=0, description="GPUs to request per node; default: the "
                                       "cell's gpus; 0: CPU nodes, gpus: N then means N processes per node")
     gpu_option: Literal["gres", "gpus-per-node"] = "gres"
-    cpus_per_task: int | None = Field(None, ge=1)
-    mem: str | None = Field(None, description="memory per node, as sbatch --mem takes it (e.g. 16G)")
-    sbatch_options: list[str] = Field([], description="extra sbatch options, one per item: "
+    cpus_per_task: int | None = Field(default=None, ge=1)
+    mem: str | None = Field(default=None, description="memory per node, as sbatch --mem takes it (e.g. 16G)")
+    sbatch_options: list[str] = Field(default=[], description="extra sbatch options, one per item: "
                                       "--constraint=a100, --exclusive, --reservation=x")
-    setup: list[str] = Field([], description="shell lines run before the benchmark (module load ..., "
+    setup: list[str] = Field(default=[], description="shell lines run before the benchmark (module load ..., "
                              "source venv/bin/activate): shell by design, inserted as written")
-    container: str | None = Field(None, description="pyxis/enroot image: srun --container-image")
-    results_dir: str | None = Field(None, description="a directory every node sees (shared filesystem); "
+    container: str | None = Field(default=None, description="pyxis/enroot image: srun --container-image")
+    results_dir: str | None = Field(default=None, description="a directory every node sees (shared filesystem); "
                                     "each run gets <results_dir>/<run_id>; default <workdir>/slurm")
-    poll_interval: float = Field(10.0, gt=0, description="seconds between two sacct polls")
-    max_array_size: int = Field(1000, ge=1, description="array tasks per sbatch (the cluster's "
+    poll_interval: float = Field(default=10.0, gt=0, description="seconds between two sacct polls")
+    max_array_size: int = Field(default=1000, ge=1, description="array tasks per sbatch (the cluster's "
                                 "MaxArraySize - 1 at most)")
-    array_parallelism: int | None = Field(None, ge=1, description="at most this many tasks of an "
+    array_parallelism: int | None = Field(default=None, ge=1, description="at most this many tasks of an "
                                           "array run at once (--array=0-N%K)")
     measured_fields = ("partition", "container", "setup", "gpus_per_node")
 

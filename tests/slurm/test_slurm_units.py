@@ -1,0 +1,269 @@
+"""The slurm backend's pure parts: the rendered script (golden), quoting, validation, sacct parsing,
+state mapping. No Slurm needed: these run everywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from runner.backends.slurm import (  # noqa: E402
+    SacctRow,
+    SlurmBackend,
+    SlurmEnvironment,
+    SubmittedState,
+    Watched,
+    _slurm,
+    array_job,
+    parse_sacct,
+    render_script,
+    sbatch_quote,
+)
+from runner.errors import BackendError, ConfigError  # noqa: E402
+from runner.results import Status  # noqa: E402
+from runner.spec import Cell, RunContext, RunSettings, Task  # noqa: E402
+
+GOLDEN = Path(__file__).with_name("golden")
+EVIL = "$(touch /tmp/pwned) `touch /tmp/pwned` 'q' \"d\" ;touch /tmp/pwned #c \\ %j"
+
+
+def hostile_env() -> SlurmEnvironment:
+    return SlurmEnvironment(
+        name=f"env {EVIL}", python=f"/opt/py {EVIL}/bin/python3", partition=f"gpu {EVIL}",
+        account="acct'x", qos='q"x', cpus_per_task=2, mem="16G", gpus_per_node=1,
+        sbatch_options=[f"--constraint=a100&{EVIL}", "--exclusive", "--reservation maint"],
+        env={"HOSTILE": EVIL, "NCCL_DEBUG": "INFO"}, setup=["module load pytorch/1.13"],
+        container=None)
+
+
+def render_hostile() -> str:
+    env = hostile_env()
+    job = array_job(env, count=12, gpus=4, nodes=2, time="00:30:00", run_id="20260101-000000-abcdef",
+                    results_dir=Path(f"/shared/results {EVIL}/run"), manifest="manifest-001.tsv")
+    return render_script(job)
+
+
+def test_rendered_script_matches_golden() -> None:
+    """The whole script for hostile values, reviewed once by a person: any change shows up here."""
+    text = render_hostile()
+    golden = GOLDEN / "hostile.sh"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text(), "rendered script changed: review, then UPDATE_GOLDEN=1 pytest"
+
+
+def test_rendered_script_is_valid_bash_and_values_are_single_words() -> None:
+    text = render_hostile()
+    check = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
+    assert check.returncode == 0, check.stderr
+    # What bash sees for the assignments: exactly the hostile values, nothing expanded.
+    lines = [ln for ln in text.splitlines() if ln.startswith(("PYTHON=", "RESULTS=", "export HOSTILE="))]
+    probe = "\n".join(lines) + '\nprintf "%s\\0" "$PYTHON" "$RESULTS" "$HOSTILE"\n'
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.split("\0")[:3] == [f"/opt/py {EVIL}/bin/python3", f"/shared/results {EVIL}/run", EVIL]
+    assert not Path("/tmp/pwned").exists()
+
+
+def sbatch_words(line: str) -> list[str]:
+    """sbatch's own reading of a #SBATCH line (src/sbatch/opt.c, _get_argument), in Python."""
+    words, i = [], 0
+    while i < len(line):
+        while i < len(line) and line[i].isspace():
+            i += 1
+        if i >= len(line):
+            break
+        word, quote, escape = "", "", False
+        while i < len(line) and (quote or not line[i].isspace()):
+            c = line[i]
+            i += 1
+            if escape:
+                escape = False
+            elif c == "\\":
+                escape = True
+                continue
+            elif quote:
+                if c == quote:
+                    quote = ""
+                    continue
+            elif c in "\"'":
+                quote = c
+                continue
+            elif c == "#":
+                return words + ([word] if word else [])
+            word += c
+        words.append(word)
+    return words
+
+
+@pytest.mark.parametrize("value", [EVIL, "plain", "a b", "it's", 'say "hi"', "back\\slash", "#hash", "100%", ""])
+def test_sbatch_quote_reads_back_as_the_value(value: str) -> None:
+    assert sbatch_words(f"--job-name={sbatch_quote(value)}") == [f"--job-name={value}"]
+
+
+def test_sbatch_lines_of_the_golden_script_read_back_exactly() -> None:
+    sbatch = {w.split("=", 1)[0]: w.split("=", 1)[1] if "=" in w else None
+              for ln in render_hostile().splitlines() if ln.startswith("#SBATCH ")
+              for w in sbatch_words(ln[len("#SBATCH "):])}
+    assert sbatch["--job-name"] == f"matrix-env {EVIL}"
+    assert sbatch["--partition"] == f"gpu {EVIL}"
+    assert sbatch["--account"] == "acct'x" and sbatch["--qos"] == 'q"x'
+    assert sbatch["--constraint"] == f"a100&{EVIL}"
+    assert sbatch["--chdir"] == f"/shared/results {EVIL}/run"
+    assert sbatch["--gres"] == "gpu:1" and sbatch["--nodes"] == "2" and sbatch["--ntasks-per-node"] == "4"
+    assert sbatch["--exclusive"] is None and sbatch["--reservation"] == "maint"
+
+
+def test_newlines_cannot_reach_an_sbatch_line() -> None:
+    with pytest.raises(ValidationError, match="one line"):
+        SlurmEnvironment(name="x", partition="gpu\n#SBATCH --uid=0")
+    with pytest.raises(ValidationError, match="one line"):
+        SlurmEnvironment(name="x", sbatch_options=["--constraint=a\n#SBATCH --x"])
+    with pytest.raises(ConfigError, match="one line"):
+        sbatch_quote("a\nb")
+    # A name with a newline is made harmless rather than refused: it only labels the job.
+    env = SlurmEnvironment(name="two\nlines", gpus_per_node=0)
+    job = array_job(env, count=1, gpus=1, nodes=1, time="1", run_id="r", results_dir=Path("/r"), manifest="m")
+    assert "#SBATCH --job-name=\"matrix-two?lines\"" in render_script(job)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("env", {"BAD NAME": "x"}, "not a shell variable name"),
+    ("env", {"X;touch /tmp/p": "x"}, "not a shell variable name"),
+    ("sbatch_options", ["rm -rf /"], "not an sbatch option"),
+    ("sbatch_options", ["--partition=other"], "set by matrix"),
+    ("sbatch_options", ["--output=/tmp/x"], "set by matrix"),
+    ("time", "an hour", "not a Slurm time limit"),
+    ("mem", "16 GB", "not an sbatch --mem value"),
+])
+def test_invalid_fields_are_refused_with_what_to_do(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        SlurmEnvironment.model_validate({"name": "x", field: value})
+
+
+def test_time_limit_defaults_to_the_run_timeout_in_minutes() -> None:
+    env = SlurmEnvironment(name="x", time=90)  # YAML `time: 90` is an int: minutes
+    assert env.time == "90"
+    from runner.backends.slurm import time_limit
+    assert time_limit(SlurmEnvironment(name="x"), 61) == "2"
+    assert time_limit(SlurmEnvironment(name="x"), 5) == "1"
+    assert time_limit(env, 5) == "90"
+
+
+def test_container_goes_through_srun_with_the_results_dir_mounted() -> None:
+    env = SlurmEnvironment.model_validate({"name": "c", "container": "nvcr.io#nvidia/pytorch:24.10-py3",
+                                           "mounts": [{"source": "/data", "target": "/data"}]})
+    text = render_script(array_job(env, count=1, gpus=2, nodes=1, time="5", run_id="r",
+                                   results_dir=Path("/shared/r 1"), manifest="m"))
+    assert "--container-image=nvcr.io#nvidia/pytorch:24.10-py3" in text
+    assert "'--container-mounts=/shared/r 1:/shared/r 1,/data:/data:ro'" in text
+    assert "#SBATCH --gres=gpu:2" in text  # gpus_per_node unset: one GPU per process
+    with pytest.raises(ValidationError, match="container-mounts"):
+        SlurmEnvironment.model_validate({"name": "c", "container": "img",
+                                         "mounts": [{"source": "/a,b", "target": "/x"}]})
+
+
+def test_parse_sacct_rows_pending_ranges_and_states() -> None:
+    text = ("41_0|COMPLETED|0:0|00:00:05|2026-01-01T10:00:00|2026-01-01T10:00:05|vm\n"
+            "41_1|CANCELLED by 0|0:15|00:00:02|2026-01-01T10:00:00|2026-01-01T10:00:02|vm\n"
+            "41_[2-999%4]|PENDING|0:0|00:00:00|Unknown|Unknown|None assigned\n"
+            "42_7|FAILED|3:0|00:00:09|2026-01-01T10:00:00|2026-01-01T10:00:09|vm\n"
+            "garbage line\n")
+    rows = parse_sacct(text)
+    assert set(rows) == {("41", 0), ("41", 1), ("42", 7)}
+    assert rows[("41", 1)].state == "CANCELLED" and rows[("41", 1)].signal == 15
+    assert rows[("42", 7)].exit_code == 3 and rows[("42", 7)].job_id == "42_7"
+    assert rows[("41", 0)].end is not None and rows[("41", 0)].end - rows[("41", 0)].start == 5  # type: ignore[operator]
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> tuple[SlurmBackend, Watched]:
+    env = SlurmEnvironment(name="u", gpus_per_node=0, time="1")
+    ctx = RunContext(run_id="r1", workdir=tmp_path)
+    b = SlurmBackend(env, ctx)
+    task = Task(Cell(env, {"model": "mlp"}, RunSettings()), 0)
+    for sub in ("out", "work", "logs"):
+        (b.results_dir / sub).mkdir(parents=True)
+    return b, Watched(task, "k", "41", 3, b.results_dir, time.time(), "r0")
+
+
+def row(state: str, code: int = 0) -> SacctRow:
+    return SacctRow("41", 3, state, code, 0, "00:01:00", 1.0, 2.0, "vm")
+
+
+@pytest.mark.parametrize("state,status", [
+    ("TIMEOUT", Status.TIMEOUT), ("DEADLINE", Status.TIMEOUT), ("OUT_OF_MEMORY", Status.OOM),
+    ("CANCELLED", Status.CANCELLED), ("PREEMPTED", Status.CANCELLED), ("NODE_FAIL", Status.FAILED),
+    ("BOOT_FAIL", Status.FAILED), ("FAILED", Status.FAILED), ("COMPLETED", Status.FAILED),
+])
+def test_slurm_states_without_a_result_file_map_to_statuses(backend: tuple[SlurmBackend, Watched],
+                                                            state: str, status: Status) -> None:
+    b, w = backend
+    (w.results_dir / "work" / f"{w.task.id}.rank0.log").write_text("Traceback ...\nRuntimeError: boom\n")
+    (w.results_dir / "logs" / "41_3.out").write_text("slurmstepd: error: *** JOB 44 ON vm CANCELLED ***\n")
+    outcome = b._from_state(w, row(state, 1 if state == "FAILED" else 0))
+    assert outcome.status is status
+    assert "41_3" in outcome.reason and outcome.env["slurm_state"] == state
+    assert "RuntimeError: boom" in outcome.log_tail and "slurmstepd" in outcome.log_tail
+    if state == "COMPLETED":
+        assert "filesystem" in outcome.reason  # the result file is missing: say why that may be
+
+
+def test_failed_job_with_a_result_file_keeps_the_bench_status(backend: tuple[SlurmBackend, Watched]) -> None:
+    b, w = backend
+    out = w.results_dir / "out"
+    result = {"schema": 1, "status": "oom", "reason": "CUDA out of memory", "metrics": {}, "env": {}}
+    (out / f"{w.task.id}.out").write_text("MATRIX_RESULT " + json.dumps(result) + "\n")
+    (out / f"{w.task.id}.err").write_text("")
+    (out / f"{w.task.id}.done").write_text(json.dumps({"schema": 1, "returncode": 3, "srun_returncode": 3,
+                                                       "started_at": 1.0, "finished_at": 2.0}))
+    outcome = b._from_files(w, row("FAILED", 3))
+    assert outcome.status is Status.OOM and outcome.reason == "CUDA out of memory"
+    # A rank other than 0 failed while rank 0 reported ok: the repeat failed.
+    result["status"], result["reason"] = "ok", None
+    (out / f"{w.task.id}.out").write_text("MATRIX_RESULT " + json.dumps(result) + "\n")
+    (out / f"{w.task.id}.done").write_text(json.dumps({"schema": 1, "returncode": 0, "srun_returncode": 1,
+                                                       "started_at": 1.0, "finished_at": 2.0}))
+    outcome = b._from_files(w, row("FAILED", 1))
+    assert outcome.status is Status.FAILED and "rank" in outcome.reason
+
+
+def test_state_file_round_trip_and_unknown_schema(tmp_path: Path) -> None:
+    state = SubmittedState(tmp_path / "slurm" / "submitted.json")
+    state.add({"a": {"job": "1"}, "b": {"job": "2"}})
+    state.remove(["a"])
+    assert state.load() == {"b": {"job": "2"}}
+    state.path.write_text(json.dumps({"schema": 99, "tasks": {}}))
+    with pytest.raises(BackendError, match="schema 99"):
+        state.load()
+
+
+def test_missing_slurm_commands_are_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BackendError, match="sbatch.*not on PATH.*slurm-client"):
+        _slurm(["sbatch", "--version"])
+    env = SlurmEnvironment(name="u")
+    with pytest.raises(BackendError, match="not on PATH"):
+        SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path)).__enter__()
+    checks = SlurmBackend.doctor()
+    assert len(checks) == 1 and checks[0].ok is None and "no Slurm" in checks[0].detail
+
+
+def test_a_slurm_command_that_hangs_times_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "sinfo"
+    fake.write_text("#!/bin/sh\nsleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert shutil.which("sinfo") == str(fake)
+    with pytest.raises(BackendError, match="did not answer within 0.5 s"):
+        _slurm(["sinfo"], timeout=0.5)
