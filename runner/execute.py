@@ -48,7 +48,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
                rerun_failed: bool = False, force: bool = False, wait: bool = True, submit: bool = True,
                argv: Sequence[str] = (), console: Console | None = None, verbose: bool = False) -> RunReport:
     out = console or Console()
-    err = Console(stderr=True)
+    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     tasks = todo(cells, store, rerun_failed, force)
     total = len(cells) * matrix.run.repeats
     if not tasks:
@@ -132,8 +132,10 @@ def print_summary(out: Console, cells: Sequence[Cell], store: Store) -> None:
     for row in store.rows():
         if row["cell_key"] in keys:
             rows_by_key[row["cell_key"]].append(row)
+    varying = [k for k in dict.fromkeys(k for c in cells for k in c.params)
+               if len({str(c.params.get(k)) for c in cells}) > 1]
     table = Table(title="matrix run summary", show_lines=False)
-    for col in ("environment", "cell", "repeats", "img/s (mean ± std)", "note"):
+    for col in ("environment", *varying, "repeats", "img/s (mean ± std)", "note"):
         table.add_column(col, justify="right" if col.startswith(("img", "rep")) else "left")
     for cell in cells:
         rows = rows_by_key.get(cell.key, [])
@@ -143,9 +145,8 @@ def print_summary(out: Console, cells: Sequence[Cell], store: Store) -> None:
                  and isinstance(r["metrics"].get("throughput"), (int, float))]
         note = next((str(r["reason"]) for r in rows if r["status"] != "ok" and r["reason"]), "")
         shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
-        params = " ".join(f"{k}={v}" for k, v in cell.params.items()
-                          if not (k in ("gpus", "nodes") and v == 1))
-        table.add_row(cell.env_name, params, shown, fmt_rate(rates), note[:60])
+        table.add_row(cell.env_name, *(str(cell.params.get(k, "")) for k in varying), shown,
+                      fmt_rate(rates), note[:60])
     out.print(table)
 
 
