@@ -91,7 +91,7 @@ def test_hung_repeat_is_killed_inside_the_container_at_its_timeout(docker_client
         backend.run(tasks(env, iterations=2, batch_size=8), lambda t, o: got.append(o))
     timed_out, after = got
     assert timed_out.status is Status.TIMEOUT and "timeout of 5 s" in timed_out.reason
-    assert took < 5 + 15, f"the timeout fired after {took:.1f} s"
+    assert took < 5 + 30, f"the timeout fired after {took:.1f} s"
     assert left == [], f"processes of the killed repeat still run in the container: {left}"
     assert after.status is Status.OK and after.extra["container_id"] == first  # the container was reused
     assert run_label_gone(run.run_id) == []

@@ -1,0 +1,185 @@
+"""`matrix run` with docker environments, as a user runs it: real engine, real PyTorch on both sides."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dockertools import IMAGE, cli, cli_env, rows, write_matrix
+
+pytestmark = pytest.mark.docker
+
+AXES = "axes: {model: [mnist_cnn], precision: [fp32], batch_size: [16], device: [cpu]}"
+BOX = f'{{name: box, backend: docker, image: "{IMAGE}", tags: [container], env: {{OMP_NUM_THREADS: "1"}}}}'
+
+
+def run_ids(db: Path) -> set[str]:
+    return {str(r["run_id"]) for r in rows(db, latest_only=False)}
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        if time.time() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_container_and_local_run_side_by_side_with_their_own_torch(tmp_path: Path, run_label_gone: Any) -> None:
+    m = write_matrix(tmp_path / "m.yaml", f"""
+        name: side-by-side
+        environments:
+          - {BOX}
+          - {{name: metal, backend: local, tags: [bare-metal], env: {{OMP_NUM_THREADS: "1"}}}}
+        {AXES}
+        run: {{iterations: 3, warmup: 1, repeats: 2, timeout: 120}}
+        """)
+    out = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
+    stored = rows(tmp_path / "r.db")
+    assert len(stored) == 4 and {r["status"] for r in stored} == {"ok"}, out.stdout + out.stderr
+    box = [r for r in stored if r["environment"] == "box"]
+    metal = [r for r in stored if r["environment"] == "metal"]
+    assert len(box) == 2 and len(metal) == 2
+    for r in box:
+        env = r["env"]
+        assert r["backend"] == "docker" and env["backend"] == "docker"
+        assert env["torch"].startswith("1.13"), env["torch"]
+        assert env["image"] == IMAGE and env["image_id"].startswith("sha256:")
+        assert "repo_digest" in env and len(env["container_id"]) == 64
+        assert r["metrics"]["throughput"] > 0
+    assert box[0]["env"]["container_id"] == box[1]["env"]["container_id"]  # one container, two execs
+    for r in metal:
+        assert r["backend"] == "local" and r["env"]["torch"].startswith("2.13"), r["env"]["torch"]
+    assert box[0]["cell_key"] != metal[0]["cell_key"]
+    (run_id,) = run_ids(tmp_path / "r.db")
+    assert run_label_gone(run_id) == []
+
+
+def test_image_option_runs_the_axes_in_an_adhoc_environment(tmp_path: Path, run_label_gone: Any) -> None:
+    m = write_matrix(tmp_path / "axes.yaml", f"""
+        name: axes-only
+        environments: [{{name: unused, backend: local}}]
+        {AXES}
+        run: {{iterations: 2, warmup: 1, repeats: 1, timeout: 120}}
+        """)
+    cli("run", "-m", str(m), "--db", "r.db", "--image", IMAGE, cwd=tmp_path)
+    (row,) = rows(tmp_path / "r.db")
+    assert row["environment"] == "debian-torch-1.13" and row["backend"] == "docker"
+    assert row["status"] == "ok" and row["env"]["torch"].startswith("1.13")
+    assert run_label_gone(str(row["run_id"])) == []
+
+
+def test_hung_and_failing_repeats_are_results_and_leave_no_container(tmp_path: Path, run_label_gone: Any) -> None:
+    m = write_matrix(tmp_path / "m.yaml", f"""
+        name: bad-cells
+        environments: [{BOX}]
+        axes: {{model: [mnist_cnn], precision: [fp32], batch_size: [16], device: [cpu],
+                dataset: [synthetic, "npz:/nowhere/missing.npz"]}}
+        run: {{iterations: 10000000, warmup: 1, repeats: 1, timeout: 15}}
+        """)
+    t0 = time.time()
+    out = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
+    took = time.time() - t0
+    by_dataset = {r["params"]["dataset"]: r for r in rows(tmp_path / "r.db")}
+    hung, bad = by_dataset["synthetic"], by_dataset["npz:/nowhere/missing.npz"]
+    assert hung["status"] == "timeout" and "timeout of 15 s" in hung["reason"], out.stdout + out.stderr
+    assert bad["status"] == "failed" and bad["reason"] and "missing.npz" in (bad["reason"] + bad["log_tail"])
+    # Bounded by the timeout (15 s a repeat, plus start-up), not by ten million iterations.
+    assert took < 120, f"two repeats with a 15 s timeout took the run {took:.0f} s"
+    assert run_label_gone(str(hung["run_id"])) == []
+
+
+def test_sigint_mid_repeat_keeps_what_was_stored_and_removes_the_container(tmp_path: Path,
+                                                                           run_label_gone: Any) -> None:
+    m = write_matrix(tmp_path / "m.yaml", f"""
+        name: interrupt-me
+        environments: [{BOX}]
+        {AXES}
+        run: {{iterations: 60, warmup: 1, repeats: 2, timeout: 300}}
+        """)
+    logs = tmp_path / "results" / "logs"
+    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", "-m", str(m), "--db", "r.db"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The second repeat's bench has started once its log exists and says it is measuring.
+        wait_for(lambda: any(p.read_text() for p in logs.glob("*/*-r1.rank0.log")), 120, "the second repeat")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stdout + stderr
+    stored = {r["repeat"]: r for r in rows(tmp_path / "r.db")}
+    assert stored[0]["status"] == "ok" and stored[1]["status"] == "cancelled", stdout + stderr
+    (run_id,) = run_ids(tmp_path / "r.db")
+    assert run_label_gone(run_id) == []
+    again = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
+    assert "1 of 2 repeats to run" in again.stderr
+    assert [r["status"] for r in sorted(rows(tmp_path / "r.db"), key=lambda r: r["repeat"])] == ["ok", "ok"]
+
+
+def test_container_killed_from_outside_fails_that_repeat_and_the_rest_runs(tmp_path: Path, docker_client: Any,
+                                                                          run_label_gone: Any) -> None:
+    m = write_matrix(tmp_path / "m.yaml", f"""
+        name: killed
+        environments: [{BOX}]
+        axes: {{model: [mnist_cnn], precision: [fp32], batch_size: [16, 8], device: [cpu]}}
+        run: {{iterations: 60, warmup: 1, repeats: 1, timeout: 300}}
+        """)
+    logs = tmp_path / "results" / "logs"
+    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", "-m", str(m), "--db", "r.db"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: any(p.read_text() for p in logs.glob("*/*.rank0.log")), 120, "the first repeat")
+        (victim,) = docker_client.containers.list(filters={"label": ["matrix.managed=true",
+                                                                     "matrix.environment=box"]})
+        victim.kill()
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stdout + stderr
+    by_batch = {r["params"]["batch_size"]: r for r in rows(tmp_path / "r.db")}
+    killed, after = by_batch[16], by_batch[8]
+    assert killed["status"] == "failed" and "stopped during the repeat" in killed["reason"], killed["reason"]
+    assert "[bench]" in killed["log_tail"]  # what the repeat had said before it died
+    assert after["status"] == "ok" and after["env"]["container_id"] != victim.id
+    assert run_label_gone(str(killed["run_id"])) == []
+    # The failed repeat is a result: a plain re-run measures nothing, --rerun-failed only that repeat.
+    assert "Nothing to run" in cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path).stdout
+    rerun = cli("run", "-m", str(m), "--db", "r.db", "--rerun-failed", cwd=tmp_path)
+    assert "1 of 2 repeats to run" in rerun.stderr
+    assert {r["status"] for r in rows(tmp_path / "r.db")} == {"ok"}
+
+
+def test_missing_image_and_gpus_without_runtime_fail_with_the_reason(tmp_path: Path, docker_client: Any,
+                                                                     run_label_gone: Any) -> None:
+    has_nvidia = "nvidia" in (docker_client.info().get("Runtimes") or {})
+    gpu_env = "" if has_nvidia else f'  - {{name: gpu, backend: docker, image: "{IMAGE}", gpus: all}}'
+    m = write_matrix(tmp_path / "m.yaml", f"""
+        name: unrunnable
+        environments:
+          - {{name: ghost, backend: docker, image: "matrix/no-such-image:0.0"}}
+        {gpu_env}
+          - {BOX}
+        {AXES}
+        run: {{iterations: 2, warmup: 1, repeats: 2, timeout: 120}}
+        """)
+    out = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
+    by_env: dict[str, list[dict[str, Any]]] = {}
+    for r in rows(tmp_path / "r.db"):
+        by_env.setdefault(str(r["environment"]), []).append(r)
+    ghost = by_env["ghost"]
+    assert [r["status"] for r in ghost] == ["failed", "failed"], out.stdout + out.stderr
+    assert all("matrix/no-such-image:0.0" in r["reason"] and "pulling it failed" in r["reason"] for r in ghost)
+    if not has_nvidia:
+        gpu = by_env["gpu"]
+        assert [r["status"] for r in gpu] == ["failed", "failed"]
+        assert all("no NVIDIA runtime" in r["reason"] and "NVIDIA Container Toolkit" in r["reason"] for r in gpu)
+    assert [r["status"] for r in by_env["box"]] == ["ok", "ok"]  # the rest of the matrix went on
+    assert "Traceback" not in out.stderr
+    (run_id,) = run_ids(tmp_path / "r.db")
+    assert run_label_gone(run_id) == []
