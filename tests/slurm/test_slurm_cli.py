@@ -1,0 +1,135 @@
+"""End to end through the CLI with a real Slurm: --no-wait then collect, Ctrl-C then resume, compare."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from runner.backends.slurm import SlurmBackend, sacct  # noqa: E402
+from runner.store import Store  # noqa: E402
+
+pytestmark = pytest.mark.slurm
+
+SLURM_ONLY = """
+name: slurm-e2e
+environments:
+  - {{name: sl, backend: slurm, python: {python}, gpus_per_node: 0, poll_interval: 1,
+     env: {{OMP_NUM_THREADS: "1"}}, tags: [slurm]}}
+axes: {{model: [mlp], precision: [fp32], batch_size: [{batch}], device: [cpu]}}
+run: {{iterations: {iterations}, warmup: 1, repeats: 2, timeout: 300}}
+"""
+
+
+def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "runner.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600, stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"matrix {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def rows(db: Path) -> list[dict[str, object]]:
+    if not db.exists():
+        return []
+    with Store(db, create=False) as store:
+        return list(store.rows())
+
+
+def submitted(workdir: Path) -> dict[str, dict[str, object]]:
+    path = workdir / "slurm" / "submitted.json"
+    return json.loads(path.read_text())["tasks"] if path.exists() else {}
+
+
+def test_doctor_sees_slurm_and_accounting(slurm: None) -> None:
+    checks = {c.name: c for c in SlurmBackend.doctor()}
+    assert all(c.ok for c in checks.values()), checks
+    assert {"sbatch", "sacct", "sinfo", "accounting (sacct)"} <= set(checks)
+
+
+def test_no_wait_submits_collect_gathers_and_a_second_run_has_nothing_to_do(bare_python: str,
+                                                                            tmp_path: Path) -> None:
+    m = tmp_path / "m.yaml"
+    m.write_text(SLURM_ONLY.format(python=bare_python, batch=16, iterations=5))
+    common = ["-m", str(m), "--db", "r.db", "--workdir", "w"]
+    started = time.time()
+    first = cli("run", *common, "--no-wait", cwd=tmp_path)
+    assert time.time() - started < 30, "--no-wait returns without waiting for the jobs"
+    assert rows(tmp_path / "r.db") == []
+    assert len(submitted(tmp_path / "w")) == 2
+    assert "matrix collect" in first.stdout + first.stderr
+    deadline = time.time() + 120
+    while len(rows(tmp_path / "r.db")) < 2:
+        assert time.time() < deadline, "collect never gathered both repeats"
+        time.sleep(2)
+        cli("collect", *common, cwd=tmp_path)
+    stored = rows(tmp_path / "r.db")
+    assert {r["status"] for r in stored} == {"ok"}
+    assert all(r["env"]["submitted_by_run"] for r in stored)  # type: ignore[index]
+    assert submitted(tmp_path / "w") == {}
+    again = cli("run", *common, cwd=tmp_path)
+    assert "Nothing to run" in again.stdout
+
+
+def test_ctrl_c_leaves_the_jobs_running_and_the_next_run_collects_them(bare_python: str,
+                                                                       tmp_path: Path) -> None:
+    m = tmp_path / "m.yaml"
+    m.write_text(SLURM_ONLY.format(python=bare_python, batch=17, iterations=3000))
+    common = ["-m", str(m), "--db", "r.db", "--workdir", "w"]
+    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", *common], cwd=tmp_path,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while len(records := submitted(tmp_path / "w")) < 2:
+        assert proc.poll() is None and time.time() < deadline, "the run never submitted"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "matrix collect" in err and "Cancel" not in err, "no TTY: no question, the jobs keep running"
+    jobs = {str(r["job"]) for r in records.values()}
+    states = {row.state for row in sacct(sorted(jobs)).values()}
+    assert not states & {"CANCELLED"}, states
+    first_run = {str(r["run_id"]) for r in records.values()}
+    second = cli("run", *common, cwd=tmp_path)
+    stored = rows(tmp_path / "r.db")
+    assert len(stored) == 2 and {r["status"] for r in stored} == {"ok"}, second.stdout + second.stderr
+    assert {r["env"]["submitted_by_run"] for r in stored} == first_run  # type: ignore[index]
+    assert {r["env"]["slurm_job_id"].split("_")[0] for r in stored} == jobs  # type: ignore[index]
+    run_dirs = [p.name for p in (tmp_path / "w" / "slurm").iterdir() if p.is_dir()]
+    assert run_dirs == list(first_run), "the second run submitted nothing"
+
+
+def test_compare_slurm_against_local_on_the_same_cells(bare_python: str, tmp_path: Path) -> None:
+    pytest.importorskip("runner.report", reason="matrix compare is not built yet")
+    from runner import report
+    if not hasattr(report, "compare_command"):
+        pytest.skip("runner.report.compare_command is not built yet")
+    text = (ROOT / "examples" / "slurm-vs-local.yaml").read_text()
+    text = re.sub(r"run: \{.*\}", "run: {iterations: 10, warmup: 2, repeats: 2, timeout: 300, seed: 0}", text)
+    text = text.replace("/usr/bin/python3", bare_python)
+    m = tmp_path / "m.yaml"
+    m.write_text(text)
+    cli("run", "-m", str(m), "--db", "r.db", "--workdir", "w", cwd=tmp_path)
+    stored = rows(tmp_path / "r.db")
+    assert {(r["environment"], r["status"]) for r in stored} == {("slurm-debian", "ok"), ("local", "ok")}
+    assert len(stored) == 8
+    out = cli("compare", "slurm-debian", "local", "--db", "r.db", "--format", "json", cwd=tmp_path).stdout
+    data = json.loads(out)
+    assert data["a"]["environments"] == ["slurm-debian"] and data["b"]["environments"] == ["local"]
+    pairs = {p["model"]: p for p in data["pairs"]}
+    assert set(pairs) == {"mlp", "mnist_cnn"}
+    for pair in pairs.values():
+        # Both sides measured the same cell twice; the ratio itself is not asserted (a 2-core node is noisy).
+        assert pair["a_n"] == pair["b_n"] == 2 and pair["ratio"] > 0
+    table = cli("compare", "slurm-debian", "local", "--db", "r.db", cwd=tmp_path).stdout
+    assert "1.13" in table, "the Slurm side ran Debian's PyTorch 1.13"
