@@ -397,6 +397,14 @@ class DockerBackend(Backend):
         return (f"image {ref!r} is not on this engine and pulling it failed: {why.strip()}. Check the name "
                 "and tag, `docker login` for a private registry, or build/load the image locally (images/)")
 
+    def prepare(self) -> str | None:
+        """Start the container now instead of at the first task; the reason it cannot, or None."""
+        try:
+            self._ensure_container()
+        except EnvironmentFailure as e:
+            return str(e)
+        return None
+
     def _ensure_container(self) -> Container:
         """The session's running container: started at the first task, restarted if it died."""
         if self.failure:
