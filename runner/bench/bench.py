@@ -650,7 +650,7 @@ def plan_precision(args, device, caps=None):
         plan["tf32"] = False  # fp32 means fp32: TF32 is switched off unless asked for
     if p == "tf32":
         if not cuda:
-            raise Unsupported("tf32 needs a CUDA GPU (Ampere or newer); the device is %s" % device.type)
+            raise Unsupported("tf32 is not supported on CPU: it needs a CUDA GPU (Ampere or newer)")
         cap = _capability(device)
         if cap < (8, 0):
             raise Unsupported("tf32 needs an Ampere or newer GPU (capability 8.0), this one is %d.%d" % cap)
