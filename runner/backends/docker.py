@@ -180,8 +180,20 @@ def connect(timeout: int = API_TIMEOUT) -> docker.DockerClient:
     return client
 
 
+def engine_address() -> str:
+    """Where the SDK looks for the engine: DOCKER_HOST, else the current Docker context."""
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    try:
+        from docker.context import ContextAPI
+        context = ContextAPI.get_current_context()
+        return f"{context.Host} (context {context.name})" if context and context.Host else "unix:///var/run/docker.sock"
+    except Exception:  # noqa: BLE001 - a broken CLI config only makes this description vaguer
+        return "unix:///var/run/docker.sock"
+
+
 def engine_hint() -> str:
-    where = os.environ.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
+    where = engine_address()
     return (f"no Docker engine answers at {where}: start one with `make services` "
             "(scripts/docker-up.sh, as root) or `sudo dockerd &`, or point DOCKER_HOST at a running engine")
 
@@ -610,6 +622,9 @@ class DockerBackend(Backend):
                     err = open(f"{stem}.rank{rank}.log", "wb")
                     files += [out, err]
                     env = {**rank_env({}, rank, world, MASTER_PORT), TASK_VAR: mark}
+                    if world > 1 and self.denv.network == "none":
+                        # Only loopback exists and the container's hostname may not resolve: tell gloo.
+                        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
                     execs.append(_Exec(api, str(container.id), argv, env, out, err, user=self.denv.user or ""))
             except (APIError, DockerException) as e:
                 ended = "start"
@@ -703,7 +718,7 @@ class DockerBackend(Backend):
             info = client.info()
             checks.append(Check("docker engine", True,
                                 f"{version.get('Version')} (API {version.get('ApiVersion')}) at "
-                                f"{client.api.base_url}, storage {info.get('Driver')}, "
+                                f"{engine_address()}, storage {info.get('Driver')}, "
                                 f"cgroup v{info.get('CgroupVersion', '?')}"))
             runtimes = sorted((info.get("Runtimes") or {}).keys())
             cdi = [d for d in (info.get("CDISpecDirs") or []) if any(Path(d).glob("nvidia*"))]
