@@ -772,7 +772,7 @@ class DockerBackend(Backend):
                     continue
                 try:
                     container.remove(force=True, v=True)
-                    removed.append(f"docker container {container.name} ({container.short_id}, run "
+                    removed.append(f"container {container.name} ({container.short_id}, run "
                                    f"{labels.get(LABEL_RUN, '?')}, environment {labels.get(LABEL_ENV, '?')})")
                 except NotFound:
                     pass

@@ -118,8 +118,7 @@ def broken_image(request: pytest.FixtureRequest, docker_client: Any) -> Any:
     """The test image with its python (or its torch) deleted: a container where the bench cannot run."""
     tag = f"matrix/test-{request.param}:{uuid.uuid4().hex[:8]}"
     script, reason = BROKEN[request.param]
-    c = docker_client.containers.create(IMAGE, ["sh", "-c", script], network_mode="none",
-                                        labels={"matrix.managed": "true"})
+    c = docker_client.containers.create(IMAGE, ["sh", "-c", script], network_mode="none")
     try:
         c.start()
         c.wait(timeout=60)

@@ -183,3 +183,26 @@ def test_missing_image_and_gpus_without_runtime_fail_with_the_reason(tmp_path: P
     assert "Traceback" not in out.stderr
     (run_id,) = run_ids(tmp_path / "r.db")
     assert run_label_gone(run_id) == []
+
+
+def test_matrix_clean_reaps_the_container_of_a_killed_run(tmp_path: Path, docker_client: Any,
+                                                          run_label_gone: Any) -> None:
+    m = write_matrix(tmp_path / "m.yaml", f"""
+        name: killed-hard
+        environments: [{BOX}]
+        {AXES}
+        run: {{iterations: 10000, warmup: 1, repeats: 1, timeout: 300}}
+        """)
+    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", "-m", str(m), "--db", "r.db"],
+                            cwd=tmp_path, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: bool(docker_client.containers.list(filters={"label": "matrix.environment=box"})), 120,
+                 "the run's container")
+    finally:
+        proc.kill()  # SIGKILL: the run cannot clean up after itself
+        proc.wait()
+    (left,) = docker_client.containers.list(all=True, filters={"label": "matrix.environment=box"})
+    out = cli("clean", cwd=tmp_path).stdout
+    assert left.name in out and "removed" in out, out
+    assert run_label_gone(left.labels["matrix.run_id"]) == []
+    assert "nothing to clean" in cli("clean", cwd=tmp_path).stdout

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +85,65 @@ def test_tasks_fail_with_the_hint_when_no_engine_answers(no_engine: None, tmp_pa
         assert outcome.status is Status.FAILED  # type: ignore[attr-defined]
         assert "no Docker engine answers" in outcome.reason  # type: ignore[attr-defined]
         assert outcome.extra["backend"] == "docker" and outcome.extra["image"] == "img:1"  # type: ignore[attr-defined]
+
+
+class FakeImages:
+    def __init__(self) -> None:
+        self.pulled = False
+
+    def get(self, ref: str) -> Any:
+        from docker.errors import ImageNotFound
+        if not self.pulled:
+            raise ImageNotFound(f"no such image: {ref}")
+        return type("Image", (), {"id": "sha256:" + "1" * 64, "attrs": {"RepoDigests": [f"{ref}@sha256:{'2' * 64}"]}})()
+
+
+class FakeClient:
+    """Just enough of DockerClient for the pull path: `api.pull` streams the engine's events."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.images = FakeImages()
+        self.api = self
+        self.events = events
+
+    def pull(self, ref: str, stream: bool, decode: bool) -> Iterator[dict[str, Any]]:
+        assert stream and decode
+        yield from self.events
+        self.images.pulled = True
+
+
+def backend_with(client: FakeClient, tmp_path: Path) -> dk.DockerBackend:
+    backend = dk.DockerBackend(dk.DockerEnvironment(name="e", image="nvcr.io/nvidia/pytorch:18.07-py3"),
+                               RunContext("r1", tmp_path))
+    backend.client = client  # type: ignore[assignment]
+    return backend
+
+
+def test_missing_image_is_pulled_with_progress_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    client = FakeClient([
+        {"status": "Pulling from nvidia/pytorch", "id": "18.07-py3"},
+        {"status": "Pulling fs layer", "id": "a"},
+        {"status": "Downloading", "id": "a", "progressDetail": {"current": 512, "total": 1024}},
+        {"status": "Downloading", "id": "b", "progressDetail": {"current": 10, "total": 100}},
+        {"status": "Pull complete", "id": "a"},
+        {"status": "Already exists", "id": "b"},
+        {"status": "Digest: sha256:" + "2" * 64},
+    ])
+    image = backend_with(client, tmp_path)._image()
+    assert str(image.id).startswith("sha256:") and client.images.pulled
+    assert "pulling nvcr.io/nvidia/pytorch:18.07-py3" in capsys.readouterr().err
+
+
+def test_pull_error_event_is_the_environments_failure(tmp_path: Path) -> None:
+    client = FakeClient([{"status": "Pulling fs layer", "id": "a"},
+                         {"error": "manifest for nvcr.io/nvidia/pytorch:18.07-py3 not found", "errorDetail": {}}])
+    with pytest.raises(dk.EnvironmentFailure, match="pulling it failed: manifest .* not found"):
+        backend_with(client, tmp_path)._image()
+
+
+def test_pull_never_names_the_missing_image(tmp_path: Path) -> None:
+    backend = dk.DockerBackend(dk.DockerEnvironment(name="e", image="local/only:1", pull="never"),
+                               RunContext("r1", tmp_path))
+    backend.client = FakeClient([])  # type: ignore[assignment]
+    with pytest.raises(dk.EnvironmentFailure, match="'local/only:1' is not on this engine .* pull: never"):
+        backend._image()
