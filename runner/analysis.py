@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -222,69 +222,112 @@ def _join_unique(values: Iterable[Any]) -> str:
     return ", ".join(seen)
 
 
+def cell_attributes(df: pd.DataFrame, keys: Sequence[str], joined: Sequence[str] = ()
+                    ) -> tuple[pd.DataFrame, np.ndarray]:
+    """Per group of `keys`, in one pass over the rows: the keys, n, first id, status counts in words, the
+    last non-ok reason and log tail, and each `joined` column's distinct values joined with ', '.
+
+    A plain Python pass: per-group pandas lambdas cost ~100x more on a 10,000-repeat store.
+    Returns the frame, indexed by group number (pandas' ngroup order), and each row's group number.
+    """
+    keys = list(keys)
+    gid = df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    ngroups = int(gid.max()) + 1 if len(gid) else 0
+    first_pos = [-1] * ngroups
+    n = [0] * ngroups
+    first_id = [0] * ngroups
+    counts: list[dict[str, int]] = [{} for _ in range(ngroups)]
+    reason = [""] * ngroups
+    log_tail = [""] * ngroups
+    seen: dict[str, list[dict[str, None]]] = {c: [{} for _ in range(ngroups)] for c in joined}
+    tag_sets: list[set[str]] = [set() for _ in range(ngroups)]
+    order = np.argsort(df["id"].to_numpy(), kind="stable")  # so "last" means newest
+    ids, statuses = df["id"].to_numpy(), df["status"].tolist()
+    reasons, tails, tags = df["reason"].tolist(), df["log_tail"].tolist(), df["tags"].tolist()
+    values = {c: df[c].tolist() for c in joined if c != "tags"}
+    for pos in order:
+        g = gid[pos]
+        if first_pos[g] < 0:
+            first_pos[g] = int(pos)
+            first_id[g] = int(ids[pos])
+        n[g] += 1
+        st = statuses[pos]
+        counts[g][st] = counts[g].get(st, 0) + 1
+        if st != Status.OK.value:
+            reason[g], log_tail[g] = reasons[pos], tails[pos]
+        for c, vals in values.items():
+            v = vals[pos]
+            if v != "" and v is not None:
+                seen[c][g][str(v)] = None
+        if "tags" in joined:
+            tag_sets[g].update(tags[pos])
+    out = df.iloc[first_pos][keys].reset_index(drop=True) if ngroups else pd.DataFrame(columns=keys)
+    n_ok = [c.get(Status.OK.value, 0) for c in counts]
+    out["n"] = n
+    out["n_ok"] = n_ok
+    out["_first"] = first_id
+    out["statuses"] = [status_summary(c) for c in counts]
+    out["status"] = [_overall_status(c, k, t) for c, k, t in zip(counts, n_ok, n, strict=True)]
+    out["reason"] = reason
+    out["log_tail"] = log_tail
+    for c in joined:
+        out[c] = [", ".join(sorted(t)) for t in tag_sets] if c == "tags" else [", ".join(d) for d in seen[c]]
+    return out, gid
+
+
+def _overall_status(counts: Mapping[str, int], n_ok: int, n: int) -> str:
+    """ok when every repeat is; 'partial' when some are; else the most frequent other status."""
+    if n_ok == n:
+        return Status.OK.value
+    if n_ok:
+        return "partial"
+    return max(sorted(counts), key=lambda k: counts[k])
+
+
+def metric_stats(df: pd.DataFrame, gid: np.ndarray, ngroups: int, metrics: Sequence[str]) -> pd.DataFrame:
+    """`<metric>_<stat>` per group over the ok repeats, vectorised: n, mean, std (ddof=1), CV, min, max,
+    median and the t confidence interval; std/CV/CI are NaN below two values."""
+    ok = (df["status"] == Status.OK.value).to_numpy()
+    metrics = list(metrics)
+    index = pd.RangeIndex(ngroups)
+    if ok.any():
+        agg = df.loc[ok, metrics].groupby(gid[ok]).agg(["count", "mean", "std", "min", "max", "median"])
+        agg.columns = [f"{m}_{'n' if s == 'count' else s}" for m, s in agg.columns]
+        agg = agg.reindex(index)
+    else:
+        agg = pd.DataFrame(index=index)
+    cols: dict[str, Any] = {}
+
+    def get(col: str) -> np.ndarray:
+        return agg[col].to_numpy(dtype=float) if col in agg else np.full(ngroups, math.nan)
+
+    for m in metrics:
+        n = np.nan_to_num(get(f"{m}_n"), nan=0).astype(int)
+        mean = get(f"{m}_mean")
+        std = np.where(n >= 2, get(f"{m}_std"), math.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cv = np.where(mean != 0, std / mean, math.nan)
+        half = t_half_width(std, n)
+        cols.update({f"{m}_n": n, f"{m}_mean": mean, f"{m}_std": std, f"{m}_cv": cv,
+                     f"{m}_min": get(f"{m}_min"), f"{m}_max": get(f"{m}_max"),
+                     f"{m}_median": get(f"{m}_median"), f"{m}_ci_low": mean - half, f"{m}_ci_high": mean + half})
+    return pd.DataFrame(cols, index=index)
+
+
 def summarize(df: pd.DataFrame, keys: Sequence[str] = CELL_KEYS,
               metrics: Sequence[str] = tuple(METRICS)) -> pd.DataFrame:
     """One row per cell: status counts, then `<metric>_<stat>` for every metric over the ok repeats."""
     keys = list(keys)
     stat_cols = [f"{m}_{s}" for m in metrics for s in STAT_NAMES]
+    env_cols = [f"env_{f}" for f in ENV_FIELDS]
     base_cols = [*keys, "n", "n_ok", "status", "statuses", "backend", "tags", "hardware", "run_ids",
-                 "reason", "log_tail", *(f"env_{f}" for f in ENV_FIELDS)]
+                 "reason", "log_tail", *env_cols]
     if df.empty:
         return pd.DataFrame(columns=base_cols + stat_cols)
-    df = df.copy()
-    df["_first"] = df["id"]
-    grouped = df.groupby(keys, sort=False, dropna=False)
-    out = grouped.agg(
-        n=("status", "size"), _first=("_first", "min"),
-        backend=("backend", _join_unique), hardware=("hardware", _join_unique),
-        run_ids=("run_id", _join_unique),
-        tags=("tags", lambda s: ", ".join(sorted({t for tags in s for t in tags}))),
-        **{f"env_{f}": (f"env_{f}", _join_unique) for f in ENV_FIELDS},
-    )
-    counts = df.groupby([*keys, "status"], sort=False, dropna=False).size().unstack("status", fill_value=0)
-    counts = counts.reindex(out.index, fill_value=0)
-    out["n_ok"] = counts[Status.OK.value] if Status.OK.value in counts else 0
-    out["statuses"] = [status_summary(dict(zip(counts.columns, row, strict=True)))
-                       for row in counts.itertuples(index=False)]
-
-    def overall(row: Any) -> str:
-        if row.n_ok == row.n:
-            return Status.OK.value
-        if row.n_ok:
-            return "partial"
-        bad = {k: v for k, v in zip(counts.columns, counts.loc[row.Index], strict=True) if v}
-        return max(sorted(bad), key=lambda k: bad[k])
-    out["status"] = [overall(row) for row in out[["n", "n_ok"]].itertuples()]
-
-    bad_rows = df[df["status"] != Status.OK.value].sort_values("id", kind="stable")
-    last_bad = bad_rows.groupby(keys, sort=False, dropna=False)[["reason", "log_tail"]].last()
-    out = out.join(last_bad)
-    out[["reason", "log_tail"]] = out[["reason", "log_tail"]].fillna("")
-
-    ok = df[df["status"] == Status.OK.value]
-    metrics = list(metrics)
-    if not ok.empty:
-        agg = ok.groupby(keys, sort=False, dropna=False)[metrics].agg(
-            ["count", "mean", "std", "min", "max", "median"])
-        agg.columns = [f"{m}_{'n' if s == 'count' else s}" for m, s in agg.columns]
-        out = out.join(agg)
-    for m in metrics:
-        for s in ("n", "mean", "std", "min", "max", "median"):
-            col = f"{m}_{s}"
-            if col not in out:
-                out[col] = 0 if s == "n" else math.nan
-        out[f"{m}_n"] = out[f"{m}_n"].fillna(0).astype(int)
-        n, mean, std = out[f"{m}_n"], out[f"{m}_mean"], out[f"{m}_std"]
-        out.loc[n < 2, f"{m}_std"] = math.nan
-        std = out[f"{m}_std"]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[f"{m}_cv"] = np.where(mean != 0, std / mean, math.nan)
-        half = t_half_width(std.to_numpy(), n.to_numpy())
-        out[f"{m}_ci_low"] = mean - half
-        out[f"{m}_ci_high"] = mean + half
-
-    out = out.reset_index()
-    env_rank = df.groupby("environment", sort=False)["id"].min().rank(method="first")
+    attrs, gid = cell_attributes(df.rename(columns={"run_id": "run_ids"}), keys,
+                                 ["backend", "tags", "hardware", "run_ids", *env_cols])
+    out = pd.concat([attrs, metric_stats(df, gid, len(attrs), metrics)], axis=1)
+    env_rank = {e: i for i, e in enumerate(dict.fromkeys(df.sort_values("id")["environment"]))}
     prec_rank = {p: i for i, p in enumerate(PRECISIONS)}
     sort = out.assign(
         _env=out["environment"].map(env_rank) if "environment" in out else 0,
@@ -311,10 +354,29 @@ class Side:
     kind: str       # env | tag | backend | run
     value: str
     frame: pd.DataFrame
+    _cache: dict[str, pd.DataFrame] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def label(self) -> str:
         return self.ref
+
+    def stats(self, metric: str) -> pd.DataFrame:
+        """This side's cells keyed on params (computed once: a report compares the baseline many times)."""
+        if metric not in self._cache:
+            self._cache[metric] = side_stats(self.frame, metric)
+        return self._cache[metric]
+
+    def precision_ratios(self, label: str) -> pd.DataFrame:
+        key = "ratios"
+        if key not in self._cache:
+            self._cache[key] = precision_ratios(self.frame)
+        return self._cache[key].assign(side=label)
+
+    def info(self, label: str) -> pd.DataFrame:
+        key = "info"
+        if key not in self._cache:
+            self._cache[key] = environment_info(self.frame)
+        return self._cache[key].assign(side=label)
 
     @property
     def environments(self) -> list[str]:
@@ -381,6 +443,20 @@ def welch_p(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) ->
         return float(stats.ttest_ind(x, y, equal_var=False).pvalue)
 
 
+def welch_p_from_stats(mean_a: Any, std_a: Any, n_a: Any, mean_b: Any, std_b: Any, n_b: Any) -> np.ndarray:
+    """Welch's two-sided p-value from each side's mean, std (ddof=1) and n, for whole columns at once:
+    the same statistic and Welch–Satterthwaite degrees of freedom as scipy's ttest_ind(equal_var=False)."""
+    ma, sa, na = (np.asarray(x, dtype=float) for x in (mean_a, std_a, n_a))
+    mb, sb, nb = (np.asarray(x, dtype=float) for x in (mean_b, std_b, n_b))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        va, vb = sa**2 / na, sb**2 / nb
+        se = np.sqrt(va + vb)
+        t = (mb - ma) / se
+        dof = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+        p = 2 * stats.t.sf(np.abs(t), dof)
+    return np.where((na >= 2) & (nb >= 2) & (se > 0), p, math.nan)
+
+
 def verdict(ratio: float, p: float, n_a: int, n_b: int, metric: Metric,
             alpha: float = ALPHA, min_effect: float = MIN_EFFECT) -> tuple[bool, str]:
     """(significant, words): a change counts only when p < alpha AND it is at least `min_effect`."""
@@ -428,54 +504,65 @@ class Comparison:
         return int(self.pairs["significant"].sum()) if not self.pairs.empty else 0
 
 
-def _side_cells(df: pd.DataFrame, metric: str) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """Per pairing key: the ok values of the metric, status counts and the environments pooled."""
-    cells: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for key, g in df.groupby(list(PARAM_KEYS), sort=False, dropna=False):
-        ok = g[g["status"] == Status.OK.value][metric].to_numpy(dtype=float)
-        ok = ok[~np.isnan(ok)]
-        cells[tuple(key)] = {
-            "values": ok, "statuses": status_summary(g["status"].value_counts().to_dict()),
-            "environments": _join_unique(g["environment"]), "first": int(g["id"].min()),
-        }
-    return cells
+def side_stats(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One side's cells keyed on their params: statuses, environments pooled, and the metric's statistics."""
+    attrs, gid = cell_attributes(df.rename(columns={"environment": "environments"}), PARAM_KEYS,
+                                 ["environments"])
+    st = metric_stats(df, gid, len(attrs), [metric])
+    st.columns = [c[len(metric) + 1:] for c in st.columns]
+    return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "_first"]], st], axis=1)
 
 
 def pair_cells(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Pair A's and B's cells on their params; returns (pairs, unpaired)."""
-    ca, cb = _side_cells(a, metric.name), _side_cells(b, metric.name)
-    pair_rows: list[dict[str, Any]] = []
-    for key in ca:
-        if key not in cb:
-            continue
-        sa, sb = describe(ca[key]["values"]), describe(cb[key]["values"])
-        ratio = sb.mean / sa.mean if sa.n and sb.n and sa.mean != 0 else math.nan
-        p = welch_p(ca[key]["values"], cb[key]["values"])
-        significant, words = verdict(ratio, p, sa.n, sb.n, metric, alpha, min_effect)
-        row: dict[str, Any] = dict(zip(PARAM_KEYS, key, strict=True))
-        for side, s, c in (("a", sa, ca[key]), ("b", sb, cb[key])):
-            row.update({f"{side}_n": s.n, f"{side}_mean": s.mean, f"{side}_std": s.std,
-                        f"{side}_ci_low": s.ci_low, f"{side}_ci_high": s.ci_high,
-                        f"{side}_statuses": c["statuses"], f"{side}_environments": c["environments"]})
-        row.update({"ratio": ratio, "change": change_words(ratio, metric), "p_value": p,
-                    "significant": significant, "verdict": words, "_first": ca[key]["first"]})
-        pair_rows.append(row)
-    unpaired_rows = []
-    for side, mine, other in (("A", ca, cb), ("B", cb, ca)):
-        for key, c in mine.items():
-            if key not in other:
-                unpaired_rows.append({"side": side, **dict(zip(PARAM_KEYS, key, strict=True)),
-                                      "environments": c["environments"], "statuses": c["statuses"],
-                                      "_first": c["first"]})
-    pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in ("n", "mean", "std", "ci_low", "ci_high",
-                                                                      "statuses", "environments")),
+    """Pair A's and B's cells (long frames) on their params; returns (pairs, unpaired)."""
+    return pair_stats(side_stats(a, metric.name), side_stats(b, metric.name), metric, alpha, min_effect)
+
+
+def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
+               min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p, verdict; and the unpaired."""
+    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments"]
+    pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in stat_cols),
                  "ratio", "change", "p_value", "significant", "verdict"]
-    pairs = _sorted(pd.DataFrame(pair_rows, columns=[*pair_cols, "_first"]))[pair_cols]
-    unpaired = _sorted(pd.DataFrame(unpaired_rows, columns=["side", *PARAM_KEYS, "environments", "statuses",
-                                                            "_first"]), ["side"])
-    unpaired = unpaired.drop(columns="_first")
-    pairs["significant"] = pairs["significant"].astype(bool)
+    unpaired_cols = ["side", *PARAM_KEYS, "environments", "statuses"]
+    merged = sa.add_prefix("a_").rename(columns={f"a_{k}": k for k in PARAM_KEYS}).merge(
+        sb.add_prefix("b_").rename(columns={f"b_{k}": k for k in PARAM_KEYS}),
+        on=list(PARAM_KEYS), how="outer", indicator=True, sort=False)
+    both = merged[merged["_merge"] == "both"].copy()
+    if both.empty:
+        pairs = pd.DataFrame(columns=pair_cols)
+    else:
+        an_, bn_ = both["a_n"].astype(int), both["b_n"].astype(int)
+        am, bm = both["a_mean"].to_numpy(dtype=float), both["b_mean"].to_numpy(dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where((an_ > 0) & (bn_ > 0) & (am != 0), bm / am, math.nan)
+        p = welch_p_from_stats(am, both["a_std"], an_, bm, both["b_std"], bn_)
+        judged = [verdict(r, q, x, y, metric, alpha, min_effect)
+                  for r, q, x, y in zip(ratio, p, an_, bn_, strict=True)]
+        both["a_n"], both["b_n"] = an_, bn_
+        both["ratio"], both["p_value"] = ratio, p
+        both["change"] = [change_words(r, metric) for r in ratio]
+        both["significant"] = [j[0] for j in judged]
+        both["verdict"] = [j[1] for j in judged]
+        both["_first"] = both["a__first"]
+        pairs = _sorted(both)[pair_cols]
+    rows = []
+    for side, tag in (("A", "left_only"), ("B", "right_only")):
+        part = merged[merged["_merge"] == tag]
+        low = side.lower()
+        rows.append(pd.DataFrame({"side": side, **{k: part[k] for k in PARAM_KEYS},
+                                  "environments": part[f"{low}_environments"],
+                                  "statuses": part[f"{low}_statuses"], "_first": part[f"{low}__first"]}))
+    unpaired = pd.concat(rows, ignore_index=True)
+    unpaired = _sorted(unpaired, ["side"])[unpaired_cols] if not unpaired.empty else pd.DataFrame(
+        columns=unpaired_cols)
+    pairs = pairs.astype({"significant": bool})
+    for side in "ab":
+        pairs[f"{side}_n"] = pairs[f"{side}_n"].astype(int)
+    for k in ("batch_size", "gpus", "nodes"):
+        pairs[k] = pairs[k].astype(int)
+        unpaired[k] = unpaired[k].astype(int)
     return pairs.reset_index(drop=True), unpaired.reset_index(drop=True)
 
 
@@ -508,18 +595,11 @@ def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
 
 def environment_info(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     """Per environment: backend, hardware and the versions the environment turned out to have."""
-    cols = ["side", "environment", "backend", "tags", "hardware", *(f"env_{f}" for f in ENV_FIELDS), "run_ids"]
+    joined = ["backend", "tags", "hardware", *(f"env_{f}" for f in ENV_FIELDS), "run_ids"]
+    cols = ["side", "environment", *joined]
     if df.empty:
         return pd.DataFrame(columns=cols)
-    ok = df[df["status"] == Status.OK.value]
-    src = df if ok.empty else pd.concat([ok, df[~df["environment"].isin(ok["environment"])]])
-    out = src.sort_values("id", kind="stable").groupby("environment", sort=False).agg(
-        backend=("backend", _join_unique), hardware=("hardware", _join_unique),
-        tags=("tags", lambda s: ", ".join(sorted({t for tags in s for t in tags}))),
-        run_ids=("run_id", _join_unique),
-        _first=("id", "min"),
-        **{f"env_{f}": (f"env_{f}", _join_unique) for f in ENV_FIELDS},
-    ).reset_index()
+    out, _ = cell_attributes(df.rename(columns={"run_id": "run_ids"}), ["environment"], joined)
     out["side"] = side
     return out.sort_values("_first", kind="stable")[cols].reset_index(drop=True)
 
@@ -533,13 +613,11 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
         envs = _join_unique(a.frame[a.frame["id"].isin(shared)]["environment"])
         raise ConfigError(f"{a.ref!r} and {b.ref!r} select the same results (environment {envs}): "
                           "pick two disjoint sides, e.g. two environment names")
-    pairs, unpaired = pair_cells(a.frame, b.frame, m, alpha, min_effect)
+    pairs, unpaired = pair_stats(a.stats(m.name), b.stats(m.name), m, alpha, min_effect)
     return Comparison(
         a=a, b=b, metric=m, alpha=alpha, min_effect=min_effect, pairs=pairs, unpaired=unpaired,
-        precision_ratios=pd.concat([precision_ratios(a.frame, "A"), precision_ratios(b.frame, "B")],
-                                   ignore_index=True),
-        environments=pd.concat([environment_info(a.frame, "A"), environment_info(b.frame, "B")],
-                               ignore_index=True),
+        precision_ratios=pd.concat([a.precision_ratios("A"), b.precision_ratios("B")], ignore_index=True),
+        environments=pd.concat([a.info("A"), b.info("B")], ignore_index=True),
         geomean=geometric_mean(pairs["ratio"]) if not pairs.empty else math.nan,
     )
 
@@ -556,18 +634,18 @@ def scaling(summary: pd.DataFrame) -> pd.DataFrame:
     if ok.empty or (ok["gpus"].nunique() < 2 and ok["nodes"].nunique() < 2):
         return pd.DataFrame(columns=cols)
     group = ["environment", "model", "precision", "batch_size", "dataset", "options"]
-    df = ok.assign(processes=ok["gpus"] * ok["nodes"])
-    rows = []
-    for _, g in df.groupby(group, sort=False, dropna=False):
-        if len(g) < 2:
-            continue
-        g = g.sort_values(["processes", "nodes"], kind="stable")
-        base = g.iloc[0]
-        speedup = g["throughput_mean"] / base["throughput_mean"]
-        rows.append(g.assign(speedup=speedup, efficiency=speedup / (g["processes"] / base["processes"])))
-    if not rows:
+    df = ok.assign(processes=ok["gpus"] * ok["nodes"]).sort_values(["processes", "nodes"], kind="stable")
+    g = df.groupby(group, sort=False, dropna=False)
+    df = df[g["processes"].transform("size") >= 2]
+    if df.empty:
         return pd.DataFrame(columns=cols)
-    return pd.concat(rows)[cols].reset_index(drop=True)
+    g = df.groupby(group, sort=False, dropna=False)
+    df = df.assign(speedup=df["throughput_mean"] / g["throughput_mean"].transform("first"))
+    df = df.assign(efficiency=df["speedup"] / (df["processes"] / g["processes"].transform("first")))
+    # Keep each configuration's layouts together, in the summary's order of configurations.
+    first = {k: i for i, k in enumerate(dict.fromkeys(map(tuple, ok[group].itertuples(index=False))))}
+    df = df.assign(_cfg=[first[tuple(r)] for r in df[group].itertuples(index=False)])
+    return df.sort_values(["_cfg", "processes", "nodes"], kind="stable")[cols].reset_index(drop=True)
 
 
 def precision_summary(summary: pd.DataFrame) -> pd.DataFrame:

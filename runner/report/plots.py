@@ -17,6 +17,7 @@ matplotlib.use("Agg")  # no display, no GUI toolkit: reports are built on server
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from runner import analysis as an  # noqa: E402
@@ -25,6 +26,7 @@ from runner.spec import PRECISIONS  # noqa: E402
 BATCH_METRICS = ("throughput", "iter_time", "peak_mem")
 MAX_FACETS = 9
 MAX_SCALING_LINES = 12
+LEGEND_COLUMNS = 4
 PALETTE = {"fp32": "#1f77b4", "tf32": "#17becf", "fp16": "#d62728", "amp": "#ff7f0e",
            "amp-bf16": "#2ca02c", "bf16": "#9467bd"}
 EXTRA_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
@@ -63,6 +65,54 @@ def _facet_title(row: pd.Series, varying: list[str]) -> str:
     return " · ".join(parts)
 
 
+class _ErrorBars:
+    """All of an axes' error bars (with caps) as one line per colour instead of three artists per
+    series (matplotlib's errorbar): what keeps plotting a big matrix quick."""
+
+    def __init__(self) -> None:
+        self.segments: list[list[tuple[float, float]]] = []
+        self.colours: list[str] = []
+
+    def add(self, x: Any, y: Any, err: Any, colour: str, cap: float) -> None:
+        for xi, yi, ei in zip(x, y, err, strict=True):
+            if not ei or ei != ei:  # no spread (or a single repeat): no bar
+                continue
+            lo, hi = yi - ei, yi + ei
+            self.segments += [[(xi, lo), (xi, hi)], [(xi - cap, lo), (xi + cap, lo)], [(xi - cap, hi), (xi + cap, hi)]]
+            self.colours += [colour] * 3
+
+    def draw(self, ax: Any) -> None:
+        # One NaN-separated line per colour: a single path each, in SVG as in PNG.
+        by_colour: dict[str, tuple[list[float], list[float]]] = {}
+        for seg, colour in zip(self.segments, self.colours, strict=True):
+            xs, ys = by_colour.setdefault(colour, ([], []))
+            xs += [seg[0][0], seg[1][0], math.nan]
+            ys += [seg[0][1], seg[1][1], math.nan]
+        for colour, (xs, ys) in by_colour.items():
+            ax.plot(xs, ys, color=colour, linewidth=1.1, linestyle="-", marker="", scalex=False, scaley=False)
+
+
+def _plain(text: str) -> str:
+    """A label drawn as written: a '$' would otherwise start matplotlib's math mode."""
+    return text.replace("$", r"\$")
+
+
+def _layout(fig: Figure, rows: int, cols: int, legend_rows: int,
+            axes_size: tuple[float, float] = (3.4, 2.3)) -> float:
+    """Fixed margins in inches instead of tight_layout or bbox_inches='tight', which each cost a full
+    extra draw per figure (most of a report's time on a big store). Returns the figure height."""
+    ax_w, ax_h = axes_size
+    gap_w, gap_h, left, right = 0.85, 0.85, 0.8, 0.25
+    top = 0.75 if legend_rows else 0.45
+    bottom = 0.6 + 0.24 * legend_rows
+    width = left + right + cols * ax_w + (cols - 1) * gap_w
+    height = top + bottom + rows * ax_h + (rows - 1) * gap_h
+    fig.set_size_inches(width, height)
+    fig.subplots_adjust(left=left / width, right=1 - right / width, top=1 - top / height,
+                        bottom=bottom / height, wspace=gap_w / ax_w, hspace=gap_h / ax_h)
+    return height
+
+
 def _grid(n: int) -> tuple[int, int]:
     cols = min(3, n)
     return math.ceil(n / cols), cols
@@ -73,12 +123,12 @@ def _render(fig: Figure, name: str, svg: bool, png: bool) -> tuple[str | None, b
     if svg:
         with plt.rc_context({"svg.hashsalt": name}):
             buf = io.StringIO()
-            fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+            fig.savefig(buf, format="svg", metadata={"Date": None})
         text = buf.getvalue()
         svg_text = text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: it is inlined into HTML
     if png:
         out = io.BytesIO()
-        fig.savefig(out, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+        fig.savefig(out, format="png", dpi=110, metadata={"Software": None})
         png_bytes = out.getvalue()
     plt.close(fig)
     return svg_text, png_bytes
@@ -99,7 +149,7 @@ def batch_plot(summary: pd.DataFrame, metric: str, svg: bool, png: bool) -> Plot
     envs = list(dict.fromkeys(data["environment"]))
     rows, cols = _grid(len(facets))
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.3 * rows), squeeze=False)
+        fig, axes = plt.subplots(rows, cols, squeeze=False)
         handles: dict[str, Any] = {}
         for ax, (_, g) in zip(axes.flat, facets, strict=False):
             batches = sorted(set(g["batch_size"]))
@@ -109,6 +159,7 @@ def batch_plot(summary: pd.DataFrame, metric: str, svg: bool, png: bool) -> Plot
                                        if s[0][1] in PRECISIONS else 99))
             width = 0.5 / max(1, len(series))
             top = 0.0
+            bars = _ErrorBars()
             for i, ((env, precision), s) in enumerate(series):
                 s = s.sort_values("batch_size")
                 ei = envs.index(env)
@@ -116,24 +167,27 @@ def batch_plot(summary: pd.DataFrame, metric: str, svg: bool, png: bool) -> Plot
                 x = [pos[b] + dodge for b in s["batch_size"]]
                 y = s[f"{metric}_mean"] * m.scale
                 err = s[f"{metric}_std"].fillna(0) * m.scale
-                label = f"{env} · {precision}" if len(envs) > 1 else str(precision)
-                h = ax.errorbar(x, y, yerr=err, color=_colour(str(precision)), marker=MARKERS[ei % len(MARKERS)],
-                                linestyle=LINESTYLES[ei % len(LINESTYLES)], capsize=3, markersize=5,
-                                linewidth=1.4, label=label)
+                label = _plain(f"{env} · {precision}" if len(envs) > 1 else str(precision))
+                colour = _colour(str(precision))
+                (h,) = ax.plot(x, y, color=colour, marker=MARKERS[ei % len(MARKERS)],
+                               linestyle=LINESTYLES[ei % len(LINESTYLES)], markersize=5, linewidth=1.4, label=label)
+                bars.add(x, y, err, colour, cap=0.06)
                 handles.setdefault(label, h)
                 top = max(top, float((y + err).max()))
+            bars.draw(ax)
             ax.set_xticks(range(len(batches)), [str(b) for b in batches])
             ax.set_xlim(-0.5, len(batches) - 0.5)
             ax.set_xlabel("batch size")
             ax.set_ylabel(m.heading)
-            ax.set_title(_facet_title(g.iloc[0], varying))
+            ax.set_title(_plain(_facet_title(g.iloc[0], varying)))
             ax.set_ylim(0, top * 1.1 if top > 0 else 1)
         for ax in list(axes.flat)[len(facets):]:
             ax.set_visible(False)
-        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(4, len(handles)),
-                   frameon=False, bbox_to_anchor=(0.5, -0.02))
-        fig.suptitle(f"{m.label.capitalize()} against batch size (mean ± std)", fontsize=11)
-        fig.tight_layout(rect=(0, 0.06 + 0.025 * math.ceil(len(handles) / 4), 1, 1))
+        height = _layout(fig, rows, cols, legend_rows=math.ceil(len(handles) / LEGEND_COLUMNS))
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(LEGEND_COLUMNS, len(handles)),
+                   frameon=False, bbox_to_anchor=(0.5, 0.08 / height))
+        fig.suptitle(f"{m.label.capitalize()} against batch size (mean ± std)", fontsize=11,
+                     y=1 - 0.12 / height, va="top")
         title = f"{m.label.capitalize()} against batch size"
         svg_text, png_bytes = _render(fig, metric, svg, png)
     return Plot(metric, title, svg_text, png_bytes)
@@ -147,18 +201,22 @@ def scaling_plot(scale: pd.DataFrame, svg: bool, png: bool) -> Plot | None:
                                 sort=False, dropna=False))[:MAX_SCALING_LINES]
     envs = list(dict.fromkeys(scale["environment"]))
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
-        fig, ax = plt.subplots(figsize=(5.6, 3.9))
+        fig, ax = plt.subplots()
+        _layout(fig, 1, 1, legend_rows=0, axes_size=(4.6, 3.0))
         top = 1
+        bars = _ErrorBars()
         for i, ((env, model, precision, batch, _ds, _opt), g) in enumerate(groups):
             g = g.sort_values("processes")
             x = g["processes"].to_numpy()
             ei = envs.index(env)
             err = (g["throughput_std"].fillna(0) / g["throughput_mean"].iloc[0]).to_numpy()
-            ax.errorbar(x, g["speedup"], yerr=err, marker=MARKERS[(ei + i) % len(MARKERS)],
-                        color=_colour(str(precision)) if len(groups) <= 6 else None,
-                        linestyle=LINESTYLES[ei % len(LINESTYLES)], capsize=3, markersize=5,
-                        label=f"{env} · {model} · {precision} · batch {batch}")
+            (line,) = ax.plot(x, g["speedup"], marker=MARKERS[(ei + i) % len(MARKERS)],
+                              color=_colour(str(precision)) if len(groups) <= 6 else None,
+                              linestyle=LINESTYLES[ei % len(LINESTYLES)], markersize=5,
+                              label=_plain(f"{env} · {model} · {precision} · batch {batch}"))
+            bars.add(x, g["speedup"], err, to_hex(line.get_color()), cap=0.04 * max(1, int(x.max())))
             top = max(top, int(x.max()))
+        bars.draw(ax)
         ideal = list(range(1, top + 1))
         ax.plot(ideal, ideal, color="#999999", linestyle="--", linewidth=1, label="ideal")
         ax.set_xlabel("processes (GPUs × nodes)")
@@ -166,7 +224,6 @@ def scaling_plot(scale: pd.DataFrame, svg: bool, png: bool) -> Plot | None:
         ax.set_xticks(sorted(set(scale["processes"])))
         ax.set_title("Speedup against GPU count (mean, std error bars)")
         ax.legend(frameon=False, fontsize=8, loc="upper left")
-        fig.tight_layout()
         svg_text, png_bytes = _render(fig, "scaling", svg, png)
     return Plot("scaling", "Speedup against GPU count", svg_text, png_bytes)
 

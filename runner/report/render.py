@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import pandas as pd
@@ -20,7 +20,9 @@ import pandas as pd
 from runner import analysis as an
 from runner.report import fmt, views
 from runner.report.fmt import DASH, Cell, MdSafe, Table
-from runner.report.plots import Plot
+
+if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
+    from runner.report.plots import Plot
 
 JSON_SCHEMA = 1
 REPORT_FORMATS = ("md", "html", "csv", "json")
@@ -124,11 +126,13 @@ def slug(name: str) -> str:
 
 def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) -> list[Path]:
     """Write the report in each format into `out`; returns the files written (plots included)."""
-    from runner.report.plots import make_plots
-
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    plots = make_plots(model.summary, model.scaling_df, svg="html" in formats, png="md" in formats)
+    plots: list[Plot] = []
+    if "md" in formats or "html" in formats:
+        from runner.report.plots import make_plots
+
+        plots = make_plots(model.summary, model.scaling_df, svg="html" in formats, png="md" in formats)
     if "md" in formats:
         shown = []
         for p in plots:
@@ -206,7 +210,7 @@ def compare_view(c: an.Comparison) -> CompareView:
         u = c.unpaired
         keys = views.varying(u, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
         unpaired = Table(["side", "environment", *(views.KEY_LABELS[k] for k in keys), "statuses"])
-        for _, r in u.iterrows():
+        for r in u.to_dict("records"):
             unpaired.add(a if r["side"] == "A" else b, r["environments"],
                          *(views.key_text(k, r[k]) for k in keys), Cell(r["statuses"], "status"))
     return CompareView(title, method, env_table, pairs, summary, precision, unpaired)

@@ -186,19 +186,25 @@ def runs_table(records: list[dict[str, Any]]) -> Table:
 
 def grid_sections(summary: pd.DataFrame) -> list[Section]:
     """Precision grid: per environment and configuration, rows precision × metric, columns batch size."""
+    group = ("environment", "model", "dataset", "gpus", "nodes", "options")
+    blocks: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in summary.to_dict("records"):  # summary order: environment, configuration, precision, batch
+        blocks.setdefault(tuple(r[k] for k in group), []).append(r)
     sections = []
-    group = ["environment", "model", "dataset", "gpus", "nodes", "options"]
-    for _, g in summary.groupby(group, sort=False, dropna=False):
-        first = g.iloc[0]
-        batches = sorted(set(g["batch_size"]))
-        metrics = [an.METRICS[m] for m in GRID_METRICS if (g[f"{m}_n"] > 0).any()] or [an.METRICS["throughput"]]
+    for cells in blocks.values():
+        first = cells[0]
+        batches = sorted({int(r["batch_size"]) for r in cells})
+        metrics = ([an.METRICS[m] for m in GRID_METRICS if any(r[f"{m}_n"] > 0 for r in cells)]
+                   or [an.METRICS["throughput"]])
         table = Table(["precision", "metric", *(f"batch {b}" for b in batches)],
                       align=["l", "l", *("r" * len(batches))])
-        for precision, pg in g.groupby("precision", sort=False):
-            by_batch = {int(r["batch_size"]): r for _, r in pg.iterrows()}
+        by_precision: dict[str, dict[int, dict[str, Any]]] = {}
+        for r in cells:
+            by_precision.setdefault(str(r["precision"]), {})[int(r["batch_size"])] = r
+        for precision, by_batch in by_precision.items():
             for i, m in enumerate(metrics):
-                cells = [cell_value(by_batch[b], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
-                table.add(Cell(str(precision) if i == 0 else "", "key"), Cell(m.heading), *cells,
+                row = [cell_value(by_batch[b], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
+                table.add(Cell(precision if i == 0 else "", "key"), Cell(m.heading), *row,
                           row_class="group" if i == 0 else "")
         title = " · ".join(p for p in (str(first["environment"]), str(first["hardware"]),
                                        cell_label(first, ["model", "dataset", "gpus", "nodes", "options"])) if p)
@@ -219,8 +225,7 @@ def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame
     m = an.METRICS["throughput"]
     for a, b, c in comparisons:
         sections.append(Section(f"{b} vs {a}", pairs_table(c, a, b), comparison_note(c, a, b)))
-    ratios = pd.concat([an.precision_ratios(sides[e].frame, e)
-                        for e in envs], ignore_index=True)
+    ratios = pd.concat([sides[e].precision_ratios(e) for e in envs], ignore_index=True)
     if not ratios.empty:
         sections.append(Section("Precision speed-up per environment (throughput ÷ fp32)",
                                 precision_ratio_table(ratios, envs),
@@ -252,7 +257,7 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
     unit = f" ({m.unit})" if m.unit else ""
     table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit}", f"{b}{unit}", f"{b}/{a}", "change", "p",
                    "verdict"], align=["l"] * len(keys) + ["r", "r", "r", "l", "r", "l"])
-    for _, r in p.iterrows():
+    for r in p.to_dict("records"):
         cls = ("good" if r["verdict"] == m.better else "bad") if r["significant"] else "muted"
         table.add(*(key_text(k, r[k]) for k in keys),
                   side_cell(r, "a", m), side_cell(r, "b", m),
@@ -280,8 +285,9 @@ def precision_ratio_table(ratios: pd.DataFrame, sides: Sequence[str]) -> Table:
                if ((ratios["side"] == s) & (ratios["precision"] == p)).any()]
     table = Table([*(KEY_LABELS[k] for k in keys), *(f"{s} {p}/fp32" for s, p in columns)],
                   align=["l"] * len(keys) + ["r"] * len(columns))
-    lookup = {(r["side"], r["precision"], *(r[k] for k in keys)): r["ratio"] for _, r in ratios.iterrows()}
-    for key in dict.fromkeys(tuple(r[k] for k in keys) for _, r in ratios.iterrows()):
+    recs = ratios.to_dict("records")
+    lookup = {(r["side"], r["precision"], *(r[k] for k in keys)): r["ratio"] for r in recs}
+    for key in dict.fromkeys(tuple(r[k] for k in keys) for r in recs):
         table.add(*(key_text(k, v) for k, v in zip(keys, key, strict=True)),
                   *(Cell(fmt.ratio(lookup.get((s, p, *key))), "num") for s, p in columns))
     return table
@@ -304,7 +310,7 @@ def precision_sections(info: pd.DataFrame, prec: pd.DataFrame) -> list[Section]:
             if with_ratio:
                 cols.append("÷ fp32")
         table = Table(cols, align=["l"] * (len(keys) + 1) + ["r"] * (len(cols) - len(keys) - 1))
-        for _, r in g.iterrows():
+        for r in g.to_dict("records"):
             cells: list[Cell | str] = [*(key_text(k, r[k]) for k in keys), str(r["precision"])]
             for m, with_ratio in metric_cols:
                 metric = an.METRICS[m]
@@ -327,7 +333,7 @@ def scaling_sections(scale: pd.DataFrame) -> list[Section]:
     m = an.METRICS["throughput"]
     table = Table([*(KEY_LABELS[k] for k in keys), "GPUs", "nodes", m.heading, "speedup", "efficiency"],
                   align=["l"] * len(keys) + ["r"] * 5)
-    for _, r in scale.iterrows():
+    for r in scale.to_dict("records"):
         table.add(*(key_text(k, r[k]) for k in keys), Cell(str(r["gpus"]), "num"), Cell(str(r["nodes"]), "num"),
                   Cell(fmt.metric_value(m, r["throughput_mean"], r["throughput_std"], int(r["throughput_n"])),
                        "num"),
@@ -340,7 +346,7 @@ def scaling_sections(scale: pd.DataFrame) -> list[Section]:
 def failures(summary: pd.DataFrame) -> list[Failure]:
     bad = summary[summary["status"] != Status.OK.value]
     return [Failure(cell_label(r), str(r["status"]), str(r["statuses"]), str(r["reason"]), str(r["log_tail"]))
-            for _, r in bad.iterrows()]
+            for r in bad.to_dict("records")]
 
 
 def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> ReportModel:

@@ -1,0 +1,191 @@
+"""The statistics against values worked out by hand (or from the textbook formula), not from our own code."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from runner import analysis as an
+from runner.errors import ConfigError
+from runner.store import Store
+
+IDS = itertools.count(1)
+
+
+def row(env: str, repeat: int, throughput: float | None, status: str = "ok", precision: str = "fp32",
+        batch_size: int = 64, gpus: int = 1, tags: tuple[str, ...] = (), backend: str = "local",
+        run_id: str = "run-1", **metrics: Any) -> dict[str, Any]:
+    """A store row as Store.rows() yields it."""
+    params = {"model": "mlp", "precision": precision, "batch_size": batch_size, "dataset": "synthetic",
+              "gpus": gpus, "nodes": 1}
+    m = {} if throughput is None else {"throughput": throughput, **metrics}
+    return {"id": next(IDS), "run_id": run_id, "cell_key": f"{env}-{precision}-{batch_size}-{gpus}",
+            "repeat": repeat, "environment": env, "backend": backend, "tags": list(tags), "params": params,
+            "status": status, "reason": "" if status == "ok" else status, "metrics": m, "env": {},
+            "raw": None, "log_tail": "", "started_at": 0.0, "finished_at": 1.0}
+
+A = [100.0, 110.0, 120.0]
+B = [130.0, 125.0, 135.0, 140.0]
+
+
+def two_sides() -> Any:
+    rows = [row("a", i, v, tags=("box",)) for i, v in enumerate(A)]
+    rows += [row("b", i, v, tags=("cloud",), backend="docker", run_id="run-2") for i, v in enumerate(B)]
+    return an.frame(rows)
+
+
+def test_describe_matches_hand_computed_values() -> None:
+    s = an.describe(A)
+    assert s.n == 3
+    assert s.mean == pytest.approx(110.0)
+    assert s.std == pytest.approx(10.0)           # sqrt(((-10)^2 + 0 + 10^2) / (3 - 1))
+    assert s.cv == pytest.approx(10.0 / 110.0)
+    assert (s.min, s.max, s.median) == (100.0, 120.0, 110.0)
+    # t(0.975, df=2) = 4.302652729..., half width = 4.3026527 * 10 / sqrt(3) = 24.84137712
+    assert s.ci_low == pytest.approx(110.0 - 24.8413771175, abs=1e-6)
+    assert s.ci_high == pytest.approx(110.0 + 24.8413771175, abs=1e-6)
+
+
+def test_single_value_has_no_std_or_interval() -> None:
+    s = an.describe([42.0])
+    assert (s.n, s.mean, s.min, s.max) == (1, 42.0, 42.0, 42.0)
+    assert math.isnan(s.std) and math.isnan(s.ci_low) and math.isnan(s.cv)
+
+
+def test_summarize_per_cell_statistics_and_status_counts() -> None:
+    rows = [row("a", i, v) for i, v in enumerate(A)]
+    rows.append(row("a", 3, None, status="oom"))
+    rows.append(row("a", 0, 50.0, precision="fp16"))          # a single repeat
+    rows.append(row("a", 0, None, precision="bf16", status="unsupported"))
+    summary = an.summarize(an.frame(rows))
+    by_prec = {r["precision"]: r for _, r in summary.iterrows()}
+    fp32 = by_prec["fp32"]
+    assert (fp32["n"], fp32["n_ok"], fp32["status"], fp32["statuses"]) == (4, 3, "partial", "3 ok, 1 oom")
+    assert fp32["throughput_mean"] == pytest.approx(110.0)
+    assert fp32["throughput_std"] == pytest.approx(10.0)
+    assert fp32["throughput_median"] == pytest.approx(110.0)
+    assert fp32["throughput_ci_high"] - fp32["throughput_mean"] == pytest.approx(24.8413771175, abs=1e-6)
+    fp16 = by_prec["fp16"]
+    assert fp16["throughput_n"] == 1 and math.isnan(fp16["throughput_std"]) and math.isnan(fp16["throughput_ci_low"])
+    bf16 = by_prec["bf16"]
+    assert (bf16["status"], bf16["n_ok"], bf16["statuses"]) == ("unsupported", 0, "1 unsupported")
+    assert bf16["reason"] == "unsupported"
+    # fp32 first (the order of runner.spec.PRECISIONS), nothing dropped.
+    assert list(summary["precision"]) == ["fp32", "fp16", "bf16"]
+
+
+def test_iteration_time_and_data_wait_come_from_the_raw_metrics() -> None:
+    r = row("a", 0, 100.0, iter_times=[0.1, 0.2, 0.3], window_s=0.6, data_wait_s=0.15,
+            peak_mem_allocated=2**30)
+    df = an.frame([r])
+    assert df["iter_time"].iloc[0] == pytest.approx(0.2)
+    assert df["data_wait"].iloc[0] == pytest.approx(0.25)
+    assert df["peak_mem"].iloc[0] == 2**30
+
+
+def welch_by_formula(a: list[float], b: list[float]) -> float:
+    """Welch's t-test from its definition: t on unpooled variances, Welch–Satterthwaite degrees of freedom."""
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    t = (np.mean(b) - np.mean(a)) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return float(2 * stats.t.sf(abs(t), df))
+
+
+def test_welch_p_value_matches_the_formula() -> None:
+    # By hand: t = 22.5 / sqrt(100/3 + 125/12) = 3.4017, df = 3.2347, p = 0.03782
+    assert welch_by_formula(A, B) == pytest.approx(0.0378150822, abs=1e-8)
+    assert an.welch_p(A, B) == pytest.approx(welch_by_formula(A, B), rel=1e-9)
+    assert math.isnan(an.welch_p([1.0], B))
+
+
+def test_geometric_mean() -> None:
+    assert an.geometric_mean([2.0, 0.5, 1.0]) == pytest.approx(1.0)
+    assert an.geometric_mean([1.1, 1.2]) == pytest.approx(math.sqrt(1.32))
+    assert an.geometric_mean([1.5, float("nan"), 0.0]) == pytest.approx(1.5)
+    assert math.isnan(an.geometric_mean([]))
+
+
+def test_compare_pairs_ratio_verdict_and_geomean() -> None:
+    df = two_sides()
+    c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
+    assert len(c.pairs) == 1 and c.unpaired.empty
+    p = c.pairs.iloc[0]
+    assert p["ratio"] == pytest.approx(132.5 / 110.0)
+    assert p["change"] == "1.20x faster"
+    assert p["p_value"] == pytest.approx(welch_by_formula(A, B), rel=1e-9)
+    assert bool(p["significant"]) and p["verdict"] == "faster"
+    assert c.geomean == pytest.approx(132.5 / 110.0)
+
+
+def test_a_time_metric_reads_lower_as_faster() -> None:
+    m = an.get_metric("time")
+    assert an.change_words(0.5, m) == "2.00x faster"
+    assert an.change_words(1.25, m) == "1.25x slower"
+    assert an.change_words(1.25, an.get_metric("throughput")) == "1.25x faster"
+
+
+def test_verdicts_say_not_significant_plainly() -> None:
+    m = an.METRICS["throughput"]
+    assert an.verdict(1.2, 0.2, 3, 3, m) == (False, "not significant")
+    assert an.verdict(1.01, 0.0001, 3, 3, m) == (False, "not significant (change < 2%)")
+    assert an.verdict(0.9, 0.001, 3, 3, m) == (True, "slower")
+    assert an.verdict(1.2, math.nan, 1, 3, m)[1].startswith("not tested")
+    assert an.verdict(math.nan, math.nan, 0, 3, m) == (False, "no result")
+
+
+def test_sides_by_tag_backend_and_run_prefix() -> None:
+    df = two_sides()
+    assert an.select_side(df, "cloud").kind == "tag"
+    assert an.select_side(df, "docker").kind == "backend"
+    side = an.select_side(df, "run-2")
+    assert side.kind == "run" and side.environments == ["b"]
+    assert an.select_side(df, "tag:box").environments == ["a"]
+
+
+def test_unknown_side_lists_what_exists() -> None:
+    with pytest.raises(ConfigError) as e:
+        an.select_side(two_sides(), "nowhere")
+    msg = str(e.value)
+    assert "nowhere" in msg and "env: a, b" in msg and "tag: box, cloud" in msg and "run: run-1, run-2" in msg
+
+
+def test_overlapping_sides_are_refused() -> None:
+    df = two_sides()
+    with pytest.raises(ConfigError, match="same results"):
+        an.compare(an.select_side(df, "a"), an.select_side(df, "box"))
+
+
+def test_precision_ratio_and_scaling() -> None:
+    rows = [row("a", i, v) for i, v in enumerate([100.0, 100.0])]
+    rows += [row("a", i, v, precision="fp16") for i, v in enumerate([250.0, 250.0])]
+    rows += [row("a", i, v, precision="fp16", gpus=4) for i, v in enumerate([900.0, 900.0])]
+    df = an.frame(rows)
+    ratios = an.precision_ratios(df)
+    assert list(ratios["precision"]) == ["fp16"] and ratios["ratio"].iloc[0] == pytest.approx(2.5)
+    scale = an.scaling(an.summarize(df))
+    four = scale[scale["gpus"] == 4].iloc[0]
+    assert four["speedup"] == pytest.approx(3.6) and four["efficiency"] == pytest.approx(0.9)
+
+
+def test_fixture_store_statistics(db: Path) -> None:
+    """The fixture's amp/128 cell on ngc-18.07: 2 ok repeats and 1 failed, statistics over the ok ones."""
+    with Store(db) as store:
+        df = an.frame(store.rows())
+    cell = df[(df["environment"] == "ngc-18.07") & (df["precision"] == "amp") & (df["batch_size"] == 128)]
+    ok = cell[cell["status"] == "ok"]["throughput"].to_numpy()
+    assert len(cell) == 3 and len(ok) == 2
+    summary = an.summarize(df)
+    s = summary[(summary["environment"] == "ngc-18.07") & (summary["precision"] == "amp")
+                & (summary["batch_size"] == 128)].iloc[0]
+    assert s["statuses"] == "2 ok, 1 failed"
+    assert s["throughput_mean"] == pytest.approx(ok.mean())
+    assert s["throughput_std"] == pytest.approx(abs(ok[0] - ok[1]) / math.sqrt(2))  # ddof=1 with two values
+    # t(0.975, 1) = 12.7062047...
+    assert s["throughput_ci_high"] - s["throughput_mean"] == pytest.approx(
+        12.706204736174698 * s["throughput_std"] / math.sqrt(2), rel=1e-9)
