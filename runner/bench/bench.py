@@ -174,6 +174,14 @@ def _optional_module(name):
         return None
 
 
+def _accepted_kwargs(fn):
+    """Names `fn` accepts: how this file probes for keyword arguments newer torch versions added."""
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
 def _version(module):
     if module is None:
         return None
@@ -603,11 +611,7 @@ def autocast_factory(device_type, dtype):
     if hasattr(torch, "autocast"):  # torch >= 1.10: one API for every device
         return lambda: torch.autocast(device_type, dtype=dtype)
     if device_type == "cuda" and hasattr(getattr(torch.cuda, "amp", None), "autocast"):
-        try:
-            accepts_dtype = "dtype" in inspect.signature(torch.cuda.amp.autocast).parameters
-        except (TypeError, ValueError):
-            accepts_dtype = False
-        if accepts_dtype:
+        if "dtype" in _accepted_kwargs(torch.cuda.amp.autocast):
             return lambda: torch.cuda.amp.autocast(dtype=dtype)
         if dtype == torch.float16:
             return lambda: torch.cuda.amp.autocast()
@@ -654,7 +658,7 @@ def plan_precision(args, device, caps=None):
         cap = _capability(device)
         if cap < (8, 0):
             raise Unsupported("tf32 needs an Ampere or newer GPU (capability 8.0), this one is %d.%d" % cap)
-        if not hasattr(getattr(torch.backends.cuda, "matmul", None), "allow_tf32"):
+        if not has_tf32_switches():
             raise Unsupported("this torch has no TF32 switches (torch.backends.cuda.matmul.allow_tf32)")
         plan.update(tf32=True, dtype="tf32")
     elif p == "fp16":
@@ -696,21 +700,31 @@ def apply_backend_flags(plan, args, device):
     flags = {"tf32_matmul": None, "tf32_cudnn": None, "cudnn_benchmark": None}
     if device.type != "cuda":
         return flags
-    # Only the legacy allow_tf32 switches: mixing them with the newer fp32_precision API raises.
-    # fp32 and tf32 set both; other precisions leave this torch's defaults and record them.
-    set_tf32 = plan["precision"] in ("fp32", "tf32")
-    matmul = getattr(torch.backends.cuda, "matmul", None)
-    if matmul is not None and hasattr(matmul, "allow_tf32"):
-        if set_tf32:
-            matmul.allow_tf32 = bool(plan["tf32"])
-        flags["tf32_matmul"] = bool(matmul.allow_tf32)
-    if hasattr(torch.backends.cudnn, "allow_tf32"):
-        if set_tf32:
-            torch.backends.cudnn.allow_tf32 = bool(plan["tf32"])
-        flags["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)
-    torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
-    flags["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
+    if not has_tf32_switches():
+        # torch < 1.7 has no TF32 at all
+        return dict(flags, tf32_matmul=False, tf32_cudnn=False, cudnn_benchmark=_set_cudnn_benchmark(args))
+    # Only the legacy allow_tf32 switches: setting them works on every version, while mixing them
+    # with the newer fp32_precision API makes the getters raise. fp32 and tf32 set both; other
+    # precisions keep this torch's defaults and record them.
+    for key, owner in (("tf32_matmul", torch.backends.cuda.matmul), ("tf32_cudnn", torch.backends.cudnn)):
+        try:
+            if plan["precision"] in ("fp32", "tf32"):
+                owner.allow_tf32 = bool(plan["tf32"])
+            flags[key] = bool(owner.allow_tf32)
+        except RuntimeError:  # the environment used the new API: the legacy state is undefined
+            flags[key] = None
+    flags["cudnn_benchmark"] = _set_cudnn_benchmark(args)
     return flags
+
+
+def _set_cudnn_benchmark(args):
+    torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
+    return bool(torch.backends.cudnn.benchmark)
+
+
+def has_tf32_switches():
+    """TF32 switches exist (torch >= 1.7); probed on the C side since the Python getters can raise."""
+    return hasattr(torch._C, "_get_cublas_allow_tf32") and hasattr(torch._C, "_get_cudnn_allow_tf32")
 
 
 def precision_record(plan, flags, args, extra):
@@ -745,10 +759,7 @@ def convert_model(model, plan, args, device):
 def make_optimizer(params, args, device, allow_fused):
     """SGD momentum 0.9, fused or foreach on CUDA where this torch has them."""
     params = list(params)
-    try:
-        accepted = inspect.signature(torch.optim.SGD.__init__).parameters
-    except (TypeError, ValueError):
-        accepted = {}
+    accepted = _accepted_kwargs(torch.optim.SGD.__init__)
     choices = []
     if device.type == "cuda":
         if allow_fused and "fused" in accepted:
@@ -765,11 +776,8 @@ def make_optimizer(params, args, device, allow_fused):
 
 def _zero_grad_fn(optimizer):
     """zero_grad(set_to_none=True) where it exists: frees grads instead of writing zeros."""
-    try:
-        if "set_to_none" in inspect.signature(optimizer.zero_grad).parameters:
-            return lambda: optimizer.zero_grad(set_to_none=True)
-    except (TypeError, ValueError):
-        pass
+    if "set_to_none" in _accepted_kwargs(optimizer.zero_grad):
+        return lambda: optimizer.zero_grad(set_to_none=True)
     return optimizer.zero_grad
 
 
@@ -867,13 +875,19 @@ def setup_training(model, plan, args, device, dist_info):
         if device.type == "cuda":
             kwargs["device_ids"] = [device.index]
             kwargs["output_device"] = device.index
+        if "gradient_as_bucket_view" in _accepted_kwargs(DDP.__init__):
+            kwargs["gradient_as_bucket_view"] = True
         try:
-            if "gradient_as_bucket_view" in inspect.signature(DDP.__init__).parameters:
-                kwargs["gradient_as_bucket_view"] = True
-        except (TypeError, ValueError):
-            pass
-        model = DDP(model, **kwargs)
-        extra["ddp"] = True
+            model = DDP(model, **kwargs)
+            extra["ddp"] = "DistributedDataParallel"
+        except (IndexError, AssertionError):
+            # torch 1.0's DDP is CUDA-only (it indexes device_ids before any collective);
+            # its CPU twin takes over where it exists.
+            ddp_cpu = getattr(torch.nn.parallel, "DistributedDataParallelCPU", None)
+            if device.type == "cuda" or ddp_cpu is None:
+                raise
+            model = ddp_cpu(model)
+            extra["ddp"] = "DistributedDataParallelCPU"
     if args.compile:
         try:
             model = torch.compile(model)
@@ -1054,10 +1068,7 @@ def make_prepare(plan, args):
 
 def _loader_kwargs(args, device, generator_seed, shuffle):
     kwargs = {"num_workers": args.workers, "pin_memory": device.type == "cuda"}
-    try:
-        accepted = inspect.signature(torch.utils.data.DataLoader.__init__).parameters
-    except (TypeError, ValueError):
-        accepted = {}
+    accepted = _accepted_kwargs(torch.utils.data.DataLoader.__init__)
     if shuffle and generator_seed is not None and "generator" in accepted:
         g = torch.Generator()
         g.manual_seed(generator_seed)
@@ -1074,12 +1085,11 @@ def make_train_source(train_ds, args, device, prepare, dist_info):
     sampler = None
     if world > 1:
         from torch.utils.data.distributed import DistributedSampler
-        skw = {"num_replicas": world, "rank": rank, "shuffle": True}
-        try:
-            if "seed" in inspect.signature(DistributedSampler.__init__).parameters:
-                skw["seed"] = args.seed
-        except (TypeError, ValueError):
-            pass
+        skw = {"num_replicas": world, "rank": rank}
+        accepted = _accepted_kwargs(DistributedSampler.__init__)
+        for key, value in (("shuffle", True), ("seed", args.seed)):  # shuffles by default; seed: 1.6+
+            if key in accepted:
+                skw[key] = value
         sampler = DistributedSampler(train_ds, **skw)
     per_rank = len(train_ds) // world
     if per_rank < args.batch_size:
@@ -1428,9 +1438,16 @@ def benchmark(args, state):
     log("%s %s batch %d on %s%s: %d warm-up + %d measured iterations" % (
         args.model, args.precision, args.batch_size, device, " x%d ranks" % world if world > 1 else "",
         args.warmup, args.iterations))
+    if args.compile and args.warmup == 0:
+        log("--compile with --warmup 0: compilation time falls inside the measured window")
     loss_start = run_warmup(args.warmup, source, steps)
     window = run_window(args.iterations, source, steps, device, args.breakdown, dist)
-    metrics.update(memory_metrics(device))
+    memory = memory_metrics(device)
+    if world > 1:  # the largest footprint of any rank (-1 stands for unknown)
+        keys = ("peak_mem_allocated", "peak_mem_reserved", "device_mem_used")
+        peaks = all_reduce_values(dist, [-1 if memory[k] is None else memory[k] for k in keys], "MAX", device)
+        memory.update((k, None if v < 0 else int(v)) for k, v in zip(keys, peaks))
+    metrics.update(memory)
     losses = window["losses"]
     if loss_start is None and losses:
         loss_start = losses[0]

@@ -528,6 +528,41 @@ def test_plan_cpu() -> None:
             bench.plan_precision(args_for(precision), cpu)
 
 
+@pytest.fixture
+def restore_backend_flags() -> Any:
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = False  # torch's defaults, set through the legacy API
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = False
+
+
+def test_backend_flags_fp32_means_fp32(fake_gpu: Any, restore_backend_flags: Any) -> None:
+    cuda = torch.device("cuda", 0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    fp32 = bench.apply_backend_flags(bench.plan_precision(args_for("fp32"), cuda, {}), args_for("fp32"), cuda)
+    assert fp32 == {"tf32_matmul": False, "tf32_cudnn": False, "cudnn_benchmark": False}
+    assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.allow_tf32 is False
+    tf32_args = args_for("tf32", cudnn_benchmark=True)
+    tf32 = bench.apply_backend_flags(bench.plan_precision(tf32_args, cuda, {}), tf32_args, cuda)
+    assert tf32 == {"tf32_matmul": True, "tf32_cudnn": True, "cudnn_benchmark": True}
+    assert torch.backends.cudnn.benchmark is True
+
+
+def test_backend_flags_survive_the_new_fp32_precision_api(fake_gpu: Any, restore_backend_flags: Any) -> None:
+    """An environment that set torch's newer fp32_precision API makes the legacy getters raise."""
+    if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        pytest.skip("this torch has no fp32_precision API")
+    cuda = torch.device("cuda", 0)
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    amp_args = args_for("amp")
+    amp = bench.apply_backend_flags(bench.plan_precision(amp_args, cuda, {"native": True}), amp_args, cuda)
+    assert amp["tf32_matmul"] is None  # unknowable through the legacy API, not a crash
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    fp32 = bench.apply_backend_flags(bench.plan_precision(args_for("fp32"), cuda, {}), args_for("fp32"), cuda)
+    assert fp32["tf32_matmul"] is False and torch.backends.cuda.matmul.fp32_precision == "ieee"
+
+
 # ----------------------------------------------------------------------------- manual master weights
 
 def _tiny_model(seed: int = 0) -> Any:
@@ -676,7 +711,7 @@ def test_two_process_gloo_run(digits_npz: Path) -> None:
     assert m["images"] == 2 * 20 * 32  # global, both ranks
     assert m["throughput"] == pytest.approx(m["images"] / m["window_s"])
     assert m["accuracy"] is not None and m["accuracy"] > 0.3  # sharded eval, summed over ranks
-    assert r["precision"]["ddp"] is True
+    assert r["precision"]["ddp"] == "DistributedDataParallel"
 
 
 def _system_torchvision() -> bool:
