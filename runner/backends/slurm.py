@@ -328,11 +328,21 @@ def _timestamp(text: str) -> float | None:
         return None
 
 
+def _indices(spec: str) -> list[int]:
+    """The indices of an array range as sacct prints it: `[0-3,7,9-10%4]` (the %N is a limit)."""
+    out: list[int] = []
+    for part in spec.strip("[]").split("%")[0].split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            out.extend(range(int(first), int(last or first) + 1))
+    return out
+
+
 def parse_sacct(text: str) -> dict[tuple[str, int], SacctRow]:
     """`sacct -P -n -X --format=SACCT_FORMAT` output keyed by (array job id, index).
 
-    Pending parts of an array come as one row `123_[4-999]` and are skipped: not started is
-    what an absent row means anyway.
+    Tasks that never started share one row, `123_[4-999]`: PENDING, or CANCELLED when the
+    array was cancelled before they ran; each index of the range gets that row's state.
     """
     rows: dict[tuple[str, int], SacctRow] = {}
     for line in text.splitlines():
@@ -341,12 +351,13 @@ def parse_sacct(text: str) -> dict[tuple[str, int], SacctRow]:
             continue
         job_id, state, exit_code, elapsed, start, end, nodes = parts[:7]
         job, sep, index = job_id.partition("_")
-        if not sep or not index.isdigit() or not job.isdigit():
+        if not sep or not job.isdigit():
             continue
         code, _, sig = exit_code.partition(":")
-        rows[(job, int(index))] = SacctRow(
-            job, int(index), (state.split() or ["UNKNOWN"])[0], int(code) if code.isdigit() else 0,
-            int(sig) if sig.isdigit() else 0, elapsed, _timestamp(start), _timestamp(end), nodes)
+        for i in [int(index)] if index.isdigit() else _indices(index):
+            rows.setdefault((job, i), SacctRow(
+                job, i, (state.split() or ["UNKNOWN"])[0], int(code) if code.isdigit() else 0,
+                int(sig) if sig.isdigit() else 0, elapsed, _timestamp(start), _timestamp(end), nodes))
     return rows
 
 
@@ -501,11 +512,15 @@ class SlurmBackend(Backend):
                 key = state_key(task)
                 if key in records:
                     watch[key] = Watched.from_record(task, key, records[key])
-            lost = self._poll(watch, sink, first=True) if watch else self._check_accounting()
+            if watch:
+                self._poll(watch, sink, first=True)
+            else:
+                self._check_accounting()
             if not self.ctx.submit:
-                if lost:
-                    self._say(f"{len(lost)} tasks submitted earlier are unknown to Slurm accounting; "
-                              "`matrix run` submits them again")
+                unknown = [t for t in tasks if state_key(t) not in watch and state_key(t) not in self._reported]
+                if unknown:
+                    self._say(f"{len(unknown)} tasks were never submitted, or Slurm accounting does not know "
+                              "their jobs: `matrix run` submits them")
                 return
             missing = [t for t in tasks if state_key(t) not in watch and state_key(t) not in self._reported]
             self._submit(missing, watch, sink)
@@ -522,14 +537,13 @@ class SlurmBackend(Backend):
             self._interrupted(watch, sink)
             raise
 
-    def _check_accounting(self) -> list[str]:
+    def _check_accounting(self) -> None:
         """sacct must answer before anything is submitted: without it timeouts and cancels go unseen."""
         try:
             _slurm(["sacct", "-n", "-X", "-S", "now", "-E", "now", "--format=JobID"], timeout=SACCT_TIMEOUT_S)
         except SlurmError as e:
             raise BackendError(f"environment {self.env.name!r}: Slurm accounting does not answer, so "
                                f"matrix could not see jobs finish: {e}") from e
-        return []
 
     def _say(self, text: str) -> None:
         print(f"slurm ({self.env.name}): {text}", file=sys.stderr, flush=True)
@@ -575,6 +589,11 @@ class SlurmBackend(Backend):
         now = time.time()
         lines: list[str] = []
         runnable: list[Task] = []
+        ids = {t.id for t in tasks}
+        for sub in ("out", "work"):  # files an earlier attempt of these tasks left in a reused results_dir
+            for name in os.listdir(self.results_dir / sub):
+                if name.split(".", 1)[0] in ids:
+                    (self.results_dir / sub / name).unlink(missing_ok=True)
         for task in tasks:
             args = task.cell.bench_args()
             bad = [a for a in args if not a or "\t" in a or any(c in a for c in _CONTROL)]
@@ -583,8 +602,6 @@ class SlurmBackend(Backend):
                                    "or has a tab or newline: the slurm manifest cannot carry it",
                                    started_at=now, finished_at=now))
                 continue
-            for stale in [*self.results_dir.glob(f"out/{task.id}.*"), *self.results_dir.glob(f"work/{task.id}.*")]:
-                stale.unlink(missing_ok=True)
             lines.append("\t".join([task.id, *args]))
             runnable.append(task)
         if not runnable:
@@ -623,10 +640,12 @@ class SlurmBackend(Backend):
 
     # -- polling ---------------------------------------------------------------------------------
 
-    def _poll(self, watch: dict[str, Watched], sink: Sink, first: bool = False) -> list[str]:
+    def _poll(self, watch: dict[str, Watched], sink: Sink, first: bool = False) -> None:
         """One sacct call and one directory listing per results dir: report what is over.
 
-        Returns the keys of tasks that Slurm does not know (lost: dropped from the state).
+        A task that neither sacct nor squeue knows long after its submission is lost: on the
+        first look at an earlier run's jobs it is forgotten (so that `matrix run` submits it
+        again); a job this run submitted and Slurm lost is a failed repeat.
         """
         try:
             rows = sacct(sorted({w.job for w in watch.values()}, key=int))
@@ -648,7 +667,8 @@ class SlurmBackend(Backend):
         now = time.time()
         finished: list[tuple[Watched, Outcome]] = []
         lost: list[str] = []
-        for key, w in watch.items():
+        suspects: list[Watched] = []
+        for w in watch.values():
             row = rows.get((w.job, w.index))
             if row is not None and row.state in STARTED_STATES:
                 self._started(w)
@@ -664,7 +684,20 @@ class SlurmBackend(Backend):
             elif row is None and not rows and self._sacct_failing_since is not None:
                 continue
             elif row is None and now - w.submitted_at > LOST_AFTER_S and not self._array_known(rows, w.job):
-                lost.append(key)
+                suspects.append(w)
+        if suspects:
+            # Accounting can lag far behind under load: ask the controller before calling a job lost.
+            queued = self._queued()
+            for w in suspects:
+                if queued is None or w.job in queued:
+                    continue
+                if first:
+                    lost.append(w.key)
+                else:
+                    finished.append((w, Outcome(
+                        Status.FAILED, None, self._job_log(w), f"Slurm lost job {w.job_id}: neither "
+                        f"accounting (sacct) nor the controller (squeue) knows it {now - w.submitted_at:.0f} s "
+                        "after its submission", w.submitted_at, now, self._extra(w, None))))
         reported: list[str] = []
         try:
             for w, outcome in finished:
@@ -678,7 +711,15 @@ class SlurmBackend(Backend):
             for key in lost:
                 watch.pop(key, None)
             self.state.remove(reported + lost)
-        return lost
+
+    @staticmethod
+    def _queued() -> set[str] | None:
+        """Array job ids the controller still holds for this user; None when it does not answer."""
+        try:
+            proc = _slurm(["squeue", "-h", "--me", "-o", "%F"], timeout=SACCT_TIMEOUT_S)
+        except BackendError:
+            return None
+        return set(proc.stdout.split())
 
     @staticmethod
     def _array_known(rows: dict[tuple[str, int], SacctRow], job: str) -> bool:
@@ -776,7 +817,7 @@ class SlurmBackend(Backend):
         if sys.stdin is not None and sys.stdin.isatty():
             jobs = ", ".join(sorted({w.job for w in watch.values()}, key=int))
             print(f"\n{len(watch)} Slurm tasks of environment {self.env.name!r} are not finished "
-                  f"(jobs {jobs}). Cancel them with scancel? [y/N] ", end="", file=sys.stderr, flush=True)
+                  f"(jobs {jobs}). Cancel them with scancel? (y/N) ", end="", file=sys.stderr, flush=True)
             try:
                 answer = sys.stdin.readline().strip().lower()
             except (KeyboardInterrupt, EOFError):

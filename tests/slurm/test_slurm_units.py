@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -176,11 +177,16 @@ def test_container_goes_through_srun_with_the_results_dir_mounted() -> None:
 def test_parse_sacct_rows_pending_ranges_and_states() -> None:
     text = ("41_0|COMPLETED|0:0|00:00:05|2026-01-01T10:00:00|2026-01-01T10:00:05|vm\n"
             "41_1|CANCELLED by 0|0:15|00:00:02|2026-01-01T10:00:00|2026-01-01T10:00:02|vm\n"
-            "41_[2-999%4]|PENDING|0:0|00:00:00|Unknown|Unknown|None assigned\n"
+            "41_[2-4,7%4]|PENDING|0:0|00:00:00|Unknown|Unknown|None assigned\n"
             "42_7|FAILED|3:0|00:00:09|2026-01-01T10:00:00|2026-01-01T10:00:09|vm\n"
+            "43_[0-1]|CANCELLED by 0|0:0|00:00:00|None|2026-01-01T10:00:09|None assigned\n"
             "garbage line\n")
     rows = parse_sacct(text)
-    assert set(rows) == {("41", 0), ("41", 1), ("42", 7)}
+    assert set(rows) == {("41", 0), ("41", 1), ("41", 2), ("41", 3), ("41", 4), ("41", 7), ("42", 7),
+                         ("43", 0), ("43", 1)}
+    assert rows[("41", 3)].state == "PENDING" and rows[("41", 3)].start is None
+    # An array cancelled before its tasks started: one range row, every index cancelled.
+    assert rows[("43", 1)].state == "CANCELLED"
     assert rows[("41", 1)].state == "CANCELLED" and rows[("41", 1)].signal == 15
     assert rows[("42", 7)].exit_code == 3 and rows[("42", 7)].job_id == "42_7"
     assert rows[("41", 0)].end is not None and rows[("41", 0)].end - rows[("41", 0)].start == 5  # type: ignore[operator]
@@ -267,3 +273,40 @@ def test_a_slurm_command_that_hangs_times_out(tmp_path: Path, monkeypatch: pytes
     assert shutil.which("sinfo") == str(fake)
     with pytest.raises(BackendError, match="did not answer within 0.5 s"):
         _slurm(["sinfo"], timeout=0.5)
+
+
+def fake_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **outputs: str) -> None:
+    """Slurm commands that print fixed text, first on PATH."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, text in outputs.items():
+        (bindir / name).write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(text)}\n")
+        (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+
+
+def test_a_job_nobody_knows_is_lost_not_waited_for_forever(backend: tuple[SlurmBackend, Watched],
+                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    b, w = backend
+    w.submitted_at = time.time() - 3600
+    fake_commands(tmp_path, monkeypatch, sacct="", squeue="")
+    # An earlier run's task: forgotten, so that `matrix run` submits it again; nothing reported.
+    reported: list[object] = []
+    watch = {w.key: w}
+    b._poll(watch, lambda t, o: reported.append(o), first=True)
+    assert watch == {} and reported == []
+    # A task this run submitted: a failed repeat that says what happened.
+    watch = {w.key: w}
+    b._poll(watch, lambda t, o: reported.append(o))
+    assert watch == {} and len(reported) == 1
+    assert reported[0].status is Status.FAILED and "lost" in reported[0].reason  # type: ignore[attr-defined]
+
+
+def test_a_job_only_the_controller_knows_is_waited_for(backend: tuple[SlurmBackend, Watched],
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    b, w = backend
+    w.submitted_at = time.time() - 3600
+    fake_commands(tmp_path, monkeypatch, sacct="", squeue="41\n")  # accounting lags behind
+    watch = {w.key: w}
+    b._poll(watch, lambda t, o: pytest.fail("nothing is over"))
+    assert list(watch) == [w.key]
