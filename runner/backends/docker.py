@@ -35,7 +35,7 @@ from runner.backends import register
 from runner.backends.base import Backend, Check, Interrupted, Sink
 from runner.backends.local import rank_env
 from runner.bench import BENCH_PATH
-from runner.errors import ConfigError
+from runner.errors import BackendError, ConfigError
 from runner.results import Outcome, Status, outcome_from_process
 from runner.spec import EnvironmentBase, RunContext, Task
 
@@ -52,6 +52,8 @@ KILLER_IN = f"{INSIDE}/kill_task.py"
 TASK_VAR = "MATRIX_TASK"  # marks every process of one repeat, so it can be found and killed
 MASTER_PORT = 29500
 API_TIMEOUT = 120
+# What a call to the engine may raise besides its answers: requests' errors are OSErrors.
+ENGINE_ERRORS = (DockerException, OSError)
 KILL_GRACE_S = 10.0
 RANK_GRACE_S = 10.0
 
@@ -269,7 +271,7 @@ class _Exec:
         for _ in range(40):
             try:
                 info = self.api.exec_inspect(self.id)
-            except (APIError, DockerException):
+            except ENGINE_ERRORS:
                 return None
             if not info.get("Running"):
                 code = info.get("ExitCode")
@@ -339,10 +341,8 @@ class DockerBackend(Backend):
             for cid in self.created:
                 try:
                     self.client.api.remove_container(cid, force=True, v=True)
-                except NotFound:
-                    pass
-                except (APIError, DockerException, OSError):
-                    pass  # `matrix clean` reaps it by its label
+                except ENGINE_ERRORS:
+                    pass  # gone already, or `matrix clean` reaps it by its label
             self.created.clear()
             self.container = None
             self.client.close()
@@ -367,12 +367,12 @@ class DockerBackend(Backend):
                 if self.denv.pull == "never":
                     raise EnvironmentFailure(f"image {ref!r} is not on this engine and the environment "
                                              "says pull: never; build or load it first") from None
-            except APIError as e:
-                raise EnvironmentFailure(f"image {ref!r}: {e.explanation or e}") from e
+            except ENGINE_ERRORS as e:
+                raise EnvironmentFailure(f"image {ref!r}: {getattr(e, 'explanation', None) or e}") from e
         self._pull(client, ref)
         try:
             return client.images.get(ref)
-        except (ImageNotFound, APIError) as e:
+        except ENGINE_ERRORS as e:
             raise EnvironmentFailure(f"image {ref!r} was pulled but cannot be found: {e}") from e
 
     def _pull(self, client: docker.DockerClient, ref: str) -> None:
@@ -401,7 +401,7 @@ class DockerBackend(Backend):
                                     description=f"pulling {ref} ({len(layers)} layers)")
             except APIError as e:
                 raise EnvironmentFailure(self._pull_failed(ref, str(e.explanation or e))) from e
-            except DockerException as e:
+            except ENGINE_ERRORS as e:
                 raise EnvironmentFailure(self._pull_failed(ref, str(e))) from e
 
     @staticmethod
@@ -437,11 +437,14 @@ class DockerBackend(Backend):
         except EnvironmentFailure as e:
             self.failure = str(e)
             raise
+        except ENGINE_ERRORS as e:
+            self.failure = f"the Docker engine failed while preparing environment {self.denv.name!r}: {e}"
+            raise EnvironmentFailure(self.failure) from e
 
     def _discard(self, container: Container) -> None:
         try:
             container.remove(force=True, v=True)
-        except (NotFound, APIError, DockerException):
+        except ENGINE_ERRORS:
             pass
         if container.id in self.created:
             self.created.remove(container.id)
@@ -480,7 +483,7 @@ class DockerBackend(Backend):
             name = f"matrix-{re.sub(r'[^A-Za-z0-9_.-]+', '-', env.name)[:40]}-{uuid.uuid4().hex[:8]}"
             try:
                 container = client.containers.create(str(image.id), command, name=name, **options)
-            except (APIError, DockerException) as e:
+            except ENGINE_ERRORS as e:
                 raise EnvironmentFailure(f"cannot create a container of {env.image!r} for environment "
                                          f"{env.name!r}: {getattr(e, 'explanation', None) or e}") from e
             # containers.run(remove=True) leaves a container behind when start fails: track and remove ourselves.
@@ -517,7 +520,7 @@ class DockerBackend(Backend):
         for python in candidates:
             try:
                 run = _Exec(self._client().api, str(container.id), [python, "-c", PROBE], {}, user=self.denv.user or "")
-            except APIError as e:
+            except ENGINE_ERRORS as e:
                 raise EnvironmentFailure(self._exited_early(container, e)) from e
             wait_all([run], time.time() + 120, threading.Event())
             code = run.exit_code()
@@ -547,7 +550,7 @@ class DockerBackend(Backend):
         try:
             container.reload()
             return container.status == "running"
-        except (NotFound, APIError):
+        except ENGINE_ERRORS:
             return False
 
     def _still_running(self, container: Container, code: int | None) -> bool:
@@ -564,7 +567,7 @@ class DockerBackend(Backend):
         try:
             logs = container.logs(tail=20).decode(errors="replace").strip()
             state = container.attrs.get("State", {})
-        except (APIError, DockerException):
+        except ENGINE_ERRORS:
             logs, state = "", {}
         return (f"the container of {self.denv.image!r} stopped right after it started "
                 f"(exit code {state.get('ExitCode')}){': ' + logs if logs else ''}{f' ({e})' if e else ''}")
@@ -626,7 +629,7 @@ class DockerBackend(Backend):
                         # Only loopback exists and the container's hostname may not resolve: tell gloo.
                         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
                     execs.append(_Exec(api, str(container.id), argv, env, out, err, user=self.denv.user or ""))
-            except (APIError, DockerException) as e:
+            except ENGINE_ERRORS as e:
                 ended = "start"
                 self._kill(execs, mark)
                 return self._container_lost(container, execs, started, f"cannot exec in the container: {e}")
@@ -676,7 +679,7 @@ class DockerBackend(Backend):
                 self._client().api.exec_start(
                     self._client().api.exec_create(str(container.id), [self.python or "python3", KILLER_IN,
                                                                         TASK_VAR, mark], user="0")["Id"])
-            except (APIError, DockerException):
+            except ENGINE_ERRORS:
                 pass  # the container is gone: its processes with it
         deadline = time.time() + KILL_GRACE_S
         for e in execs:
@@ -691,7 +694,7 @@ class DockerBackend(Backend):
         state: dict[str, Any] = {}
         try:
             state = self._client().api.inspect_container(str(container.id)).get("State", {})
-        except (NotFound, APIError, DockerException):
+        except ENGINE_ERRORS:
             state = {"Status": "removed"}
         outcome = self._collect(execs, started)
         self._discard(container)
@@ -738,7 +741,7 @@ class DockerBackend(Backend):
             except ImageNotFound:
                 checks.append(Check("docker test image", None,
                                     f"{TEST_IMAGE} not built: images/debian-torch/build.sh (make services)"))
-        except (APIError, DockerException) as e:
+        except ENGINE_ERRORS as e:
             checks.append(Check("docker engine", False, f"the engine answered ping but not info: {e}"))
         finally:
             client.close()
@@ -764,6 +767,7 @@ class DockerBackend(Backend):
         except (DockerException, OSError):
             return []
         removed: list[str] = []
+        failed: list[str] = []
         filters = [f"{LABEL_MANAGED}=true"] + ([f"{LABEL_RUN}={run_id}"] if run_id else [])
         try:
             for container in client.containers.list(all=True, filters={"label": filters}):
@@ -776,8 +780,15 @@ class DockerBackend(Backend):
                                    f"{labels.get(LABEL_RUN, '?')}, environment {labels.get(LABEL_ENV, '?')})")
                 except NotFound:
                     pass
+                except ENGINE_ERRORS as e:
+                    failed.append(f"{container.name}: {e}")
+        except ENGINE_ERRORS as e:
+            failed.append(f"listing containers: {e}")
         finally:
             client.close()
+        if failed:
+            raise BackendError(f"removed {len(removed)} leftover containers but not these: {'; '.join(failed)}; "
+                               "try again, or remove them with `docker rm -f`")
         return removed
 
 
