@@ -861,8 +861,9 @@ def setup_training(model, plan, args, device, dist_info):
     if plan["mechanism"] == "apex":
         apex_amp = importlib.import_module("apex.amp")
         if hasattr(apex_amp, "initialize"):
+            quiet = {"verbosity": 0} if "verbosity" in _accepted_kwargs(apex_amp.initialize) else {}
             model, optimizer = apex_amp.initialize(model, optimizer, opt_level="O1", loss_scale="dynamic",
-                                                   verbosity=0)
+                                                   **quiet)
             extra["apex_api"] = "initialize(O1)"
         else:  # 2018 apex: amp.init() returns a handle that owns scale_loss
             apex_amp = apex_amp.init(enabled=True)
@@ -900,18 +901,16 @@ def setup_training(model, plan, args, device, dist_info):
 # ----------------------------------------------------------------------------- data
 
 class _TensorPairs(object):
-    """(x, y) pairs over index lists: TensorDataset plus sharding, for any torch."""
+    """(x, y) pairs from two tensors: TensorDataset without its version differences."""
 
-    def __init__(self, x, y, indices=None):
+    def __init__(self, x, y):
         self.x, self.y = x, y
-        self.indices = indices
 
     def __len__(self):
-        return len(self.indices) if self.indices is not None else int(self.x.size(0))
+        return int(self.x.size(0))
 
     def __getitem__(self, i):
-        j = self.indices[i] if self.indices is not None else i
-        return self.x[j], self.y[j]
+        return self.x[i], self.y[i]
 
 
 def _require_numpy(kind):

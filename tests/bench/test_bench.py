@@ -1,7 +1,9 @@
 """bench.py against real PyTorch on CPU: the command line, the result contract, and the numbers.
 
-Every end-to-end test runs bench.py as a fresh process, the way the backends do, and reads the
-one MATRIX_RESULT line; the selection logic is also exercised in-process with faked capabilities.
+Runs go through bench.main() in this process (no torch import per run) or, where the process is
+the point (exit statuses, a clean stdout, other interpreters, two ranks), through a fresh
+`python bench.py` as the backends start it. Precision selection is also tested with faked
+capabilities, since this machine has no GPU.
 """
 
 from __future__ import annotations
@@ -15,18 +17,17 @@ import socket
 import subprocess
 import sys
 import types
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import torch  # the venv's CPU build: pip install -e '.[local,dev]'
+from sklearn.datasets import load_digits
 
 from runner.bench import BENCH_PATH
 from tests.conftest import require
-
-torch = pytest.importorskip("torch", reason="bench tests need the venv's torch (pip install -e '.[local]')")
-np = pytest.importorskip("numpy")
-
 
 
 def _pyenv_root() -> Path:
@@ -116,8 +117,7 @@ def assert_one_line_error(run: Run, *needles: str) -> None:
 @pytest.fixture(scope="module")
 def digits_npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """scikit-learn's 8x8 digits as uint8 N,H,W images (0..255), 1400 train / 397 test."""
-    datasets = pytest.importorskip("sklearn.datasets")
-    digits = datasets.load_digits()
+    digits = load_digits()
     x = np.clip(digits.images * 16, 0, 255).astype(np.uint8)
     y = digits.target.astype(np.int64)
     order = np.random.RandomState(0).permutation(len(y))
@@ -587,9 +587,9 @@ def test_manual_master_weights_match_plain_sgd_in_fp32() -> None:
         for forward, backward, update in (steps_plain, steps_mixed):
             backward(forward(x, y))
             update()
-    for p, q, m in zip(plain.parameters(), mixed.parameters(), master.master_params):
+    for p, q, m in zip(plain.parameters(), mixed.parameters(), master.master_params, strict=True):
         assert torch.allclose(p, q, atol=1e-6) and torch.allclose(q, m)
-    assert all(m is not q for m, q in zip(master.master_params, mixed.parameters()))
+    assert all(m is not q for m, q in zip(master.master_params, mixed.parameters(), strict=True))
 
 
 def test_manual_master_weights_keep_updates_too_small_for_the_model_dtype() -> None:
@@ -676,6 +676,17 @@ def test_compiles_under_python36(tmp_path: Path) -> None:
                            str(BENCH_PATH), str(tmp_path / "bench.pyc")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "bench.pyc").exists()
+    # And it runs there: -S hides site-packages, so torch is missing and that is the answer.
+    proc = subprocess.run([str(PY36), "-S", str(BENCH_PATH), "--model", "mlp", "--precision", "fp32",
+                           "--batch-size", "2", "--dataset", "synthetic"], capture_output=True, text=True,
+                          timeout=60)
+    run = Run(proc.returncode, proc.stdout, proc.stderr)
+    assert run.rc == 4, run.stderr
+    r = run.result
+    assert r["status"] == "unsupported" and "torch is not importable" in r["reason"]
+    assert r["env"]["python"] == "3.6.15" and r["schema"] == 1
+    bad = subprocess.run([str(PY36), "-S", str(BENCH_PATH), "--model", "mlp"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
 
 
 def _free_port() -> int:
@@ -714,16 +725,50 @@ def test_two_process_gloo_run(digits_npz: Path) -> None:
     assert r["precision"]["ddp"] == "DistributedDataParallel"
 
 
-def _system_torchvision() -> bool:
-    if not os.path.exists(SYSTEM_PYTHON):
+def _probe(python: str, code: str) -> bool:
+    if not os.path.exists(python):
         return False
-    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import torch, torchvision"], capture_output=True)
-    return probe.returncode == 0
+    try:
+        return subprocess.run([python, "-c", code], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _other_pythons() -> list[str]:
+    """Interpreters with their own, older PyTorch: Debian's /usr/bin/python3 when it has torch, plus
+    those named in MATRIX_TEST_PYTHONS (os.pathsep-separated, e.g. a Python 3.6 + torch 1.0 venv)."""
+    named = [p for p in os.environ.get("MATRIX_TEST_PYTHONS", "").split(os.pathsep) if p]
+    return ([SYSTEM_PYTHON] if _probe(SYSTEM_PYTHON, "import torch") else []) + named
+
+
+@pytest.mark.parametrize("python", _other_pythons() or ["(none)"])
+def test_same_file_runs_on_another_torch(python: str, digits_npz: Path) -> None:
+    """The 2018-era promise: the one file trains, evaluates and says unsupported on another torch."""
+    if python == "(none)":
+        pytest.skip(f"no other Python with torch: {SYSTEM_PYTHON} lacks it (apt install python3-torch) "
+                    "and MATRIX_TEST_PYTHONS is unset")
+    assert _probe(python, "import torch"), f"{python} cannot import torch"
+    ok = run_bench("--model", "wrn", "--wrn-depth", "10", "--wrn-width", "1", "--precision", "fp32",
+                   "--batch-size", "4", "--dataset", "synthetic", "--iterations", "3", "--warmup", "1", *FAST,
+                   python=python, timeout=300)
+    assert ok.rc == 0, ok.stderr
+    assert ok.result["status"] == "ok" and ok.result["metrics"]["throughput"] > 0
+    assert ok.result["env"]["python"] == subprocess.run(
+        [python, "-c", "import platform; print(platform.python_version())"],
+        capture_output=True, text=True).stdout.strip()
+    learn = run_bench("--model", "mnist_cnn", "--precision", "fp32", "--batch-size", "64", "--dataset",
+                      f"npz:{digits_npz}", "--iterations", "100", "--warmup", "0", "--lr", "0.05", *FAST,
+                      python=python, timeout=300)
+    assert learn.rc == 0, learn.stderr
+    assert learn.result["metrics"]["accuracy"] > 0.8
+    fp16 = run_bench("--model", "mlp", "--precision", "fp16", "--batch-size", "4", "--dataset", "synthetic",
+                     "--device", "cpu", python=python)
+    assert fp16.rc == 4 and fp16.result["status"] == "unsupported"
 
 
 def test_resnet18_on_system_python_with_torchvision() -> None:
-    """A second, older PyTorch (Debian's 1.13 + torchvision 0.14) runs the same file."""
-    if not _system_torchvision():
+    """A second, older PyTorch (Debian's 1.13 + torchvision 0.14) builds torchvision's models."""
+    if not _probe(SYSTEM_PYTHON, "import torch, torchvision"):
         pytest.skip(f"{SYSTEM_PYTHON} has no torch + torchvision (apt install python3-torchvision)")
     run = run_bench("--model", "resnet18", "--precision", "fp32", "--batch-size", "2", "--dataset", "synthetic",
                     "--image-size", "64", "--iterations", "2", "--warmup", "1", *FAST, python=SYSTEM_PYTHON,
