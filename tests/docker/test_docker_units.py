@@ -147,3 +147,37 @@ def test_pull_never_names_the_missing_image(tmp_path: Path) -> None:
     backend.client = FakeClient([])  # type: ignore[assignment]
     with pytest.raises(dk.EnvironmentFailure, match="'local/only:1' is not on this engine .* pull: never"):
         backend._image()
+
+
+def python36() -> str | None:
+    """The Python 3.6 that 2018 images carry, where this machine has one (pyenv)."""
+    import shutil
+    import subprocess
+    pyenv = shutil.which("pyenv")
+    if not pyenv:
+        return None
+    root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
+    path = Path(root) / "versions" / "3.6.15" / "bin" / "python3.6"
+    return str(path) if path.exists() else None
+
+
+def test_in_container_helpers_run_on_python_3_6(tmp_path: Path) -> None:
+    """The probe and the kill helper run with the image's python: 2018 images have 3.6."""
+    import subprocess
+    py = python36()
+    if py is None:
+        pytest.skip("no Python 3.6 here (pyenv install 3.6.15)")
+    probe = subprocess.run([py, "-c", dk.PROBE], capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    executable, version, torch = probe.stdout.split()
+    assert version.startswith("3.6.") and torch in ("torch", "no-torch")
+    (tmp_path / "kill.py").write_bytes(dk.KILLER)
+    victim = subprocess.Popen([py, "-c", "import time; time.sleep(60)"], env={"MATRIX_TASK": "t-1"})
+    bystander = subprocess.Popen([py, "-c", "import time; time.sleep(60)"], env={"MATRIX_TASK": "t-2"})
+    try:
+        subprocess.run([py, str(tmp_path / "kill.py"), "MATRIX_TASK", "t-1"], check=True, timeout=60)
+        assert victim.wait(timeout=10) == -9
+        assert bystander.poll() is None  # another task's process is left alone
+    finally:
+        victim.kill()
+        bystander.kill()
