@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import re
 import shutil
 import sys
@@ -250,11 +251,14 @@ def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | N
     from rich.text import Text
 
     v = compare_view(c)
+    tty = sys.stdout.isatty()
     if color is None:
-        color = sys.stdout.isatty()
+        color = tty and not os.environ.get("NO_COLOR")
+    if width is None:  # a terminal's own width; piped output is not wrapped at all (up to 240 columns)
+        width = max(100, shutil.get_terminal_size((160, 40)).columns) if tty else 240
     buf = io.StringIO()
-    console = Console(file=buf, force_terminal=color, no_color=not color, highlight=False,
-                      width=width or max(100, shutil.get_terminal_size((160, 40)).columns), soft_wrap=False)
+    console = Console(file=buf, force_terminal=color, no_color=not color, highlight=False, width=width,
+                      soft_wrap=False)
     console.print(Text(v.title, style="bold"))
     console.print(Text(v.method, style="dim"))
     console.print(rich_table(v.environments, "Environments"))

@@ -148,7 +148,7 @@ def environments_table(info: pd.DataFrame) -> Table:
         values = [str(v) for v in info[col]]
         if not any(values):
             continue
-        if col == "env_repo_digest":
+        if col in ("env_repo_digest", "env_image_id"):
             values = [fmt.short_digest(v) for v in values]
         table.add(Cell(label, "key"), *(Cell(v or DASH) for v in values))
     return table

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from runner.report import compare_command, report_command
+from tests.report.conftest import fill_store, load_results
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
 UPDATE = os.environ.get("MATRIX_UPDATE_GOLDEN", "") not in ("", "0")
@@ -27,10 +28,11 @@ def check_golden(name: str, text: str) -> None:
     assert text == expected, f"{name} differs from its golden file; if intended, MATRIX_UPDATE_GOLDEN=1"
 
 
-@pytest.fixture
-def report_dir(db: Path, tmp_path: Path) -> Path:
-    out = tmp_path / "report"
-    report_command(db, None, ["md", "json", "csv"], out)
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("golden")
+    out = tmp / "report"
+    report_command(fill_store(tmp / "results.db", load_results()), None, ["md", "json", "csv"], out)
     return out
 
 
