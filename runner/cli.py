@@ -169,12 +169,15 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
             db: DbOpt = DEFAULT_DB,
             fmt: Annotated[Optional[str], typer.Option("--format", help="md, csv or json "
                                                        "[default: a table]")] = None,
-            metric: Annotated[str, typer.Option("--metric", help="metric to compare")] = "throughput") -> None:
+            metric: Annotated[str, typer.Option("--metric", help="throughput, iter_time, time, memory, loss, "
+                                                "accuracy")] = "throughput",
+            min_effect: Annotated[float, typer.Option("--min-effect", help="smallest change that counts as "
+                                                      "significant (0.02 = 2%)")] = 0.02) -> None:
     """Pair the cells of A and B and say which is faster, by how much, and whether it is significant."""
     from runner.report import compare_command
-    text = compare_command(db, a, b, fmt, metric)
+    text = compare_command(db, a, b, fmt, metric, min_effect=min_effect)
     if text:
-        typer.echo(text)
+        typer.echo(text, nl=not text.endswith("\n"))
 
 
 @app.command()
