@@ -571,12 +571,24 @@ class SlurmBackend(Backend):
         shapes: dict[tuple[int, int], list[Task]] = {}
         for task in tasks:
             shapes.setdefault((task.cell.gpus, task.cell.nodes), []).append(task)
+        broken: str | None = None  # Slurm cannot take jobs at all: the rest fails without more tries
         for (gpus, nodes), group in shapes.items():
             size = self.env.max_array_size
             for start in range(0, len(group), size):
                 if self.ctx.stop.is_set():
                     return
-                self._submit_array(group[start:start + size], gpus, nodes, watch, sink)
+                chunk = group[start:start + size]
+                if broken:
+                    self._fail(chunk, broken, sink)
+                else:
+                    broken = self._submit_array(chunk, gpus, nodes, watch, sink)
+
+    def _fail(self, tasks: Sequence[Task], reason: str, sink: Sink, extra: dict[str, Any] | None = None) -> None:
+        now = time.time()
+        for task in tasks:
+            sink(task, Outcome(Status.FAILED, reason=reason, started_at=now, finished_at=now,
+                               extra={"backend": "slurm", **(extra or {})}))
+            self._reported.add(state_key(task))
 
     def _next_name(self) -> str:
         n = 1
@@ -585,7 +597,8 @@ class SlurmBackend(Backend):
         return f"{n:03d}"
 
     def _submit_array(self, tasks: Sequence[Task], gpus: int, nodes: int, watch: dict[str, Watched],
-                      sink: Sink) -> None:
+                      sink: Sink) -> str | None:
+        """sbatch one array; returns why Slurm takes no jobs at all (unreachable), else None."""
         now = time.time()
         lines: list[str] = []
         runnable: list[Task] = []
@@ -598,14 +611,13 @@ class SlurmBackend(Backend):
             args = task.cell.bench_args()
             bad = [a for a in args if not a or "\t" in a or any(c in a for c in _CONTROL)]
             if bad or not _TASK_ID_RE.match(task.id):
-                sink(task, Outcome(Status.FAILED, reason=f"bench argument {bad[0] if bad else task.id!r} is empty "
-                                   "or has a tab or newline: the slurm manifest cannot carry it",
-                                   started_at=now, finished_at=now))
+                self._fail([task], f"bench argument {bad[0] if bad else task.id!r} is empty or has a tab or "
+                           "newline: the slurm manifest cannot carry it", sink)
                 continue
             lines.append("\t".join([task.id, *args]))
             runnable.append(task)
         if not runnable:
-            return
+            return None
         name = self._next_name()
         manifest = f"manifest-{name}.tsv"
         script = self.results_dir / f"job-{name}.sh"
@@ -619,14 +631,14 @@ class SlurmBackend(Backend):
             proc = _slurm(["sbatch", "--parsable", str(script)], timeout=SBATCH_TIMEOUT_S)
         except SlurmError as e:
             if e.unreachable:
-                raise
-            done = time.time()
-            for task in runnable:
-                sink(task, Outcome(Status.FAILED, reason=f"sbatch refused the job: {e.detail}",
-                                   started_at=now, finished_at=done,
-                                   extra={"backend": "slurm", "slurm_script": str(script)}))
-                self._reported.add(state_key(task))
-            return
+                self._fail(runnable, str(e), sink, {"slurm_script": str(script)})
+                return str(e)
+            self._fail(runnable, f"sbatch refused the job: {e.detail}", sink, {"slurm_script": str(script)})
+            return None
+        except BackendError as e:  # sbatch timed out: the job may exist; its tasks are not watched
+            self._fail(runnable, f"{e} (if the job was queued after all, scancel it: {script})", sink,
+                       {"slurm_script": str(script)})
+            return str(e)
         job = proc.stdout.strip().split(";")[0]
         if not _JOB_ID_RE.match(job):
             raise BackendError(f"sbatch --parsable printed {proc.stdout.strip()!r}, not a job id")
@@ -637,6 +649,7 @@ class SlurmBackend(Backend):
         if self.ctx.verbose:
             self._say(f"submitted job {job}: {len(runnable)} tasks, {nodes} node(s) x {gpus} "
                       f"process(es), time limit {limit} ({script})")
+        return None
 
     # -- polling ---------------------------------------------------------------------------------
 

@@ -197,3 +197,14 @@ def test_time_limit_is_timeout_and_the_rest_of_the_array_completes(launch: Launc
     assert "time limit" in timeout.reason and timeout.env["slurm_state"] == "TIMEOUT"
     assert "DUE TO TIME LIMIT" in timeout.log_tail, timeout.log_tail
     assert launch.records() == {}, "everything submitted was collected"
+
+
+def test_a_job_sbatch_refuses_is_a_failed_repeat_with_sbatch_words(bare_python: str, tmp_path: Path) -> None:
+    env = SlurmEnvironment(name="nopart", python=bare_python, gpus_per_node=0, partition="no-such-partition")
+    got: list[tuple[Task, Outcome]] = []
+    with SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path)) as backend:
+        backend.run(tasks_of(env, SHORT), lambda t, o: got.append((t, o)))
+    assert len(got) == 2 and {o.status for _, o in got} == {Status.FAILED}
+    assert "sbatch refused the job" in got[0][1].reason and "partition" in got[0][1].reason.lower()
+    assert not (tmp_path / "slurm" / "submitted.json").exists() or \
+        json.loads((tmp_path / "slurm" / "submitted.json").read_text())["tasks"] == {}

@@ -56,7 +56,7 @@ def submitted(workdir: Path) -> dict[str, dict[str, object]]:
 
 def queued(jobs: set[str]) -> list[str]:
     """The controller's view (squeue), which does not lag behind like accounting can."""
-    out = subprocess.run(["squeue", "-h", "-j", ",".join(sorted(jobs)), "-o", "%T"], capture_output=True,
+    out = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(sorted(jobs)), "-o", "%T"], capture_output=True,
                          text=True, timeout=30).stdout
     return [s for s in out.split() if s in ("PENDING", "RUNNING", "CONFIGURING")]
 

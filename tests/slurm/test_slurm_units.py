@@ -310,3 +310,27 @@ def test_a_job_only_the_controller_knows_is_waited_for(backend: tuple[SlurmBacke
     watch = {w.key: w}
     b._poll(watch, lambda t, o: pytest.fail("nothing is over"))
     assert list(watch) == [w.key]
+
+
+def test_an_unreachable_controller_fails_the_tasks_with_one_reason_and_no_more_sbatch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    count = tmp_path / "sbatch-calls"
+    (bindir / "sbatch").write_text(f"#!/bin/sh\necho x >> {shlex.quote(str(count))}\n"
+                                   "echo 'sbatch: error: Batch job submission failed: Unable to contact slurm "
+                                   "controller (connect failure)' >&2\nexit 1\n")
+    (bindir / "sacct").write_text("#!/bin/sh\nexit 0\n")
+    for exe in bindir.iterdir():
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    env = SlurmEnvironment(name="u", gpus_per_node=0)
+    run = RunSettings(iterations=1, warmup=0, repeats=1, timeout=60, seed=0)
+    tasks = [Task(Cell(env, {"model": "mlp", "gpus": g}, run), 0) for g in (1, 2, 4)]  # three shapes
+    got: list[tuple[Task, object]] = []
+    with SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path)) as b:
+        b.run(tasks, lambda t, o: got.append((t, o)))
+    assert [t for t, _ in got] == tasks
+    reasons = {o.reason for _, o in got}  # type: ignore[attr-defined]
+    assert len(reasons) == 1 and "scontrol ping" in reasons.pop()
+    assert count.read_text().count("x") == 1, "the first refusal stops further sbatch calls"
