@@ -606,7 +606,8 @@ def test_manual_master_weights_keep_updates_too_small_for_the_model_dtype() -> N
     for _ in range(6):
         loss = model(x).float().sum()  # d loss / d w = 1
         master.backward(loss)
-        assert model.weight.grad.item() == pytest.approx(256.0)  # the model sees scaled gradients
+        grad = model.weight.grad
+        assert grad is not None and grad.item() == pytest.approx(256.0)  # the model sees scaled gradients
         master.grads_to_master()
         assert master.master_params[0].grad.item() == pytest.approx(1.0)  # masters see true ones
         optimizer.step()
@@ -778,3 +779,50 @@ def test_resnet18_on_system_python_with_torchvision() -> None:
     assert r["status"] == "ok" and r["metrics"]["throughput"] > 0
     assert r["env"]["torchvision"] is not None and r["workload"]["num_classes"] == 1000
     assert r["workload"]["input_shape"] == [3, 64, 64]
+
+
+# ----------------------------------------------------------------------------- on a GPU (skipped without one)
+
+GPU_REASON = "no CUDA device here (CI machines have none; run on a GPU host with `pytest -m gpu`)"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision,amp_impl", [
+    ("fp32", "auto"), ("tf32", "auto"), ("fp16", "auto"), ("amp", "native"), ("amp", "manual"),
+    ("amp-bf16", "auto"), ("bf16", "auto"),
+])
+def test_gpu_precisions(precision: str, amp_impl: str) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip(GPU_REASON)
+    run = run_bench("--model", "wrn", "--wrn-depth", "10", "--wrn-width", "2", "--precision", precision,
+                    "--amp-impl", amp_impl, "--batch-size", "64", "--dataset", "synthetic", "--iterations", "20",
+                    "--warmup", "5", "--channels-last", "--cudnn-benchmark", "--device", "cuda", timeout=300)
+    r = run.result
+    ampere = torch.cuda.get_device_capability(0) >= (8, 0)
+    if precision in ("tf32", "bf16", "amp-bf16") and not ampere:
+        assert run.rc == 4 and r["status"] == "unsupported"
+        return
+    assert run.rc == 0, run.stderr
+    m, p = r["metrics"], r["precision"]
+    assert m["throughput"] > 0 and math.isfinite(m["loss_end"])
+    assert sum(m["iter_times"]) == pytest.approx(m["window_s"], rel=0.05)
+    assert m["peak_mem_allocated"] > 0 and m["peak_mem_reserved"] >= m["peak_mem_allocated"]
+    assert p["channels_last"] is True and p["cudnn_benchmark"] is True
+    expected_tf32 = {"fp32": False, "tf32": True}.get(precision)
+    if expected_tf32 is not None:
+        assert p["tf32_matmul"] is expected_tf32 and p["tf32_cudnn"] is expected_tf32
+    if precision == "amp":
+        assert p["mechanism"] == amp_impl
+        assert p["loss_scale"] == ("dynamic" if amp_impl == "native" else 256.0)
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_memory_is_status_oom() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip(GPU_REASON)
+    run = run_bench("--model", "cifar_vgg16", "--precision", "fp32", "--batch-size", "4000000", "--dataset",
+                    "synthetic", "--iterations", "1", "--warmup", "0", "--synthetic-batches", "1",
+                    "--image-size", "64", "--device", "cuda", timeout=300)
+    assert run.rc == 3, run.stderr
+    r = run.result
+    assert r["status"] == "oom" and "Traceback" not in run.stderr
