@@ -781,6 +781,30 @@ def test_resnet18_on_system_python_with_torchvision() -> None:
     assert r["workload"]["input_shape"] == [3, 64, 64]
 
 
+def test_imagefolder_on_system_python_with_torchvision(tmp_path: Path) -> None:
+    """imagefolder:DIR with DIR/train and DIR/val, read by torchvision's ImageFolder."""
+    if not _probe(SYSTEM_PYTHON, "import torch, torchvision, PIL"):
+        pytest.skip(f"{SYSTEM_PYTHON} has no torch + torchvision + PIL (apt install python3-torchvision)")
+    from PIL import Image
+
+    rng = np.random.RandomState(0)
+    for split, count in (("train", 6), ("val", 3)):
+        for label in ("cats", "dogs"):
+            folder = tmp_path / split / label
+            folder.mkdir(parents=True)
+            for i in range(count):
+                pixels = rng.randint(0, 256, size=(40, 40, 3)).astype(np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+    run = run_bench("--model", "mlp", "--precision", "fp32", "--batch-size", "4", "--dataset",
+                    f"imagefolder:{tmp_path}", "--image-size", "32", "--iterations", "4", "--warmup", "1",
+                    *FAST, python=SYSTEM_PYTHON, timeout=300)
+    assert run.rc == 0, run.stderr
+    r = run.result
+    assert r["workload"]["num_classes"] == 2 and r["workload"]["input_shape"] == [3, 32, 32]
+    assert r["workload"]["train_samples"] == 12 and r["workload"]["test_samples"] == 6
+    assert r["metrics"]["accuracy"] is not None
+
+
 # ----------------------------------------------------------------------------- on a GPU (skipped without one)
 
 GPU_REASON = "no CUDA device here (CI machines have none; run on a GPU host with `pytest -m gpu`)"
