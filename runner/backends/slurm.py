@@ -273,11 +273,11 @@ class SlurmError(BackendError):
         self.detail = " ".join(stderr.split())[:500] or f"exit status {returncode}"
         hint = ""
         low = stderr.lower()
-        if "unable to contact slurm controller" in low or "connection refused" in low \
+        if "database" in low or "slurmdbd" in low:
+            hint = " (is slurmdbd up, with accounting configured? `sacctmgr show cluster`; here: `make services`)"
+        elif "unable to contact slurm controller" in low or "connection refused" in low \
                 or "socket timed out" in low or "zero bytes were transmitted" in low:
             hint = " (is slurmctld up? `scontrol ping`; here: `make services`)"
-        elif "database" in low or "slurmdbd" in low:
-            hint = " (is slurmdbd up, with accounting configured? `sacctmgr show cluster`)"
         self.unreachable = bool(hint)
         super().__init__(f"`{args[0]}` failed: {self.detail}{hint}")
 
@@ -512,17 +512,17 @@ class SlurmBackend(Backend):
                 key = state_key(task)
                 if key in records:
                     watch[key] = Watched.from_record(task, key, records[key])
-            if watch:
-                self._poll(watch, sink, first=True)
-            else:
-                self._check_accounting()
-            if not self.ctx.submit:
-                unknown = [t for t in tasks if state_key(t) not in watch and state_key(t) not in self._reported]
-                if unknown:
-                    self._say(f"{len(unknown)} tasks were never submitted, or Slurm accounting does not know "
-                              "their jobs: `matrix run` submits them")
-                return
+            trouble = self._poll(watch, sink, first=True) if watch else self._accounting_trouble()
             missing = [t for t in tasks if state_key(t) not in watch and state_key(t) not in self._reported]
+            if not self.ctx.submit:
+                if missing:
+                    self._say(f"{len(missing)} tasks were never submitted, or Slurm does not know their jobs: "
+                              "`matrix run` submits them")
+                return
+            if trouble:
+                # Without accounting, timeouts and cancels would go unseen: submit nothing new.
+                self._fail(missing, f"not submitted: {trouble}", sink)
+                missing = []
             self._submit(missing, watch, sink)
             if not self.ctx.wait:
                 if watch:
@@ -537,13 +537,13 @@ class SlurmBackend(Backend):
             self._interrupted(watch, sink)
             raise
 
-    def _check_accounting(self) -> None:
-        """sacct must answer before anything is submitted: without it timeouts and cancels go unseen."""
+    def _accounting_trouble(self) -> str | None:
+        """Why sacct cannot be used, or None: without it matrix could not see jobs time out or end."""
         try:
             _slurm(["sacct", "-n", "-X", "-S", "now", "-E", "now", "--format=JobID"], timeout=SACCT_TIMEOUT_S)
-        except SlurmError as e:
-            raise BackendError(f"environment {self.env.name!r}: Slurm accounting does not answer, so "
-                               f"matrix could not see jobs finish: {e}") from e
+        except BackendError as e:
+            return f"Slurm accounting does not answer ({e})"
+        return None
 
     def _say(self, text: str) -> None:
         print(f"slurm ({self.env.name}): {text}", file=sys.stderr, flush=True)
@@ -653,23 +653,25 @@ class SlurmBackend(Backend):
 
     # -- polling ---------------------------------------------------------------------------------
 
-    def _poll(self, watch: dict[str, Watched], sink: Sink, first: bool = False) -> None:
+    def _poll(self, watch: dict[str, Watched], sink: Sink, first: bool = False) -> str | None:
         """One sacct call and one directory listing per results dir: report what is over.
+
+        Returns what went wrong with sacct, if it did: result files are still collected then.
 
         A task that neither sacct nor squeue knows long after its submission is lost: on the
         first look at an earlier run's jobs it is forgotten (so that `matrix run` submits it
         again); a job this run submitted and Slurm lost is a failed repeat.
         """
+        trouble = None
         try:
             rows = sacct(sorted({w.job for w in watch.values()}, key=int))
             self._sacct_failing_since = None
         except BackendError as e:
-            if first:
-                raise BackendError(f"environment {self.env.name!r}: {e}") from e
             # Results still come as files; sacct is needed only for timeouts, cancels and failures.
+            trouble = f"Slurm accounting does not answer ({e})"
             if self._sacct_failing_since is None:
                 self._sacct_failing_since = time.time()
-                self._say(f"sacct failed ({e}); still collecting result files, and retrying")
+                self._say(f"sacct failed ({e}); still collecting result files" + ("" if first else ", and retrying"))
             rows = {}
         listings: dict[Path, set[str]] = {}
         for d in {w.results_dir for w in watch.values()}:
@@ -724,6 +726,7 @@ class SlurmBackend(Backend):
             for key in lost:
                 watch.pop(key, None)
             self.state.remove(reported + lost)
+        return trouble
 
     @staticmethod
     def _queued() -> set[str] | None:

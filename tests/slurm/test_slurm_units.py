@@ -334,3 +334,36 @@ def test_an_unreachable_controller_fails_the_tasks_with_one_reason_and_no_more_s
     reasons = {o.reason for _, o in got}  # type: ignore[attr-defined]
     assert len(reasons) == 1 and "scontrol ping" in reasons.pop()
     assert count.read_text().count("x") == 1, "the first refusal stops further sbatch calls"
+
+
+def test_without_accounting_nothing_is_submitted_but_finished_files_are_collected(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Problem talking to the database: "
+                                  "Connection refused' >&2\nexit 1\n")
+    (bindir / "sbatch").write_text(f"#!/bin/sh\ntouch {shlex.quote(str(tmp_path / 'sbatch-ran'))}\necho 99\n")
+    (bindir / "squeue").write_text("#!/bin/sh\nexit 0\n")
+    for exe in bindir.iterdir():
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    env = SlurmEnvironment(name="u", gpus_per_node=0)
+    run = RunSettings(iterations=1, warmup=0, repeats=2, timeout=60, seed=0)
+    cell = Cell(env, {"model": "mlp"}, run)
+    earlier, new = Task(cell, 0), Task(cell, 1)
+    # An earlier run submitted repeat 0, and its result file is there.
+    old = SlurmBackend(env, RunContext(run_id="old", workdir=tmp_path))
+    (old.results_dir / "out").mkdir(parents=True)
+    result = {"schema": 1, "status": "ok", "reason": None, "metrics": {"throughput": 5.0}, "env": {}}
+    (old.results_dir / "out" / f"{earlier.id}.out").write_text("MATRIX_RESULT " + json.dumps(result) + "\n")
+    (old.results_dir / "out" / f"{earlier.id}.done").write_text(json.dumps(
+        {"schema": 1, "returncode": 0, "srun_returncode": 0, "started_at": 1.0, "finished_at": 2.0}))
+    old.state.add({"u\t" + cell.key + "\t0": Watched(earlier, "k", "98", 0, old.results_dir, time.time(),
+                                                     "old").record()})
+    got: dict[str, object] = {}
+    with SlurmBackend(env, RunContext(run_id="new", workdir=tmp_path)) as b:
+        b.run([earlier, new], lambda t, o: got.update({t.id: o}))
+    assert got[earlier.id].status is Status.OK  # type: ignore[attr-defined]
+    assert got[new.id].status is Status.FAILED  # type: ignore[attr-defined]
+    assert "not submitted" in got[new.id].reason and "slurmdbd" in got[new.id].reason  # type: ignore[attr-defined]
+    assert not (tmp_path / "sbatch-ran").exists()
