@@ -24,6 +24,8 @@ from runner.spec import PRECISIONS
 CONFIDENCE = 0.95
 ALPHA = 0.05
 MIN_EFFECT = 0.02  # a change below 2% is called noise, however small its p-value
+NOISY_CV = 0.10    # throughput that varies more than this between repeats is flagged
+DATA_BOUND = 0.10  # a loader that keeps the device waiting more than this share of the window is flagged
 
 # What identifies a cell in a report (besides the environment) and what pairs cells across sides.
 PARAM_KEYS = ("model", "precision", "batch_size", "dataset", "gpus", "nodes", "options")
@@ -675,3 +677,17 @@ def precision_summary(summary: pd.DataFrame) -> pd.DataFrame:
     out = out.sort_values(["_env", "model", "dataset", "options", "gpus", "nodes", "batch_size", "_prec"],
                           kind="stable")
     return out[cols].reset_index(drop=True)
+
+
+def quality_flags(summary: pd.DataFrame, noisy_cv: float = NOISY_CV, data_bound: float = DATA_BOUND
+                  ) -> pd.DataFrame:
+    """Cells whose numbers deserve suspicion: throughput CV above `noisy_cv` across repeats ("noisy"),
+    or the data loader waited on for more than `data_bound` of the timed window ("data-bound")."""
+    cols = [*CELL_KEYS, "flag", "value"]
+    parts = []
+    noisy = summary[summary["throughput_cv"] > noisy_cv]
+    parts.append(noisy.assign(flag="noisy", value=noisy["throughput_cv"]))
+    bound = summary[summary["data_wait_mean"] > data_bound]
+    parts.append(bound.assign(flag="data-bound", value=bound["data_wait_mean"]))
+    out = pd.concat(parts)
+    return out[cols].reset_index(drop=True) if not out.empty else pd.DataFrame(columns=cols)

@@ -84,7 +84,7 @@ class MdSafe(str):
     """Markdown that is already escaped (a table, a code block): the Markdown templates emit it as is."""
 
 
-_MD_SPECIAL = re.compile(r"([\\`*\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|$~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")  # $: GitHub math
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")  # only a '<' that could open an HTML tag or comment
 _ENTITY = re.compile(r"&(?=#?\w+;)")
 

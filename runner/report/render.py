@@ -96,6 +96,7 @@ def report_json(model: views.ReportModel) -> str:
         "comparisons": [comparison_doc(c) for _, _, c in model.comparisons],
         "precision_summary": records(model.precision_df),
         "scaling": records(model.scaling_df),
+        "flags": records(an.quality_flags(model.summary)),
     }
     return dumps(doc)
 

@@ -55,6 +55,7 @@ class ReportModel:
     name: str
     totals: str
     hardware: list[str]
+    warnings: list[str]
     runs: Table
     environments: Table
     grid: list[Section]
@@ -87,6 +88,8 @@ def constants_note(df: pd.DataFrame, keys: Sequence[str]) -> str:
         if k == "options" and not v:
             continue
         if k in ("gpus", "nodes"):
+            if v == 1:  # one process is the default layout: not worth a remark (and CPU runs have no GPU)
+                continue
             parts.append(f"{v} {'GPU' if k == 'gpus' else 'node'}{'s' if v != 1 else ''}")
         elif k == "options":
             parts.append(str(v))
@@ -349,6 +352,24 @@ def failures(summary: pd.DataFrame) -> list[Failure]:
             for r in bad.to_dict("records")]
 
 
+def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
+    """One sentence per kind of suspicious cell, naming the worst few: numbers not to trust blindly."""
+    out = []
+    words = {"noisy": (f"throughput varies by more than {an.NOISY_CV:.0%} (CV) between repeats",
+                       "more repeats, a longer window or a quieter machine"),
+             "data-bound": (f"the data loader kept the device waiting for more than {an.DATA_BOUND:.0%} "
+                            "of the timed window", "more loader workers, or synthetic data to measure compute")}
+    for flag, (what, fix) in words.items():
+        cells = flags[flags["flag"] == flag].sort_values("value", ascending=False, kind="stable")
+        if cells.empty:
+            continue
+        named = ", ".join(f"{cell_label(r)} ({fmt.percent(r['value'])})" for r in cells.head(shown).to_dict("records"))
+        more = f" and {len(cells) - shown} more" if len(cells) > shown else ""
+        n = len(cells)
+        out.append(f"In {n} cell{'s' if n != 1 else ''} {what}: {named}{more}. Try {fix}.")
+    return out
+
+
 def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> ReportModel:
     """All views of one report from the long frame and the runs it came from."""
     summary = an.summarize(df)
@@ -361,7 +382,8 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> Rep
     totals = (f"{len(df)} repeat{'s' if len(df) != 1 else ''} in {n_cells} cell{'s' if n_cells != 1 else ''}, "
               f"{len(info)} environment{'s' if len(info) != 1 else ''}: {an.status_summary(counts)}")
     return ReportModel(
-        name=name, totals=totals, hardware=hardware_lines(info), runs=runs_table(run_records),
+        name=name, totals=totals, hardware=hardware_lines(info), warnings=warnings(an.quality_flags(summary)),
+        runs=runs_table(run_records),
         environments=environments_table(info), grid=grid_sections(summary), comparison=comparison,
         precision=precision_sections(info, prec), scaling=scaling_sections(scale),
         failures=failures(summary), frame=df, summary=summary, comparisons=comparisons,

@@ -189,3 +189,20 @@ def test_fixture_store_statistics(db: Path) -> None:
     # t(0.975, 1) = 12.7062047...
     assert s["throughput_ci_high"] - s["throughput_mean"] == pytest.approx(
         12.706204736174698 * s["throughput_std"] / math.sqrt(2), rel=1e-9)
+
+
+def test_quality_flags_name_noisy_and_data_bound_cells() -> None:
+    rows = [row("a", i, v, window_s=1.0, data_wait_s=0.01) for i, v in enumerate([100.0, 101.0, 99.0])]
+    rows += [row("a", i, v, precision="fp16", window_s=1.0, data_wait_s=0.01)
+             for i, v in enumerate([100.0, 150.0])]                          # CV = 35.36 / 125 = 28%
+    rows += [row("a", i, v, precision="bf16", window_s=1.0, data_wait_s=0.25)
+             for i, v in enumerate([100.0, 100.0])]                          # a quarter of the window waiting
+    flags = an.quality_flags(an.summarize(an.frame(rows)))
+    assert sorted(zip(flags["precision"], flags["flag"], strict=True)) == [("bf16", "data-bound"),
+                                                                           ("fp16", "noisy")]
+    noisy = flags[flags["flag"] == "noisy"].iloc[0]
+    assert noisy["value"] == pytest.approx(np.std([100.0, 150.0], ddof=1) / 125.0)
+    from runner.report.views import warnings
+    text = " ".join(warnings(flags))
+    assert "In 1 cell throughput varies by more than 10%" in text and "(28%)" in text
+    assert "waiting for more than 10%" in text and "(25%)" in text

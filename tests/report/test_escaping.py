@@ -99,6 +99,7 @@ def test_compare_markdown_escapes_side_names(evil_report: tuple[Path, Path]) -> 
     ("cifar_vgg16", "cifar_vgg16"),
     ("p < 0.05", "p < 0.05"),
     ("[link](javascript:x)", r"\[link\](javascript:x)"),
+    ("$x^2$ ~~gone~~", r"\$x^2\$ \~\~gone\~\~"),
 ])
 def test_md_escape(raw: str, escaped: str) -> None:
     assert md_escape(raw) == escaped
