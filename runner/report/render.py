@@ -211,9 +211,13 @@ def compare_view(c: an.Comparison) -> CompareView:
     if not c.unpaired.empty:
         u = c.unpaired
         keys = views.varying(u, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
-        unpaired = Table(["side", "environment", *(views.KEY_LABELS[k] for k in keys), "statuses"])
+        names = {"A": a, "B": b}
+        # The environment column only says something when a side is not itself one environment.
+        show_env = any(r["environments"] != names[r["side"]] for r in u.to_dict("records"))
+        unpaired = Table(["side", *(["environment"] if show_env else []), *(views.KEY_LABELS[k] for k in keys),
+                          "statuses"])
         for r in u.to_dict("records"):
-            unpaired.add(a if r["side"] == "A" else b, r["environments"],
+            unpaired.add(names[r["side"]], *([r["environments"]] if show_env else []),
                          *(views.key_text(k, r[k]) for k in keys), Cell(r["statuses"], "status"))
     return CompareView(title, method, env_table, pairs, summary, precision, unpaired)
 
@@ -263,7 +267,8 @@ def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | N
     console.print(Text(v.title, style="bold"))
     console.print(Text(v.method, style="dim"))
     console.print(rich_table(v.environments, "Environments"))
-    console.print(rich_table(v.pairs, "Pairs"))
+    if v.pairs.rows:
+        console.print(rich_table(v.pairs, "Pairs"))
     console.print(Text(v.summary, style="bold"))
     if v.precision is not None:
         console.print(rich_table(v.precision, "Precision speed-up (throughput ÷ fp32)"))
