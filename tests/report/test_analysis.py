@@ -206,3 +206,13 @@ def test_quality_flags_name_noisy_and_data_bound_cells() -> None:
     text = " ".join(warnings(flags))
     assert "In 1 cell throughput varies by more than 10%" in text and "(28%)" in text
     assert "waiting for more than 10%" in text and "(25%)" in text
+
+
+def test_vectorised_welch_matches_scipy_ttest() -> None:
+    rng = np.random.default_rng(7)
+    for n_a, n_b in ((2, 2), (3, 5), (10, 4), (30, 30)):
+        a, b = rng.normal(100, 5, n_a), rng.normal(103, 9, n_b)
+        expected = stats.ttest_ind(a, b, equal_var=False).pvalue
+        got = an.welch_p_from_stats(a.mean(), a.std(ddof=1), n_a, b.mean(), b.std(ddof=1), n_b)
+        assert float(got) == pytest.approx(expected, rel=1e-9)
+    assert math.isnan(float(an.welch_p_from_stats(1.0, 0.0, 3, 1.0, 0.0, 3)))   # no spread: no test
