@@ -20,14 +20,12 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.report import fmt, views
-from runner.report.fmt import DASH, Cell, MdSafe, Table
+from runner.report.fmt import Cell, MdSafe, Table
 
 if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
     from runner.report.plots import Plot
 
-JSON_SCHEMA = 1
-REPORT_FORMATS = ("md", "html", "csv", "json")
-COMPARE_FORMATS = ("md", "csv", "json")
+JSON_SCHEMA = 1  # of report.json and `compare --format json`; bump when a field changes meaning
 
 
 # --- Jinja ------------------------------------------------------------------------------------
@@ -147,7 +145,7 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) ->
             shown.append({"title": p.title, "path": f"plots/{p.name}.png"})
         written.append(_write(out / "report.md", render_template("report.md.j2", r=model, plots=shown)))
     if "html" in formats:
-        svgs = [{"title": p.title, "name": p.name, "svg": jinja2_markup(p)} for p in plots if p.svg]
+        svgs = [{"title": p.title, "name": p.name, "svg": trusted_svg(p)} for p in plots if p.svg]
         written.append(_write(out / "report.html", render_template("report.html.j2", r=model, plots=svgs)))
     if "csv" in formats:
         written.append(_write(out / "summary.csv", model.summary.to_csv(index=False)))
@@ -157,7 +155,7 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) ->
     return written
 
 
-def jinja2_markup(p: Plot) -> Any:
+def trusted_svg(p: Plot) -> Any:
     """matplotlib's SVG, trusted as markup: it escapes the text it draws (checked by the hostile test)."""
     from markupsafe import Markup
 
@@ -277,5 +275,5 @@ def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | N
     return buf.getvalue()
 
 
-__all__ = ["DASH", "REPORT_FORMATS", "COMPARE_FORMATS", "write_report", "compare_markdown", "compare_csv",
-           "compare_json", "compare_terminal", "report_json", "slug"]
+__all__ = ["write_report", "report_json", "compare_markdown", "compare_csv", "compare_json", "compare_terminal",
+           "slug"]
