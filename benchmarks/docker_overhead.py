@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runner.backends.base import Backend  # noqa: E402
-from runner.backends.docker import BENCH_IN, TEST_IMAGE, DockerBackend, DockerEnvironment  # noqa: E402
+from runner.backends.docker import BENCH_IN, TEST_IMAGE, DockerBackend, DockerEnvironment, _Exec  # noqa: E402
 from runner.backends.local import LocalBackend, LocalEnvironment  # noqa: E402
 from runner.results import Outcome, Status  # noqa: E402
 from runner.spec import Cell, RunContext, RunSettings, Task  # noqa: E402
@@ -84,6 +84,20 @@ def bare_in_container(backend: DockerBackend, task: Task) -> float:
     return float(took)
 
 
+def exec_round_trips(backend: DockerBackend, n: int = 20) -> list[float]:
+    """The backend's fixed cost per process: exec create + start + output stream + inspect of `true`."""
+    assert backend.client is not None and backend.container is not None
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        ex = _Exec(backend.client.api, str(backend.container.id), ["true"], {"MATRIX_TASK": "bench"})
+        ex.join(60)
+        if ex.exit_code() != 0:
+            raise SystemExit("`true` failed in the container")
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def cell_for(env: Any, iterations: int) -> Cell:
     return Cell(env, PARAMS, RunSettings(iterations=iterations, warmup=1, repeats=1, timeout=600, seed=0))
 
@@ -125,6 +139,7 @@ def main() -> None:
             for i in range(args.repeats):
                 for side in order[i % len(order):] + order[:i % len(order)]:
                     sides[side].append(runs[side](i))
+            trips = exec_round_trips(docker_backend)
             t1 = time.perf_counter()
         teardown = time.perf_counter() - t1
     med = statistics.median
@@ -148,6 +163,9 @@ def main() -> None:
         print(f"  local backend: skipped, {HOST_PYTHON} has no torch (apt-get install python3-torch)")
     print(f"  docker - bare in container, paired:   {describe(vs_bare)} s "
           f"(ratio of medians {med(sides['docker']) / med(sides['bare']):.3f})")
+    figures["exec_round_trip_s"] = trips
+    print(f"  one exec round trip of `true` (create, start, stream, inspect): median {med(trips) * 1000:.0f} ms, "
+          f"min {min(trips) * 1000:.0f} ms")
     print(f"  once per environment and run: container start + python probe {setup:.3f} s, "
           f"kill + remove {teardown:.3f} s")
     print(f"  target: under 0.5 s per repeat -> {'met' if worst < 0.5 else 'NOT met'} ({worst:+.3f} s)")
