@@ -27,8 +27,8 @@ def get(kind: str) -> type[Backend]:
 
 
 def _load() -> None:
-    if not _REGISTRY:
-        from runner.backends import docker, local, slurm  # noqa: F401  (they register themselves)
+    # Import every backend module, even when one was imported directly (and so registered) first.
+    from runner.backends import docker, local, slurm  # noqa: F401  (they register themselves)
 
 
 __all__ = ["Backend", "Check", "Sink", "get", "kinds", "register"]
