@@ -84,7 +84,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
                                                    "repeats again")] = False,
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
-        workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch files")] = Path("results"),
+        workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch files; keep it the same "
+                                              "across run, collect and resume")] = Path("results"),
         ) -> None:
     """Run every repeat that is not stored yet (resume is the default)."""
     m = matrix_mod.load(_matrix_path(matrix))
@@ -95,7 +96,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
 
 @app.command()
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-            workdir: Annotated[Path, typer.Option("--workdir")] = Path("results")) -> None:
+            workdir: Annotated[Path, typer.Option("--workdir", help="the --workdir of the run that "
+                                                  "submitted")] = Path("results")) -> None:
     """Gather results of batch jobs submitted earlier (`run --no-wait`); submits nothing."""
     m = matrix_mod.load(_matrix_path(matrix))
     _run(m, db, env, only, workdir, submit=False)
@@ -207,9 +209,13 @@ def doctor() -> None:
 
 
 @app.command()
-def clean(run_ref: Annotated[Optional[str], typer.Option("--run", help="only this run's leftovers")] = None
-          ) -> None:
-    """Remove containers (and other leftovers) of interrupted runs."""
+def clean(run_ref: Annotated[Optional[str], typer.Option("--run", help="only this run's leftovers "
+                                                         "(id or prefix)")] = None,
+          db: DbOpt = DEFAULT_DB) -> None:
+    """Remove containers and batch jobs left by interrupted runs."""
+    if run_ref and db.exists():
+        with Store(db) as store:
+            run_ref = store.resolve_run(run_ref)
     removed = [f"{kind}: {item}" for kind in backends.kinds() for item in backends.get(kind).clean(run_ref)]
     typer.echo("\n".join(["removed:", *removed]) if removed else "nothing to clean")
 
