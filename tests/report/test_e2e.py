@@ -53,6 +53,7 @@ def test_run_then_report_and_compare(tmp_path: Path) -> None:
 
     compare = cli("compare", "one", "two", "--db", str(db), "--format", "md", cwd=tmp_path).stdout
     assert "# Comparison: one (tag) vs two (tag)" in compare
-    pair_rows = [ln for ln in compare.splitlines() if ln.startswith("| mlp ")]
+    pairs_section = compare.split("## Pairs", 1)[1].split("\n## ", 1)[0]
+    pair_rows = [ln for ln in pairs_section.splitlines() if ln.startswith("| mlp ")]
     assert len(pair_rows) == 4                     # 2 precisions x 2 batch sizes, paired across the sides
     assert "Geometric mean of two/one over 4 pairs" in compare
