@@ -7,7 +7,7 @@ import sys
 import traceback
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,11 +22,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Benchmark deep-learning training across environments and precisions.")
 state = {"verbose": False}
 
-MatrixOpt = Annotated[Optional[Path], typer.Option("--matrix", "-m", help="matrix file [default: ./matrix.yaml, "
-                                                   "else the embedded quickstart]")]
+MatrixOpt = Annotated[Path | None, typer.Option("--matrix", "-m", help="matrix file (default: ./matrix.yaml, "
+                                                   "else the embedded quickstart)")]
 DbOpt = Annotated[Path, typer.Option("--db", help="SQLite result store")]
-EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", help="only these environments (name, tag or backend)")]
-OnlyOpt = Annotated[Optional[list[str]], typer.Option("--only", help="only cells with KEY=VALUE (repeatable)")]
+EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="only these environments (name, tag or backend)")]
+OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="only cells with KEY=VALUE (repeatable)")]
 
 
 @app.callback()
@@ -77,9 +77,9 @@ def console() -> Console:
 
 @app.command()
 def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-        image: Annotated[Optional[str], typer.Option("--image", help="run the axes in this one image "
+        image: Annotated[str | None, typer.Option("--image", help="run the axes in this one image "
                                                      "(an ad-hoc docker environment)")] = None,
-        gpus: Annotated[Optional[str], typer.Option("--gpus", help="with --image: all, N or 0,1")] = None,
+        gpus: Annotated[str | None, typer.Option("--gpus", help="with --image: all, N or 0,1")] = None,
         rerun_failed: Annotated[bool, typer.Option("--rerun-failed", help="run failed and timed-out "
                                                    "repeats again")] = False,
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
@@ -144,8 +144,8 @@ def ls(db: DbOpt = DEFAULT_DB) -> None:
 
 
 @app.command()
-def show(run_ref: Annotated[Optional[str], typer.Argument(metavar="RUN", help="run id or prefix "
-                                                          "[default: latest]")] = None,
+def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run id or prefix "
+                                                          "(default: latest)")] = None,
          db: DbOpt = DEFAULT_DB) -> None:
     """The cells of one run with their statuses and throughput."""
     with Store(db, create=False) as store:
@@ -169,8 +169,8 @@ def show(run_ref: Annotated[Optional[str], typer.Argument(metavar="RUN", help="r
 def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, backend or run id")],
             b: Annotated[str, typer.Argument(help="side B: environment, tag, backend or run id")],
             db: DbOpt = DEFAULT_DB,
-            fmt: Annotated[Optional[str], typer.Option("--format", help="md, csv or json "
-                                                       "[default: a table]")] = None,
+            fmt: Annotated[str | None, typer.Option("--format", help="md, csv or json "
+                                                       "(default: a table)")] = None,
             metric: Annotated[str, typer.Option("--metric", help="throughput, iter_time, time, memory, loss, "
                                                 "accuracy")] = "throughput",
             min_effect: Annotated[float, typer.Option("--min-effect", help="smallest change that counts as "
@@ -184,11 +184,11 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
 
 @app.command()
 def report(db: DbOpt = DEFAULT_DB,
-           run_refs: Annotated[Optional[list[str]], typer.Option("--run", help="only these runs")] = None,
-           fmt: Annotated[Optional[list[str]], typer.Option("--format", help="md, html, csv, json "
-                                                            "(repeatable) [default: md and html]")] = None,
-           out: Annotated[Optional[Path], typer.Option("--out", help="output folder "
-                                                       "[default: reports/<name>/]")] = None) -> None:
+           run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs")] = None,
+           fmt: Annotated[list[str] | None, typer.Option("--format", help="md, html, csv, json "
+                                                            "(repeatable; default: md and html)")] = None,
+           out: Annotated[Path | None, typer.Option("--out", help="output folder "
+                                                       "(default: reports/<name>/)")] = None) -> None:
     """Write the report views (tables and plots) from the store."""
     from runner.report import report_command
     for path in report_command(db, run_refs or None, fmt or ["md", "html"], out):
@@ -209,7 +209,7 @@ def doctor() -> None:
 
 
 @app.command()
-def clean(run_ref: Annotated[Optional[str], typer.Option("--run", help="only this run's leftovers "
+def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this run's leftovers "
                                                          "(id or prefix)")] = None,
           db: DbOpt = DEFAULT_DB) -> None:
     """Remove containers and batch jobs left by interrupted runs."""

@@ -11,8 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from runner import backends
@@ -90,7 +96,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
     ctx.on_start = on_start
     try:
         with progress:
-            for env_name, env_tasks in by_env.items():
+            for _env_name, env_tasks in by_env.items():
                 env = env_tasks[0].cell.environment
                 try:
                     with backends.get(env.backend)(env, ctx) as backend:

@@ -147,7 +147,7 @@ def _format(where: str, text: str, err: ValidationError, prefix: tuple[Any, ...]
 
 def _owner(model: type[BaseModel] | None, loc: Sequence[Any]) -> type[BaseModel] | None:
     """The model that owns the field at loc, to list its allowed keys."""
-    known = {"axes": Axes, "run": RunSettings, "mounts": Mount}
+    known: dict[str, type[BaseModel]] = {"axes": Axes, "run": RunSettings, "mounts": Mount}
     current = model
     for part in loc:
         if isinstance(part, int):

@@ -106,7 +106,7 @@ class LocalBackend(Backend):
                 out = open(f"{stem}.rank{rank}.out", "wb")
                 err = open(f"{stem}.rank{rank}.log", "wb")
                 proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                        env=rank_env(base, rank, world, port), cwd=self.env.cwd,
+                                        env=rank_env(base, rank, world, port), cwd=getattr(self.env, "cwd", None),
                                         start_new_session=True)
                 procs.append((proc, out, err))
             timed_out = self._wait([p for p, _, _ in procs], started + task.cell.run.timeout)
