@@ -119,7 +119,9 @@ def _hardware(env: Mapping[str, Any]) -> str:
     name = env.get("device_name")
     if name and device != "cpu":
         return str(name)
-    return str(env.get("cpu") or name or device or "")
+    cpu = str(env.get("cpu") or name or device or "")
+    count = env.get("cpu_count")
+    return f"{cpu} ({count} CPUs)" if cpu and isinstance(count, int) else cpu
 
 
 def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
