@@ -139,6 +139,8 @@ def _format(where: str, text: str, err: ValidationError, prefix: tuple[Any, ...]
             msg = f"unknown key {loc[-1]!r}" + (f"; allowed: {allowed}" if allowed else "")
         elif e["type"] == "missing":
             msg = "required field is missing"
+        elif e["type"] == "literal_error":
+            msg = f"{e['input']!r} is not allowed; allowed: {(e.get('ctx') or {}).get('expected', '')}"
         elif e["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
         lines.append(_line(where, text, full) + f": {msg}")

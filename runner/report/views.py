@@ -163,7 +163,7 @@ def hardware_lines(info: pd.DataFrame) -> list[str]:
     for row in info.itertuples(index=False):
         r = row._asdict()
         bits = [r["hardware"] or "device unknown"]
-        if r["env_cpu"] and r["env_cpu"] != r["hardware"]:
+        if r["env_cpu"] and not str(r["hardware"]).startswith(str(r["env_cpu"])):
             bits.append(f"CPU {r['env_cpu']}")
         for col, label in (("env_driver", "driver"), ("env_torch", "torch"), ("env_cuda", "CUDA")):
             if r[col]:
