@@ -57,6 +57,14 @@ def ratio(x: Any) -> str:
     return DASH if _isnan(x) else f"{float(x):.2f}x"
 
 
+def ratio_words(x: Any, words: str | None) -> str:
+    """'0.96x (1.04x slower)', or just the words when they start with the same number."""
+    number = ratio(x)
+    if not words:
+        return number
+    return words if words.startswith(number) else f"{number} ({words})"
+
+
 def percent(x: Any) -> str:
     return DASH if _isnan(x) else f"{float(x) * 100:.0f}%"
 

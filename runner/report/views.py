@@ -242,10 +242,9 @@ def comparison_note(c: an.Comparison, a: str, b: str) -> str:
     if not n:
         return f"No cell of {b} has a partner in {a}."
     sig = c.n_significant
-    geo = fmt.ratio(c.geomean)
     words = c.geomean_words
-    text = (f"Geometric mean of {b}/{a} over {n} pair{'s' if n != 1 else ''}: {geo}"
-            f"{f' ({words})' if words else ''}; {sig} of {n} significant "
+    text = (f"Geometric mean of {b}/{a} over {n} pair{'s' if n != 1 else ''}: {fmt.ratio_words(c.geomean, words)}"
+            f"; {sig} of {n} significant "
             f"(Welch's t-test p < {c.alpha:g} and a change of at least {c.min_effect:.0%}).")
     if not c.unpaired.empty:
         text += f" Unpaired: {len(c.unpaired)} cell{'s' if len(c.unpaired) != 1 else ''}."
