@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import ClassVar
 
-from runner.results import Outcome
+from runner.results import Outcome, Status
 from runner.spec import EnvironmentBase, RunContext, Task
 
 Sink = Callable[[Task, Outcome], None]
@@ -66,3 +66,26 @@ class Backend(abc.ABC):
     def clean(cls, run_id: str | None = None) -> list[str]:
         """Remove what interrupted runs left behind; returns what was removed."""
         return []
+
+
+class SequentialBackend(Backend):
+    """A backend that runs its tasks one after another, each a fresh process (local, docker)."""
+
+    def run(self, tasks: Sequence[Task], sink: Sink) -> None:
+        for task in tasks:
+            if self.ctx.stop.is_set():
+                return
+            if self.ctx.on_start:
+                self.ctx.on_start(task)
+            try:
+                outcome = self.run_one(task)
+            except Interrupted as stop:
+                sink(task, stop.outcome)
+                raise
+            sink(task, outcome)
+            if outcome.status is Status.CANCELLED:
+                return
+
+    @abc.abstractmethod
+    def run_one(self, task: Task) -> Outcome:
+        """Run one repeat to its end (or its timeout) and say how it went."""

@@ -32,7 +32,7 @@ from docker.utils import parse_repository_tag
 from pydantic import field_validator
 
 from runner.backends import register
-from runner.backends.base import Backend, Check, Interrupted, Sink
+from runner.backends.base import Check, Interrupted, SequentialBackend
 from runner.backends.local import rank_env
 from runner.bench import BENCH_PATH
 from runner.errors import BackendError, ConfigError
@@ -306,7 +306,7 @@ def wait_all(execs: Sequence[_Exec], deadline: float, stop: threading.Event,
 
 
 @register
-class DockerBackend(Backend):
+class DockerBackend(SequentialBackend):
     kind = "docker"
     config = DockerEnvironment
 
@@ -578,21 +578,6 @@ class DockerBackend(Backend):
         return {"backend": "docker", **(self.image_facts or {"image": self.denv.image}),
                 "container_id": self.container.id if self.container is not None else None,
                 "python_executable": self.python}
-
-    def run(self, tasks: Sequence[Task], sink: Sink) -> None:
-        for task in tasks:
-            if self.ctx.stop.is_set():
-                return
-            if self.ctx.on_start:
-                self.ctx.on_start(task)
-            try:
-                outcome = self.run_one(task)
-            except Interrupted as stop:
-                sink(task, stop.outcome)
-                raise
-            sink(task, outcome)
-            if outcome.status is Status.CANCELLED:
-                return
 
     def run_one(self, task: Task) -> Outcome:
         started = time.time()

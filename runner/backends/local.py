@@ -9,12 +9,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Literal
 
 from runner.backends import register
-from runner.backends.base import Backend, Check, Interrupted, Sink
+from runner.backends.base import Check, Interrupted, SequentialBackend
 from runner.bench import BENCH_PATH
 from runner.results import Outcome, Status, outcome_from_process
 from runner.spec import EnvironmentBase, Task
@@ -62,7 +61,7 @@ def rank_env(base: dict[str, str], rank: int, world: int, port: int) -> dict[str
 
 
 @register
-class LocalBackend(Backend):
+class LocalBackend(SequentialBackend):
     kind = "local"
     config = LocalEnvironment
 
@@ -71,19 +70,6 @@ class LocalBackend(Backend):
         self.logdir = self.ctx.workdir / "logs" / self.ctx.run_id
         self.logdir.mkdir(parents=True, exist_ok=True)
         return self
-
-    def run(self, tasks: Sequence[Task], sink: Sink) -> None:
-        for task in tasks:
-            if self.ctx.stop.is_set():
-                return
-            if self.ctx.on_start:
-                self.ctx.on_start(task)
-            try:
-                outcome = self.run_one(task)
-            except Interrupted as stop:
-                sink(task, stop.outcome)
-                raise
-            sink(task, outcome)
 
     def run_one(self, task: Task) -> Outcome:
         now = time.time()
