@@ -76,8 +76,12 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
     bar = progress.add_task("starting", total=len(tasks))
     reported: set[str] = set()
 
+    varying = varying_params(cells)
+
     def on_start(task: Task) -> None:
-        progress.update(bar, description=f"{task.cell.label()} [dim]repeat {task.repeat + 1}/"
+        # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal.
+        shown = " ".join(f"{task.cell.params[k]}" for k in varying if k in task.cell.params)
+        progress.update(bar, description=f"{task.cell.env_name} {shown} [dim]repeat {task.repeat + 1}/"
                                          f"{task.cell.run.repeats}[/]")
 
     def sink(task: Task, outcome: Outcome) -> None:
@@ -131,6 +135,12 @@ def fmt_rate(values: list[float]) -> str:
     return f"{statistics.fmean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
+def varying_params(cells: Sequence[Cell]) -> list[str]:
+    """The axes whose value differs between the cells: the ones worth showing."""
+    return [k for k in dict.fromkeys(k for c in cells for k in c.params)
+            if len({str(c.params.get(k)) for c in cells}) > 1]
+
+
 def print_summary(out: Console, cells: Sequence[Cell], store: Store) -> None:
     """One line per cell: statuses of its stored repeats and throughput mean ± std."""
     rows_by_key: dict[str, list[dict[str, object]]] = defaultdict(list)
@@ -138,8 +148,7 @@ def print_summary(out: Console, cells: Sequence[Cell], store: Store) -> None:
     for row in store.rows():
         if row["cell_key"] in keys:
             rows_by_key[row["cell_key"]].append(row)
-    varying = [k for k in dict.fromkeys(k for c in cells for k in c.params)
-               if len({str(c.params.get(k)) for c in cells}) > 1]
+    varying = varying_params(cells)
     table = Table(title="matrix run summary", show_lines=False)
     for col in ("environment", *varying, "repeats", "img/s (mean ± std)", "note"):
         table.add_column(col, justify="right" if col.startswith(("img", "rep")) else "left")
