@@ -107,7 +107,11 @@ def _with_image(m: matrix_mod.Matrix, image: str, gpus: str | None) -> matrix_mo
     from dataclasses import replace
 
     from runner.backends.docker import adhoc_environment
-    return replace(m, environments=(adhoc_environment(image, gpus),), include=tuple(
+    axes = m.axes
+    if gpus and axes.device == ["cpu"]:
+        # GPUs were asked for: a CPU-only device axis (the quickstart's) would leave them idle.
+        axes = axes.model_copy(update={"device": ["cuda"]})
+    return replace(m, axes=axes, environments=(adhoc_environment(image, gpus),), include=tuple(
         {k: v for k, v in rule.items() if k != "environment"} for rule in m.include),
         exclude=tuple(r for r in m.exclude if "environment" not in r))
 

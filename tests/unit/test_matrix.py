@@ -154,3 +154,16 @@ def test_shipped_matrices_are_valid() -> None:
     root = Path(__file__).resolve().parents[2]
     for path in [root / "matrix.yaml", *sorted((root / "examples").glob("*.yaml"))]:
         assert matrix.load(path).cells(), path
+
+
+def test_image_with_gpus_runs_the_axes_on_the_gpu() -> None:
+    from runner.cli import _with_image
+
+    m = parse(BASE.replace("batch_size: [16, 32]", "batch_size: [16, 32]\n  device: [cpu]")
+              + "exclude: [{environment: cpu, precision: bf16}]\n")
+    on_gpu = _with_image(m, "nvcr.io/nvidia/pytorch:18.07-py3", "all")
+    assert [e.name for e in on_gpu.environments] == ["pytorch-18.07-py3"]
+    assert {c.params["device"] for c in on_gpu.cells()} == {"cuda"}
+    assert len(on_gpu.cells()) == 4  # the environment-specific exclude no longer applies
+    on_cpu = _with_image(m, "matrix/debian-torch:1.13", None)
+    assert {c.params["device"] for c in on_cpu.cells()} == {"cpu"}
