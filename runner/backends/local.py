@@ -57,6 +57,9 @@ def rank_env(base: dict[str, str], rank: int, world: int, port: int) -> dict[str
     if world > 1:
         env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                    LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        # One host: keep gloo on loopback rather than whatever the hostname resolves to
+        # (a Docker bridge coming and going must not break a CPU run).
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
 
 

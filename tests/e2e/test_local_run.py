@@ -130,7 +130,8 @@ def test_two_local_processes_report_one_global_throughput(tmp_path: Path) -> Non
         "precision: [fp32, bf16]", "precision: [fp32], gpus: [2]"))
     cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
     (row,) = rows(tmp_path / "r.db")
-    assert row["status"] == "ok" and row["metrics"]["world_size"] == 2  # type: ignore[index]
+    assert row["status"] == "ok", f"{row['reason']}\n{row['log_tail']}"
+    assert row["metrics"]["world_size"] == 2  # type: ignore[index]
 
 
 def test_config_error_is_one_line_and_verbose_shows_the_traceback(tmp_path: Path) -> None:
