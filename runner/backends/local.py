@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -25,6 +26,17 @@ class LocalEnvironment(EnvironmentBase):
 
 
 def free_port() -> int:
+    """A port for the rendezvous, outside the kernel's ephemeral range (32768+), so no
+    outgoing connection can take it between this check and rank 0's bind."""
+    rng = random.SystemRandom()
+    for _ in range(100):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
