@@ -16,6 +16,7 @@ from rich.table import Table
 from runner import backends, execute
 from runner import matrix as matrix_mod
 from runner.errors import MatrixError
+from runner.spec import shown_params
 from runner.store import DEFAULT_DB, Store
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -62,12 +63,7 @@ def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
 
 def param_columns(cells: list[Any]) -> list[str]:
     """The axes worth a column: those present in any cell, minus a process layout of 1."""
-    names: dict[str, None] = {}
-    for cell in cells:
-        for k, v in cell.params.items():
-            if not (k in ("gpus", "nodes") and v == 1):
-                names[k] = None
-    return list(names)
+    return list(dict.fromkeys(k for cell in cells for k in shown_params(cell.params)))
 
 
 def console() -> Console:
@@ -156,9 +152,7 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
         run_id = store.resolve_run(run_ref)
         rows = list(store.rows([run_id], latest_only=False))
     table = Table(title=f"run {run_id}: {len(rows)} repeats")
-    axes: dict[str, None] = {}
-    for r in rows:
-        axes.update({k: None for k, v in r["params"].items() if not (k in ("gpus", "nodes") and v == 1)})
+    axes = list(dict.fromkeys(k for r in rows for k in shown_params(r["params"])))
     for col in ("cell", "environment", *axes, "repeat", "status", "img/s", "note"):
         table.add_column(col)
     for r in rows:

@@ -134,6 +134,11 @@ AXIS_NAMES = tuple(Axes.model_fields)
 LAYOUT_AXES = ("gpus", "nodes")  # how many processes a backend starts, not bench.py options
 
 
+def shown_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The params worth showing a person: a process layout of 1 is the default and says nothing."""
+    return {k: v for k, v in params.items() if not (k in LAYOUT_AXES and v == 1)}
+
+
 def stable_hash(obj: Any, length: int = 12) -> str:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:length]
@@ -179,8 +184,7 @@ class Cell:
         return args
 
     def label(self) -> str:
-        shown = {k: v for k, v in self.params.items() if not (k in LAYOUT_AXES and v == 1)}
-        return f"{self.env_name} " + " ".join(f"{k}={v}" for k, v in shown.items())
+        return f"{self.env_name} " + " ".join(f"{k}={v}" for k, v in shown_params(self.params).items())
 
 
 @dataclass(frozen=True)

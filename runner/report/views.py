@@ -17,7 +17,7 @@ from runner import analysis as an
 from runner.report import fmt
 from runner.report.fmt import DASH, Cell, Table
 from runner.results import Status
-from runner.spec import PRECISIONS
+from runner.spec import LAYOUT_AXES, PRECISIONS
 
 GRID_METRICS = ("throughput", "iter_time", "peak_mem", "accuracy", "loss_end")
 KEY_LABELS = {"environment": "environment", "model": "model", "precision": "precision", "batch_size": "batch",
@@ -87,7 +87,7 @@ def constants_note(df: pd.DataFrame, keys: Sequence[str]) -> str:
         v = df[k].iloc[0]
         if k == "options" and not v:
             continue
-        if k in ("gpus", "nodes"):
+        if k in LAYOUT_AXES:
             if v == 1:  # one process is the default layout: not worth a remark (and CPU runs have no GPU)
                 continue
             parts.append(f"{v} {'GPU' if k == 'gpus' else 'node'}{'s' if v != 1 else ''}")
@@ -125,7 +125,7 @@ def cell_label(row: Any, keys: Sequence[str] = an.CELL_KEYS) -> str:
     parts = []
     for k in keys:
         v = row[k]
-        if k in ("gpus", "nodes") and v == 1:
+        if k in LAYOUT_AXES and v == 1:
             continue
         if k == "options" and not v:
             continue
