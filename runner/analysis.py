@@ -68,9 +68,14 @@ METRIC_ALIASES = {"time": "window_s", "memory": "peak_mem", "mem": "peak_mem", "
                   "iter": "iter_time", "acc": "accuracy"}
 STAT_NAMES = ("n", "mean", "std", "cv", "min", "max", "median", "ci_low", "ci_high")
 
+# How a precision ran (from the bench result's "precision" record): the same word can mean different
+# things in different environments (amp: apex in a 2018 image, torch.autocast in a current one).
+RECIPE_FIELDS = ("math", "loss_scale", "tf32", "flags", "optimizer")
+RECIPE_COLUMNS = tuple(f"recipe_{f}" for f in RECIPE_FIELDS)
+
 FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
                  "status", "reason", "log_tail", "started_at", "finished_at", *METRICS, "hardware",
-                 *(f"env_{f}" for f in ENV_FIELDS))
+                 *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe")
 
 
 def get_metric(name: str) -> Metric:
@@ -124,6 +129,62 @@ def _hardware(env: Mapping[str, Any]) -> str:
     return f"{cpu} ({count} CPUs)" if cpu and isinstance(count, int) else cpu
 
 
+DASH_WORD = "—"
+_DTYPE_WORDS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "tf32": "fp32"}
+
+
+def recipe(record: Mapping[str, Any] | None, precision: str = "") -> dict[str, str]:
+    """A bench "precision" record in words, one entry per RECIPE_FIELDS; all empty without a record."""
+    if not isinstance(record, Mapping):
+        return dict.fromkeys(RECIPE_FIELDS, "")
+    mechanism = str(record.get("mechanism") or "none")
+    dtype = _DTYPE_WORDS.get(str(record.get("dtype")), str(record.get("dtype") or ""))
+    if mechanism == "native":
+        math_words = f"autocast {dtype}"
+    elif mechanism == "apex":
+        math_words = f"apex amp {record.get('apex_api') or ''}".strip()
+    elif mechanism == "manual":
+        math_words = "fp16 model, fp32 master weights" + (", BN in fp32" if record.get("bn_fp32") else "")
+    elif precision == "tf32" or record.get("dtype") == "tf32":
+        math_words = "fp32 weights, TF32 math"
+    else:
+        math_words = f"all {dtype}" if dtype else ""
+    scale = record.get("loss_scale")
+    if scale is None:
+        scale_words = DASH_WORD
+    elif isinstance(scale, int | float):
+        scale_words = f"static {scale:g}"
+    else:
+        scale_words = str(scale)
+    tf32 = (record.get("tf32_matmul"), record.get("tf32_cudnn"))
+    if tf32 == (None, None):
+        tf32_words = DASH_WORD
+    elif tf32[0] == tf32[1]:
+        tf32_words = "on" if tf32[0] else "off"
+    else:
+        tf32_words = f"matmul {'on' if tf32[0] else 'off'}, cuDNN {'on' if tf32[1] else 'off'}"
+    flags = [word for key, word in (("channels_last", "channels_last"), ("cudnn_benchmark", "cudnn.benchmark"),
+                                    ("compile", "torch.compile")) if record.get(key)]
+    optimizer = str(record.get("optimizer") or "")
+    impl = optimizer.rsplit("-", 1)[-1] if optimizer.startswith("sgd-") else optimizer
+    optimizer_words = {"default": "SGD", "fused": "SGD, fused", "foreach": "SGD, foreach"}.get(impl, optimizer)
+    return {"math": math_words, "loss_scale": scale_words, "tf32": tf32_words,
+            "flags": ", ".join(flags) or DASH_WORD, "optimizer": optimizer_words or DASH_WORD}
+
+
+
+def recipe_text(parts: Mapping[str, str]) -> str:
+    """One line for a recipe, e.g. 'autocast fp16 · loss scale dynamic · TF32 off · channels_last'."""
+    if not parts.get("math"):
+        return ""
+    bits = [parts["math"]]
+    for field_, label in (("loss_scale", "loss scale "), ("tf32", "TF32 "), ("flags", ""), ("optimizer", "")):
+        value = parts.get(field_, "")
+        if value and value != DASH_WORD:
+            bits.append(label + value)
+    return " · ".join(bits)
+
+
 def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per repeat, params and metrics flattened into columns (stored units: s, bytes)."""
     records: list[dict[str, Any]] = []
@@ -156,6 +217,10 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         for f in ENV_FIELDS:
             value = env.get(f)
             rec[f"env_{f}"] = "" if value is None else str(value)
+        parts = recipe((r.get("raw") or {}).get("precision"), rec["precision"])
+        for f in RECIPE_FIELDS:
+            rec[f"recipe_{f}"] = parts[f]
+        rec["recipe"] = recipe_text(parts)
         records.append(rec)
     return pd.DataFrame.from_records(records, columns=list(FRAME_COLUMNS))
 
@@ -500,6 +565,7 @@ class Comparison:
     precision_ratios: pd.DataFrame  # side, PARAM_KEYS - precision, precision, fp32_mean, mean, ratio
     environments: pd.DataFrame      # side, environment, backend, hardware and versions
     geomean: float
+    recipes: pd.DataFrame = field(default_factory=pd.DataFrame)  # precision, a, b: ran differently
 
     @property
     def geomean_words(self) -> str:
@@ -599,6 +665,34 @@ def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     return _sorted(merged)[cols].reset_index(drop=True)
 
 
+def precision_recipes(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
+    """Per environment and precision, each distinct way it ran (from repeats that got that far) and its cells."""
+    cols = ["side", "environment", "precision", *RECIPE_COLUMNS, "recipe", "cells"]
+    known = df[df["recipe"] != ""] if "recipe" in df else df.iloc[0:0]
+    if known.empty:
+        return pd.DataFrame(columns=cols)
+    out = known.groupby(["environment", "precision", *RECIPE_COLUMNS, "recipe"], sort=False).agg(
+        cells=("cell_key", "nunique"), _first=("id", "min")).reset_index()
+    env_rank = {e: i for i, e in enumerate(dict.fromkeys(df.sort_values("id")["environment"]))}
+    prec_rank = {p: i for i, p in enumerate(PRECISIONS)}
+    out = out.assign(side=side, _env=out["environment"].map(env_rank),
+                     _prec=out["precision"].map(lambda p: prec_rank.get(p, len(prec_rank))))
+    return out.sort_values(["_env", "_prec", "_first"], kind="stable")[cols].reset_index(drop=True)
+
+
+def recipe_differences(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Precisions both sides ran, but differently: precision, A's recipes, B's recipes (joined with '; ')."""
+    cols = ["precision", "a", "b"]
+    ra, rb = precision_recipes(a), precision_recipes(b)
+    rows = []
+    for p in dict.fromkeys([*ra["precision"], *rb["precision"]]):
+        sa = list(dict.fromkeys(ra.loc[ra["precision"] == p, "recipe"]))
+        sb = list(dict.fromkeys(rb.loc[rb["precision"] == p, "recipe"]))
+        if sa and sb and set(sa) != set(sb):
+            rows.append({"precision": p, "a": "; ".join(sa), "b": "; ".join(sb)})
+    return pd.DataFrame(rows, columns=cols)
+
+
 def environment_info(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     """Per environment: backend, hardware and the versions the environment turned out to have."""
     joined = ["backend", "tags", "hardware", *(f"env_{f}" for f in ENV_FIELDS), "run_ids"]
@@ -625,6 +719,7 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
         precision_ratios=pd.concat([a.precision_ratios("A"), b.precision_ratios("B")], ignore_index=True),
         environments=pd.concat([a.info("A"), b.info("B")], ignore_index=True),
         geomean=geometric_mean(pairs["ratio"]) if not pairs.empty else math.nan,
+        recipes=recipe_differences(a.frame, b.frame),
     )
 
 

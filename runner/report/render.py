@@ -91,6 +91,7 @@ def report_json(model: views.ReportModel) -> str:
         "runs": [{k: v for k, v in r.items()} for r in model.run_records],
         "environments": records(an.environment_info(model.frame).drop(columns="side")),
         "cells": records(model.summary),
+        "recipes": records(an.precision_recipes(model.frame).drop(columns="side")),
         "comparisons": [comparison_doc(c) for _, _, c in model.comparisons],
         "precision_summary": records(model.precision_df),
         "scaling": records(model.scaling_df),
@@ -113,6 +114,7 @@ def comparison_doc(c: an.Comparison) -> dict[str, Any]:
         "unpaired": records(c.unpaired),
         "precision_ratios": records(c.precision_ratios),
         "environments": records(c.environments),
+        "recipes_differ": records(c.recipes),
     }
 
 
@@ -180,6 +182,7 @@ class CompareView:
     summary: str
     precision: Table | None
     unpaired: Table | None
+    recipes: Table | None = None
 
 
 def compare_view(c: an.Comparison) -> CompareView:
@@ -217,7 +220,12 @@ def compare_view(c: an.Comparison) -> CompareView:
         for r in u.to_dict("records"):
             unpaired.add(names[r["side"]], *([r["environments"]] if show_env else []),
                          *(views.key_text(k, r[k]) for k in keys), Cell(r["statuses"], "status"))
-    return CompareView(title, method, env_table, pairs, summary, precision, unpaired)
+    recipes = None
+    if not c.recipes.empty:
+        recipes = Table(["precision", a, b])
+        for r in c.recipes.to_dict("records"):
+            recipes.add(Cell(r["precision"], "key"), r["a"], r["b"])
+    return CompareView(title, method, env_table, pairs, summary, precision, unpaired, recipes)
 
 
 def compare_markdown(c: an.Comparison) -> str:
@@ -268,6 +276,8 @@ def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | N
     if v.pairs.rows:
         console.print(rich_table(v.pairs, "Pairs"))
     console.print(Text(v.summary, style="bold"))
+    if v.recipes is not None:
+        console.print(rich_table(v.recipes, "Precisions that ran differently on the two sides"))
     if v.precision is not None:
         console.print(rich_table(v.precision, "Precision speed-up (throughput ÷ fp32)"))
     if v.unpaired is not None:

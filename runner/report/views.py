@@ -58,6 +58,7 @@ class ReportModel:
     warnings: list[str]
     runs: Table
     environments: Table
+    recipes: Section | None
     grid: list[Section]
     comparison: list[Section]
     precision: list[Section]
@@ -155,6 +156,31 @@ def environments_table(info: pd.DataFrame) -> Table:
             values = [fmt.short_digest(v) for v in values]
         table.add(Cell(label, "key"), *(Cell(v or DASH) for v in values))
     return table
+
+
+RECIPE_LABELS = {"recipe_math": "math", "recipe_loss_scale": "loss scale", "recipe_tf32": "TF32",
+                 "recipe_flags": "flags", "recipe_optimizer": "optimizer"}
+
+
+def recipes_section(recipes: pd.DataFrame) -> Section | None:
+    """How each precision ran in each environment: the mechanism and switches the bench recorded."""
+    if recipes.empty:
+        return None
+    show_env = recipes["environment"].nunique() > 1
+    cols = [c for c in RECIPE_LABELS if c == "recipe_math" or (recipes[c] != an.DASH_WORD).any()]
+    table = Table([*(["environment"] if show_env else []), "precision", *(RECIPE_LABELS[c] for c in cols), "cells"],
+                  align=["l"] * (len(cols) + 1 + show_env) + ["r"])
+    previous = None
+    for r in recipes.to_dict("records"):
+        first = show_env and r["environment"] != previous
+        table.add(*([Cell(r["environment"] if first else "", "key")] if show_env else []),
+                  Cell(r["precision"], "key"), *(Cell(r[c] or DASH) for c in cols), Cell(str(r["cells"]), "num"),
+                  row_class="group" if first and previous is not None else "")
+        previous = r["environment"]
+    note = ("What each precision meant where it ran, as the benchmark recorded it: autocast is PyTorch's "
+            "native mixed precision, apex amp NVIDIA's, and 'fp32 master weights' the hand-made FP16 "
+            "recipe with a static loss scale; compare like with like.")
+    return Section("How each precision ran", table, note)
 
 
 def hardware_lines(info: pd.DataFrame) -> list[str]:
@@ -383,7 +409,8 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> Rep
     return ReportModel(
         name=name, totals=totals, hardware=hardware_lines(info), warnings=warnings(an.quality_flags(summary)),
         runs=runs_table(run_records),
-        environments=environments_table(info), grid=grid_sections(summary), comparison=comparison,
+        environments=environments_table(info), recipes=recipes_section(an.precision_recipes(df)),
+        grid=grid_sections(summary), comparison=comparison,
         precision=precision_sections(info, prec), scaling=scaling_sections(scale),
         failures=failures(summary), frame=df, summary=summary, comparisons=comparisons,
         precision_df=prec, scaling_df=scale, run_records=run_records,

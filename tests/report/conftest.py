@@ -43,7 +43,9 @@ def fill_store(db: Path, data: dict[str, Any]) -> Path:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (SCHEMA, row["run_id"], key, row["repeat"], row["environment"], env["backend"],
                  json.dumps(env["tags"]), json.dumps(row["params"]), row["status"], row["reason"],
-                 json.dumps(row["metrics"]), json.dumps(capture), None, row["log_tail"],
+                 json.dumps(row["metrics"]), json.dumps(capture),
+                 json.dumps({"precision": row["precision_record"]}) if row.get("precision_record") else None,
+                 row["log_tail"],
                  row["started_at"], row["finished_at"]))
     return db
 

@@ -216,3 +216,60 @@ def test_vectorised_welch_matches_scipy_ttest() -> None:
         got = an.welch_p_from_stats(a.mean(), a.std(ddof=1), n_a, b.mean(), b.std(ddof=1), n_b)
         assert float(got) == pytest.approx(expected, rel=1e-9)
     assert math.isnan(float(an.welch_p_from_stats(1.0, 0.0, 3, 1.0, 0.0, 3)))   # no spread: no test
+
+
+def _record(**kw: Any) -> dict[str, Any]:
+    """A bench "precision" record (bench.precision_record's keys) with fp32-on-GPU defaults."""
+    rec = {"mechanism": "none", "dtype": "float32", "loss_scale": None, "tf32_matmul": False, "tf32_cudnn": False,
+           "channels_last": False, "cudnn_benchmark": False, "compile": False, "autocast": False,
+           "master_weights": False, "bn_fp32": False, "optimizer": "sgd-momentum-0.9-fused"}
+    rec.update(kw)
+    return rec
+
+
+@pytest.mark.parametrize(("precision", "record", "words"), [
+    ("fp32", _record(), "all fp32 · TF32 off · SGD, fused"),
+    ("tf32", _record(dtype="tf32", tf32_matmul=True, tf32_cudnn=True), "fp32 weights, TF32 math · TF32 on · SGD, fused"),
+    ("amp", _record(mechanism="native", dtype="float16", loss_scale="dynamic", autocast=True, tf32_matmul=True,
+                    tf32_cudnn=False, channels_last=True, cudnn_benchmark=True),
+     "autocast fp16 · loss scale dynamic · TF32 matmul on, cuDNN off · channels_last, cudnn.benchmark · SGD, fused"),
+    ("amp", _record(mechanism="apex", dtype="float16", loss_scale="dynamic", apex_api="initialize(O1)",
+                    optimizer="sgd-momentum-0.9-default"),
+     "apex amp initialize(O1) · loss scale dynamic · TF32 off · SGD"),
+    ("amp", _record(mechanism="manual", dtype="float16", loss_scale=256.0, master_weights=True, bn_fp32=True),
+     "fp16 model, fp32 master weights, BN in fp32 · loss scale static 256 · TF32 off · SGD, fused"),
+    ("amp-bf16", _record(mechanism="native", dtype="bfloat16", tf32_matmul=None, tf32_cudnn=None, compile=True,
+                         optimizer="sgd-momentum-0.9-default"),
+     "autocast bf16 · torch.compile · SGD"),
+    ("bf16", _record(dtype="bfloat16", tf32_matmul=None, tf32_cudnn=None), "all bf16 · SGD, fused"),
+])
+def test_recipe_says_how_a_precision_ran(precision: str, record: dict[str, Any], words: str) -> None:
+    assert an.recipe_text(an.recipe(record, precision)) == words
+
+
+def test_recipe_without_a_record_is_empty() -> None:
+    assert an.recipe_text(an.recipe(None, "amp")) == ""
+    assert an.recipe_text(an.recipe(_record(dtype=None), "amp-bf16")) == ""  # unsupported before a plan
+
+
+def _with_record(r: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return {**r, "raw": {"precision": _record(**kw)}}
+
+
+def test_recipes_per_environment_and_the_precisions_that_ran_differently() -> None:
+    manual = {"mechanism": "manual", "dtype": "float16", "loss_scale": 128.0, "bn_fp32": True}
+    native = {"mechanism": "native", "dtype": "float16", "loss_scale": "dynamic", "autocast": True}
+    rows = [_with_record(row("old", i, 100.0, precision="amp"), **manual) for i in range(2)]
+    rows += [_with_record(row("old", i, 50.0), ) for i in range(2)]
+    rows += [_with_record(row("new", i, 300.0, precision="amp", run_id="run-2"), **native) for i in range(2)]
+    rows += [_with_record(row("new", i, 90.0, run_id="run-2")) for i in range(2)]
+    rows += [row("new", 0, None, status="failed", precision="fp16", run_id="run-2")]  # no bench JSON: no recipe
+    df = an.frame(rows)
+    recipes = an.precision_recipes(df)
+    assert list(zip(recipes["environment"], recipes["precision"], recipes["cells"], strict=True)) == [
+        ("old", "fp32", 1), ("old", "amp", 1), ("new", "fp32", 1), ("new", "amp", 1)]
+    assert recipes.loc[1, "recipe_loss_scale"] == "static 128"
+    c = an.compare(an.select_side(df, "old"), an.select_side(df, "new"))
+    assert list(c.recipes["precision"]) == ["amp"]  # fp32 ran the same way on both sides
+    assert c.recipes.loc[0, "a"].startswith("fp16 model, fp32 master weights")
+    assert c.recipes.loc[0, "b"].startswith("autocast fp16 · loss scale dynamic")
