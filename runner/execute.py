@@ -7,7 +7,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -22,6 +22,7 @@ from rich.progress import (
 from rich.table import Table
 
 from runner import backends
+from runner.backends.base import Backend
 from runner.errors import MatrixError
 from runner.matrix import Matrix
 from runner.results import RERUN_FAILED, Outcome, Status
@@ -98,25 +99,57 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
                                    + (f": {tput:.1f} img/s" if isinstance(tput, (int, float)) else ""))
 
     ctx.on_start = on_start
+
+    current: list[str] = []  # the environment whose backend is running (it speaks for itself if interrupted)
+
+    def run_env(env_tasks: list[Task], env_ctx: RunContext) -> None:
+        pending = [t for t in env_tasks if t.id not in reported]
+        if not pending:
+            return
+        env = pending[0].cell.environment
+        current[:] = [env.name]
+        try:
+            with backends.get(env.backend)(env, env_ctx) as backend:
+                backend.run(pending, sink)
+        except MatrixError as e:
+            # The environment cannot be used at all: its cells are results, the rest goes on.
+            now = time.time()
+            for t in pending:
+                if t.id not in reported:
+                    sink(t, Outcome(Status.FAILED, reason=str(e), started_at=now, finished_at=now))
+
+    # Batch-scheduled environments are submitted first, so all their jobs wait in the scheduler's queue
+    # together. When those jobs surely run on other machines, the other environments run here meanwhile
+    # and the run collects the jobs last; when they may share this host, the run waits for them first,
+    # so no measurement overlaps another.
+    def backend_class(ts: list[Task]) -> type[Backend]:
+        return backends.get(ts[0].cell.environment.backend)
+
+    def elsewhere(ts: list[Task]) -> bool:
+        return backend_class(ts)(ts[0].cell.environment, ctx).elsewhere()
+
+    groups = list(by_env.values())
+    queued = [ts for ts in groups if backend_class(ts).queued]
+    others = [ts for ts in groups if not backend_class(ts).queued]
+    early = queued if ctx.wait and ctx.submit and queued and len(groups) > 1 else []
+    if early:
+        groups = others + queued if all(elsewhere(ts) for ts in early) else queued + others
     try:
         with progress:
-            for _env_name, env_tasks in by_env.items():
-                env = env_tasks[0].cell.environment
-                try:
-                    with backends.get(env.backend)(env, ctx) as backend:
-                        backend.run(env_tasks, sink)
-                except MatrixError as e:
-                    # The environment cannot be used at all: its cells are results, the rest goes on.
-                    now = time.time()
-                    for t in env_tasks:
-                        if t.id not in reported:
-                            sink(t, Outcome(Status.FAILED, reason=str(e), started_at=now, finished_at=now))
+            for env_tasks in early:
+                run_env(env_tasks, replace(ctx, wait=False, back_later=True))
+            for env_tasks in groups:
+                run_env(env_tasks, ctx)
     except KeyboardInterrupt:
         report.interrupted = True
         store.finish_run(run_id, "interrupted")
         done = sum(report.stored.values())
         err.print(f"\n[bold]Interrupted.[/] {done} repeats of run {run_id} are stored in {store.path}; "
                   "run the same `matrix run` command again to measure only what is missing.")
+        left = sum(1 for ts in early for t in ts if t.id not in reported and t.cell.env_name not in current)
+        if left:
+            err.print(f"{left} repeats this run submitted to a batch scheduler were not waited for and keep "
+                      "running there; that command (or `matrix collect`) gathers them.")
         return report
     report.pending = len(tasks) - len(reported)
     store.finish_run(run_id, "complete" if not report.pending else "submitted")

@@ -207,6 +207,7 @@ class RunContext:
     workdir: Path
     stop: threading.Event = field(default_factory=threading.Event)
     wait: bool = True     # False: submit (batch backends) and return without waiting
+    back_later: bool = False  # with wait False: this same run comes back to collect (say so, not `collect`)
     submit: bool = True   # False: only collect what earlier runs submitted
     verbose: bool = False
     on_start: Any = None  # callable(Task) -> None, told when a task starts (progress display)

@@ -41,6 +41,9 @@ class Backend(abc.ABC):
 
     kind: ClassVar[str]
     config: ClassVar[type[EnvironmentBase]]
+    # A batch scheduler: `run` with ctx.wait False submits and returns, and a later `run` of the same
+    # tasks collects them. `matrix run` submits such environments first, then runs the others.
+    queued: ClassVar[bool] = False
 
     def __init__(self, env: EnvironmentBase, ctx: RunContext) -> None:
         self.env = env
@@ -56,6 +59,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def run(self, tasks: Sequence[Task], sink: Sink) -> None:
         """Run the tasks; report each through sink as soon as its outcome is known."""
+
+    def elsewhere(self) -> bool:
+        """Whether this environment's tasks surely run on machines other than this one, so that work
+        here may overlap them without disturbing their measurements."""
+        return False
 
     @classmethod
     def doctor(cls) -> list[Check]:

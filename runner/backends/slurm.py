@@ -23,6 +23,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -478,6 +479,7 @@ def _read(path: Path) -> str:
 class SlurmBackend(Backend):
     kind = "slurm"
     config = SlurmEnvironment
+    queued = True
     env: SlurmEnvironment
 
     def __init__(self, env: EnvironmentBase, ctx: RunContext) -> None:
@@ -525,7 +527,11 @@ class SlurmBackend(Backend):
                 missing = []
             self._submit(missing, watch, sink)
             if not self.ctx.wait:
-                if watch:
+                if watch and self.ctx.back_later:
+                    jobs = ", ".join(sorted({w.job for w in watch.values()}, key=int))
+                    self._say(f"{len(watch)} tasks queued or running as Slurm jobs {jobs}; this run gathers "
+                              "them before it ends")
+                elif watch:
                     self._say(self._how_to_collect(watch))
                 return
             while watch:
@@ -536,6 +542,16 @@ class SlurmBackend(Backend):
         except KeyboardInterrupt:
             self._interrupted(watch, sink)
             raise
+
+    def elsewhere(self) -> bool:
+        """True when this host is not one of the nodes the environment's jobs can land on (sinfo -N)."""
+        args = ["sinfo", "-h", "-N", "-o", "%N"] + (["-p", self.env.partition] if self.env.partition else [])
+        try:
+            nodes = set(_slurm(args, timeout=SACCT_TIMEOUT_S).stdout.split())
+        except BackendError:
+            return False  # cannot tell: do not overlap
+        host = socket.gethostname()
+        return bool(nodes) and not ({host, host.split(".")[0]} & nodes)
 
     def _accounting_trouble(self) -> str | None:
         """Why sacct cannot be used, or None: without it matrix could not see jobs time out or end."""

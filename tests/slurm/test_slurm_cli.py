@@ -128,10 +128,16 @@ def test_compare_slurm_against_local_on_the_same_cells(bare_python: str, tmp_pat
     text = text.replace("/usr/bin/python3", bare_python)
     m = tmp_path / "m.yaml"
     m.write_text(text)
-    cli("run", "-m", str(m), "--db", "r.db", "--workdir", "w", cwd=tmp_path)
+    run = cli("run", "-m", str(m), "--db", "r.db", "--workdir", "w", cwd=tmp_path)
     stored = rows(tmp_path / "r.db")
     assert {(r["environment"], r["status"]) for r in stored} == {("slurm-debian", "ok"), ("local", "ok")}
     assert len(stored) == 8
+    # The Slurm array went in first; this host is the Slurm node, so the run waited for the jobs before
+    # measuring here rather than letting the two sides compete for the same cores.
+    assert "this run gathers them before it ends" in run.stderr, run.stderr
+    slurm_end = max(float(r["finished_at"]) for r in stored if r["environment"] == "slurm-debian")  # type: ignore[arg-type]
+    local_start = min(float(r["started_at"]) for r in stored if r["environment"] == "local")  # type: ignore[arg-type]
+    assert slurm_end <= local_start, "a local measurement overlapped a Slurm job on the same node"
     out = cli("compare", "slurm-debian", "local", "--db", "r.db", "--format", "json", cwd=tmp_path).stdout
     data = json.loads(out)
     assert data["a"]["environments"] == ["slurm-debian"] and data["b"]["environments"] == ["local"]

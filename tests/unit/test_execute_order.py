@@ -1,0 +1,107 @@
+"""The order `matrix run` drives environments in: batch-scheduled ones are submitted first.
+
+Fake backends record what was asked of them; the real Slurm path is tested in tests/slurm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from rich.console import Console
+
+from runner import execute
+from runner import matrix as matrix_mod
+from runner.backends.base import Backend
+from runner.backends.local import LocalEnvironment
+from runner.backends.slurm import SlurmEnvironment
+from runner.results import Outcome, Status
+from runner.spec import Task
+from runner.store import Store
+
+MATRIX = """
+name: order
+environments:
+  - {name: cluster-a, backend: slurm}
+  - {name: here, backend: local}
+  - {name: cluster-b, backend: slurm}
+axes: {model: [mlp], precision: [fp32], batch_size: [8], device: [cpu]}
+run: {iterations: 1, warmup: 0, repeats: 2}
+"""
+
+
+def fakes(events: list[tuple[str, str]], *, elsewhere: bool) -> dict[str, type[Backend]]:
+    def done(task: Task) -> Outcome:
+        return Outcome(Status.OK, {"status": "ok", "metrics": {"throughput": 1.0}}, "", "", 0.0, 1.0)
+
+    class Queue(Backend):
+        kind = "slurm"
+        config = SlurmEnvironment
+        queued = True
+        submitted: ClassVar[dict[str, Task]] = {}
+
+        def elsewhere(self) -> bool:
+            return elsewhere
+
+        def run(self, tasks: Sequence[Task], sink: Any) -> None:
+            fresh = [t for t in tasks if t.id not in self.submitted]
+            if fresh:
+                events.append(("submit", self.env.name))
+                self.submitted.update({t.id: t for t in fresh})
+            if not self.ctx.wait:
+                return
+            events.append(("wait", self.env.name))
+            for t in tasks:
+                sink(t, done(t))
+
+    class Here(Backend):
+        kind = "local"
+        config = LocalEnvironment
+
+        def run(self, tasks: Sequence[Task], sink: Any) -> None:
+            events.append(("run", self.env.name))
+            for t in tasks:
+                sink(t, done(t))
+
+    return {"slurm": Queue, "local": Here}
+
+
+@pytest.mark.parametrize(("elsewhere", "expected"), [
+    # Jobs run on other machines: work here overlaps them, the jobs are collected last.
+    (True, [("submit", "cluster-a"), ("submit", "cluster-b"), ("run", "here"),
+            ("wait", "cluster-a"), ("wait", "cluster-b")]),
+    # This host may be one of the nodes: wait for the jobs before measuring here.
+    (False, [("submit", "cluster-a"), ("submit", "cluster-b"), ("wait", "cluster-a"),
+             ("wait", "cluster-b"), ("run", "here")]),
+])
+def test_batch_environments_are_all_submitted_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    elsewhere: bool, expected: list[tuple[str, str]]) -> None:
+    events: list[tuple[str, str]] = []
+    registry = fakes(events, elsewhere=elsewhere)
+    monkeypatch.setattr(execute.backends, "get", lambda kind: registry[kind])
+    m = matrix_mod.parse(MATRIX, tmp_path / "m.yaml")
+    with Store(tmp_path / "r.db") as store:
+        report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
+        statuses = [r["status"] for r in store.rows()]
+    assert events == expected
+    assert report.pending == 0 and statuses == ["ok"] * 6
+
+
+def test_no_wait_and_a_lone_batch_environment_keep_the_plain_order(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[str, str]] = []
+    registry = fakes(events, elsewhere=True)
+    monkeypatch.setattr(execute.backends, "get", lambda kind: registry[kind])
+    m = matrix_mod.parse(MATRIX, tmp_path / "m.yaml")
+    cells = matrix_mod.select(m.cells(), ["cluster-a"], ())
+    with Store(tmp_path / "r.db") as store:
+        execute.run_matrix(m, cells, store, workdir=tmp_path, console=Console(quiet=True))
+    assert events == [("submit", "cluster-a"), ("wait", "cluster-a")]
+    events.clear()
+    registry.update(fakes(events, elsewhere=True))
+    with Store(tmp_path / "r2.db") as store:  # --no-wait: submit and move on, in the matrix's order
+        report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, wait=False, console=Console(quiet=True))
+    assert events == [("submit", "cluster-a"), ("run", "here"), ("submit", "cluster-b")]
+    assert report.pending == 4
