@@ -46,6 +46,8 @@ def test_run_then_report_and_compare(tmp_path: Path) -> None:
         assert heading in md
     assert "cpu-1thread" in md and "cpu-2threads" in md and "bf16/fp32" in md
     assert "torch 2." in md                        # the versions the environment turned out to have
+    recipes = md.split("## How each precision ran", 1)[1].split("\n## ", 1)[0]
+    assert "| all fp32 " in recipes and "| all bf16 " in recipes  # what the bench recorded, per environment
     assert "nan" not in md.lower()
     assert (out / "plots" / "throughput.png").stat().st_size > 10_000
     html = (out / "report.html").read_text()
@@ -57,3 +59,4 @@ def test_run_then_report_and_compare(tmp_path: Path) -> None:
     pair_rows = [ln for ln in pairs_section.splitlines() if ln.startswith("| mlp ")]
     assert len(pair_rows) == 4                     # 2 precisions x 2 batch sizes, paired across the sides
     assert "Geometric mean of two/one over 4 pairs" in compare
+    assert "ran differently" not in compare       # the same torch on both sides: the same recipes
