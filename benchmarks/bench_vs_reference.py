@@ -1,0 +1,96 @@
+"""bench.py against the plain hand-written loop (benchmarks/reference_loop.py) on the same model,
+batch, data and precision: is the benchmark at least as fast as the loop a user would write?
+
+Each repeat is a fresh process for each side, the two alternating so drift hits both alike.
+Prints img/s mean ± std and CV per side and the ratio bench/reference.
+
+On the GPU (the issue's case; the reference is AMP FP16 with a GradScaler):
+    python benchmarks/bench_vs_reference.py --model resnet50 --batch-size 256 --precision amp \
+        --device cuda --channels-last --cudnn-benchmark --iterations 100 --warmup 20 --repeats 5
+On a CPU (bf16 autocast; no loss scaling there):
+    .venv/bin/python benchmarks/bench_vs_reference.py --model mnist_cnn --batch-size 64 \
+        --precision amp-bf16 --device cpu --threads 2 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "runner" / "bench" / "bench.py"
+REFERENCE = ROOT / "benchmarks" / "reference_loop.py"
+DTYPES = {"amp": "float16", "amp-bf16": "bfloat16", "fp32": "float32"}
+
+
+def run_json(argv: list[str], prefix: str = "") -> dict[str, object]:
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = [ln[len(prefix):] for ln in proc.stdout.splitlines() if ln.startswith(prefix) and ln[len(prefix):].strip()]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{' '.join(argv[:2])} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    data: dict[str, object] = json.loads(lines[-1])
+    return data
+
+
+def stats(values: list[float]) -> tuple[float, float, float]:
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if len(values) > 1 else float("nan")
+    return mean, std, std / mean if mean else float("nan")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--precision", choices=sorted(DTYPES), default="amp")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--cudnn-benchmark", action="store_true")
+    p.add_argument("--iterations", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", type=Path, default=None, help="also write every repeat here")
+    args = p.parse_args()
+    common = ["--model", args.model, "--batch-size", str(args.batch_size), "--device", args.device,
+              "--iterations", str(args.iterations), "--warmup", str(args.warmup)]
+    flags = (["--channels-last"] if args.channels_last else []) + (["--cudnn-benchmark"] if args.cudnn_benchmark
+                                                                   else [])
+    threads = ["--threads", str(args.threads)] if args.threads else []
+    bench_argv = [str(BENCH), *common, "--precision", args.precision, "--dataset", "synthetic", *flags, *threads]
+    ref_argv = [str(REFERENCE), *common, "--dtype", DTYPES[args.precision], *flags, *threads]
+    runs: dict[str, list[dict[str, object]]] = {"bench": [], "reference": []}
+    for r in range(args.repeats):
+        b = run_json(bench_argv, "MATRIX_RESULT ")
+        if b.get("status") != "ok":
+            raise SystemExit(f"bench.py: {b.get('status')}: {b.get('reason')}")
+        runs["bench"].append(b["metrics"])  # type: ignore[arg-type]
+        runs["reference"].append(run_json(ref_argv))
+        print(f"repeat {r + 1}/{args.repeats}: bench {runs['bench'][-1]['throughput']:.1f} img/s, "
+              f"reference {runs['reference'][-1]['throughput']:.1f} img/s", file=sys.stderr, flush=True)
+    print(f"{args.model} {args.precision} batch {args.batch_size} on {args.device}"
+          f"{' channels_last' if args.channels_last else ''}{' cudnn.benchmark' if args.cudnn_benchmark else ''}, "
+          f"{args.warmup} warm-up + {args.iterations} measured iterations, {args.repeats} repeats per side")
+    ref = runs["reference"][-1]
+    print(f"host: {platform.node()}, device {ref['device_name']}, torch {ref['torch']}, "
+          f"Python {platform.python_version()}")
+    means = {}
+    for side, rows in runs.items():
+        mean, std, cv = stats([float(m["throughput"]) for m in rows])  # type: ignore[arg-type]
+        means[side] = mean
+        print(f"{side:>9}: {mean:10.1f} ± {std:7.1f} img/s  (CV {cv:.2%})")
+    print(f"bench / reference: {means['bench'] / means['reference']:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

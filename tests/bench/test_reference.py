@@ -1,0 +1,36 @@
+"""The hand-written reference loop and the bench-vs-reference benchmark run, on CPU, with real PyTorch."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_reference_loop_trains_and_prints_one_json_line() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reference_loop.py"), "--model", "mnist_cnn",
+                           "--batch-size", "16", "--dtype", "bfloat16", "--device", "cpu", "--iterations", "4",
+                           "--warmup", "1", "--threads", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    r = json.loads(line)
+    assert r["model"] == "mnist_cnn" and r["dtype"] == "bfloat16" and r["iterations"] == 4
+    assert r["throughput"] == 16 * 4 / r["window_s"] and r["throughput"] > 0
+    assert math.isfinite(r["loss_end"])
+
+
+def test_bench_vs_reference_prints_both_sides_and_their_ratio(tmp_path: Path) -> None:
+    out = tmp_path / "runs.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_vs_reference.py"), "--model", "mlp",
+                           "--batch-size", "16", "--precision", "amp-bf16", "--device", "cpu", "--iterations", "3",
+                           "--warmup", "1", "--repeats", "2", "--threads", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "bench / reference:" in proc.stdout and "img/s" in proc.stdout
+    runs = json.loads(out.read_text())["runs"]
+    assert len(runs["bench"]) == len(runs["reference"]) == 2
+    assert all(r["throughput"] > 0 for side in runs.values() for r in side)
