@@ -85,15 +85,35 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
         progress.update(bar, description=f"{task.cell.env_name} {shown} [dim]repeat {task.repeat + 1}/"
                                          f"{task.cell.run.repeats}[/]")
 
+    # An environment that cannot run at all fails every repeat the same way: say it once, then count.
+    last_said: dict[str, str] = {}
+    same_again: Counter[str] = Counter()
+
+    def say_same_again(env_name: str) -> None:
+        n = same_again.pop(env_name, 0)
+        if n:
+            progress.console.print(f"[yellow]{n} more repeat{'s' if n != 1 else ''}[/] of {env_name} ended the "
+                                   "same way (`matrix show` lists them)")
+
     def sink(task: Task, outcome: Outcome) -> None:
         store.add(run_id, task, outcome)
         reported.add(task.id)
         report.stored[outcome.status.value] += 1
         progress.advance(bar)
+        env_name = task.cell.env_name
         if outcome.status is not Status.OK:
+            said = f"{outcome.status.value}: {outcome.reason}"
+            if last_said.get(env_name) == said:
+                same_again[env_name] += 1
+                return
+            say_same_again(env_name)
+            last_said[env_name] = said
             progress.console.print(f"[yellow]{outcome.status.value}[/] {task.cell.label()} repeat "
                                    f"{task.repeat + 1}: {outcome.reason}")
-        elif not progress.console.is_terminal:
+            return
+        say_same_again(env_name)
+        last_said.pop(env_name, None)
+        if not progress.console.is_terminal:
             tput = outcome.metrics.get("throughput")
             progress.console.print(f"ok {task.cell.label()} repeat {task.repeat + 1}"
                                    + (f": {tput:.1f} img/s" if isinstance(tput, (int, float)) else ""))
@@ -117,6 +137,8 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
             for t in pending:
                 if t.id not in reported:
                     sink(t, Outcome(Status.FAILED, reason=str(e), started_at=now, finished_at=now))
+        finally:
+            say_same_again(env.name)
 
     # Batch-scheduled environments are submitted first, so all their jobs wait in the scheduler's queue
     # together. When those jobs surely run on other machines, the other environments run here meanwhile

@@ -105,3 +105,35 @@ def test_no_wait_and_a_lone_batch_environment_keep_the_plain_order(tmp_path: Pat
         report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, wait=False, console=Console(quiet=True))
     assert events == [("submit", "cluster-a"), ("run", "here"), ("submit", "cluster-b")]
     assert report.pending == 4
+
+
+def test_an_environment_that_fails_every_repeat_alike_is_said_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    class Broken(Backend):
+        kind = "local"
+        config = LocalEnvironment
+
+        def run(self, tasks: Sequence[Task], sink: Any) -> None:
+            for i, t in enumerate(tasks):
+                reason = "image 'x' is not on this engine" if i < len(tasks) - 1 else "something else"
+                sink(t, Outcome(Status.FAILED, None, "", reason, 0.0, 1.0))
+
+    monkeypatch.setattr(execute.backends, "get", lambda kind: Broken)
+    m = matrix_mod.parse(MATRIX.replace("backend: slurm", "backend: local"), tmp_path / "m.yaml")
+    with Store(tmp_path / "r.db") as store:
+        execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
+        assert len(list(store.rows())) == 6, "every repeat is stored, said or not"
+    err = capsys.readouterr().err
+    # Per environment of two repeats: the first said in full, the second differs and is said too.
+    assert err.count("is not on this engine") == 3 and err.count("something else") == 3
+    assert "more repeat" not in err
+    monkeypatch.setattr(execute.backends, "get", lambda kind: type("Same", (Broken,), {
+        "run": lambda self, tasks, sink: [sink(t, Outcome(Status.FAILED, None, "", "no engine", 0.0, 1.0))
+                                          for t in tasks]}))
+    m = matrix_mod.parse(MATRIX.replace("backend: slurm", "backend: local").replace("repeats: 2", "repeats: 5"),
+                         tmp_path / "m.yaml")
+    with Store(tmp_path / "r2.db") as store:
+        execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
+    err = capsys.readouterr().err
+    assert err.count("no engine") == 3, err  # once per environment
+    assert err.count("4 more repeats of") == 3
