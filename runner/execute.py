@@ -216,7 +216,7 @@ def print_summary(out: Console, cells: Sequence[Cell], store: Store) -> None:
         note = next((str(r["reason"]) for r in rows if r["status"] != "ok" and r["reason"]), "")
         shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
         table.add_row(cell.env_name, *(str(cell.params.get(k, "")) for k in varying), shown,
-                      fmt_rate(rates), note[:60])
+                      fmt_rate(rates), note if len(note) <= 60 else note[:59].rstrip() + "…")
     out.print(table)
 
 
