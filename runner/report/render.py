@@ -91,7 +91,7 @@ def report_json(model: views.ReportModel) -> str:
         "runs": [{k: v for k, v in r.items()} for r in model.run_records],
         "environments": records(an.environment_info(model.frame).drop(columns="side")),
         "cells": records(model.summary),
-        "recipes": records(an.precision_recipes(model.frame).drop(columns="side")),
+        "recipes": records(model.recipes_df.drop(columns="side")),
         "comparisons": [comparison_doc(c) for _, _, c in model.comparisons],
         "precision_summary": records(model.precision_df),
         "scaling": records(model.scaling_df),

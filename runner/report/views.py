@@ -69,6 +69,7 @@ class ReportModel:
     comparisons: list[tuple[str, str, an.Comparison]] = field(default_factory=list)
     precision_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     scaling_df: pd.DataFrame = field(default_factory=pd.DataFrame)
+    recipes_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     run_records: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -402,6 +403,7 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> Rep
     comparison, comparisons = comparison_sections(df, summary)
     prec = an.precision_summary(summary)
     scale = an.scaling(summary)
+    recipes = an.precision_recipes(df)
     counts = df["status"].value_counts().to_dict()
     n_cells = len(summary)
     totals = (f"{len(df)} repeat{'s' if len(df) != 1 else ''} in {n_cells} cell{'s' if n_cells != 1 else ''}, "
@@ -409,9 +411,9 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> Rep
     return ReportModel(
         name=name, totals=totals, hardware=hardware_lines(info), warnings=warnings(an.quality_flags(summary)),
         runs=runs_table(run_records),
-        environments=environments_table(info), recipes=recipes_section(an.precision_recipes(df)),
+        environments=environments_table(info), recipes=recipes_section(recipes),
         grid=grid_sections(summary), comparison=comparison,
         precision=precision_sections(info, prec), scaling=scaling_sections(scale),
         failures=failures(summary), frame=df, summary=summary, comparisons=comparisons,
-        precision_df=prec, scaling_df=scale, run_records=run_records,
+        precision_df=prec, scaling_df=scale, recipes_df=recipes, run_records=run_records,
     )
