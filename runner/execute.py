@@ -139,6 +139,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
                     sink(t, Outcome(Status.FAILED, reason=str(e), started_at=now, finished_at=now))
         finally:
             say_same_again(env.name)
+        current.clear()  # reached only when the backend returned: an interrupt leaves its name here
 
     # Batch-scheduled environments are submitted first, so all their jobs wait in the scheduler's queue
     # together. When those jobs surely run on other machines, the other environments run here meanwhile
