@@ -137,3 +137,23 @@ def test_an_environment_that_fails_every_repeat_alike_is_said_once(tmp_path: Pat
     err = capsys.readouterr().err
     assert err.count("no engine") == 3, err  # once per environment
     assert err.count("4 more repeats of") == 3
+
+
+def test_ctrl_c_while_the_others_run_says_the_submitted_jobs_keep_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    events: list[tuple[str, str]] = []
+    registry = fakes(events, elsewhere=True)
+
+    class Interrupted(registry["local"]):  # type: ignore[valid-type, misc]
+        def run(self, tasks: Sequence[Task], sink: Any) -> None:
+            raise KeyboardInterrupt
+
+    registry["local"] = Interrupted
+    monkeypatch.setattr(execute.backends, "get", lambda kind: registry[kind])
+    m = matrix_mod.parse(MATRIX, tmp_path / "m.yaml")
+    with Store(tmp_path / "r.db") as store:
+        report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
+        assert list(store.rows()) == []
+    assert report.interrupted and events == [("submit", "cluster-a"), ("submit", "cluster-b")]
+    err = " ".join(capsys.readouterr().err.split())
+    assert "4 repeats this run submitted to a batch scheduler were not waited for" in err
