@@ -22,6 +22,13 @@ def run_ids(db: Path) -> set[str]:
     return {str(r["run_id"]) for r in rows(db, latest_only=False)}
 
 
+def start_run(m: Path, cwd: Path, quiet: bool = False) -> subprocess.Popen[str]:
+    """`matrix run -m M --db r.db` in the background, its output piped (or dropped when quiet)."""
+    out = subprocess.DEVNULL if quiet else subprocess.PIPE
+    return subprocess.Popen([sys.executable, "-m", "runner.cli", "run", "-m", str(m), "--db", "r.db"],
+                            cwd=cwd, env=cli_env(), stdout=out, stderr=out, text=True)
+
+
 def wait_for(predicate: Any, timeout: float, what: str) -> None:
     deadline = time.time() + timeout
     while not predicate():
@@ -103,8 +110,7 @@ def test_sigint_mid_repeat_keeps_what_was_stored_and_removes_the_container(tmp_p
         run: {{iterations: 60, warmup: 1, repeats: 2, timeout: 300}}
         """)
     logs = tmp_path / "results" / "logs"
-    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", "-m", str(m), "--db", "r.db"],
-                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_run(m, tmp_path)
     try:
         # The second repeat's bench has started once its log exists and says it is measuring.
         wait_for(lambda: any(p.read_text() for p in logs.glob("*/*-r1.rank0.log")), 120, "the second repeat")
@@ -131,8 +137,7 @@ def test_container_killed_from_outside_fails_that_repeat_and_the_rest_runs(tmp_p
         run: {{iterations: 60, warmup: 1, repeats: 1, timeout: 300}}
         """)
     logs = tmp_path / "results" / "logs"
-    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", "-m", str(m), "--db", "r.db"],
-                            cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_run(m, tmp_path)
     try:
         wait_for(lambda: any(p.read_text() for p in logs.glob("*/*.rank0.log")), 120, "the first repeat")
         (victim,) = docker_client.containers.list(filters={"label": ["matrix.managed=true",
@@ -193,8 +198,7 @@ def test_matrix_clean_reaps_the_container_of_a_killed_run(tmp_path: Path, docker
         {AXES}
         run: {{iterations: 10000, warmup: 1, repeats: 1, timeout: 300}}
         """)
-    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", "-m", str(m), "--db", "r.db"],
-                            cwd=tmp_path, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_run(m, tmp_path, quiet=True)
     try:
         wait_for(lambda: bool(docker_client.containers.list(filters={"label": "matrix.environment=box"})), 120,
                  "the run's container")

@@ -275,14 +275,20 @@ def test_a_slurm_command_that_hangs_times_out(tmp_path: Path, monkeypatch: pytes
         _slurm(["sinfo"], timeout=0.5)
 
 
-def fake_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **outputs: str) -> None:
-    """Slurm commands that print fixed text, first on PATH."""
+def fake_scripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **bodies: str) -> None:
+    """Slurm commands as small sh scripts (name=body), first on PATH."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for name, text in outputs.items():
-        (bindir / name).write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(text)}\n")
+    for name, body in bodies.items():
+        (bindir / name).write_text(f"#!/bin/sh\n{body}")
         (bindir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+
+
+def fake_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **outputs: str) -> None:
+    """Slurm commands that print fixed text, first on PATH."""
+    fake_scripts(tmp_path, monkeypatch, **{name: f"printf '%s' {shlex.quote(text)}\n"
+                                           for name, text in outputs.items()})
 
 
 def test_a_job_nobody_knows_is_lost_not_waited_for_forever(backend: tuple[SlurmBackend, Watched],
@@ -314,16 +320,12 @@ def test_a_job_only_the_controller_knows_is_waited_for(backend: tuple[SlurmBacke
 
 def test_an_unreachable_controller_fails_the_tasks_with_one_reason_and_no_more_sbatch(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
     count = tmp_path / "sbatch-calls"
-    (bindir / "sbatch").write_text(f"#!/bin/sh\necho x >> {shlex.quote(str(count))}\n"
-                                   "echo 'sbatch: error: Batch job submission failed: Unable to contact slurm "
-                                   "controller (connect failure)' >&2\nexit 1\n")
-    (bindir / "sacct").write_text("#!/bin/sh\nexit 0\n")
-    for exe in bindir.iterdir():
-        exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    fake_scripts(tmp_path, monkeypatch,
+                 sbatch=f"echo x >> {shlex.quote(str(count))}\n"
+                        "echo 'sbatch: error: Batch job submission failed: Unable to contact slurm "
+                        "controller (connect failure)' >&2\nexit 1\n",
+                 sacct="exit 0\n")
     env = SlurmEnvironment(name="u", gpus_per_node=0)
     run = RunSettings(iterations=1, warmup=0, repeats=1, timeout=60, seed=0)
     tasks = [Task(Cell(env, {"model": "mlp", "gpus": g}, run), 0) for g in (1, 2, 4)]  # three shapes
@@ -338,15 +340,10 @@ def test_an_unreachable_controller_fails_the_tasks_with_one_reason_and_no_more_s
 
 def test_without_accounting_nothing_is_submitted_but_finished_files_are_collected(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Problem talking to the database: "
-                                  "Connection refused' >&2\nexit 1\n")
-    (bindir / "sbatch").write_text(f"#!/bin/sh\ntouch {shlex.quote(str(tmp_path / 'sbatch-ran'))}\necho 99\n")
-    (bindir / "squeue").write_text("#!/bin/sh\nexit 0\n")
-    for exe in bindir.iterdir():
-        exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    fake_scripts(tmp_path, monkeypatch,
+                 sacct="echo 'sacct: error: Problem talking to the database: Connection refused' >&2\nexit 1\n",
+                 sbatch=f"touch {shlex.quote(str(tmp_path / 'sbatch-ran'))}\necho 99\n",
+                 squeue="exit 0\n")
     env = SlurmEnvironment(name="u", gpus_per_node=0)
     run = RunSettings(iterations=1, warmup=0, repeats=2, timeout=60, seed=0)
     cell = Cell(env, {"model": "mlp"}, run)
