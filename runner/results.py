@@ -24,11 +24,19 @@ class Status(str, Enum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
+    # The environment could not start (image missing, no GPU runtime, unknown partition): nothing was
+    # measured, so the next run tries again by default.
+    NOT_STARTED = "not_started"
 
     @property
     def final(self) -> bool:
         """A final status counts as measured: resume does not run it again by default."""
-        return self is not Status.CANCELLED
+        return self not in (Status.CANCELLED, Status.NOT_STARTED)
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the repeat ended as it should: `matrix run` exits non-zero for any other status."""
+        return self in (Status.OK, Status.UNSUPPORTED, Status.SKIPPED)
 
 
 RERUN_FAILED = frozenset({Status.FAILED, Status.TIMEOUT, Status.CANCELLED})
