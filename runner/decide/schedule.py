@@ -1,0 +1,56 @@
+"""Adaptive repeats in the run loop: after the minimum is stored, which repeats each cell still needs.
+
+Reads only the store, so it works the same on a fresh run, a resumed one and a store filled by an
+earlier fixed `repeats:` (those repeats count).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runner.decide.adaptive import Assessment, assess
+from runner.results import Status
+from runner.spec import Cell, Task
+from runner.store import Store
+
+
+@dataclass(frozen=True)
+class CellState:
+    cell: Cell
+    assessment: Assessment
+    free: tuple[int, ...]     # the repeat numbers to use for the next repeats (not stored as final)
+
+
+def states(cells: Sequence[Cell], store: Store) -> list[CellState]:
+    """The rule's view of every adaptive cell (cells with a fixed `repeats:` are left out)."""
+    adaptive = [c for c in cells if c.run.adaptive is not None]
+    if not adaptive:
+        return []
+    statuses = store.latest_statuses(c.key for c in adaptive)
+    values: dict[str, list[float]] = defaultdict(list)
+    keys = {c.key for c in adaptive}
+    for row in store.rows():
+        if row["cell_key"] in keys and row["status"] == Status.OK.value:
+            tput = (row["metrics"] or {}).get("throughput")
+            if isinstance(tput, int | float):
+                values[row["cell_key"]].append(float(tput))
+    out = []
+    for cell in adaptive:
+        rule = cell.run.adaptive
+        assert rule is not None
+        final = {r: st for (k, r), st in statuses.items() if k == cell.key and st.final}
+        all_ok = all(st is Status.OK for st in final.values())
+        a = assess(values[cell.key], rule, stored=len(final), all_ok=all_ok)
+        free = tuple(r for r in range(rule.max) if r not in final)
+        out.append(CellState(cell, a, free))
+    return out
+
+
+def more_tasks(cells: Sequence[Cell], store: Store) -> list[Task]:
+    """The repeats to run now for cells whose interval is still wider than their target."""
+    tasks = []
+    for st in states(cells, store):
+        tasks += [Task(st.cell, r) for r in st.free[:st.assessment.more]]
+    return tasks
