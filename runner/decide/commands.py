@@ -10,6 +10,7 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.decide import gate, present, references, schedule
+from runner.decide.adaptive import Stop
 from runner.errors import ConfigError, StoreError
 from runner.matrix import Matrix
 from runner.spec import Cell
@@ -57,7 +58,7 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
     if states:
         parts.append(present.adaptive_table(states))
         titles.append("Adaptive repeats")
-        at_max = sum(s.assessment.stop is schedule.Stop.MAX for s in states)
+        at_max = sum(s.assessment.stop is Stop.MAX for s in states)
         if at_max:
             parts.append(f"{at_max} of {len(states)} cells reached max repeats with the interval still wider "
                          "than the target: their numbers are noisier than asked.")

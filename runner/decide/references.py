@@ -28,9 +28,9 @@ from pydantic import ValidationError, field_validator, model_validator
 
 from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric
 from runner.errors import ConfigError
-from runner.spec import AXIS_NAMES, Cell, Strict, percentage
+from runner.matrix import MATCH_KEYS, _coerce, _same, _show, _value
+from runner.spec import AXIS_NAMES, Cell, Scalar, Strict, percentage
 
-MATCH_KEYS = ("environment", *AXIS_NAMES)
 VERDICT_SCHEMA = 1
 Locate = Callable[[Sequence[Any]], str]  # a field path -> "file: references[0].throughput (line N)"
 
@@ -137,15 +137,14 @@ class Reference:
     """One entry of `references:`: which cells, and per metric the bound they must meet."""
 
     index: int
-    match: Mapping[str, tuple[str, ...]]
+    match: Mapping[str, tuple[Scalar, ...]]  # values in the axis's type, alternatives per key
     bounds: Mapping[str, Bound]       # metric name (canonical) -> bound
 
     def matches(self, cell: Cell) -> bool:
-        row = {"environment": cell.env_name, **cell.params}
-        return all(k in row and str(row[k]) in values for k, values in self.match.items())
+        return all(any(_same(_value(cell, k), v) for v in values) for k, values in self.match.items())
 
     def match_text(self) -> str:
-        return " ".join(f"{k}={'|'.join(v)}" for k, v in self.match.items()) or "every cell"
+        return " ".join(f"{k}={'|'.join(map(_show, v))}" for k, v in self.match.items()) or "every cell"
 
 
 def _problem_text(err: Mapping[str, Any]) -> str:
@@ -169,7 +168,7 @@ def parse(raw: Any, locate: Locate) -> tuple[Reference, ...]:
             problems.append(f"{locate(('references', i))}: expected a mapping such as "
                             "{match: {model: wrn}, throughput: '>= 100'}")
             continue
-        match: dict[str, tuple[str, ...]] = {}
+        match: dict[str, tuple[Scalar, ...]] = {}
         rule = entry.get("match") or {}
         if not isinstance(rule, Mapping):
             problems.append(f"{locate(('references', i, 'match'))}: expected a mapping of KEY: VALUE "
@@ -181,7 +180,11 @@ def parse(raw: Any, locate: Locate) -> tuple[Reference, ...]:
                                 f"allowed: {', '.join(MATCH_KEYS)}")
                 continue
             values = value if isinstance(value, list) else [value]
-            match[str(key)] = tuple(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+            try:
+                match[str(key)] = tuple(_coerce(key, v) if key in AXIS_NAMES else str(v) for v in values)
+            except ValidationError as e:
+                why = str(e.errors()[0]["msg"]).removeprefix("Value error, ")
+                problems.append(f"{locate(('references', i, 'match', key))}: {why}")
         bounds: dict[str, Bound] = {}
         for key, value in entry.items():
             if key == "match":
@@ -216,9 +219,10 @@ def check_matches(refs: Iterable[Reference], cells: Sequence[Cell], locate: Loca
     for ref in refs:
         if any(ref.matches(c) for c in cells):
             continue
-        rows = [{"environment": c.env_name, **{k: str(v) for k, v in c.params.items()}} for c in cells]
-        existing = "; ".join(f"{k}: {', '.join(dict.fromkeys(r[k] for r in rows if k in r)) or '(not an axis)'}"
-                             for k in ref.match)
+        existing = "; ".join(
+            f"{k}: {', '.join(dict.fromkeys(_show(_value(c, k)) for c in cells if _value(c, k) is not None))}"
+            f"{'' if any(_value(c, k) is not None for c in cells) else '(the axis is not set)'}"
+            for k in ref.match)
         problems.append(f"{locate(('references', ref.index, 'match'))}: {ref.match_text()} matches no cell "
                         f"of the matrix; values that exist: {existing}")
     if problems:

@@ -17,7 +17,7 @@ from runner import analysis as an
 from runner.report import fmt
 from runner.report.fmt import DASH, Cell, Table
 from runner.results import Status
-from runner.spec import LAYOUT_AXES, PRECISIONS
+from runner.spec import LAYOUT_AXES
 
 GRID_METRICS = ("throughput", "iter_time", "peak_mem", "accuracy", "loss_end")
 KEY_LABELS = {"environment": "environment", "model": "model", "precision": "precision", "batch_size": "batch",
@@ -308,8 +308,7 @@ def precision_ratio_table(ratios: pd.DataFrame, sides: Sequence[str]) -> Table:
     """Rows configuration, columns side × precision: the 2018 Slurm-versus-container table's ratios."""
     keys = varying(ratios, [k for k in an.PARAM_KEYS if k != "precision"], always=("model", "batch_size"))
     precisions = list(dict.fromkeys(ratios.sort_values(
-        "precision", key=lambda s: s.map(lambda p: PRECISIONS.index(p) if p in PRECISIONS else 99),
-        kind="stable")["precision"]))
+        "precision", key=an.precision_rank, kind="stable")["precision"]))
     columns = [(s, p) for s in sides for p in precisions
                if ((ratios["side"] == s) & (ratios["precision"] == p)).any()]
     table = Table([*(KEY_LABELS[k] for k in keys), *(f"{s} {p}/fp32" for s, p in columns)],

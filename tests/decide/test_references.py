@@ -154,3 +154,16 @@ def test_verdict_json_is_stable_and_has_no_nan() -> None:
     assert doc["verdicts"][0]["ci_low"] is None  # one repeat: no interval
     assert list(doc["verdicts"][0]) == ["reference", "cell_key", "cell", "metric", "unit", "expected", "outcome",
                                         "measured", "n", "ci_low", "ci_high", "margin", "statuses"]
+
+
+def test_match_values_take_the_axis_type() -> None:
+    m = matrix.parse(textwrap.dedent("""
+        environments: [{name: cpu, backend: local}]
+        axes: {model: [wrn], channels_last: [true, false], lr: [1.0]}
+        references:
+          - {match: {channels_last: true, lr: 1}, throughput: '>= 1'}
+    """), Path("m.yaml"))
+    (r,) = m.references
+    assert [c.params["channels_last"] for c in m.cells() if r.matches(c)] == [True]
+    err = error_of("references:\n  - {match: {batch_size: many}, throughput: '>= 1'}\n")
+    assert "references[0].match.batch_size (line 5)" in err

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -100,8 +101,10 @@ def welch_by_formula(a: list[float], b: list[float]) -> float:
 def test_welch_p_value_matches_the_formula() -> None:
     # By hand: t = 22.5 / sqrt(100/3 + 125/12) = 3.4017, df = 3.2347, p = 0.03782
     assert welch_by_formula(A, B) == pytest.approx(0.0378150822, abs=1e-8)
-    assert an.welch_p(A, B) == pytest.approx(welch_by_formula(A, B), rel=1e-9)
-    assert math.isnan(an.welch_p([1.0], B))
+    p = an.welch_p_from_stats(np.mean(A), np.std(A, ddof=1), len(A), np.mean(B), np.std(B, ddof=1), len(B))
+    assert float(p) == pytest.approx(welch_by_formula(A, B), rel=1e-9)
+    assert math.isnan(float(an.welch_p_from_stats(1.0, math.nan, 1, np.mean(B), np.std(B, ddof=1), len(B))))
+    assert math.isnan(float(an.welch_p_from_stats(5.0, 0.0, 3, 5.0, 0.0, 3)))  # no spread: not tested
 
 
 def test_geometric_mean() -> None:
@@ -273,3 +276,14 @@ def test_recipes_per_environment_and_the_precisions_that_ran_differently() -> No
     assert list(c.recipes["precision"]) == ["amp"]  # fp32 ran the same way on both sides
     assert c.recipes.loc[0, "a"].startswith("fp16 model, fp32 master weights")
     assert c.recipes.loc[0, "b"].startswith("autocast fp16 · loss scale dynamic")
+
+
+def test_ideal_scaling_line_starts_at_the_smallest_layout() -> None:
+    from runner.report.plots import ideal_lines
+
+    base = {"environment": "e", "model": "m", "precision": "fp32", "batch_size": 8, "dataset": "s", "options": ""}
+    scale = pd.DataFrame([{**base, "processes": p} for p in (2, 4)])
+    [(xs, ys)] = ideal_lines(scale)
+    assert list(xs) == [2, 3, 4] and list(ys) == [1.0, 1.5, 2.0]  # not y = x from one process
+    one = pd.DataFrame([{**base, "model": "n", "processes": p} for p in (1, 2)])
+    assert [list(x) for x, _ in ideal_lines(pd.concat([scale, one]))] == [[1, 2, 3, 4], [2, 3, 4]]
