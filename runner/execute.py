@@ -23,6 +23,7 @@ from rich.table import Table
 
 from runner import backends
 from runner.backends.base import Backend
+from runner.decide import schedule as adaptive
 from runner.errors import MatrixError
 from runner.matrix import Matrix
 from runner.results import RERUN_FAILED, Outcome, Status
@@ -57,6 +58,8 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
     out = console or Console()
     err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     tasks = todo(cells, store, rerun_failed, force)
+    if not tasks and not force:
+        tasks = adaptive.more_tasks(cells, store)  # an adaptive cell whose interval is still too wide
     total = len(cells) * matrix.run.repeats
     if not tasks:
         out.print(f"Nothing to run: all {len(cells)} cells x {matrix.run.repeats} repeats are stored in "
@@ -82,8 +85,9 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
     def on_start(task: Task) -> None:
         # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal.
         shown = " ".join(f"{task.cell.params[k]}" for k in varying if k in task.cell.params)
-        progress.update(bar, description=f"{task.cell.env_name} {shown} [dim]repeat {task.repeat + 1}/"
-                                         f"{task.cell.run.repeats}[/]")
+        rule = task.cell.run.adaptive
+        most = f"{rule.max} at most" if rule else str(task.cell.run.repeats)
+        progress.update(bar, description=f"{task.cell.env_name} {shown} [dim]repeat {task.repeat + 1}/{most}[/]")
 
     # An environment that cannot run at all fails every repeat the same way: say it once, then count.
     last_said: dict[str, str] = {}
@@ -163,6 +167,19 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
                 run_env(env_tasks, replace(ctx, wait=False, back_later=True))
             for env_tasks in groups:
                 run_env(env_tasks, ctx)
+            # Adaptive repeats: rounds of more repeats for the cells whose interval is still too wide.
+            while wait and submit and not report.interrupted:
+                extra = adaptive.more_tasks(cells, store, run_id if force else None)
+                if not extra or any(t.id in reported for t in extra):
+                    break  # nothing more, or a repeat this run already ran would run again
+                tasks += extra
+                report.planned = len(tasks)
+                progress.update(bar, total=len(tasks))
+                round_by_env: dict[str, list[Task]] = defaultdict(list)
+                for t in extra:
+                    round_by_env[t.cell.env_name].append(t)
+                for env_tasks in round_by_env.values():
+                    run_env(env_tasks, ctx)
     except KeyboardInterrupt:
         report.interrupted = True
         store.finish_run(run_id, "interrupted")

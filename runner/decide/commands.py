@@ -17,6 +17,7 @@ from runner.spec import Cell
 from runner.store import Store
 
 CHECK_FORMATS = ("json",)
+EXIT_FAILED = 1  # `matrix check`, `matrix run` (all measured) and `compare --fail-on`: a decision failed
 
 
 def _frame(store: Store) -> pd.DataFrame:
@@ -88,10 +89,29 @@ def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.
     return present.terminal(*lines, titles=["Gate: pairs that tripped it"])
 
 
-def with_gate(compare_text: str, gate_json: str, fmt: str | None) -> str:
+def gate_command(db: Path, a: str, b: str, specs: Sequence[str], fmt: str | None) -> tuple[str, bool]:
+    """`matrix compare A B --fail-on ...`: (the gate's text, whether it tripped)."""
+    gate.parse_rules(specs)  # a wrong rule is one line before the store is read
+    with Store(db, create=False) as store:
+        df = an.frame(store.rows(latest_only=False))
+    if df.empty:
+        raise StoreError(f"no results in {db}: run `matrix run` first")
+    rules, checks = gate_result(df, a, b, specs)
+    if fmt == "md":
+        from runner.report.fmt import md_table
+        table = f"{md_table(present.gate_table(checks))}\n\n" if gate.tripped(checks) else ""
+        text = f"## Gate\n\n{table}**{gate.summary_line(rules, checks)}**\n"
+    else:
+        text = gate_text(a, b, rules, checks, fmt)
+    return text, bool(gate.tripped(checks))
+
+
+def with_gate(compare_text: str, gate_out: str, fmt: str | None) -> str:
     """The compare output with the gate after it; in JSON one document with a `gate` member."""
     if fmt == "json":
         doc = json.loads(compare_text)
-        doc["gate"] = json.loads(gate_json)
+        doc["gate"] = json.loads(gate_out)
         return json.dumps(doc, indent=2, allow_nan=False)
-    return compare_text.rstrip("\n") + "\n\n" + gate_json
+    if fmt == "csv":
+        return compare_text  # the gate goes to stderr: the CSV stays one table
+    return compare_text.rstrip("\n") + "\n\n" + gate_out

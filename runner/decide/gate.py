@@ -176,9 +176,10 @@ def summary_line(rules: Sequence[Rule], checks: Sequence[Check]) -> str:
     n = len(tripped(checks))
     tested = len({(tuple(c.params.values())) for c in checks})
     rule_text = ", ".join(r.text for r in rules)
+    pairs = f"{tested} pair{'s' if tested != 1 else ''}"
     if n:
-        return f"Gate tripped ({rule_text}): {n} of {len(checks)} checks over {tested} pairs."
-    return f"Gate passed ({rule_text}): no change beyond its threshold and significant, {tested} pairs checked."
+        return f"Gate tripped ({rule_text}): {n} of {len(checks)} checks over {pairs}."
+    return f"Gate passed ({rule_text}): no change beyond its threshold and significant, {pairs} checked."
 
 
 def _num(x: float) -> str:
