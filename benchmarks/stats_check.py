@@ -16,6 +16,8 @@ cell's repeats against the second half).
 
     make demo   # or any store of CPU repeats; more repeats per cell make a better noise model
     .venv/bin/python benchmarks/stats_check.py --db results/noise.db [--sims 2000] [--seed 0]
+    .venv/bin/python benchmarks/stats_check.py --pooled --min-repeats 3 \
+        --csv reports/quickstart-cpu/repeats.csv --csv reports/container-vs-local-cpu/repeats.csv
 """
 
 from __future__ import annotations
@@ -60,6 +62,21 @@ def load_cells(db: Path, min_repeats: int) -> dict[str, np.ndarray]:
     return out
 
 
+def load_csv(paths: list[Path], min_repeats: int) -> dict[str, np.ndarray]:
+    """The same from the repeats.csv of committed reports (reports/*/repeats.csv)."""
+    import csv
+
+    cells: dict[str, list[tuple[float, float]]] = {}
+    for path in paths:
+        with path.open(newline="") as f:
+            for row in csv.DictReader(f):
+                if row["status"] != "ok" or not row["throughput"]:
+                    continue
+                label = f"{row['environment'][:12]} {row['model']} {row['precision']} bs{row['batch_size']}"
+                cells.setdefault(label, []).append((float(row["started_at"]), float(row["throughput"])))
+    return {k: np.array([v for _, v in sorted(vals)]) for k, vals in cells.items() if len(vals) >= min_repeats}
+
+
 def noise_profile(cells: dict[str, np.ndarray]) -> None:
     print("Noise in the stored repeats (throughput / the cell's median):")
     print(f"  {'cell':<34} {'n':>3} {'CV':>7} {'min':>7} {'max':>7}")
@@ -75,10 +92,16 @@ def noise_profile(cells: dict[str, np.ndarray]) -> None:
 
 
 class Sampler:
-    """Draws repeats of one side: a random cell's relative repeats, resampled with replacement."""
+    """Draws repeats of one side: a random cell's relative repeats, resampled with replacement. Pooled:
+    every cell's deviations from its mean in one pool, widened by sqrt(n/(n-1)) (a deviation from a mean of
+    n values is that much narrower than the noise), for stores with few repeats per cell."""
 
-    def __init__(self, cells: dict[str, np.ndarray], rng: np.random.Generator) -> None:
-        self.pools = [x / np.median(x) for x in cells.values()]
+    def __init__(self, cells: dict[str, np.ndarray], rng: np.random.Generator, pooled: bool = False) -> None:
+        if pooled:
+            devs = [(x / x.mean() - 1) * math.sqrt(x.size / (x.size - 1)) for x in cells.values()]
+            self.pools = [1 + np.concatenate(devs)]
+        else:
+            self.pools = [x / np.median(x) for x in cells.values()]
         self.rng = rng
 
     def pool(self) -> np.ndarray:
@@ -101,8 +124,12 @@ def simulate(sampler: Sampler, setting: str, sims: int, tests: dict[str, signifi
              ) -> dict[str, dict[str, float]]:
     """Per test: gate FP, test FP, and per slowdown the gate's and the test's power; and mean repeats."""
     draw: Callable[[np.ndarray], np.ndarray]
-    if setting == "adaptive":
-        draw = sampler.adaptive
+    if setting.startswith("adaptive"):
+        _, _, target = setting.partition(":")
+        rule = ADAPTIVE.model_copy(update={"target_ci": float(target.rstrip("%")) / 100}) if target else ADAPTIVE
+
+        def draw(pool: np.ndarray) -> np.ndarray:
+            return sampler.adaptive(pool, rule)
     else:
         n = int(setting)
 
@@ -168,17 +195,26 @@ def replay_savings(cells: dict[str, np.ndarray], fixed: int = 10) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--db", type=Path, default=Path("results/noise.db"))
+    ap.add_argument("--db", type=Path, default=None, help="a store of CPU repeats (default: results/noise.db)")
+    ap.add_argument("--csv", type=Path, action="append", default=[],
+                    help="repeats.csv of a committed report instead of a store (repeatable)")
+    ap.add_argument("--pooled", action="store_true", help="one pool of every cell's deviations (few repeats "
+                    "per cell); default: resample within a cell")
     ap.add_argument("--sims", type=int, default=2000, help="simulated comparisons per setting")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min-repeats", type=int, default=6, help="cells with fewer ok repeats are left out")
-    ap.add_argument("--settings", default="3,5,10,adaptive", help="repeat counts per side, and/or adaptive")
+    ap.add_argument("--settings", default="3,5,10,adaptive,adaptive:2%",
+                    help="repeat counts per side, and/or adaptive (target_ci 1%%) or adaptive:X%%")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per test")
     args = ap.parse_args()
-    cells = load_cells(args.db, args.min_repeats)
+    source = ", ".join(map(str, args.csv)) if args.csv else str(args.db or "results/noise.db")
+    if args.csv:
+        cells = load_csv(args.csv, args.min_repeats)
+    else:
+        cells = load_cells(args.db or Path("results/noise.db"), args.min_repeats)
     if not cells:
-        sys.exit(f"{args.db}: no cell has {args.min_repeats}+ ok repeats; run the quickstart with more repeats")
-    print(f"stats_check: {args.db}, {len(cells)} cells, {args.sims} simulated comparisons per setting, seed "
+        sys.exit(f"{source}: no cell has {args.min_repeats}+ ok repeats; run the quickstart with more repeats")
+    print(f"stats_check: {source}{' (pooled)' if args.pooled else ''}, {len(cells)} cells, {args.sims} simulated comparisons per setting, seed "
           f"{args.seed}; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.2f}")
     noise_profile(cells)
@@ -196,8 +232,8 @@ def main() -> None:
     print(head)
     start = time.perf_counter()
     for setting in args.settings.split(","):
-        result = simulate(Sampler(cells, rng), setting.strip(), args.sims, tests)
-        label = "adaptive" if setting == "adaptive" else setting
+        result = simulate(Sampler(cells, rng, args.pooled), setting.strip(), args.sims, tests)
+        label = setting.strip()
         for name, r in result.items():
             print(f"  {label:<14} {name:<13} {r['gate_fp']:>8.1%} {r['test_fp']:>8.1%} "
                   + " ".join(f"{r[f'gate_{s}']:>8.1%}" for s in SLOWDOWNS) + " "
