@@ -32,7 +32,7 @@ def _check_formats(formats: Sequence[str], allowed: Sequence[str], what: str) ->
 
 
 def _open(db: Path) -> Store:
-    return Store(db, create=False)
+    return Store(db, readonly=True)
 
 
 def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[str, Any]], str]:
