@@ -188,7 +188,7 @@ def report(db: DbOpt = DEFAULT_DB,
            fmt: Annotated[list[str] | None, typer.Option("--format", help="md, html, csv, json "
                                                             "(repeatable; default: md and html)")] = None,
            out: Annotated[Path | None, typer.Option("--out", help="output folder "
-                                                       "(default: reports/<name>/)")] = None) -> None:
+                                                       "(default: results/reports/<name>/, untracked)")] = None) -> None:
     """Write the report views (tables and plots) from the store."""
     from runner.report import report_command
     for path in report_command(db, run_refs or None, fmt or ["md", "html"], out):

@@ -1,4 +1,4 @@
-"""The report's views (DESIGN.md "Report views") as formatted tables, built from the analysis frames.
+"""The report's views (docs/architecture.md, "Report views") as formatted tables, built from the analysis frames.
 
 Each view appears only when the data has its axes: the environment comparison needs two environments,
 the precision summary fp32 and another precision, scaling more than one GPU or node count.
