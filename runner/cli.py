@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from runner import backends, execute
@@ -202,7 +203,7 @@ def doctor() -> None:
     marks = {True: "[green]ok[/]", False: "[red]missing[/]", None: "[dim]n/a[/]"}
     for kind in backends.kinds():
         for check in backends.get(kind).doctor():
-            table.add_row(kind, check.name, marks[check.ok], check.detail)
+            table.add_row(kind, check.name, marks[check.ok], escape(check.detail))
     console().print(table)
 
 

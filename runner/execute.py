@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -67,7 +68,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
     report = RunReport(run_id, planned=len(tasks))
     err.print(f"run [bold]{run_id}[/]: {len(tasks)} of {total} repeats to run "
               f"({total - len(tasks)} already stored) -> {store.path}")
-    ctx = RunContext(run_id=run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose)
+    ctx = RunContext(run_id=run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose, store=store)
     by_env: dict[str, list[Task]] = defaultdict(list)
     for t in tasks:
         by_env[t.cell.env_name].append(t)
@@ -109,7 +110,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
             say_same_again(env_name)
             last_said[env_name] = said
             progress.console.print(f"[yellow]{outcome.status.value}[/] {task.cell.label()} repeat "
-                                   f"{task.repeat + 1}: {outcome.reason}")
+                                   f"{task.repeat + 1}: {escape(outcome.reason)}")
             return
         say_same_again(env_name)
         last_said.pop(env_name, None)
@@ -132,11 +133,11 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
             with backends.get(env.backend)(env, env_ctx) as backend:
                 backend.run(pending, sink)
         except MatrixError as e:
-            # The environment cannot be used at all: its cells are results, the rest goes on.
+            # The environment cannot be used at all: nothing was measured, the next run tries again.
             now = time.time()
             for t in pending:
                 if t.id not in reported:
-                    sink(t, Outcome(Status.FAILED, reason=str(e), started_at=now, finished_at=now))
+                    sink(t, Outcome(Status.NOT_STARTED, reason=str(e), started_at=now, finished_at=now))
         finally:
             say_same_again(env.name)
         current.clear()  # reached only when the backend returned: an interrupt leaves its name here
