@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -181,13 +182,14 @@ class RunPrinter:
                 return
             self.environment_done(env_name)
             self.last_said[env_name] = said
-            say(f"[yellow]{outcome.status.value}[/] {task.cell.label()} repeat {task.repeat + 1}: {outcome.reason}")
+            say(f"[yellow]{outcome.status.value}[/] {escape(task.cell.label())} repeat {task.repeat + 1}: "
+                f"{escape(outcome.reason)}")
             return
         self.environment_done(env_name)
         self.last_said.pop(env_name, None)
         if not self.progress.console.is_terminal:
             tput = outcome.metrics.get("throughput")
-            say(f"ok {task.cell.label()} repeat {task.repeat + 1}"
+            say(f"ok {escape(task.cell.label())} repeat {task.repeat + 1}"
                 + (f": {tput:.1f} img/s" if isinstance(tput, int | float) else ""))
 
     def environment_done(self, env_name: str) -> None:
@@ -230,7 +232,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
     report = RunReport(run_id, planned=len(tasks))
     printer.started(run_id, len(tasks), len(cells) * matrix.run.repeats, store.path)
     ctx = RunContext(run_id=run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
-                     on_start=printer.task_started)
+                     on_start=printer.task_started, store=store)
     reported: set[str] = set()
 
     def sink(task: Task, outcome: Outcome) -> None:
