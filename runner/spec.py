@@ -260,3 +260,4 @@ class RunContext:
     submit: bool = True   # False: only collect what earlier runs submitted
     verbose: bool = False
     on_start: Any = None  # callable(Task) -> None, told when a task starts (progress display)
+    store: Any = None     # the run's result store (runner.store.Store): batch backends keep their jobs there

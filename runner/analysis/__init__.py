@@ -18,6 +18,7 @@ from runner.analysis.compare import (
     compare,
     environment_info,
     geometric_mean,
+    one_sided,
     pair_cells,
     pair_stats,
     precision_ratios,
@@ -74,8 +75,8 @@ __all__ = [
     "ENV_FIELDS", "FRAME_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV", "PARAM_KEYS",
     "PRECISION_ORDER", "RECIPE_COLUMNS", "RECIPE_FIELDS", "SIDE_KINDS", "STAT_NAMES", "Comparison", "Metric",
     "Side", "Stats", "available_sides", "cell_attributes", "change_words", "compare", "describe",
-    "environment_info", "environment_rank", "frame", "geometric_mean", "get_metric", "latest", "metric_stats",
-    "options_label", "pair_cells", "pair_stats", "precision_index", "precision_rank", "precision_ratios", "precision_recipes",
+    "environment_info", "environment_rank", "frame", "geometric_mean", "get_metric", "latest", "metric_stats", "one_sided",
+    "one_sided", "options_label", "pair_cells", "pair_stats", "precision_index", "precision_rank", "precision_ratios", "precision_recipes",
     "precision_summary", "quality_flags", "recipe", "recipe_differences", "recipe_text", "scaling",
     "select_side", "side_stats", "status_summary", "summarize", "t_half_width", "verdict", "welch_p_from_stats",
 ]

@@ -152,6 +152,23 @@ def verdict(ratio: float, p: float, n_a: int, n_b: int, metric: Metric,
     return True, metric.better if gain > 1 else metric.worse
 
 
+# A side that ran but measured nothing, for a reason that is the environment's fault (not "unsupported").
+BROKEN = frozenset({Status.FAILED.value, Status.OOM.value, Status.TIMEOUT.value, Status.NOT_STARTED.value})
+
+
+def one_sided(n_a: int, n_b: int, statuses_a: str, statuses_b: str) -> tuple[bool, str] | None:
+    """A pair measured on one side only: ok on A and failed (oom, timeout, not started) on B is a
+    regression, the reverse a fix; None when both or neither side measured, or the gap is `unsupported`."""
+    def broken(statuses: str) -> bool:
+        return any(part.split(" ", 1)[-1] in BROKEN for part in str(statuses).split(", ") if part)
+
+    if n_a > 0 and n_b == 0 and broken(statuses_b):
+        return True, f"regression: B {statuses_b}"
+    if n_b > 0 and n_a == 0 and broken(statuses_a):
+        return True, f"fixed: A {statuses_a}"
+    return None
+
+
 def geometric_mean(ratios: Iterable[float]) -> float:
     """exp(mean(log r)) over the positive, finite ratios; NaN when there are none."""
     vals = np.asarray([r for r in ratios if r is not None and np.isfinite(r) and r > 0], dtype=float)
@@ -217,8 +234,9 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where((an_ > 0) & (bn_ > 0) & (am != 0), bm / am, math.nan)
         p = welch_p_from_stats(am, both["a_std"], an_, bm, both["b_std"], bn_)
-        judged = [verdict(r, q, x, y, metric, alpha, min_effect)
-                  for r, q, x, y in zip(ratio, p, an_, bn_, strict=True)]
+        judged = [one_sided(x, y, sa_, sb_) or verdict(r, q, x, y, metric, alpha, min_effect)
+                  for r, q, x, y, sa_, sb_ in zip(ratio, p, an_, bn_, both["a_statuses"], both["b_statuses"],
+                                                  strict=True)]
         both["a_n"], both["b_n"] = an_, bn_
         both["ratio"], both["p_value"] = ratio, p
         both["change"] = [change_words(r, metric) for r in ratio]

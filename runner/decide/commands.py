@@ -45,7 +45,7 @@ def check_command(m: Matrix, cells: Sequence[Cell], db: Path, fmt: str | None = 
                           "throughput: '>= 100'}] (docs/decisions.md)")
     if not db.exists():
         raise StoreError(f"no result store at {db}: run `matrix run` first, or pass --db PATH")
-    with Store(db, create=False) as store:
+    with Store(db, readonly=True) as store:
         vs = verdicts(m, cells, store)
     return check_text(vs, fmt), references.failed(vs)
 
@@ -92,7 +92,7 @@ def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.
 def gate_command(db: Path, a: str, b: str, specs: Sequence[str], fmt: str | None) -> tuple[str, bool]:
     """`matrix compare A B --fail-on ...`: (the gate's text, whether it tripped)."""
     gate.parse_rules(specs)  # a wrong rule is one line before the store is read
-    with Store(db, create=False) as store:
+    with Store(db, readonly=True) as store:
         df = an.frame(store.rows(latest_only=False))
     if df.empty:
         raise StoreError(f"no results in {db}: run `matrix run` first")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import shutil
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -78,22 +76,19 @@ def history_table(hist: pd.DataFrame, unit: str = "img/s") -> Table:
 
 
 def terminal(*parts: Table | str, titles: Sequence[str] = ()) -> str:
-    """Tables and lines as text: colour only on a terminal (and never with NO_COLOR), unwrapped when piped."""
-    from rich.console import Console
+    """Tables and lines as text through the one console factory: colour only on a terminal (never with
+    NO_COLOR), unwrapped when piped."""
     from rich.text import Text
 
-    from runner.report.render import rich_table
+    from runner import console as consoles
 
-    tty = sys.stdout.isatty()
-    color = tty and not os.environ.get("NO_COLOR")
-    width = max(100, shutil.get_terminal_size((160, 40)).columns) if tty else 240
     buf = io.StringIO()
-    console = Console(file=buf, force_terminal=color, no_color=not color, highlight=False, width=width,
-                      soft_wrap=False)
+    tty = sys.stdout.isatty()
+    out = consoles.console(buf, tty=tty, width=None if tty else consoles.PIPED_WIDTH)
     titles = list(titles)
     for part in parts:
         if isinstance(part, Table):
-            console.print(rich_table(part, titles.pop(0) if titles else ""))
+            consoles.print_table(out, part, titles.pop(0) if titles else "")
         else:
-            console.print(Text(part))
+            out.print(Text(part))
     return buf.getvalue()

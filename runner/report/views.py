@@ -1,4 +1,4 @@
-"""The report's views (DESIGN.md "Report views") as formatted tables, built from the analysis frames.
+"""The report's views (docs/architecture.md, "Report views") as formatted tables, built from the analysis frames.
 
 Each view appears only when the data has its axes: the environment comparison needs two environments,
 the precision summary fp32 and another precision, scaling more than one GPU or node count.
@@ -287,7 +287,8 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
     table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit}", f"{b}{unit}", f"{b}/{a}", "change", "p",
                    "verdict"], align=["l"] * len(keys) + ["r", "r", "r", "l", "r", "l"])
     for r in p.to_dict("records"):
-        cls = ("good" if r["verdict"] == m.better else "bad") if r["significant"] else "muted"
+        cls = ("good" if r["verdict"] == m.better or str(r["verdict"]).startswith("fixed") else "bad"
+               ) if r["significant"] else "muted"
         table.add(*(key_text(k, r[k]) for k in keys),
                   side_cell(r, "a", m), side_cell(r, "b", m),
                   Cell(fmt.number(r["ratio"], 3), "num"), Cell(r["change"] or DASH),

@@ -287,3 +287,19 @@ def test_ideal_scaling_line_starts_at_the_smallest_layout() -> None:
     assert list(xs) == [2, 3, 4] and list(ys) == [1.0, 1.5, 2.0]  # not y = x from one process
     one = pd.DataFrame([{**base, "model": "n", "processes": p} for p in (1, 2)])
     assert [list(x) for x, _ in ideal_lines(pd.concat([scale, one]))] == [[1, 2, 3, 4], [2, 3, 4]]
+
+
+def test_ok_on_one_side_and_failed_on_the_other_is_a_regression_not_no_result() -> None:
+    assert an.one_sided(3, 0, "3 ok", "2 failed, 1 oom") == (True, "regression: B 2 failed, 1 oom")
+    assert an.one_sided(0, 3, "3 not_started", "3 ok") == (True, "fixed: A 3 not_started")
+    assert an.one_sided(3, 0, "3 ok", "3 unsupported") is None  # the release cannot: not a regression
+    assert an.one_sided(0, 0, "3 failed", "3 failed") is None
+    ok = {"status": "ok", "metrics": {"throughput": 100.0}}
+    rows = [{"id": i, "run_id": "r", "cell_key": f"{env}", "repeat": i % 3, "environment": env,
+             "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
+             **(ok if env == "a" else {"status": "failed", "reason": "boom", "metrics": {}})}
+            for i, env in enumerate(["a"] * 3 + ["b"] * 3)]
+    df = an.frame(rows)
+    c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
+    pair = c.pairs.iloc[0]
+    assert pair["verdict"] == "regression: B 3 failed" and bool(pair["significant"]) and c.n_significant == 1
