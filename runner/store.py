@@ -81,27 +81,48 @@ def new_run_id() -> str:
 class Store:
     """Opens (and creates) the database; every write is its own short transaction."""
 
-    def __init__(self, path: Path | str = DEFAULT_DB, create: bool = True) -> None:
+    def __init__(self, path: Path | str = DEFAULT_DB, create: bool = True, readonly: bool = False) -> None:
+        """`readonly`: open an existing store for reading only; nothing is written, not even the schema, so a
+        results file shared read-only (or on a read-only mount) reads as well as one's own."""
         self.path = Path(path)
-        if not create and not self.path.exists():
+        self.readonly = readonly
+        if (readonly or not create) and not self.path.exists():
             raise StoreError(f"no result store at {self.path}: run `matrix run` first, or pass --db PATH")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.db = sqlite3.connect(self.path, timeout=30)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(_DDL)
+            if readonly:
+                self.db = self._connect_readonly()
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(self.path, timeout=30)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.executescript(_DDL)
             self._check_schema()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a matrix result store ({e})") from e
         self.db.row_factory = sqlite3.Row
 
+    def _connect_readonly(self) -> sqlite3.Connection:
+        uri = self.path.resolve().as_uri()
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30)
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return db
+        except sqlite3.OperationalError:
+            # A WAL store in a directory we may not write (no -shm to create): read it as immutable.
+            db.close()
+            return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=30)
+
     def _check_schema(self) -> None:
+        if self.readonly:
+            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not {"meta", "runs", "results"} <= tables:
+                raise StoreError(f"{self.path} is not a matrix result store (no runs/results tables)")
         row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        if row is None:
+        if row is None and not self.readonly:
             with self.db:
                 self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
-        elif int(row[0]) != SCHEMA:
+        elif row is not None and int(row[0]) != SCHEMA:
             raise StoreError(f"{self.path} has store schema {row[0]}; this matrix reads schema {SCHEMA}: "
                              "use the matrix version that wrote it, or start a new store with --db")
 

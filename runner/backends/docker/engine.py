@@ -175,12 +175,13 @@ class Engine:
             raise NotStarted(f"image {ref!r} was pulled but cannot be found: {e}") from e
 
     def _pull(self, ref: str) -> None:
-        from rich.console import Console
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+        from runner.console import stderr
 
         layers: dict[str, tuple[int, int]] = {}
         with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                      console=Console(stderr=True), transient=False) as progress:
+                      console=stderr(), transient=False) as progress:
             bar = progress.add_task(f"pulling {ref}", total=None)
             try:
                 # The SDK splits the reference itself: no tag means latest, a digest pins the image.
