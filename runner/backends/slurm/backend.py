@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.backends import register
-from runner.backends.base import Backend, Check, NotStarted, Sink, not_started
+from runner.backends.base import Backend, NotStarted, Sink, not_started
 from runner.backends.slurm import commands, host, outcomes, pending
 from runner.backends.slurm.commands import SacctRow, SlurmError
 from runner.backends.slurm.config import CONTROL, TASK_ID_RE, SlurmEnvironment
@@ -52,6 +52,8 @@ STARTED_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "
 class SlurmBackend(Backend):
     kind = "slurm"
     config = SlurmEnvironment
+    doctor = staticmethod(host.doctor)
+    clean = staticmethod(host.clean)
     queued = True
     env: SlurmEnvironment
 
@@ -419,15 +421,6 @@ class SlurmBackend(Backend):
             self.state.remove(reported, "cancelled")
         self._say(f"cancelled {len(reported)} tasks ({', '.join(ids)})")
 
-    # -- host ------------------------------------------------------------------------------------
-
-    @classmethod
-    def doctor(cls) -> list[Check]:
-        return host.doctor()
-
-    @classmethod
-    def clean(cls, run_id: str | None = None) -> list[str]:
-        return host.clean(run_id)
 
 
 def _jobs(watch: dict[str, Watched]) -> str:
