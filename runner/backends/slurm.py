@@ -826,8 +826,10 @@ class SlurmBackend(Backend):
             return Outcome(Status.CANCELLED, None, tail(log), f"{job} was preempted (runs again on resume)",
                            started, finished, extra)
         if row.state in ("NODE_FAIL", "BOOT_FAIL"):
-            return Outcome(Status.FAILED, None, tail(log), f"{job}: {row.state} (the node failed)",
-                           started, finished, extra)
+            # The node died under the job (or never booted): nothing is wrong with the cell, so, as for
+            # a preemption, resume runs it again.
+            return Outcome(Status.CANCELLED, None, tail(log), f"{job}: {row.state}, a node of the job "
+                           f"({row.nodes}) failed (runs again on resume)", started, finished, extra)
         stdout = _read(work / f"{w.task.id}.rank0.out")
         outcome = outcome_from_process(stdout, log, row.exit_code, started, finished, extra)
         if row.state == "COMPLETED" and outcome.result is None:
