@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.conftest import require  # noqa: E402
 from runner.store import Store  # noqa: E402
+from tests.conftest import require  # noqa: E402
 from tests.slurm.test_slurm_cli import cli, queued, submitted  # noqa: E402
 
 pytestmark = pytest.mark.slurm
