@@ -11,7 +11,9 @@ the other tests do; the node kill and the controller restart come after the runs
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -26,7 +28,7 @@ if str(ROOT) not in sys.path:
 
 from runner.store import Store  # noqa: E402
 from tests.conftest import require  # noqa: E402
-from tests.slurm.test_slurm_cli import cli, queued, submitted  # noqa: E402
+from tests.slurm.test_slurm_cli import cli, queued  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -83,7 +85,17 @@ class Matrix:
             return list(store.rows(latest_only=False))
 
     def submitted(self) -> dict[str, dict[str, object]]:
-        return submitted(self.root / "w")
+        """The array tasks the store says are submitted and not yet collected (read without writing)."""
+        db = self.root / "r.db"
+        if not db.exists():
+            return {}
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+            try:
+                found = conn.execute("SELECT task_key, task_id, job, idx FROM batch_jobs "
+                                     "WHERE backend='slurm' AND closed_at IS NULL").fetchall()
+            except sqlite3.OperationalError:  # no table yet
+                return {}
+        return {key: {"task": task, "job": job, "index": idx} for key, task, job, idx in found}
 
     def run_dirs(self) -> list[Path]:
         base = self.root / "w" / "slurm"
