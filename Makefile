@@ -39,7 +39,7 @@ test: venv services
 	$(PY) -m pytest
 
 lint: venv
-	$(VENV)/bin/ruff check runner tests benchmarks
+	$(VENV)/bin/ruff check runner tests benchmarks images
 	$(VENV)/bin/mypy runner
 
 clean:

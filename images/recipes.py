@@ -68,8 +68,11 @@ RECIPES: tuple[Recipe, ...] = (
         note="PyTorch 1.0.0 (the oldest on PyPI, cp36 manylinux1) on pyenv's Python 3.6.15, Debian bookworm base"),
     Recipe(
         name="2020", tag="matrix/era:2020-torch1.7", era="2020", date="2020-12-10",
-        torch="1.7.1", torchvision="0.8.2", python="3.9", interpreter="/usr/bin/python3",
-        suite="bullseye", packages=DEBIAN_TORCH,
+        # Debian's 1.7.1 and 0.8.2 packages call themselves 1.7.0a0 and 0.8.0a0.
+        torch="1.7", torchvision="0.8", python="3.9", interpreter="/usr/bin/python3",
+        # debootstrap does not resolve virtual packages: bullseye's python3-torch pulls OpenCV, GTK
+        # and dconf-service, which needs a dbus-session-bus; dbus-x11 provides one.
+        suite="bullseye", packages=(*DEBIAN_TORCH, "dbus-x11"),
         note="Debian bullseye's python3-torch 1.7.1 and python3-torchvision 0.8.2"),
     Recipe(
         name="2022", tag="matrix/debian-torch:1.13", era="2022", date="2022-10-28",

@@ -454,7 +454,10 @@ class DockerBackend(SequentialBackend):
         client = self._client()
         image = self._image()
         self.image_facts = {"image": self.denv.image, "image_id": image.id,
-                            "repo_digest": self._repo_digest(image)}
+                            "repo_digest": self._repo_digest(image),
+                            # matrix's own labels (images/recipes.py: era, release date, versions)
+                            "image_labels": {k: v for k, v in sorted((image.labels or {}).items())
+                                             if k.startswith("matrix.")}}
         env = self.denv
         mounts = [Mount(target=m.target, source=str(Path(m.source).expanduser().resolve()), type="bind",
                         read_only=m.read_only) for m in env.mounts]

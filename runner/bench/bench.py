@@ -17,6 +17,7 @@ import math
 import os
 import platform
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -732,7 +733,17 @@ def plan_precision(args, device, caps=None):
         raise Unsupported("this torch has no channels_last memory format")
     if args.compile and not hasattr(torch, "compile"):
         raise Unsupported("this torch has no torch.compile")
+    if args.compile and device.type == "cpu" and not _cxx_compiler():
+        raise Unsupported("torch.compile on the CPU needs a C++ compiler (inductor), none here (CXX, c++, g++)")
     return plan
+
+
+def _cxx_compiler():
+    """The C++ compiler torch.compile's CPU backend would call, or None."""
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
 
 
 def apply_backend_flags(plan, args, device):
@@ -1571,4 +1582,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _code = main()
+    # The result is out: skip the interpreter's teardown. Debian's PyTorch 1.7 (bullseye) dies in a
+    # C++ destructor at exit ("terminate called without an active exception", SIGSEGV) after a
+    # run that succeeded, which would turn an ok result into a crash.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_code)
