@@ -51,3 +51,31 @@ def test_2018_amp_on_cpu_says_so_without_pointing_to_a_missing_amp_bf16(box_2018
     run = box_2018.bench("--model", "mnist_cnn", "--precision", "amp", *SMALL)
     assert_unsupported(run, "amp (FP16 mixed precision) is not supported on CPU")
     assert "amp-bf16" not in run.result["reason"]  # PyTorch 1.0 has no bf16 autocast either
+
+
+def test_2020_fp32_trains_exits_cleanly_and_has_channels_last(box_2020: EraBox) -> None:
+    # Debian's PyTorch 1.7 segfaults at interpreter exit; bench.py must exit 0 after an ok result.
+    run = box_2020.bench("--model", "mnist_cnn", "--precision", "fp32", "--batch-size", "32",
+                         "--iterations", "20", "--warmup", "2", "--channels-last")
+    r = run.result
+    assert run.code == 0 and r["status"] == "ok", run.output
+    assert "terminate called" not in run.output
+    assert r["env"]["torch"].startswith("1.7") and r["env"]["python"].startswith("3.9")
+    assert r["precision"]["channels_last"] is True
+    assert r["metrics"]["loss_end"] < r["metrics"]["loss_start"]
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    # 1.7 has the bfloat16 dtype but not its CPU kernels: the operator that lacks one is named.
+    (("--model", "mnist_cnn", "--precision", "bf16"), "not implemented for 'BFloat16'"),
+    (("--model", "mnist_cnn", "--precision", "amp-bf16"), "this torch has no bf16 autocast for cpu"),
+    (("--model", "mnist_cnn", "--precision", "fp32", "--compile"), "this torch has no torch.compile"),
+], ids=["bf16-kernels", "cpu-autocast", "compile"])
+def test_2020_what_pytorch_1_7_lacks_is_unsupported(box_2020: EraBox, args: tuple[str, ...], reason: str) -> None:
+    assert_unsupported(box_2020.bench(*args, *SMALL), reason)
+
+
+def test_2020_amp_on_cpu_names_no_missing_alternative(box_2020: EraBox) -> None:
+    run = box_2020.bench("--model", "mnist_cnn", "--precision", "amp", *SMALL)
+    assert_unsupported(run, "amp (FP16 mixed precision) is not supported on CPU")
+    assert "amp-bf16" not in run.result["reason"]

@@ -38,11 +38,16 @@ def test_three_eras_run_and_compare(tmp_path: Path, image_2018: Recipe, image_20
     stored = rows(tmp_path / "r.db")
     assert len(stored) == 12, out.stdout + out.stderr
     by = {(r["environment"], r["params"]["precision"]): r for r in stored}
-    torch_versions = {"torch-1.0": "1.0.0", "torch-1.7": "1.7.1", "torch-1.13": "1.13"}
-    for env, version in torch_versions.items():
+    recipes = {"torch-1.0": image_2018, "torch-1.7": image_2020, "torch-1.13": image_2022}
+    for env, recipe in recipes.items():
         fp32 = by[(env, "fp32")]
-        assert fp32["status"] == "ok" and fp32["env"]["torch"].startswith(version), fp32["env"]["torch"]
+        assert fp32["status"] == "ok" and fp32["env"]["torch"].startswith(recipe.torch), fp32["env"]["torch"]
         assert fp32["metrics"]["throughput"] > 0
+    # The era labels of an image built by images/build.py travel with its results (the shared
+    # 1.13 test image may have been built before it had labels).
+    for env in ("torch-1.0", "torch-1.7"):
+        labels = by[(env, "fp32")]["env"]["image_labels"]
+        assert labels["matrix.era"] == recipes[env].era and labels["matrix.era.date"] == recipes[env].date
     # What each era lacks is a stored reason, not a failure: 1.0 has no bfloat16 at all, 1.7 has
     # the dtype but no CPU autocast; 1.13 runs it.
     assert by[("torch-1.0", "amp-bf16")]["status"] == "unsupported"
@@ -54,6 +59,7 @@ def test_three_eras_run_and_compare(tmp_path: Path, image_2018: Recipe, image_20
 
     cmp = cli("compare", "torch-1.0", "torch-1.13", "--db", "r.db", "--format", "md", cwd=tmp_path)
     text = cmp.stdout
+    print(text)
     assert "torch-1.0" in text and "torch-1.13" in text and "mnist_cnn" in text, text
     # amp-bf16 ran on one side only: compare names it rather than pairing it.
     assert "amp-bf16" in text, text
