@@ -7,6 +7,9 @@ The held jobs are scancelled at the end. A second, optional measurement (--rows 
 N-task array of `true` so that sacct has N finished rows to return, as at the end of a run.
 
     .venv/bin/python benchmarks/slurm_submit.py [--cells 1000] [--polls 10] [--rows 1000]
+        [--partition multi --nodes 1,2,3]
+
+With --nodes the cells are spread over those node shapes (the `nodes` axis): one sbatch per shape.
 
 Needs a Slurm with accounting (`sudo scripts/slurm-up.sh`).
 """
@@ -33,13 +36,15 @@ from runner.spec import RunContext, Task
 from runner.store import Store
 
 
-def make_matrix(cells: int) -> str:
-    sizes = list(range(1, cells + 1))
+def make_matrix(cells: int, partition: str | None = None, nodes: list[int] | None = None) -> str:
+    shapes = nodes or [1]
+    sizes = list(range(1, cells // len(shapes) + 1))
+    where = f" partition: {partition}," if partition else ""
     return ("name: slurm-submit\n"
             "environments:\n"
-            "  - {name: held, backend: slurm, python: /usr/bin/python3, gpus_per_node: 0,\n"
+            f"  - {{name: held, backend: slurm,{where} python: /usr/bin/python3, gpus_per_node: 0,\n"
             "     sbatch_options: [--hold], poll_interval: 10, blocked_after: 3600}\n"
-            f"axes: {{model: [mlp], precision: [fp32], batch_size: {sizes}, device: [cpu]}}\n"
+            f"axes: {{model: [mlp], precision: [fp32], batch_size: {sizes}, device: [cpu], nodes: {shapes}}}\n"
             "run: {iterations: 5, warmup: 1, repeats: 1, timeout: 60}\n")
 
 
@@ -72,14 +77,17 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=1000)
     ap.add_argument("--polls", type=int, default=10)
     ap.add_argument("--rows", type=int, default=0, help="also time sacct over an N-task finished array")
+    ap.add_argument("--partition", default=None, help="the environment's partition (default: the cluster's)")
+    ap.add_argument("--nodes", default="1", help="node shapes, comma-separated (e.g. 1,2,3)")
     opts = ap.parse_args()
+    nodes = [int(n) for n in opts.nodes.split(",")]
 
     calls: Counter[str] = Counter()
     commands.slurm = counting(calls)  # type: ignore[assignment]  # every Slurm command goes through this one function
     print(f"host: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     with tempfile.TemporaryDirectory(prefix="matrix-slurm-bench-") as tmp:
         start = time.perf_counter()
-        m = matrix.parse(make_matrix(opts.cells))
+        m = matrix.parse(make_matrix(opts.cells, opts.partition, nodes))
         cells = m.cells()
         tasks = [Task(c, r) for c in cells for r in range(c.run.repeats)]
         plan_s = time.perf_counter() - start
@@ -95,7 +103,8 @@ def main() -> None:
         records = store.open_jobs("slurm")
         jobs = sorted({r.job for r in records.values()}, key=int)
         try:
-            print(f"plan {opts.cells} cells: {plan_s * 1000:.0f} ms")
+            print(f"plan {len(cells)} cells (node shapes {nodes}, partition {opts.partition or 'default'}): "
+                  f"{plan_s * 1000:.0f} ms")
             print(f"submit {len(tasks)} tasks: {submit_s * 1000:.0f} ms, Slurm calls {submit_calls} "
                   f"(jobs {', '.join(jobs)}; {len(reported)} reported at submission)")
             print(f"sacct for all jobs of the run ({len(tasks)} held tasks): "
@@ -112,7 +121,8 @@ def main() -> None:
         if opts.rows:
             out = Path(tmp) / "rows"
             out.mkdir()
-            proc = commands.slurm(["sbatch", "--parsable", f"--array=0-{opts.rows - 1}", "--time=1",
+            where = [f"--partition={opts.partition}"] if opts.partition else []
+            proc = commands.slurm(["sbatch", "--parsable", *where, f"--array=0-{opts.rows - 1}", "--time=1",
                                  f"--output={out}/%a.out", "--wrap", "true"])
             job = proc.stdout.strip().split(";")[0]
             deadline = time.time() + 900

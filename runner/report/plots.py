@@ -227,13 +227,13 @@ def scaling_plot(scale: pd.DataFrame, svg: bool, png: bool) -> Plot | None:
         bars.draw(ax)
         for j, (xs, ys) in enumerate(ideal_lines(pd.concat([g for _, g in groups]))):
             ax.plot(xs, ys, color="#999999", linestyle="--", linewidth=1, label="ideal" if j == 0 else None)
-        ax.set_xlabel("processes (GPUs × nodes)")
+        ax.set_xlabel("processes (per node × nodes)")
         ax.set_ylabel("speedup")
         ax.set_xticks(sorted(set(scale["processes"])))
-        ax.set_title("Speedup against GPU count (mean, std error bars)")
+        ax.set_title("Speedup against processes (mean, std error bars)")
         ax.legend(frameon=False, fontsize=8, loc="upper left")
         svg_text, png_bytes = _render(fig, "scaling", svg, png)
-    return Plot("scaling", "Speedup against GPU count", svg_text, png_bytes)
+    return Plot("scaling", "Speedup against processes", svg_text, png_bytes)
 
 
 def make_plots(summary: pd.DataFrame, scale: pd.DataFrame, svg: bool, png: bool) -> list[Plot]:

@@ -113,7 +113,8 @@ class DockerBackend(SequentialBackend):
         session = self._engine()
         env = self.denv
         image = session.image(env.image, env.pull)
-        self.image_facts = {"image": env.image, "image_id": image.id, "repo_digest": image.repo_digest}
+        self.image_facts = {"image": env.image, "image_id": image.id, "repo_digest": image.repo_digest,
+                            "image_labels": image.labels}
         spec = engine.ContainerSpec(
             image_id=image.id,
             name=f"matrix-{re.sub(r'[^A-Za-z0-9_.-]+', '-', env.name)[:40]}-{uuid.uuid4().hex[:8]}",
