@@ -76,8 +76,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
                                                    "repeats again")] = False,
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
-        workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch files; keep it the same "
-                                              "across run, collect and resume")] = Path("results"),
+        workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files (submitted "
+                                              "jobs are kept in --db)")] = Path("results"),
         ) -> None:
     """Run every repeat that is not stored yet (resume is the default).
 
@@ -93,8 +93,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
 
 @app.command()
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-            workdir: Annotated[Path, typer.Option("--workdir", help="the --workdir of the run that "
-                                                  "submitted")] = Path("results")) -> None:
+            workdir: Annotated[Path, typer.Option("--workdir", help="logs; the jobs to gather are found in "
+                                                  "--db")] = Path("results")) -> None:
     """Gather results of batch jobs submitted earlier (`run --no-wait`); submits nothing.
 
     Exit status as `matrix run`: 0, 1, 3 (a repeat did not end ok or unsupported), 130.

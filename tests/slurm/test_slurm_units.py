@@ -210,8 +210,8 @@ def row(state: str, code: int = 0) -> SacctRow:
 
 @pytest.mark.parametrize("state,status", [
     ("TIMEOUT", Status.TIMEOUT), ("DEADLINE", Status.TIMEOUT), ("OUT_OF_MEMORY", Status.OOM),
-    ("CANCELLED", Status.CANCELLED), ("PREEMPTED", Status.CANCELLED), ("NODE_FAIL", Status.FAILED),
-    ("BOOT_FAIL", Status.FAILED), ("FAILED", Status.FAILED), ("COMPLETED", Status.FAILED),
+    ("CANCELLED", Status.CANCELLED), ("PREEMPTED", Status.CANCELLED), ("NODE_FAIL", Status.CANCELLED),
+    ("BOOT_FAIL", Status.CANCELLED), ("FAILED", Status.FAILED), ("COMPLETED", Status.FAILED),
 ])
 def test_slurm_states_without_a_result_file_map_to_statuses(backend: tuple[SlurmBackend, Watched],
                                                             state: str, status: Status) -> None:
