@@ -267,9 +267,7 @@ def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame)
     """Every (reference, matched cell, metric) in the order of the file and the cells, from the long frame
     (runner.analysis.frame of the store's rows; each repeat's newest row)."""
     by_key: dict[str, pd.DataFrame] = dict(iter(frame.groupby("cell_key", sort=False))) if len(frame) else {}
-    matched = [c for c in cells if any(r.matches(c) for r in refs)]
-    varying = [k for k in dict.fromkeys(k for c in matched for k in c.params)
-               if len({_show(c.params.get(k)) for c in matched}) > 1] or ["model", "precision", "batch_size"]
+    varying = varying_keys([c for c in cells if any(r.matches(c) for r in refs)])
     verdicts = []
     for ref in refs:
         for cell in cells:
@@ -279,6 +277,12 @@ def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame)
             for name, bound in ref.bounds.items():
                 verdicts.append(_verdict(ref, cell, rows, METRICS[name], bound, varying))
     return verdicts
+
+
+def varying_keys(cells: Sequence[Cell]) -> list[str]:
+    """The params whose value differs between these cells (model, precision and batch size if none do)."""
+    return [k for k in dict.fromkeys(k for c in cells for k in c.params)
+            if len({_show(c.params.get(k)) for c in cells}) > 1] or ["model", "precision", "batch_size"]
 
 
 def cell_words(cell: Cell, keys: Sequence[str]) -> str:
