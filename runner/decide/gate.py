@@ -125,7 +125,7 @@ def _check(rule: Rule, params: dict[str, Any], xa: np.ndarray, xb: np.ndarray, a
     ok_a, ok_b = ok_repeats or (xa.size, xb.size)
     if (ok_a and ok_b) and not (xa.size and xb.size):
         return Check(rule, params, xa.size, xb.size, ma, mb, math.nan, math.nan, False,
-                     f"{rule.metric} not measured on {'both sides' if not (xa.size or xb.size) else 'one side'}")
+                     f"{rule.metric} not measured on {'either side' if not (xa.size or xb.size) else 'one side'}")
     if xa.size and not ok_b:
         newly = rule.kind != "faster"
         return Check(rule, params, xa.size, 0, ma, mb, math.nan, math.nan, newly,
