@@ -125,7 +125,7 @@ def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] 
     with Store(db) as store:
         report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:],
                                     console=consoles.stdout(), verbose=state["verbose"], **kwargs)
-        if not report.interrupted:
+        if not report.interrupted and not report.pending:  # jobs still queued: `matrix collect` decides
             text, failed = decide.run_decisions(m, cells, store)
             if text:
                 typer.echo(text, nl=False)
