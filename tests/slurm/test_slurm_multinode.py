@@ -310,7 +310,9 @@ def test_job_past_its_time_limit_is_timeout_on_every_node_and_resume_leaves_it(t
     assert env["slurm_state"] == "TIMEOUT" and env["slurm_nodes"] == "node[1-2]", env  # type: ignore[index]
     assert "DUE TO TIME LIMIT" in str(stored["log_tail"])
     assert m.submitted() == {}
-    assert "Nothing to run" in m.run().stdout, "a timeout is a result: resume does not run it again"
+    again = m.run(check=False)
+    assert "Nothing to run" in again.stdout, "a timeout is a result: resume does not run it again"
+    assert again.returncode == 3, "and the run still says that a selected repeat did not succeed"
 
 
 def restart_slurmctld() -> None:
