@@ -8,7 +8,7 @@ MATRIX := $(VENV)/bin/matrix
 DEMO_DB ?= results/demo.db
 DEMO_OUT ?= results/demo-report
 
-.PHONY: demo test services venv lint bench clean
+.PHONY: demo test services images venv lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,11 +31,16 @@ demo: venv
 services:
 	bash scripts/services.sh
 
+# The era images of images/recipes.py (2018's PyTorch 1.0 to 2026's 2.13), each skipped when its tag
+# exists; downloads and root filesystems are cached in /var/cache/matrix. Needs root and a Docker engine.
+images: venv
+	$(PY) images/build.py
+
 test: venv services
 	$(PY) -m pytest
 
 lint: venv
-	$(VENV)/bin/ruff check runner tests benchmarks
+	$(VENV)/bin/ruff check runner tests benchmarks images
 	$(VENV)/bin/mypy runner
 
 clean:

@@ -17,6 +17,7 @@ import math
 import os
 import platform
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -168,11 +169,15 @@ def params_of(args):
 
 # ----------------------------------------------------------------------------- environment
 
+IMPORT_ERRORS = {}  # optional module -> why it could not be imported (the first line)
+
+
 def _optional_module(name):
     """Import an optional dependency; any failure (not only ImportError) means absent."""
     try:
         return importlib.import_module(name)
-    except Exception:
+    except Exception as e:
+        IMPORT_ERRORS[name] = first_line(e)
         return None
 
 
@@ -547,7 +552,8 @@ def check_model_available(name):
         return
     models = _optional_module("torchvision.models")
     if models is None:
-        raise Unsupported("model %s needs torchvision, which is not importable here" % name)
+        raise Unsupported("model %s needs torchvision, which is not importable here (%s)" % (
+            name, IMPORT_ERRORS.get("torchvision.models", "no module")))
     if not callable(getattr(models, name, None)):
         raise Unsupported("model %s is not in this torchvision (%s)" % (
             name, _version(_optional_module("torchvision"))))
@@ -572,6 +578,23 @@ def build_model(name, args, channels, size, num_classes):
         raise Unsupported("torchvision model %s takes 3-channel input, the data has %d" % (name, channels))
     models = importlib.import_module("torchvision.models")
     return getattr(models, name)(num_classes=num_classes)
+
+
+def check_input_size(model, name, channels, hw):
+    """Raise Unsupported when a torchvision model cannot take this input size (torchvision 0.2's
+    resnets end in a fixed 7x7 average pool, so only 224 px fits): one FP32 forward of one image."""
+    if name not in TORCHVISION_MODELS or tuple(hw) == (TORCHVISION_MODELS[name][1],) * 2:
+        return
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, channels, hw[0], hw[1]))
+    except (RuntimeError, ValueError) as e:
+        raise Unsupported("model %s of torchvision %s cannot take %dx%d input: %s" % (
+            name, _version(_optional_module("torchvision")), hw[0], hw[1], first_line(e)))
+    finally:
+        model.train(was_training)
 
 
 # ----------------------------------------------------------------------------- precision
@@ -704,7 +727,8 @@ def plan_precision(args, device, caps=None):
         plan.update(dtype="bfloat16", model_dtype=torch.bfloat16, input_dtype=torch.bfloat16)
     elif p == "amp":
         if not cuda:
-            raise Unsupported("amp (FP16 mixed precision) is not supported on CPU; amp-bf16 is")
+            hint = "; amp-bf16 is" if autocast_factory("cpu", getattr(torch, "bfloat16", None)) else ""
+            raise Unsupported("amp (FP16 mixed precision) is not supported on CPU" + hint)
         impl = choose_amp_impl(args.amp_impl, caps if caps is not None else amp_capabilities())
         plan.update(mechanism=impl, dtype="float16")
         if impl == "native":
@@ -726,7 +750,17 @@ def plan_precision(args, device, caps=None):
         raise Unsupported("this torch has no channels_last memory format")
     if args.compile and not hasattr(torch, "compile"):
         raise Unsupported("this torch has no torch.compile")
+    if args.compile and device.type == "cpu" and not _cxx_compiler():
+        raise Unsupported("torch.compile on the CPU needs a C++ compiler (inductor), none here (CXX, c++, g++)")
     return plan
+
+
+def _cxx_compiler():
+    """The C++ compiler torch.compile's CPU backend would call, or None."""
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
 
 
 def apply_backend_flags(plan, args, device):
@@ -1462,6 +1496,7 @@ def benchmark(args, state):
         raise BadArgs("model %s needs images of at least %dx%d, got %dx%d" % (
             args.model, MIN_IMAGE_SIZE.get(args.model, 32), MIN_IMAGE_SIZE.get(args.model, 32), hw[0], hw[1]))
     model = build_model(args.model, args, channels, hw, classes)
+    check_input_size(model, args.model, channels, hw)
     result["workload"] = dict(info, input_shape=[channels, hw[0], hw[1]], num_classes=classes,
                               parameters=int(sum(p.numel() for p in model.parameters())),
                               dataset_kind=args.data_kind)
@@ -1565,4 +1600,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _code = main()
+    # The result is out: skip the interpreter's teardown. Debian's PyTorch 1.7 (bullseye) dies in a
+    # C++ destructor at exit ("terminate called without an active exception", SIGSEGV) after a
+    # run that succeeded, which would turn an ok result into a crash.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_code)

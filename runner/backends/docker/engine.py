@@ -87,6 +87,7 @@ def device_requests(gpus: Any) -> list[Any]:
 class ImageFacts:
     id: str
     repo_digest: str | None
+    labels: dict[str, str] = field(default_factory=dict)  # matrix's own (images/recipes.py: era, versions)
 
 
 @dataclass(frozen=True)
@@ -384,7 +385,8 @@ class Exec:
 
 def _facts(image: Any) -> ImageFacts:
     digests = list(image.attrs.get("RepoDigests") or [])
-    return ImageFacts(str(image.id), digests[0] if digests else None)
+    labels = {k: v for k, v in sorted((image.labels or {}).items()) if k.startswith("matrix.")}
+    return ImageFacts(str(image.id), digests[0] if digests else None, labels)
 
 
 def _count_layer(layers: dict[str, tuple[int, int]], event: dict[str, Any]) -> None:

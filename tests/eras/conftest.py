@@ -1,0 +1,131 @@
+"""The era tests run bench.py and `matrix run` in real old PyTorch releases (images/recipes.py).
+
+Each test asks for the era images it uses; a missing one is built by images/build.py (downloads
+and root filesystems cached in /var/cache/matrix, so a second build takes seconds). No engine or
+a failed build skips outside CI and fails in CI (tests/conftest.py's `require`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+for path in (ROOT, ROOT / "images"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from recipes import BY_NAME, Recipe  # noqa: E402
+
+from tests.conftest import require  # noqa: E402
+
+BENCH = ROOT / "runner" / "bench" / "bench.py"
+BUILD_TIMEOUT_S = 1500
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    try:
+        import docker
+        from docker.errors import DockerException
+    except ImportError:  # pragma: no cover - docker is a dependency of the runner
+        require(False, "the docker SDK is not installed")
+        raise
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except (DockerException, OSError) as e:
+        require(False, f"no Docker engine answers ({e}): run scripts/docker-up.sh (make services) as root")
+        raise
+    yield client
+    client.close()
+
+
+def era_image(client: Any, name: str) -> Recipe:
+    """The recipe's image on the engine, built (cached rootfs and wheels) when it is missing."""
+    from docker.errors import ImageNotFound
+
+    recipe = BY_NAME[name]
+    try:
+        client.images.get(recipe.tag)
+        return recipe
+    except ImageNotFound:
+        pass
+    proc = subprocess.run([sys.executable, str(ROOT / "images" / "build.py"), name], capture_output=True,
+                          text=True, timeout=BUILD_TIMEOUT_S)
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        require(False, f"era image {recipe.tag} could not be built: {' | '.join(lines[-3:])}")
+    return recipe
+
+
+@pytest.fixture(scope="session")
+def image_2018(docker_client: Any) -> Recipe:
+    return era_image(docker_client, "2018")
+
+
+@pytest.fixture(scope="session")
+def image_2020(docker_client: Any) -> Recipe:
+    return era_image(docker_client, "2020")
+
+
+@pytest.fixture(scope="session")
+def image_2022(docker_client: Any) -> Recipe:
+    return era_image(docker_client, "2022")
+
+
+@dataclass
+class BenchRun:
+    code: int
+    output: str
+    result: dict[str, Any]
+
+
+class EraBox:
+    """One idle container of an era image (network none) in which bench.py runs, case after case."""
+
+    def __init__(self, client: Any, recipe: Recipe) -> None:
+        self.recipe = recipe
+        self.container = client.containers.create(
+            recipe.tag, ["sleep", "infinity"], network_mode="none", environment={"OMP_NUM_THREADS": "1"},
+            labels={"matrix.managed": "true", "matrix.purpose": "era-test"})
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(str(BENCH), arcname="matrix-bench.py")
+        self.container.put_archive("/tmp", buf.getvalue())
+        self.container.start()
+
+    def bench(self, *args: str) -> BenchRun:
+        argv = [self.recipe.interpreter, "/tmp/matrix-bench.py", "--dataset", "synthetic", "--device", "cpu",
+                "--threads", "1", "--workers", "0", *args]
+        code, out = self.container.exec_run(argv)
+        text = out.decode(errors="replace")
+        lines = [ln for ln in text.splitlines() if ln.startswith("MATRIX_RESULT ")]
+        result = json.loads(lines[-1][len("MATRIX_RESULT "):]) if lines else {}
+        return BenchRun(code, text, result)
+
+    def remove(self) -> None:
+        self.container.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def box_2018(docker_client: Any, image_2018: Recipe) -> Iterator[EraBox]:
+    box = EraBox(docker_client, image_2018)
+    yield box
+    box.remove()
+
+
+@pytest.fixture(scope="module")
+def box_2020(docker_client: Any, image_2020: Recipe) -> Iterator[EraBox]:
+    box = EraBox(docker_client, image_2020)
+    yield box
+    box.remove()

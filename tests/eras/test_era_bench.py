@@ -1,0 +1,81 @@
+"""bench.py in real old PyTorch releases: what they can run trains, what they cannot is
+`unsupported` with its reason (exit 4), never a failure or a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import EraBox
+
+pytestmark = pytest.mark.docker
+
+SMALL = ("--iterations", "2", "--warmup", "0", "--batch-size", "4")
+
+
+def assert_unsupported(run: object, reason: str) -> None:
+    r = run.result  # type: ignore[attr-defined]
+    assert r.get("status") == "unsupported", run.output  # type: ignore[attr-defined]
+    assert reason in r["reason"], r["reason"]
+    assert run.code == 4 and "Traceback" not in run.output, run.output  # type: ignore[attr-defined]
+
+
+def test_2018_fp32_trains_and_its_loss_falls(box_2018: EraBox) -> None:
+    run = box_2018.bench("--model", "mnist_cnn", "--precision", "fp32", "--batch-size", "32",
+                         "--iterations", "20", "--warmup", "2")
+    r = run.result
+    assert run.code == 0 and r["status"] == "ok", run.output
+    assert r["env"]["torch"] == "1.0.0" and r["env"]["python"].startswith("3.6")
+    assert r["env"]["torchvision"] == "0.2.1"
+    m = r["metrics"]
+    assert m["throughput"] > 0 and m["images"] == 20 * 32
+    # 4 synthetic batches seen 5 times each: a model that learns fits them.
+    assert m["loss_end"] < m["loss_start"], (m["loss_start"], m["loss_end"])
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    (("--model", "mnist_cnn", "--precision", "bf16"), "this torch has no bfloat16 dtype"),
+    (("--model", "mnist_cnn", "--precision", "amp-bf16"), "this torch has no bfloat16 dtype"),
+    (("--model", "mnist_cnn", "--precision", "fp16"), "fp16 training is not supported on CPU"),
+    (("--model", "mnist_cnn", "--precision", "tf32"), "tf32 is not supported on CPU"),
+    (("--model", "mnist_cnn", "--precision", "fp32", "--channels-last"),
+     "this torch has no channels_last memory format"),
+    (("--model", "mnist_cnn", "--precision", "fp32", "--compile"), "this torch has no torch.compile"),
+    (("--model", "mobilenet_v2", "--precision", "fp32"), "model mobilenet_v2 is not in this torchvision (0.2.1)"),
+    (("--model", "resnet18", "--precision", "fp32", "--image-size", "64"),
+     "model resnet18 of torchvision 0.2.1 cannot take 64x64 input"),
+], ids=["bf16", "amp-bf16", "fp16", "tf32", "channels-last", "compile", "model-missing", "input-size"])
+def test_2018_what_pytorch_1_0_lacks_is_unsupported(box_2018: EraBox, args: tuple[str, ...], reason: str) -> None:
+    assert_unsupported(box_2018.bench(*args, *SMALL), reason)
+
+
+def test_2018_amp_on_cpu_says_so_without_pointing_to_a_missing_amp_bf16(box_2018: EraBox) -> None:
+    run = box_2018.bench("--model", "mnist_cnn", "--precision", "amp", *SMALL)
+    assert_unsupported(run, "amp (FP16 mixed precision) is not supported on CPU")
+    assert "amp-bf16" not in run.result["reason"]  # PyTorch 1.0 has no bf16 autocast either
+
+
+def test_2020_fp32_trains_exits_cleanly_and_has_channels_last(box_2020: EraBox) -> None:
+    # Debian's PyTorch 1.7 segfaults at interpreter exit; bench.py must exit 0 after an ok result.
+    run = box_2020.bench("--model", "mnist_cnn", "--precision", "fp32", "--batch-size", "32",
+                         "--iterations", "20", "--warmup", "2", "--channels-last")
+    r = run.result
+    assert run.code == 0 and r["status"] == "ok", run.output
+    assert "terminate called" not in run.output
+    assert r["env"]["torch"].startswith("1.7") and r["env"]["python"].startswith("3.9")
+    assert r["precision"]["channels_last"] is True
+    assert r["metrics"]["loss_end"] < r["metrics"]["loss_start"]
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    # 1.7 has the bfloat16 dtype but not its CPU kernels: the operator that lacks one is named.
+    (("--model", "mnist_cnn", "--precision", "bf16"), "not implemented for 'BFloat16'"),
+    (("--model", "mnist_cnn", "--precision", "amp-bf16"), "this torch has no bf16 autocast for cpu"),
+    (("--model", "mnist_cnn", "--precision", "fp32", "--compile"), "this torch has no torch.compile"),
+], ids=["bf16-kernels", "cpu-autocast", "compile"])
+def test_2020_what_pytorch_1_7_lacks_is_unsupported(box_2020: EraBox, args: tuple[str, ...], reason: str) -> None:
+    assert_unsupported(box_2020.bench(*args, *SMALL), reason)
+
+
+def test_2020_amp_on_cpu_names_no_missing_alternative(box_2020: EraBox) -> None:
+    run = box_2020.bench("--model", "mnist_cnn", "--precision", "amp", *SMALL)
+    assert_unsupported(run, "amp (FP16 mixed precision) is not supported on CPU")
+    assert "amp-bf16" not in run.result["reason"]
