@@ -71,6 +71,8 @@ class ReportModel:
     scaling_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     recipes_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     run_records: list[dict[str, Any]] = field(default_factory=list)
+    history: list[Section] = field(default_factory=list)
+    history_df: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -406,8 +408,24 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
     return out
 
 
-def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> ReportModel:
-    """All views of one report from the long frame and the runs it came from."""
+def history_sections(hist: pd.DataFrame) -> list[Section]:
+    """One table of every cell measured in two or more runs (runner/decide/history.py)."""
+    if hist.empty:
+        return []
+    from runner.decide.present import history_table
+
+    n_cells, n_steps = hist["cell_key"].nunique(), int(hist["step"].sum())
+    note = (f"{n_cells} cell{'s' if n_cells != 1 else ''} measured in more than one run; "
+            f"{n_steps} significant step{'s' if n_steps != 1 else ''} (a change of at least "
+            f"{an.MIN_EFFECT:.0%} from the previous run with Welch's p < {an.ALPHA}).")
+    return [Section("History", history_table(hist), note)]
+
+
+def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
+          history: pd.DataFrame | None = None) -> ReportModel:
+    """All views of one report from the long frame and the runs it came from; `history` is
+    runner.decide.history over every stored row (not only each repeat's newest)."""
+    hist = history if history is not None else pd.DataFrame()
     summary = an.summarize(df)
     info = an.environment_info(df)
     comparison, comparisons = comparison_sections(df, summary)
@@ -426,4 +444,5 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> Rep
         precision=precision_sections(info, prec), scaling=scaling_sections(scale),
         failures=failures(summary), frame=df, summary=summary, comparisons=comparisons,
         precision_df=prec, scaling_df=scale, recipes_df=recipes, run_records=run_records,
+        history=history_sections(hist), history_df=hist,
     )

@@ -37,3 +37,25 @@ def test_failed_repeats_do_not_make_points() -> None:
     df = long_frame(rows_for("k", [100.0, 101.0], run_id="a", start=1.0),
                     rows_for("k", [float("nan")] * 2, run_id="b", start=10.0, status="oom"))
     assert history(df).empty
+
+
+def test_the_report_has_a_history_section_table_plot_and_json(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    from runner.report import render, views
+
+    df = long_frame(rows_for("k", list(100 + NOISE), run_id="night-1", start=1000.0),
+                    rows_for("k", list(90 + NOISE), run_id="night-2", start=90000.0))
+    out = Path(str(tmp_path))
+    model = views.build(df, [], "nightly", history=history(df))
+    written = render.write_report(model, ["md", "html", "json"], out)
+    md = (out / "report.md").read_text()
+    assert "## History" in md and "step: 1.11x slower" in md and "1 significant step" in md
+    assert (out / "plots" / "history.png") in written
+    html = (out / "report.html").read_text()
+    assert 'id="history"' in html and 'id="plot-history"' in html
+    doc = json.loads((out / "report.json").read_text())
+    assert [p["step"] for p in doc["history"]] == [False, True]
+    plain = views.build(df[df["run_id"] == "night-1"], [], "one run", history=history(df[df["run_id"] == "night-1"]))
+    assert plain.history == []
