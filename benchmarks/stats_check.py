@@ -182,15 +182,22 @@ def split_half(cells: dict[str, np.ndarray], tests: dict[str, significance.PValu
 def replay_savings(cells: dict[str, np.ndarray], fixed: int = 10) -> None:
     print(f"\nAdaptive rule {{min: {ADAPTIVE.min}, max: {ADAPTIVE.max}, target_ci: {ADAPTIVE.target_ci:.0%}}} "
           f"replayed on each cell's repeats in measured order, against a fixed {fixed}:")
-    total = 0
+    total = decided = 0
     for label, x in cells.items():
         a = replay(list(x), ADAPTIVE)
-        capped = "" if a.stop is not Stop.MORE else f" (ran out of stored repeats at {x.size})"
-        print(f"  {label:<34} {a.n:>3} repeats, {a.words.split(': ', 1)[1]}, CI ±{a.ci:.1%}{capped}")
+        if a.stop is Stop.MORE:
+            print(f"  {label:<34} still wider than the target after all {x.size} stored repeats "
+                  f"(CI ±{a.ci:.1%}): the rule would run {ADAPTIVE.max - x.size} or fewer more")
+            continue
+        print(f"  {label:<34} {a.n:>3} repeats, {a.words.split(': ', 1)[1]}, CI ±{a.ci:.1%}")
         total += a.n
-    n = len(cells)
-    print(f"  total {total} repeats against {fixed * n} for a fixed {fixed} "
-          f"({1 - total / (fixed * n):+.0%} saved)" if n else "  no cells")
+        decided += 1
+    if decided:
+        print(f"  {decided} cells decided: {total} repeats against {fixed * decided} for a fixed {fixed} "
+              f"({1 - total / (fixed * decided):+.0%} saved)")
+    undecided = len(cells) - decided
+    if undecided:
+        print(f"  {undecided} cells need more stored repeats to replay the rule to its end")
 
 
 def main() -> None:

@@ -55,10 +55,10 @@ def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
     axes = param_columns(cells)
     table = Table(["#", "key", "environment", "backend", *axes, "stored"], align=["r"])
     for i, cell in enumerate(cells, 1):
-        done = [stored[(cell.key, r)].value for r in range(m.run.repeats) if (cell.key, r) in stored]
+        done = [stored[(cell.key, r)].value for r in range(m.run.most_repeats) if (cell.key, r) in stored]
         table.add(str(i), cell.key, cell.env_name, cell.environment.backend,
-                  *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats}")
-    consoles.print_table(consoles.stdout(), table, f"{m.name}: {len(cells)} cells x {m.run.repeats} repeats "
+                  *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats_text.split(' ')[0]}")
+    consoles.print_table(consoles.stdout(), table, f"{m.name}: {len(cells)} cells x {m.run.repeats_text} repeats "
                          f"({m.run.iterations} iterations after {m.run.warmup} warm-up)")
 
 
@@ -125,7 +125,7 @@ def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] 
     with Store(db) as store:
         report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:],
                                     console=consoles.stdout(), verbose=state["verbose"], **kwargs)
-        if not report.interrupted:
+        if not report.interrupted and not report.pending:  # jobs still queued: `matrix collect` decides
             text, failed = decide.run_decisions(m, cells, store)
             if text:
                 typer.echo(text, nl=False)

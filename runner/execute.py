@@ -158,7 +158,7 @@ class RunPrinter:
         self.last_said: dict[str, str] = {}
         self.same_again: Counter[str] = Counter()
 
-    def nothing_to_run(self, cells: Sequence[Cell], repeats: int, store: Path) -> None:
+    def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path) -> None:
         self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {store}. "
                        "Use --rerun-failed or --force to measure again; `matrix show` lists them.")
 
@@ -232,7 +232,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
     if not tasks and not force:
         tasks = adaptive.more_tasks(cells, store)  # an adaptive cell whose interval is still too wide
     if not tasks:
-        printer.nothing_to_run(cells, matrix.run.repeats, store.path)
+        printer.nothing_to_run(cells, matrix.run.repeats_text, store.path)
         report = RunReport(None)
         report.unsuccessful = _unsuccessful(cells, store)
         return report

@@ -66,6 +66,17 @@ class RunSettings(Strict):
     seed: int = 0
     adaptive: AdaptiveRepeats | None = Field(None, description="set by writing `repeats` as a mapping")
 
+    @property
+    def most_repeats(self) -> int:
+        """The repeats a cell may get: `repeats`, or the adaptive rule's `max`."""
+        return self.adaptive.max if self.adaptive else self.repeats
+
+    @property
+    def repeats_text(self) -> str:
+        """'3', or '3-20 (adaptive to ±1%)'."""
+        a = self.adaptive
+        return f"{a.min}-{a.max} (adaptive to ±{a.target_ci * 100:g}%)" if a else str(self.repeats)
+
     @model_validator(mode="before")
     @classmethod
     def _adaptive_repeats(cls, data: Any) -> Any:

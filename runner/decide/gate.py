@@ -84,21 +84,22 @@ class Check:
 
     def as_json(self) -> dict[str, Any]:
         def num(x: float) -> float | None:
-            return None if math.isnan(x) else round(float(x), 6)
+            return None if math.isnan(x) else float(f"{x:.6g}")
         return {"rule": self.rule.text, "metric": self.rule.metric, **{k: self.params[k] for k in PARAM_KEYS},
                 "a_n": self.a_n, "b_n": self.b_n, "a_mean": num(self.a_mean), "b_mean": num(self.b_mean),
                 "change": num(self.change), "p_value": num(self.p_value), "tripped": self.tripped,
                 "reason": self.reason}
 
 
-def _ok_values(frame: pd.DataFrame, metric: str) -> dict[tuple[Any, ...], np.ndarray]:
-    """Each cell's ok values of `metric`, keyed on the params that pair cells across sides."""
-    out: dict[tuple[Any, ...], np.ndarray] = {}
+def _ok_values(frame: pd.DataFrame, metric: str) -> dict[tuple[Any, ...], tuple[np.ndarray, int]]:
+    """Each cell's ok values of `metric` and its count of ok repeats, keyed on the params that pair cells
+    across sides (a metric a backend does not measure, e.g. peak memory on a CPU, has no values)."""
+    out: dict[tuple[Any, ...], tuple[np.ndarray, int]] = {}
     if frame.empty:
         return out
     for key, g in frame.groupby(list(PARAM_KEYS), sort=False, dropna=False):
         ok = g[g["status"] == "ok"][metric].to_numpy(dtype=float)
-        out[tuple(key)] = ok[~np.isnan(ok)]
+        out[tuple(key)] = (ok[~np.isnan(ok)], int(ok.size))
     return out
 
 
@@ -108,20 +109,24 @@ def evaluate(a: pd.DataFrame, b: pd.DataFrame, rules: Sequence[Rule], alpha: flo
     checks = []
     for rule in rules:
         va, vb = _ok_values(a, rule.metric), _ok_values(b, rule.metric)
-        for key, xa in va.items():
+        for key, (xa, ok_a) in va.items():
             if key not in vb:
                 continue
-            xb = vb[key]
+            xb, ok_b = vb[key]
             params = dict(zip(PARAM_KEYS, key, strict=True))
-            checks.append(_check(rule, params, xa, xb, alpha, test))
+            checks.append(_check(rule, params, xa, xb, alpha, test, (ok_a, ok_b)))
     return checks
 
 
 def _check(rule: Rule, params: dict[str, Any], xa: np.ndarray, xb: np.ndarray, alpha: float,
-           test: significance.PValue) -> Check:
+           test: significance.PValue, ok_repeats: tuple[int, int] | None = None) -> Check:
     ma = float(xa.mean()) if xa.size else math.nan
     mb = float(xb.mean()) if xb.size else math.nan
-    if xa.size and not xb.size:
+    ok_a, ok_b = ok_repeats or (xa.size, xb.size)
+    if (ok_a and ok_b) and not (xa.size and xb.size):
+        return Check(rule, params, xa.size, xb.size, ma, mb, math.nan, math.nan, False,
+                     f"{rule.metric} not measured on {'either side' if not (xa.size or xb.size) else 'one side'}")
+    if xa.size and not ok_b:
         newly = rule.kind != "faster"
         return Check(rule, params, xa.size, 0, ma, mb, math.nan, math.nan, newly,
                      "B has no ok repeat (A has)" if newly else "no ok repeat on B")

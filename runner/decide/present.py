@@ -42,12 +42,13 @@ _STOP_CLS = {Stop.TARGET: "good", Stop.MAX: "status", Stop.NOT_OK: "muted", Stop
 
 def adaptive_table(states: Sequence[CellState]) -> Table:
     t = Table(["cell", "repeats", "95% CI of the mean", "target", "stopped"], align=["l", "r", "r", "r", "l"])
+    keys = references.varying_keys([s.cell for s in states])
     for s in states:
         rule = s.cell.run.adaptive
         ci = "—" if math.isnan(s.assessment.ci) else f"±{s.assessment.ci:.1%}"
         words = {Stop.TARGET: "target reached", Stop.MAX: f"max ({rule.max if rule else '?'}) reached",
                  Stop.NOT_OK: "a repeat did not end ok", Stop.MORE: "stopped early (interrupted)"}
-        t.add(s.cell.label(), str(s.assessment.n), ci, f"±{rule.target_ci:.1%}" if rule else "",
+        t.add(references.cell_words(s.cell, keys), str(s.assessment.n), ci, f"±{rule.target_ci:.1%}" if rule else "",
               Cell(words[s.assessment.stop], _STOP_CLS[s.assessment.stop]))
     return t
 

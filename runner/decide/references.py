@@ -267,6 +267,7 @@ def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame)
     """Every (reference, matched cell, metric) in the order of the file and the cells, from the long frame
     (runner.analysis.frame of the store's rows; each repeat's newest row)."""
     by_key: dict[str, pd.DataFrame] = dict(iter(frame.groupby("cell_key", sort=False))) if len(frame) else {}
+    varying = varying_keys([c for c in cells if any(r.matches(c) for r in refs)])
     verdicts = []
     for ref in refs:
         for cell in cells:
@@ -274,11 +275,23 @@ def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame)
                 continue
             rows = by_key.get(cell.key, frame.iloc[0:0])
             for name, bound in ref.bounds.items():
-                verdicts.append(_verdict(ref, cell, rows, METRICS[name], bound))
+                verdicts.append(_verdict(ref, cell, rows, METRICS[name], bound, varying))
     return verdicts
 
 
-def _verdict(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, bound: Bound) -> Verdict:
+def varying_keys(cells: Sequence[Cell]) -> list[str]:
+    """The params whose value differs between these cells (model, precision and batch size if none do)."""
+    return [k for k in dict.fromkeys(k for c in cells for k in c.params)
+            if len({_show(c.params.get(k)) for c in cells}) > 1] or ["model", "precision", "batch_size"]
+
+
+def cell_words(cell: Cell, keys: Sequence[str]) -> str:
+    """The cell by its environment and the params that tell it apart from the other cells checked."""
+    return " ".join([cell.env_name, *(f"{k}={_show(cell.params[k])}" for k in keys if k in cell.params)])
+
+
+def _verdict(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, bound: Bound,
+             keys: Sequence[str]) -> Verdict:
     ok = rows[rows["status"] == "ok"] if len(rows) else rows
     values = ok[metric.name].to_numpy(dtype=float) * metric.scale if len(ok) else np.array([])
     st = describe(values)
@@ -289,7 +302,7 @@ def _verdict(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, bou
     else:
         inside = bound.low <= st.mean <= bound.high
         outcome, margin = (Outcome.PASS if inside else Outcome.FAIL), bound.margin(st.mean)
-    return Verdict(ref.index, cell.key, cell.label(), metric.name, metric.unit, bound.text(), outcome,
+    return Verdict(ref.index, cell.key, cell_words(cell, keys), metric.name, metric.unit, bound.text(), outcome,
                    st.mean, st.n, st.ci_low, st.ci_high, margin, statuses)
 
 

@@ -75,3 +75,9 @@ def test_replay_walks_the_stored_repeats_in_order() -> None:
     a = replay(values, RULE)
     assert a.stop is Stop.TARGET and a.n in (6, 12)
     assert replay([100.0, 100.1, 99.9, 50.0], RULE).n == 3
+
+
+def test_plans_and_messages_say_the_adaptive_range() -> None:
+    run = RunSettings.model_validate({"repeats": {"min": 3, "max": 20, "target_ci": "1%"}})
+    assert (run.repeats_text, run.most_repeats) == ("3-20 (adaptive to ±1%)", 20)
+    assert (RunSettings().repeats_text, RunSettings().most_repeats) == ("3", 3)

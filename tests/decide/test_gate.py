@@ -98,3 +98,9 @@ def test_json_is_stable_and_lists_every_check() -> None:
     assert text == gate.to_json("A", "B", rules, gate.evaluate(a, b, rules))
     assert gate.rows(checks)[0]["rule"] == "slower:3%"
     assert gate.summary_line(rules, checks).startswith("Gate tripped")
+
+
+def test_a_metric_not_measured_is_said_and_does_not_trip() -> None:
+    a, b = sides(list(BASE), list(BASE))  # no peak memory stored (a CPU)
+    (c,) = gate.evaluate(a, b, gate.parse_rules(["memory:5%"]))
+    assert not c.tripped and c.reason == "peak_mem not measured on either side"
