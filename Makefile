@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch==2.13.0 is pinned: the CPU build; an unpinned torch pulls several GB of CUDA packages.
-	$(PY) -m pip install -q -e '.[local,dev]'
+	$(PY) -m pip install -q -e '.[local,docker,dev]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -10,12 +10,12 @@ from types import FrameType
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from runner import backends, execute
+from runner import console as consoles
 from runner import matrix as matrix_mod
 from runner.errors import MatrixError
+from runner.report.fmt import Cell, Table
 from runner.spec import shown_params
 from runner.store import DEFAULT_DB, Store
 
@@ -48,27 +48,23 @@ def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
     """Validate the matrix file and list its cells; nothing runs."""
     m = matrix_mod.load(_matrix_path(matrix))
     cells = matrix_mod.select(m.cells(), env or (), only or ())
-    stored = Store(db).latest_statuses(c.key for c in cells) if db.exists() else {}
-    table = Table(title=f"{m.name}: {len(cells)} cells x {m.run.repeats} repeats "
-                        f"({m.run.iterations} iterations after {m.run.warmup} warm-up)")
+    stored = {}
+    if db.exists():
+        with Store(db, readonly=True) as store:
+            stored = store.latest_statuses(c.key for c in cells)
     axes = param_columns(cells)
-    for col in ("#", "key", "environment", "backend", *axes, "stored"):
-        table.add_column(col)
+    table = Table(["#", "key", "environment", "backend", *axes, "stored"], align=["r"])
     for i, cell in enumerate(cells, 1):
         done = [stored[(cell.key, r)].value for r in range(m.run.repeats) if (cell.key, r) in stored]
-        table.add_row(str(i), cell.key, cell.env_name, cell.environment.backend,
-                      *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats}")
-    console().print(table)
+        table.add(str(i), cell.key, cell.env_name, cell.environment.backend,
+                  *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats}")
+    consoles.print_table(consoles.stdout(), table, f"{m.name}: {len(cells)} cells x {m.run.repeats} repeats "
+                         f"({m.run.iterations} iterations after {m.run.warmup} warm-up)")
 
 
 def param_columns(cells: list[Any]) -> list[str]:
     """The axes worth a column: those present in any cell, minus a process layout of 1."""
     return list(dict.fromkeys(k for cell in cells for k in shown_params(cell.params)))
-
-
-def console() -> Console:
-    """Tables are wide: when output is not a terminal, do not wrap them at 80 columns."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 @app.command()
@@ -83,7 +79,12 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
         workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch files; keep it the same "
                                               "across run, collect and resume")] = Path("results"),
         ) -> None:
-    """Run every repeat that is not stored yet (resume is the default)."""
+    """Run every repeat that is not stored yet (resume is the default).
+
+    Exit status: 0 when every selected repeat is ok or unsupported (or still queued with --no-wait);
+    1 when nothing could run (bad matrix file, store or option); 3 when a repeat ended failed, oom,
+    timeout, cancelled or not_started (its environment could not start); 130 when interrupted.
+    """
     m = matrix_mod.load(_matrix_path(matrix))
     if image:
         m = _with_image(m, image, gpus)
@@ -94,7 +95,10 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
             workdir: Annotated[Path, typer.Option("--workdir", help="the --workdir of the run that "
                                                   "submitted")] = Path("results")) -> None:
-    """Gather results of batch jobs submitted earlier (`run --no-wait`); submits nothing."""
+    """Gather results of batch jobs submitted earlier (`run --no-wait`); submits nothing.
+
+    Exit status as `matrix run`: 0, 1, 3 (a repeat did not end ok or unsupported), 130.
+    """
     m = matrix_mod.load(_matrix_path(matrix))
     _run(m, db, env, only, workdir, submit=False)
 
@@ -118,9 +122,9 @@ def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] 
     signal.signal(signal.SIGTERM, _sigterm)
     with Store(db) as store:
         report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:],
-                                    console=execute.stdout_console(), verbose=state["verbose"], **kwargs)
-    if report.interrupted:
-        raise typer.Exit(130)
+                                    console=consoles.stdout(), verbose=state["verbose"], **kwargs)
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
@@ -131,16 +135,15 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 def ls(db: DbOpt = DEFAULT_DB) -> None:
     """List the runs in the store."""
     from datetime import datetime
-    with Store(db, create=False) as store:
-        table = Table(title=f"runs in {db}")
-        for col in ("run", "matrix", "started", "took", "status", "repeats"):
-            table.add_column(col)
-        for r in store.runs():
-            took = f"{r.finished_at - r.started_at:.0f} s" if r.finished_at else "-"
-            counts = ", ".join(f"{n} {s}" for s, n in sorted(r.counts.items())) or "none"
-            table.add_row(r.run_id, r.matrix_name or "-", datetime.fromtimestamp(r.started_at).strftime(
-                "%Y-%m-%d %H:%M"), took, r.status, counts)
-    console().print(table)
+    with Store(db, readonly=True) as store:
+        runs = store.runs()
+    table = Table(["run", "matrix", "started", "took", "status", "repeats"], align=["l"] * 3 + ["r"])
+    for r in runs:
+        took = f"{r.finished_at - r.started_at:.0f} s" if r.finished_at else "-"
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(r.counts.items())) or "none"
+        table.add(r.run_id, r.matrix_name or "-", datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M"),
+                  took, Cell(r.status, "" if r.status == "complete" else "status"), counts)
+    consoles.print_table(consoles.stdout(), table, f"runs in {db}")
 
 
 @app.command()
@@ -148,19 +151,18 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
                                                           "(default: latest)")] = None,
          db: DbOpt = DEFAULT_DB) -> None:
     """The cells of one run with their statuses and throughput."""
-    with Store(db, create=False) as store:
+    with Store(db, readonly=True) as store:
         run_id = store.resolve_run(run_ref)
         rows = list(store.rows([run_id], latest_only=False))
-    table = Table(title=f"run {run_id}: {len(rows)} repeats")
     axes = list(dict.fromkeys(k for r in rows for k in shown_params(r["params"])))
-    for col in ("cell", "environment", *axes, "repeat", "status", "img/s", "note"):
-        table.add_column(col)
+    table = Table(["cell", "environment", *axes, "repeat", "status", "img/s", "note"],
+                  align=["l"] * (2 + len(axes)) + ["r", "l", "r"])
     for r in rows:
         tput = (r["metrics"] or {}).get("throughput")
-        table.add_row(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
-                      str(r["repeat"] + 1), r["status"],
-                      f"{tput:.1f}" if isinstance(tput, (int, float)) else "-", (r["reason"] or "")[:70])
-    console().print(table)
+        table.add(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
+                  str(r["repeat"] + 1), Cell(r["status"], "" if r["status"] == "ok" else "status"),
+                  f"{tput:.1f}" if isinstance(tput, int | float) else "-", Cell((r["reason"] or "")[:70], "muted"))
+    consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
 
 
 @app.command()
@@ -186,7 +188,7 @@ def report(db: DbOpt = DEFAULT_DB,
            fmt: Annotated[list[str] | None, typer.Option("--format", help="md, html, csv, json "
                                                             "(repeatable; default: md and html)")] = None,
            out: Annotated[Path | None, typer.Option("--out", help="output folder "
-                                                       "(default: reports/<name>/)")] = None) -> None:
+                                                       "(default: results/reports/<name>/, untracked)")] = None) -> None:
     """Write the report views (tables and plots) from the store."""
     from runner.report import report_command
     for path in report_command(db, run_refs or None, fmt or ["md", "html"], out):
@@ -196,14 +198,12 @@ def report(db: DbOpt = DEFAULT_DB,
 @app.command()
 def doctor() -> None:
     """What this host offers: Docker engine and GPU runtime, Slurm, GPUs, Python and torch."""
-    table = Table(title="matrix doctor")
-    for col in ("backend", "check", "", "detail"):
-        table.add_column(col)
-    marks = {True: "[green]ok[/]", False: "[red]missing[/]", None: "[dim]n/a[/]"}
+    table = Table(["backend", "check", "", "detail"])
+    marks = {True: Cell("ok", "good"), False: Cell("missing", "bad"), None: Cell("n/a", "muted")}
     for kind in backends.kinds():
         for check in backends.get(kind).doctor():
-            table.add_row(kind, check.name, marks[check.ok], check.detail)
-    console().print(table)
+            table.add(kind, check.name, marks[check.ok], check.detail)
+    consoles.print_table(consoles.stdout(), table, "matrix doctor")
 
 
 @app.command()
@@ -212,7 +212,7 @@ def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this r
           db: DbOpt = DEFAULT_DB) -> None:
     """Remove containers and batch jobs left by interrupted runs."""
     if run_ref and db.exists():
-        with Store(db) as store:
+        with Store(db, readonly=True) as store:
             run_ref = store.resolve_run(run_ref)
     removed = [f"{kind}: {item}" for kind in backends.kinds() for item in backends.get(kind).clean(run_ref)]
     typer.echo("\n".join(["removed:", *removed]) if removed else "nothing to clean")
@@ -225,11 +225,11 @@ def main() -> None:
     except MatrixError as e:
         if state["verbose"]:
             traceback.print_exc()
-        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+        consoles.stderr().print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        sys.exit(execute.EXIT_ERROR)
     except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted")
-        sys.exit(130)
+        consoles.stderr().print("interrupted")
+        sys.exit(execute.EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,22 @@
-"""`matrix run`: decide what is missing, hand each environment's tasks to its backend, store every outcome."""
+"""`matrix run`: decide what is missing, hand each environment's tasks to its backend, store every outcome.
+
+Three parts: `todo` (which repeats to run) and `schedule` (in which order, and which environments are
+only submitted first) are pure functions; `RunPrinter` says what happens; `run_matrix` wires them to the
+backends and the store.
+"""
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -19,15 +25,22 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 
 from runner import backends
-from runner.backends.base import Backend
+from runner import console as consoles
 from runner.errors import MatrixError
 from runner.matrix import Matrix
+from runner.report.fmt import Cell as TableCell
+from runner.report.fmt import Table
 from runner.results import RERUN_FAILED, Outcome, Status
 from runner.spec import Cell, RunContext, Task
 from runner.store import Store, new_run_id
+
+# Exit statuses of `matrix run` and `matrix collect` (also in their --help and the README).
+EXIT_OK = 0            # every selected repeat is ok or unsupported (or still queued with --no-wait)
+EXIT_ERROR = 1         # nothing ran: bad matrix file, store or option (one line on stderr)
+EXIT_NOT_MEASURED = 3  # some repeat ended failed, oom, timeout, cancelled or not_started
+EXIT_INTERRUPTED = 130
 
 
 @dataclass
@@ -37,10 +50,17 @@ class RunReport:
     stored: Counter[str] = field(default_factory=Counter)
     interrupted: bool = False
     pending: int = 0
+    unsuccessful: Counter[str] = field(default_factory=Counter)  # current statuses of selected repeats, not ok
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_NOT_MEASURED if self.unsuccessful else EXIT_OK
 
 
 def todo(cells: Sequence[Cell], store: Store, rerun_failed: bool = False, force: bool = False) -> list[Task]:
-    """The repeats to run now: missing ones, interrupted ones, and failed ones when asked."""
+    """The repeats to run now: missing ones, interrupted or never started ones, and failed ones when asked."""
     current = store.latest_statuses(c.key for c in cells)
     tasks = []
     for cell in cells:
@@ -51,136 +71,41 @@ def todo(cells: Sequence[Cell], store: Store, rerun_failed: bool = False, force:
     return tasks
 
 
-def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: Path,
-               rerun_failed: bool = False, force: bool = False, wait: bool = True, submit: bool = True,
-               argv: Sequence[str] = (), console: Console | None = None, verbose: bool = False) -> RunReport:
-    out = console or Console()
-    err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-    tasks = todo(cells, store, rerun_failed, force)
-    total = len(cells) * matrix.run.repeats
-    if not tasks:
-        out.print(f"Nothing to run: all {len(cells)} cells x {matrix.run.repeats} repeats are stored in "
-                  f"{store.path}. Use --rerun-failed or --force to measure again; `matrix show` lists them.")
-        return RunReport(None)
-    run_id = new_run_id()
-    store.start_run(run_id, str(matrix.path) if matrix.path else None, matrix.name, list(argv))
-    report = RunReport(run_id, planned=len(tasks))
-    err.print(f"run [bold]{run_id}[/]: {len(tasks)} of {total} repeats to run "
-              f"({total - len(tasks)} already stored) -> {store.path}")
-    ctx = RunContext(run_id=run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose)
-    by_env: dict[str, list[Task]] = defaultdict(list)
-    for t in tasks:
-        by_env[t.cell.env_name].append(t)
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err,
-                        transient=False, disable=not err.is_terminal and not verbose)
-    bar = progress.add_task("starting", total=len(tasks))
-    reported: set[str] = set()
+# Scheduling ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EnvWork:
+    """One environment's tasks and what its backend says about how it runs."""
 
-    varying = varying_params(cells)
+    tasks: tuple[Task, ...]
+    queued: bool = False     # a batch scheduler: can be submitted now and collected later
+    elsewhere: bool = False  # its tasks surely run on other machines
 
-    def on_start(task: Task) -> None:
-        # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal.
-        shown = " ".join(f"{task.cell.params[k]}" for k in varying if k in task.cell.params)
-        progress.update(bar, description=f"{task.cell.env_name} {shown} [dim]repeat {task.repeat + 1}/"
-                                         f"{task.cell.run.repeats}[/]")
 
-    # An environment that cannot run at all fails every repeat the same way: say it once, then count.
-    last_said: dict[str, str] = {}
-    same_again: Counter[str] = Counter()
+@dataclass(frozen=True)
+class Step:
+    work: EnvWork
+    submit_only: bool = False  # submit and come back later in this same run
 
-    def say_same_again(env_name: str) -> None:
-        n = same_again.pop(env_name, 0)
-        if n:
-            progress.console.print(f"[yellow]{n} more repeat{'s' if n != 1 else ''}[/] of {env_name} ended the "
-                                   "same way (`matrix show` lists them)")
 
-    def sink(task: Task, outcome: Outcome) -> None:
-        store.add(run_id, task, outcome)
-        reported.add(task.id)
-        report.stored[outcome.status.value] += 1
-        progress.advance(bar)
-        env_name = task.cell.env_name
-        if outcome.status is not Status.OK:
-            said = f"{outcome.status.value}: {outcome.reason}"
-            if last_said.get(env_name) == said:
-                same_again[env_name] += 1
-                return
-            say_same_again(env_name)
-            last_said[env_name] = said
-            progress.console.print(f"[yellow]{outcome.status.value}[/] {task.cell.label()} repeat "
-                                   f"{task.repeat + 1}: {outcome.reason}")
-            return
-        say_same_again(env_name)
-        last_said.pop(env_name, None)
-        if not progress.console.is_terminal:
-            tput = outcome.metrics.get("throughput")
-            progress.console.print(f"ok {task.cell.label()} repeat {task.repeat + 1}"
-                                   + (f": {tput:.1f} img/s" if isinstance(tput, (int, float)) else ""))
+def schedule(work: Sequence[EnvWork], wait: bool = True, submit: bool = True) -> list[Step]:
+    """The order of a run. Batch-scheduled environments are submitted first, so all their jobs wait in the
+    scheduler's queue together. When those jobs surely run on other machines, the other environments run
+    here meanwhile and the jobs are collected last; when they may share this host, the run waits for them
+    first, so no measurement overlaps another. Without waiting (--no-wait) or with one environment, the
+    matrix's order."""
+    queued = [w for w in work if w.queued]
+    others = [w for w in work if not w.queued]
+    if not (wait and submit and queued and len(work) > 1):
+        return [Step(w) for w in work]
+    order = others + queued if all(w.elsewhere for w in queued) else queued + others
+    return [Step(w, submit_only=True) for w in queued] + [Step(w) for w in order]
 
-    ctx.on_start = on_start
 
-    current: list[str] = []  # the environment whose backend is running (it speaks for itself if interrupted)
-
-    def run_env(env_tasks: list[Task], env_ctx: RunContext) -> None:
-        pending = [t for t in env_tasks if t.id not in reported]
-        if not pending:
-            return
-        env = pending[0].cell.environment
-        current[:] = [env.name]
-        try:
-            with backends.get(env.backend)(env, env_ctx) as backend:
-                backend.run(pending, sink)
-        except MatrixError as e:
-            # The environment cannot be used at all: its cells are results, the rest goes on.
-            now = time.time()
-            for t in pending:
-                if t.id not in reported:
-                    sink(t, Outcome(Status.FAILED, reason=str(e), started_at=now, finished_at=now))
-        finally:
-            say_same_again(env.name)
-        current.clear()  # reached only when the backend returned: an interrupt leaves its name here
-
-    # Batch-scheduled environments are submitted first, so all their jobs wait in the scheduler's queue
-    # together. When those jobs surely run on other machines, the other environments run here meanwhile
-    # and the run collects the jobs last; when they may share this host, the run waits for them first,
-    # so no measurement overlaps another.
-    def backend_class(ts: list[Task]) -> type[Backend]:
-        return backends.get(ts[0].cell.environment.backend)
-
-    def elsewhere(ts: list[Task]) -> bool:
-        return backend_class(ts)(ts[0].cell.environment, ctx).elsewhere()
-
-    groups = list(by_env.values())
-    queued = [ts for ts in groups if backend_class(ts).queued]
-    others = [ts for ts in groups if not backend_class(ts).queued]
-    early = queued if ctx.wait and ctx.submit and queued and len(groups) > 1 else []
-    if early:
-        groups = others + queued if all(elsewhere(ts) for ts in early) else queued + others
-    try:
-        with progress:
-            for env_tasks in early:
-                run_env(env_tasks, replace(ctx, wait=False, back_later=True))
-            for env_tasks in groups:
-                run_env(env_tasks, ctx)
-    except KeyboardInterrupt:
-        report.interrupted = True
-        store.finish_run(run_id, "interrupted")
-        done = sum(report.stored.values())
-        err.print(f"\n[bold]Interrupted.[/] {done} repeats of run {run_id} are stored in {store.path}; "
-                  "run the same `matrix run` command again to measure only what is missing.")
-        left = sum(1 for ts in early for t in ts if t.id not in reported and t.cell.env_name not in current)
-        if left:
-            err.print(f"{left} repeats this run submitted to a batch scheduler were not waited for and keep "
-                      "running there; that command (or `matrix collect`) gathers them.")
-        return report
-    report.pending = len(tasks) - len(reported)
-    store.finish_run(run_id, "complete" if not report.pending else "submitted")
-    print_summary(out, cells, store)
-    if report.pending:
-        out.print(f"{report.pending} repeats were submitted and are not finished yet: "
-                  "`matrix collect` (same -m and --db) gathers them.")
-    return report
+# Saying what happens --------------------------------------------------------------------------------
+def varying_params(cells: Sequence[Cell]) -> list[str]:
+    """The axes whose value differs between the cells: the ones worth showing."""
+    return [k for k in dict.fromkeys(k for c in cells for k in c.params)
+            if len({str(c.params.get(k)) for c in cells}) > 1]
 
 
 def fmt_rate(values: list[float]) -> str:
@@ -191,35 +116,198 @@ def fmt_rate(values: list[float]) -> str:
     return f"{statistics.fmean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
-def varying_params(cells: Sequence[Cell]) -> list[str]:
-    """The axes whose value differs between the cells: the ones worth showing."""
-    return [k for k in dict.fromkeys(k for c in cells for k in c.params)
-            if len({str(c.params.get(k)) for c in cells}) > 1]
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
-def print_summary(out: Console, cells: Sequence[Cell], store: Store) -> None:
+def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Table:
     """One line per cell: statuses of its stored repeats and throughput mean ± std."""
-    rows_by_key: dict[str, list[dict[str, object]]] = defaultdict(list)
-    keys = {c.key for c in cells}
-    for row in store.rows():
-        if row["cell_key"] in keys:
-            rows_by_key[row["cell_key"]].append(row)
+    by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_key[row["cell_key"]].append(row)
     varying = varying_params(cells)
-    table = Table(title="matrix run summary", show_lines=False)
-    for col in ("environment", *varying, "repeats", "img/s (mean ± std)", "note"):
-        table.add_column(col, justify="right" if col.startswith(("img", "rep")) else "left")
+    table = Table(["environment", *varying, "repeats", "img/s (mean ± std)", "note"],
+                  align=["l"] * (1 + len(varying)) + ["r", "r", "l"])
     for cell in cells:
-        rows = rows_by_key.get(cell.key, [])
-        statuses = Counter(str(r["status"]) for r in rows)
-        rates = [float(r["metrics"]["throughput"]) for r in rows  # type: ignore[index]
-                 if r["status"] == "ok" and isinstance(r["metrics"], dict)
-                 and isinstance(r["metrics"].get("throughput"), (int, float))]
-        note = next((str(r["reason"]) for r in rows if r["status"] != "ok" and r["reason"]), "")
+        mine = by_key.get(cell.key, [])
+        statuses = Counter(str(r["status"]) for r in mine)
+        rates = [float(r["metrics"]["throughput"]) for r in mine
+                 if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)
+                 and isinstance(r["metrics"].get("throughput"), int | float)]
+        note = next((str(r["reason"]) for r in mine if r["status"] != Status.OK.value and r["reason"]), "")
         shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
-        table.add_row(cell.env_name, *(str(cell.params.get(k, "")) for k in varying), shown,
-                      fmt_rate(rates), note if len(note) <= 60 else note[:59].rstrip() + "…")
-    out.print(table)
+        table.add(cell.env_name, *(str(cell.params.get(k, "")) for k in varying),
+                  TableCell(shown, "" if set(statuses) <= {Status.OK.value} else "status"),
+                  fmt_rate(rates), TableCell(_cut(note), "muted"))
+    return table
 
 
-def stdout_console() -> Console:
-    return Console(file=sys.stdout, width=160 if not sys.stdout.isatty() else None)
+class RunPrinter:
+    """Everything `matrix run` says: the start line, a progress bar (or a line per repeat when not a
+    terminal), each repeat that did not end ok (an environment that fails every repeat alike is said once,
+    then counted), the interruption notice and the summary."""
+
+    def __init__(self, out: Console, err: Console, cells: Sequence[Cell], verbose: bool = False) -> None:
+        self.out, self.err = out, err
+        self.varying = varying_params(cells)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err,
+                                 transient=False, disable=not err.is_terminal and not verbose)
+        self.bar = self.progress.add_task("starting", total=0)
+        self.last_said: dict[str, str] = {}
+        self.same_again: Counter[str] = Counter()
+
+    def nothing_to_run(self, cells: Sequence[Cell], repeats: int, store: Path) -> None:
+        self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {store}. "
+                       "Use --rerun-failed or --force to measure again; `matrix show` lists them.")
+
+    def started(self, run_id: str, n: int, total: int, store: Path) -> None:
+        self.progress.update(self.bar, total=n)
+        self.err.print(f"run [bold]{run_id}[/]: {n} of {total} repeats to run ({total - n} already stored) "
+                       f"-> {store}")
+
+    def task_started(self, task: Task) -> None:
+        # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal.
+        shown = " ".join(f"{task.cell.params[k]}" for k in self.varying if k in task.cell.params)
+        self.progress.update(self.bar, description=f"{task.cell.env_name} {shown} [dim]repeat "
+                                                   f"{task.repeat + 1}/{task.cell.run.repeats}[/]")
+
+    def outcome(self, task: Task, outcome: Outcome) -> None:
+        self.progress.advance(self.bar)
+        env_name, say = task.cell.env_name, self.progress.console.print
+        if outcome.status is not Status.OK:
+            said = f"{outcome.status.value}: {outcome.reason}"
+            if self.last_said.get(env_name) == said:
+                self.same_again[env_name] += 1
+                return
+            self.environment_done(env_name)
+            self.last_said[env_name] = said
+            say(f"[yellow]{outcome.status.value}[/] {escape(task.cell.label())} repeat {task.repeat + 1}: "
+                f"{escape(outcome.reason)}")
+            return
+        self.environment_done(env_name)
+        self.last_said.pop(env_name, None)
+        if not self.progress.console.is_terminal:
+            tput = outcome.metrics.get("throughput")
+            say(f"ok {escape(task.cell.label())} repeat {task.repeat + 1}"
+                + (f": {tput:.1f} img/s" if isinstance(tput, int | float) else ""))
+
+    def environment_done(self, env_name: str) -> None:
+        n = self.same_again.pop(env_name, 0)
+        if n:
+            self.progress.console.print(f"[yellow]{n} more repeat{'s' if n != 1 else ''}[/] of {env_name} ended "
+                                        "the same way (`matrix show` lists them)")
+
+    def interrupted(self, run_id: str, done: int, store: Path, left_queued: int) -> None:
+        self.err.print(f"\n[bold]Interrupted.[/] {done} repeats of run {run_id} are stored in {store}; "
+                       "run the same `matrix run` command again to measure only what is missing.")
+        if left_queued:
+            self.err.print(f"{left_queued} repeats this run submitted to a batch scheduler were not waited for "
+                           "and keep running there; that command (or `matrix collect`) gathers them.")
+
+    def summary(self, cells: Sequence[Cell], rows: Sequence[dict[str, Any]], report: RunReport) -> None:
+        consoles.print_table(self.out, summary_table(cells, rows), "matrix run summary")
+        if report.pending:
+            self.out.print(f"{report.pending} repeats were submitted and are not finished yet: "
+                           "`matrix collect` (same -m and --db) gathers them.")
+        if report.unsuccessful:
+            counts = ", ".join(f"{n} {s}" for s, n in sorted(report.unsuccessful.items()))
+            self.out.print(f"Not measured: {counts} (`matrix show` has the reasons and log tails; "
+                           "`matrix run --rerun-failed` tries them again).")
+
+
+# Running --------------------------------------------------------------------------------------------
+def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: Path,
+               rerun_failed: bool = False, force: bool = False, wait: bool = True, submit: bool = True,
+               argv: Sequence[str] = (), console: Console | None = None, verbose: bool = False) -> RunReport:
+    printer = RunPrinter(console or consoles.stdout(), consoles.stderr(), cells, verbose)
+    tasks = todo(cells, store, rerun_failed, force)
+    if not tasks:
+        printer.nothing_to_run(cells, matrix.run.repeats, store.path)
+        report = RunReport(None)
+        report.unsuccessful = _unsuccessful(cells, store)
+        return report
+    run_id = new_run_id()
+    store.start_run(run_id, str(matrix.path) if matrix.path else None, matrix.name, list(argv))
+    report = RunReport(run_id, planned=len(tasks))
+    printer.started(run_id, len(tasks), len(cells) * matrix.run.repeats, store.path)
+    ctx = RunContext(run_id=run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
+                     on_start=printer.task_started, store=store)
+    reported: set[str] = set()
+
+    def sink(task: Task, outcome: Outcome) -> None:
+        store.add(run_id, task, outcome)
+        reported.add(task.id)
+        report.stored[outcome.status.value] += 1
+        printer.outcome(task, outcome)
+
+    steps = schedule(_env_work(tasks, ctx), wait, submit)
+    running: list[str] = []  # the environment whose backend is running (it speaks for itself if interrupted)
+    try:
+        with printer.progress:
+            for step in steps:
+                step_ctx = replace(ctx, wait=False, back_later=True) if step.submit_only else ctx
+                running[:] = [step.work.tasks[0].cell.env_name]
+                _run_environment([t for t in step.work.tasks if t.id not in reported], step_ctx, sink)
+                printer.environment_done(running.pop())
+    except KeyboardInterrupt:
+        report.interrupted = True
+        store.finish_run(run_id, "interrupted")
+        left = sum(1 for s in steps if s.submit_only for t in s.work.tasks
+                   if t.id not in reported and t.cell.env_name not in running)
+        printer.interrupted(run_id, sum(report.stored.values()), store.path, left)
+        return report
+    except BaseException:
+        store.finish_run(run_id, "failed")  # a controller crash: the run says so; its results stay
+        raise
+    report.pending = len(tasks) - len(reported)
+    report.unsuccessful = _unsuccessful(cells, store)
+    store.finish_run(run_id, "complete" if not report.pending else "submitted")
+    printer.summary(cells, _cell_rows(cells, store), report)
+    return report
+
+
+def _env_work(tasks: Sequence[Task], ctx: RunContext) -> list[EnvWork]:
+    by_env: dict[str, list[Task]] = defaultdict(list)
+    for t in tasks:
+        by_env[t.cell.env_name].append(t)
+    work = []
+    for env_tasks in by_env.values():
+        env = env_tasks[0].cell.environment
+        cls = backends.get(env.backend)
+        work.append(EnvWork(tuple(env_tasks), cls.queued, cls.queued and cls(env, ctx).elsewhere()))
+    return work
+
+
+def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Any) -> None:
+    """One environment's tasks through its backend. An environment that cannot be used at all (its
+    session could not open) measured nothing: its tasks are `not_started`, and the next run tries again."""
+    if not tasks:
+        return
+    env = tasks[0].cell.environment
+    told: set[str] = set()
+
+    def once(task: Task, outcome: Outcome) -> None:
+        told.add(task.id)
+        sink(task, outcome)
+
+    try:
+        with backends.get(env.backend)(env, ctx) as backend:
+            backend.run(tasks, once)
+    except MatrixError as e:
+        now = time.time()
+        for t in tasks:
+            if t.id not in told:
+                sink(t, Outcome(Status.NOT_STARTED, reason=str(e), started_at=now, finished_at=now))
+
+
+def _cell_rows(cells: Sequence[Cell], store: Store) -> list[dict[str, Any]]:
+    keys = {c.key for c in cells}
+    return [r for r in store.rows() if r["cell_key"] in keys]
+
+
+def _unsuccessful(cells: Sequence[Cell], store: Store) -> Counter[str]:
+    """The selected repeats whose current stored status is not a success (queued ones are not counted)."""
+    repeats = {c.key: c.run.repeats for c in cells}
+    current = store.latest_statuses(repeats)
+    return Counter(s.value for (key, r), s in current.items() if not s.succeeded and r < repeats[key])

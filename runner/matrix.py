@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,8 +102,14 @@ def parse(text: str, path: Path | None = None, name: str | None = None) -> Matri
     if problems:
         raise ConfigError("\n".join(problems))
     stem = path.stem if path else "matrix"
-    return Matrix(path, name or top.name or stem, tuple(envs), top.axes, tuple(top.include),
-                  tuple(top.exclude), top.run)
+    return Matrix(path, name or top.name or stem, tuple(envs), top.axes, tuple(map(typed_rule, top.include)),
+                  tuple(map(typed_rule, top.exclude)), top.run)
+
+
+def typed_rule(rule: Mapping[str, Scalar]) -> dict[str, Scalar]:
+    """An include/exclude rule with each axis value converted to its axis's type, once: `lr: 1` must match
+    the cell whose lr axis became 1.0, `channels_last: "true"` the one whose is True."""
+    return {k: (_coerce(k, v) if k in AXIS_NAMES else v) for k, v in rule.items()}
 
 
 def _check_rule(where: str, text: str, field_name: str, i: int, rule: dict[str, Scalar],
@@ -193,8 +199,13 @@ def _find_line(text: str, loc: Sequence[Any]) -> int | None:
 
 
 # Expansion --------------------------------------------------------------------------------------
-def _matches(row: dict[str, Any], rule: dict[str, Scalar], keys: Iterable[str]) -> bool:
-    return all(str(row.get(k)) == str(rule[k]) for k in keys if k in rule)
+def _same(a: Any, b: Any) -> bool:
+    """Typed values are equal: 1 is not True (a bool axis and an int axis never meet, but be exact)."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _matches(row: Mapping[str, Any], rule: Mapping[str, Scalar], keys: Iterable[str]) -> bool:
+    return all(_same(row.get(k), rule[k]) for k in keys if k in rule)
 
 
 def expand(m: Matrix) -> list[Cell]:
@@ -215,7 +226,7 @@ def expand(m: Matrix) -> list[Cell]:
     for inc in m.include:
         added = False
         for row in rows:
-            if all(str(row[k]) == str(inc[k]) for k in original if k in inc):
+            if _matches(row, inc, original):
                 row.update({k: v for k, v in inc.items() if k not in original})
                 added = True
         if not added:
@@ -235,28 +246,60 @@ def expand(m: Matrix) -> list[Cell]:
 
 
 def _coerce(axis: str, value: Any) -> Any:
-    """Include values arrive as raw YAML scalars: give them the axis's type."""
+    """Rule and --only values arrive as raw YAML or command-line scalars: give them the axis's type."""
     validated = Axes.model_validate({axis: [value]})
     return getattr(validated, axis)[0]
 
 
 def select(cells: Sequence[Cell], envs: Sequence[str] = (), only: Sequence[str] = ()) -> list[Cell]:
-    """Filter cells by environment name/tag and by `key=value` pairs (`--env`, `--only`)."""
-    wanted: list[tuple[str, str]] = []
+    """Filter cells by environment name/tag/backend and by `KEY=VALUE` pairs (`--env`, `--only`).
+
+    Values are converted to the axis's type (`channels_last=true`, `lr=1`); several values of one key
+    are alternatives, different keys must all match. A selection that matches nothing is a ConfigError
+    naming the values that exist.
+    """
+    wanted = _parse_only(only)
+    if envs:
+        picked = [c for c in cells if any(e in (c.env_name, c.environment.backend) or e in c.environment.tags
+                                          for e in envs)]
+        if not picked and cells:
+            known = sorted({c.env_name for c in cells} | {t for c in cells for t in c.environment.tags}
+                           | {c.environment.backend for c in cells})
+            raise ConfigError(f"--env {', '.join(envs)}: matches no environment; known: {', '.join(known)}")
+        cells = picked
+    out = [c for c in cells if all(any(_same(_value(c, k), v) for v in values) for k, values in wanted.items())]
+    if wanted and not out and cells:
+        for key, values in wanted.items():
+            present = list(dict.fromkeys(_value(c, key) for c in cells))
+            if not any(_same(p, v) for p in present for v in values):
+                shown = ", ".join(_show(p) for p in present if p is not None) or "(the axis is not set)"
+                raise ConfigError(f"--only {key}={'|'.join(_show(v) for v in values)}: no cell has that value; "
+                                  f"{key} has: {shown}")
+        raise ConfigError(f"--only {' '.join(only)}: no cell matches all of these together")
+    return out
+
+
+def _parse_only(only: Sequence[str]) -> dict[str, list[Scalar]]:
+    wanted: dict[str, list[Scalar]] = {}
     for item in only:
         key, sep, value = item.partition("=")
+        key = key.strip()
         if not sep or key not in MATCH_KEYS:
             raise ConfigError(f"--only {item!r}: expected KEY=VALUE with KEY one of {', '.join(MATCH_KEYS)}")
-        wanted.append((key, value))
-    out = []
-    for cell in cells:
-        env = cell.environment
-        if envs and not any(e == env.name or e in env.tags or e == env.backend for e in envs):
-            continue
-        row = {"environment": env.name, **cell.params}
-        if all(any(str(row.get(k)) == v for kk, v in wanted if kk == k) for k, _ in wanted):
-            out.append(cell)
-    if envs and not out and cells:
-        known = sorted({c.env_name for c in cells} | {t for c in cells for t in c.environment.tags})
-        raise ConfigError(f"--env {', '.join(envs)}: matches no environment; known: {', '.join(known)}")
-    return out
+        typed: Scalar = value
+        if key in AXIS_NAMES:
+            try:
+                typed = _coerce(key, value)
+            except ValidationError as e:
+                why = e.errors()[0]["msg"].removeprefix("Value error, ")
+                raise ConfigError(f"--only {item}: {why}") from None
+        wanted.setdefault(key, []).append(typed)
+    return wanted
+
+
+def _value(cell: Cell, key: str) -> Any:
+    return cell.env_name if key == "environment" else cell.params.get(key)
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

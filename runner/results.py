@@ -8,12 +8,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-RESULT_PREFIX = "MATRIX_RESULT "
-BENCH_SCHEMA = 1
-LOG_TAIL_CHARS = 4000
+from runner.contract import EXIT_OOM, EXIT_UNSUPPORTED, RESULT_PREFIX
+from runner.contract import SCHEMA as BENCH_SCHEMA
 
-# bench.py's exit statuses (docs/internals.md).
-EXIT_OK, EXIT_FAILED, EXIT_BAD_ARGS, EXIT_OOM, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4
+LOG_TAIL_CHARS = 4000
 
 
 class Status(str, Enum):

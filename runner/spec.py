@@ -12,14 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-PRECISIONS = ("fp32", "tf32", "fp16", "amp", "amp-bf16", "bf16")
-BUILTIN_MODELS = ("cifar_vgg16", "wrn", "mnist_cnn", "mlp")
-TORCHVISION_MODELS = (
-    "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
-    "vgg16", "vgg16_bn", "wide_resnet50_2",
-)
-MODELS = BUILTIN_MODELS + TORCHVISION_MODELS
-DATASET_KINDS = ("synthetic", "npz:PATH", "cifar10:DIR", "imagefolder:DIR")
+from runner.contract import AMP_IMPLS, DATASET_FORMS, DATASET_KINDS, DEVICES, MODELS, PRECISIONS
 
 Scalar = str | int | float | bool
 
@@ -77,12 +70,12 @@ class Axes(Strict):
     """The axes of the matrix; a scalar is a one-value axis."""
 
     model: list[str] = ["mnist_cnn"]
-    precision: list[Literal["fp32", "tf32", "fp16", "amp", "amp-bf16", "bf16"]] = ["fp32"]
+    precision: list[Literal[PRECISIONS]] = ["fp32"]  # type: ignore[valid-type]
     batch_size: list[int] = [64]
     dataset: list[str] = ["synthetic"]
     gpus: list[int] = [1]
     nodes: list[int] = [1]
-    device: list[Literal["auto", "cpu", "cuda"]] | None = None
+    device: list[Literal[DEVICES]] | None = None  # type: ignore[valid-type]
     channels_last: list[bool] | None = None
     cudnn_benchmark: list[bool] | None = None
     compile: list[bool] | None = None
@@ -94,7 +87,7 @@ class Axes(Strict):
     wrn_depth: list[int] | None = None
     wrn_width: list[int] | None = None
     lr: list[float] | None = None
-    amp_impl: list[Literal["auto", "native", "apex", "manual"]] | None = None
+    amp_impl: list[Literal[AMP_IMPLS]] | None = None  # type: ignore[valid-type]
     breakdown: list[bool] | None = None
     eval_batches: list[int] | None = None
 
@@ -118,8 +111,8 @@ class Axes(Strict):
     def _known_dataset(cls, value: list[str]) -> list[str]:
         for d in value:
             kind, _, arg = d.partition(":")
-            if not (d == "synthetic" or (kind in ("npz", "cifar10", "imagefolder") and arg)):
-                raise ValueError(f"unknown dataset {d!r}; allowed: {', '.join(DATASET_KINDS)}")
+            if not (d == "synthetic" or (kind in DATASET_KINDS and arg)):
+                raise ValueError(f"unknown dataset {d!r}; allowed: {', '.join(DATASET_FORMS)}")
         return value
 
     @field_validator("batch_size", "gpus", "nodes")
@@ -211,3 +204,4 @@ class RunContext:
     submit: bool = True   # False: only collect what earlier runs submitted
     verbose: bool = False
     on_start: Any = None  # callable(Task) -> None, told when a task starts (progress display)
+    store: Any = None     # the run's result store (runner.store.Store): batch backends keep their jobs there

@@ -36,7 +36,17 @@ CREATE TRIGGER IF NOT EXISTS results_no_update BEFORE UPDATE ON results
     BEGIN SELECT RAISE(ABORT, 'results are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS results_no_delete BEFORE DELETE ON results
     BEGIN SELECT RAISE(ABORT, 'results are append-only'); END;
+CREATE TABLE IF NOT EXISTS batch_jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, schema INTEGER NOT NULL, backend TEXT NOT NULL,
+    task_key TEXT NOT NULL, task_id TEXT NOT NULL, run_id TEXT NOT NULL, job TEXT NOT NULL,
+    idx INTEGER NOT NULL, results_dir TEXT NOT NULL, submitted_at REAL NOT NULL,
+    closed_at REAL, closed_how TEXT);
+CREATE INDEX IF NOT EXISTS batch_jobs_open ON batch_jobs (backend, closed_at);
 """
+# batch_jobs: tasks handed to a batch scheduler and not yet collected. A submission appends a row;
+# collecting it sets closed_at (rows are never deleted). Its own schema, per row: a store written by
+# an older matrix gains the table without a migration.
+JOBS_SCHEMA = 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,19 @@ class RunInfo:
     counts: dict[str, int]
 
 
+@dataclass(frozen=True)
+class BatchJob:
+    """One array task of a batch scheduler, as `batch_jobs` keeps it."""
+
+    task_key: str
+    task_id: str
+    run_id: str
+    job: str
+    index: int
+    results_dir: str
+    submitted_at: float
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
@@ -58,27 +81,48 @@ def new_run_id() -> str:
 class Store:
     """Opens (and creates) the database; every write is its own short transaction."""
 
-    def __init__(self, path: Path | str = DEFAULT_DB, create: bool = True) -> None:
+    def __init__(self, path: Path | str = DEFAULT_DB, create: bool = True, readonly: bool = False) -> None:
+        """`readonly`: open an existing store for reading only; nothing is written, not even the schema, so a
+        results file shared read-only (or on a read-only mount) reads as well as one's own."""
         self.path = Path(path)
-        if not create and not self.path.exists():
+        self.readonly = readonly
+        if (readonly or not create) and not self.path.exists():
             raise StoreError(f"no result store at {self.path}: run `matrix run` first, or pass --db PATH")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.db = sqlite3.connect(self.path, timeout=30)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(_DDL)
+            if readonly:
+                self.db = self._connect_readonly()
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(self.path, timeout=30)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.executescript(_DDL)
             self._check_schema()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a matrix result store ({e})") from e
         self.db.row_factory = sqlite3.Row
 
+    def _connect_readonly(self) -> sqlite3.Connection:
+        uri = self.path.resolve().as_uri()
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30)
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return db
+        except sqlite3.OperationalError:
+            # A WAL store in a directory we may not write (no -shm to create): read it as immutable.
+            db.close()
+            return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=30)
+
     def _check_schema(self) -> None:
+        if self.readonly:
+            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not {"meta", "runs", "results"} <= tables:
+                raise StoreError(f"{self.path} is not a matrix result store (no runs/results tables)")
         row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        if row is None:
+        if row is None and not self.readonly:
             with self.db:
                 self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
-        elif int(row[0]) != SCHEMA:
+        elif row is not None and int(row[0]) != SCHEMA:
             raise StoreError(f"{self.path} has store schema {row[0]}; this matrix reads schema {SCHEMA}: "
                              "use the matrix version that wrote it, or start a new store with --db")
 
@@ -169,3 +213,39 @@ class Store:
                 for col in ("tags", "params", "metrics", "env", "raw"):
                     d[col] = json.loads(d[col]) if d[col] is not None else None
                 yield d
+
+    # batch jobs -----------------------------------------------------------------------------
+    def add_jobs(self, backend: str, jobs: Iterable[BatchJob]) -> None:
+        """Remember submitted tasks; an open row of the same task is closed as superseded."""
+        now = time.time()
+        with self.db:
+            for j in jobs:
+                self.db.execute("UPDATE batch_jobs SET closed_at=?, closed_how='superseded' WHERE backend=? "
+                                "AND task_key=? AND closed_at IS NULL", (now, backend, j.task_key))
+                self.db.execute(
+                    "INSERT INTO batch_jobs (schema, backend, task_key, task_id, run_id, job, idx, results_dir,"
+                    " submitted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (JOBS_SCHEMA, backend, j.task_key, j.task_id, j.run_id, j.job, j.index, j.results_dir,
+                     j.submitted_at))
+
+    def open_jobs(self, backend: str) -> dict[str, BatchJob]:
+        """The tasks submitted and not yet collected, by task key."""
+        found: dict[str, BatchJob] = {}
+        for r in self.db.execute("SELECT * FROM batch_jobs WHERE backend=? AND closed_at IS NULL ORDER BY id",
+                                 (backend,)):
+            if r["schema"] != JOBS_SCHEMA:
+                raise StoreError(f"{self.path} holds {backend} jobs of schema {r['schema']}; this matrix reads "
+                                 f"{JOBS_SCHEMA}: collect them with the matrix version that submitted them")
+            found[r["task_key"]] = BatchJob(r["task_key"], r["task_id"], r["run_id"], r["job"], r["idx"],
+                                            r["results_dir"], r["submitted_at"])
+        return found
+
+    def close_jobs(self, backend: str, keys: Iterable[str], how: str) -> None:
+        """Mark tasks collected ("collected", "lost", "cancelled"): they are no longer waited for."""
+        keys = list(keys)
+        if not keys:
+            return
+        now = time.time()
+        with self.db:
+            self.db.executemany("UPDATE batch_jobs SET closed_at=?, closed_how=? WHERE backend=? AND task_key=? "
+                                "AND closed_at IS NULL", [(now, how, backend, k) for k in keys])

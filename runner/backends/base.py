@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from runner.errors import BackendError
 from runner.results import Outcome, Status
 from runner.spec import EnvironmentBase, RunContext, Task
 
@@ -23,6 +25,18 @@ class Check:
     detail: str
 
 
+class NotStarted(BackendError):
+    """The environment could not start (image, engine, GPU runtime, interpreter, scheduler refused
+    the job): not a measurement. Every task reports `not_started` with this reason, so the next
+    run tries it again."""
+
+
+def not_started(reason: str, extra: dict[str, Any] | None = None) -> Outcome:
+    """The outcome of a task whose environment could not start."""
+    now = time.time()
+    return Outcome(Status.NOT_STARTED, reason=reason, started_at=now, finished_at=now, extra=dict(extra or {}))
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C arrived during a task: carries that task's `cancelled` outcome to the sink."""
 
@@ -34,8 +48,9 @@ class Interrupted(KeyboardInterrupt):
 class Backend(abc.ABC):
     """Runs the tasks of one environment and always cleans up after itself.
 
-    `run` reports every task through `sink` exactly once. A task that cannot run is a
-    `failed` outcome with the reason, not an exception. On KeyboardInterrupt a backend stops
+    `run` reports every task through `sink` exactly once. A task that cannot run is an outcome
+    with the reason, not an exception: `not_started` when the environment could not start,
+    `failed` when the repeat itself failed. On KeyboardInterrupt a backend stops
     the task in flight, reports it `cancelled` and re-raises; `__exit__` still cleans up.
     """
 

@@ -11,10 +11,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
-from runner.backends import register
-from runner.backends.base import Check, Interrupted, SequentialBackend
+from runner.backends import ranks, register
+from runner.backends.base import Check, Interrupted, SequentialBackend, not_started
+from runner.backends.ranks import rank_env
 from runner.bench import BENCH_PATH
 from runner.results import Outcome, Status, outcome_from_process
 from runner.spec import EnvironmentBase, Task
@@ -63,16 +64,21 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def rank_env(base: dict[str, str], rank: int, world: int, port: int) -> dict[str, str]:
-    """The env:// variables torch.distributed reads, for one rank on this host."""
-    env = dict(base)
-    if world > 1:
-        env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        # One host: keep gloo on loopback rather than whatever the hostname resolves to
-        # (a Docker bridge coming and going must not break a CPU run).
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    return env
+class _Process:
+    """A local rank as `ranks.wait_ranks` sees it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def poll(self) -> tuple[bool, int | None]:
+        code = self.proc.poll()
+        return code is not None, code
+
+    def wait(self, timeout: float) -> None:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 @register
@@ -87,12 +93,11 @@ class LocalBackend(SequentialBackend):
         return self
 
     def run_one(self, task: Task) -> Outcome:
-        now = time.time()
         if self.python is None:
-            return Outcome(Status.FAILED, reason=f"python {self.env.python!r} not found on this host "
-                           f"(environment {self.env.name!r}: set `python` to an interpreter that has torch)",
-                           started_at=now, finished_at=now)
+            return not_started(f"python {self.env.python!r} not found on this host (environment "
+                               f"{self.env.name!r}: set `python` to an interpreter that has torch)")
         if task.cell.nodes > 1:
+            now = time.time()
             return Outcome(Status.UNSUPPORTED, reason="the local backend runs on one node; "
                            "use a slurm environment for nodes > 1", started_at=now, finished_at=now)
         world = task.cell.gpus
@@ -100,71 +105,29 @@ class LocalBackend(SequentialBackend):
         argv = [self.python, str(BENCH_PATH), *task.cell.bench_args()]
         port = free_port()
         stem = self.logdir / task.id
-        procs: list[tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes]]] = []
+        procs: list[subprocess.Popen[bytes]] = []
         started = time.time()
+        ended: ranks.Ended | None = None
         try:
-            for rank in range(world):
-                out = open(f"{stem}.rank{rank}.out", "wb")
-                err = open(f"{stem}.rank{rank}.log", "wb")
-                proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                        env=rank_env(base, rank, world, port), cwd=getattr(self.env, "cwd", None),
-                                        start_new_session=True)
-                procs.append((proc, out, err))
-            timed_out = self._wait([p for p, _, _ in procs], started + task.cell.run.timeout)
+            with ranks.rank_files(stem, world) as files:
+                for rank, (out, err) in enumerate(files):
+                    procs.append(subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                                  env=rank_env(base, rank, world, port),
+                                                  cwd=getattr(self.env, "cwd", None), start_new_session=True))
+                ended = ranks.wait_ranks([_Process(p) for p in procs], started + task.cell.run.timeout,
+                                         self.ctx.stop)
+                if ended is not None:
+                    for proc in procs:
+                        kill_group(proc)
         except KeyboardInterrupt:
-            for proc, _, _ in procs:
+            for proc in procs:
                 kill_group(proc)
-            self._close(procs)
-            outcome = self._collect(stem, world, None, started)
-            raise Interrupted(Outcome(Status.CANCELLED, None, outcome.log_tail, "interrupted (Ctrl-C)",
-                                      started, time.time(), outcome.extra)) from None
-        finally:
-            self._close(procs)
-        rc = procs[0][0].returncode if procs else None
-        outcome = self._collect(stem, world, rc, started)
-        if timed_out:
-            return Outcome(Status.TIMEOUT, None, outcome.log_tail,
-                           f"exceeded the timeout of {task.cell.run.timeout:g} s and was killed",
-                           started, time.time(), outcome.extra)
-        if rc == 0 and any(p.returncode != 0 for p, _, _ in procs[1:]):
-            bad = next(p.returncode for p, _, _ in procs[1:] if p.returncode != 0)
-            return Outcome(Status.FAILED, outcome.result, outcome.log_tail,
-                           f"a non-zero rank exited with status {bad}", started, time.time(), outcome.extra)
-        return outcome
-
-    def _wait(self, procs: list[subprocess.Popen[bytes]], deadline: float) -> bool:
-        """Wait for all processes; on the deadline kill them all and say so."""
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                for p in procs:
-                    kill_group(p)
-                return True
-            if proc.returncode != 0:
-                # One rank died: the others would wait forever in a collective.
-                grace = time.time() + 10
-                for p in procs:
-                    try:
-                        p.wait(timeout=max(0.0, grace - time.time()))
-                    except subprocess.TimeoutExpired:
-                        kill_group(p)
-                return False
-        return False
-
-    @staticmethod
-    def _close(procs: list[tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes]]]) -> None:
-        for _, out, err in procs:
-            out.close()
-            err.close()
+            raise Interrupted(ranks.cancelled(self._collect(stem, world, None, started))) from None
+        outcome = self._collect(stem, world, procs[0].returncode if procs else None, started)
+        return ranks.settle(outcome, ended, [p.returncode for p in procs], task.cell.run.timeout)
 
     def _collect(self, stem: Path, world: int, rc: int | None, started: float) -> Outcome:
-        stdout = _read(Path(f"{stem}.rank0.out"))
-        log = _read(Path(f"{stem}.rank0.log"))
-        for rank in range(1, world):
-            other = _read(Path(f"{stem}.rank{rank}.log"))[-1500:]
-            if other.strip():
-                log += f"\n--- rank {rank} ---\n{other}"
+        stdout, log = ranks.read_ranks(stem, world)
         return outcome_from_process(stdout, log, rc, started, time.time(),
                                     extra={"backend": "local", "python_executable": self.python})
 
@@ -193,9 +156,3 @@ class LocalBackend(SequentialBackend):
             checks.append(Check("GPUs (nvidia-smi)", None, "nvidia-smi not found: no NVIDIA GPU on this host"))
         return checks
 
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""

@@ -40,6 +40,8 @@ RESULT_PREFIX = "MATRIX_RESULT "
 EXIT_OK, EXIT_FAILED, EXIT_BAD_ARGS, EXIT_OOM, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4
 PRECISIONS = ("fp32", "tf32", "fp16", "amp", "amp-bf16", "bf16")
 AMP_IMPLS = ("auto", "native", "apex", "manual")
+DEVICES = ("auto", "cpu", "cuda")
+DATASET_KINDS = ("npz", "cifar10", "imagefolder")  # KIND:PATH, besides "synthetic"
 LOSS_END_WINDOW = 5  # loss_end is the mean of this many last measured iterations
 
 # name -> (input channels, default image size, default classes)
@@ -93,7 +95,7 @@ def build_parser():
     p.add_argument("--iterations", type=int, default=50, help="measured iterations (0: no training)")
     p.add_argument("--warmup", type=int, default=10, help="discarded iterations before the window")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--cudnn-benchmark", action="store_true")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -121,7 +123,7 @@ def parse_dataset(spec):
     if spec == "synthetic":
         return "synthetic", None
     kind, sep, path = spec.partition(":")
-    if not sep or kind not in ("npz", "cifar10", "imagefolder") or not path:
+    if not sep or kind not in DATASET_KINDS or not path:
         raise BadArgs("--dataset %r: expected synthetic, npz:PATH, cifar10:DIR or imagefolder:DIR" % spec)
     path = os.path.expanduser(path)
     if kind == "npz" and not os.path.isfile(path):

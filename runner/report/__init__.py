@@ -1,4 +1,4 @@
-"""Reports and comparisons from the result store (DESIGN.md step 6): what `matrix report` and
+"""Reports and comparisons from the result store (docs/architecture.md): what `matrix report` and
 `matrix compare` call. The CLI stays thin: one function per command."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from runner.store import Store
 REPORT_FORMATS = ("md", "html", "csv", "json")
 DEFAULT_REPORT_FORMATS = ("md", "html")
 COMPARE_FORMATS = ("md", "csv", "json")
-REPORTS_DIR = Path("reports")
+# Reports land under the untracked results/ by default; reports/ holds only what is committed on purpose.
+REPORTS_DIR = Path("results") / "reports"
 
 
 def _check_formats(formats: Sequence[str], allowed: Sequence[str], what: str) -> list[str]:
@@ -32,7 +33,7 @@ def _check_formats(formats: Sequence[str], allowed: Sequence[str], what: str) ->
 
 
 def _open(db: Path) -> Store:
-    return Store(db, create=False)
+    return Store(db, readonly=True)
 
 
 def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[str, Any]], str]:

@@ -16,12 +16,12 @@ import matplotlib
 matplotlib.use("Agg")  # no display, no GUI toolkit: reports are built on servers and in CI
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from runner import analysis as an  # noqa: E402
-from runner.spec import PRECISIONS  # noqa: E402
 
 BATCH_METRICS = ("throughput", "iter_time", "peak_mem")
 MAX_FACETS = 9
@@ -155,8 +155,7 @@ def batch_plot(summary: pd.DataFrame, metric: str, svg: bool, png: bool) -> Plot
             batches = sorted(set(g["batch_size"]))
             pos = {b: i for i, b in enumerate(batches)}
             series = list(g.groupby(["environment", "precision"], sort=False))
-            series.sort(key=lambda s: (envs.index(s[0][0]), PRECISIONS.index(s[0][1])
-                                       if s[0][1] in PRECISIONS else 99))
+            series.sort(key=lambda s: (envs.index(s[0][0]), an.precision_index(s[0][1])))
             width = 0.5 / max(1, len(series))
             top = 0.0
             bars = _ErrorBars()
@@ -193,6 +192,17 @@ def batch_plot(summary: pd.DataFrame, metric: str, svg: bool, png: bool) -> Plot
     return Plot(metric, title, svg_text, png_bytes)
 
 
+def ideal_lines(scale: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ideal speed-up lines: a line's speed-up is over its own smallest layout, which need not be one
+    process, so ideal is processes / base; one line per distinct base, up to the largest layout."""
+    if scale.empty:
+        return []
+    group = ["environment", "model", "precision", "batch_size", "dataset", "options"]
+    bases = sorted({int(b) for b in scale.groupby(group, sort=False, dropna=False)["processes"].min()})
+    top = int(scale["processes"].max())
+    return [(np.arange(b, top + 1), np.arange(b, top + 1) / b) for b in bases]
+
+
 def scaling_plot(scale: pd.DataFrame, svg: bool, png: bool) -> Plot | None:
     """Speedup against the number of processes (GPUs × nodes), with the ideal line."""
     if scale.empty:
@@ -203,7 +213,6 @@ def scaling_plot(scale: pd.DataFrame, svg: bool, png: bool) -> Plot | None:
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, ax = plt.subplots()
         _layout(fig, 1, 1, legend_rows=0, axes_size=(4.6, 3.0))
-        top = 1
         bars = _ErrorBars()
         for i, ((env, model, precision, batch, _ds, _opt), g) in enumerate(groups):
             g = g.sort_values("processes")
@@ -215,10 +224,9 @@ def scaling_plot(scale: pd.DataFrame, svg: bool, png: bool) -> Plot | None:
                               linestyle=LINESTYLES[ei % len(LINESTYLES)], markersize=5,
                               label=_plain(f"{env} · {model} · {precision} · batch {batch}"))
             bars.add(x, g["speedup"], err, to_hex(line.get_color()), cap=0.04 * max(1, int(x.max())))
-            top = max(top, int(x.max()))
         bars.draw(ax)
-        ideal = list(range(1, top + 1))
-        ax.plot(ideal, ideal, color="#999999", linestyle="--", linewidth=1, label="ideal")
+        for j, (xs, ys) in enumerate(ideal_lines(pd.concat([g for _, g in groups]))):
+            ax.plot(xs, ys, color="#999999", linestyle="--", linewidth=1, label="ideal" if j == 0 else None)
         ax.set_xlabel("processes (GPUs × nodes)")
         ax.set_ylabel("speedup")
         ax.set_xticks(sorted(set(scale["processes"])))

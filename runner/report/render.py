@@ -5,9 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import re
-import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -240,36 +238,16 @@ def compare_json(c: an.Comparison) -> str:
     return dumps({"schema": JSON_SCHEMA, "kind": "matrix-compare", **comparison_doc(c)})
 
 
-_STYLES = {"good": "bold green", "bad": "bold red", "muted": "dim", "status": "yellow", "key": "bold",
-           "num partial": "yellow"}
-
-
-def rich_table(t: Table, title: str = "") -> Any:
-    from rich.table import Table as RichTable
-    from rich.text import Text
-
-    rt = RichTable(title=title or None, title_justify="left", header_style="bold", show_lines=False)
-    for col, align in zip(t.columns, t.aligns(), strict=True):
-        rt.add_column(col, justify="right" if align == "r" else "left", overflow="fold")
-    for row in t.rows:
-        rt.add_row(*(Text(c.text, style=_STYLES.get(c.cls, "")) for c in row))
-    return rt
-
-
 def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | None = None) -> str:
     """The comparison as rich tables, rendered to text (ANSI colours only when stdout is a terminal)."""
-    from rich.console import Console
     from rich.text import Text
 
+    from runner.console import console as make_console
+    from runner.console import rich_table
+
     v = compare_view(c)
-    tty = sys.stdout.isatty()
-    if color is None:
-        color = tty and not os.environ.get("NO_COLOR")
-    if width is None:  # a terminal's own width; piped output is not wrapped at all (up to 240 columns)
-        width = max(100, shutil.get_terminal_size((160, 40)).columns) if tty else 240
     buf = io.StringIO()
-    console = Console(file=buf, force_terminal=color, no_color=not color, highlight=False, width=width,
-                      soft_wrap=False)
+    console = make_console(buf, tty=sys.stdout.isatty(), color=color, width=width)
     console.print(Text(v.title, style="bold"))
     console.print(Text(v.method, style="dim"))
     console.print(rich_table(v.environments, "Environments"))

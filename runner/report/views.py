@@ -1,4 +1,4 @@
-"""The report's views (DESIGN.md "Report views") as formatted tables, built from the analysis frames.
+"""The report's views (docs/architecture.md, "Report views") as formatted tables, built from the analysis frames.
 
 Each view appears only when the data has its axes: the environment comparison needs two environments,
 the precision summary fp32 and another precision, scaling more than one GPU or node count.
@@ -17,7 +17,7 @@ from runner import analysis as an
 from runner.report import fmt
 from runner.report.fmt import DASH, Cell, Table
 from runner.results import Status
-from runner.spec import LAYOUT_AXES, PRECISIONS
+from runner.spec import LAYOUT_AXES
 
 GRID_METRICS = ("throughput", "iter_time", "peak_mem", "accuracy", "loss_end")
 KEY_LABELS = {"environment": "environment", "model": "model", "precision": "precision", "batch_size": "batch",
@@ -287,7 +287,8 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
     table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit}", f"{b}{unit}", f"{b}/{a}", "change", "p",
                    "verdict"], align=["l"] * len(keys) + ["r", "r", "r", "l", "r", "l"])
     for r in p.to_dict("records"):
-        cls = ("good" if r["verdict"] == m.better else "bad") if r["significant"] else "muted"
+        cls = ("good" if r["verdict"] == m.better or str(r["verdict"]).startswith("fixed") else "bad"
+               ) if r["significant"] else "muted"
         table.add(*(key_text(k, r[k]) for k in keys),
                   side_cell(r, "a", m), side_cell(r, "b", m),
                   Cell(fmt.number(r["ratio"], 3), "num"), Cell(r["change"] or DASH),
@@ -308,8 +309,7 @@ def precision_ratio_table(ratios: pd.DataFrame, sides: Sequence[str]) -> Table:
     """Rows configuration, columns side × precision: the 2018 Slurm-versus-container table's ratios."""
     keys = varying(ratios, [k for k in an.PARAM_KEYS if k != "precision"], always=("model", "batch_size"))
     precisions = list(dict.fromkeys(ratios.sort_values(
-        "precision", key=lambda s: s.map(lambda p: PRECISIONS.index(p) if p in PRECISIONS else 99),
-        kind="stable")["precision"]))
+        "precision", key=an.precision_rank, kind="stable")["precision"]))
     columns = [(s, p) for s in sides for p in precisions
                if ((ratios["side"] == s) & (ratios["precision"] == p)).any()]
     table = Table([*(KEY_LABELS[k] for k in keys), *(f"{s} {p}/fp32" for s, p in columns)],

@@ -160,8 +160,8 @@ def test_container_killed_from_outside_fails_that_repeat_and_the_rest_runs(tmp_p
     assert {r["status"] for r in rows(tmp_path / "r.db")} == {"ok"}
 
 
-def test_missing_image_and_gpus_without_runtime_fail_with_the_reason(tmp_path: Path, docker_client: Any,
-                                                                     run_label_gone: Any) -> None:
+def test_missing_image_and_gpus_without_runtime_are_not_started_and_tried_again(
+        tmp_path: Path, docker_client: Any, run_label_gone: Any) -> None:
     has_nvidia = "nvidia" in (docker_client.info().get("Runtimes") or {})
     gpu_env = "" if has_nvidia else f'  - {{name: gpu, backend: docker, image: "{IMAGE}", gpus: all}}'
     m = write_matrix(tmp_path / "m.yaml", f"""
@@ -173,21 +173,26 @@ def test_missing_image_and_gpus_without_runtime_fail_with_the_reason(tmp_path: P
         {AXES}
         run: {{iterations: 2, warmup: 1, repeats: 2, timeout: 120}}
         """)
-    out = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
+    out = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
     by_env: dict[str, list[dict[str, Any]]] = {}
     for r in rows(tmp_path / "r.db"):
         by_env.setdefault(str(r["environment"]), []).append(r)
     ghost = by_env["ghost"]
-    assert [r["status"] for r in ghost] == ["failed", "failed"], out.stdout + out.stderr
+    assert [r["status"] for r in ghost] == ["not_started", "not_started"], out.stdout + out.stderr
     assert all("matrix/no-such-image:0.0" in r["reason"] and "pulling it failed" in r["reason"] for r in ghost)
     if not has_nvidia:
         gpu = by_env["gpu"]
-        assert [r["status"] for r in gpu] == ["failed", "failed"]
+        assert [r["status"] for r in gpu] == ["not_started", "not_started"]
         assert all("no NVIDIA runtime" in r["reason"] and "NVIDIA Container Toolkit" in r["reason"] for r in gpu)
     assert [r["status"] for r in by_env["box"]] == ["ok", "ok"]  # the rest of the matrix went on
     assert "Traceback" not in out.stderr
     (run_id,) = run_ids(tmp_path / "r.db")
     assert run_label_gone(run_id) == []
+    # Nothing was measured: the next run tries the environments that could not start, and only those.
+    again = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
+    retried = [r for r in rows(tmp_path / "r.db", latest_only=False) if r["run_id"] != run_id]
+    assert {r["environment"] for r in retried} == {"ghost"} | ({"gpu"} if gpu_env else set()), again.stderr
+    assert "pulling it failed" in again.stdout + again.stderr
 
 
 def test_matrix_clean_reaps_the_container_of_a_killed_run(tmp_path: Path, docker_client: Any,

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from runner.backends import docker as dk
+from runner.backends.base import NotStarted
+from runner.backends.docker import engine, payload
 from runner.errors import ConfigError
 from runner.results import Status
 from runner.spec import Cell, RunContext, RunSettings, Task
@@ -44,12 +46,12 @@ def test_bad_gpus_option_is_a_config_error_naming_the_allowed_values(bad: str) -
 
 
 def test_gpus_become_device_requests() -> None:
-    assert dk.device_requests(None) == []
-    (everything,) = dk.device_requests("all")
+    assert engine.device_requests(None) == []
+    (everything,) = engine.device_requests("all")
     assert everything["Count"] == -1 and everything["Capabilities"] == [["gpu"]]
-    (two,) = dk.device_requests(2)
+    (two,) = engine.device_requests(2)
     assert two["Count"] == 2
-    (ids,) = dk.device_requests([0, 3])
+    (ids,) = engine.device_requests([0, 3])
     assert ids["DeviceIDs"] == ["0", "3"] and not ids.get("Count")
 
 
@@ -66,7 +68,8 @@ def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_doctor_without_engine_says_how_to_start_one(no_engine: None) -> None:
-    (check,) = dk.DockerBackend.doctor()
+    sdk, check = dk.DockerBackend.doctor()
+    assert sdk.name == "docker SDK" and sdk.ok is True
     assert check.ok is False and "make services" in check.detail and "no-such-docker.sock" in check.detail
 
 
@@ -82,7 +85,7 @@ def test_tasks_fail_with_the_hint_when_no_engine_answers(no_engine: None, tmp_pa
         backend.run([Task(cell, 0), Task(cell, 1)], lambda t, o: got.append((t, o)))
     assert [t.repeat for t, _ in got] == [0, 1]
     for _, outcome in got:
-        assert outcome.status is Status.FAILED  # type: ignore[attr-defined]
+        assert outcome.status is Status.NOT_STARTED  # type: ignore[attr-defined]
         assert "no Docker engine answers" in outcome.reason  # type: ignore[attr-defined]
         assert outcome.extra["backend"] == "docker" and outcome.extra["image"] == "img:1"  # type: ignore[attr-defined]
 
@@ -112,11 +115,7 @@ class FakeClient:
         self.images.pulled = True
 
 
-def backend_with(client: FakeClient, tmp_path: Path) -> dk.DockerBackend:
-    backend = dk.DockerBackend(dk.DockerEnvironment(name="e", image="nvcr.io/nvidia/pytorch:18.07-py3"),
-                               RunContext("r1", tmp_path))
-    backend.client = client  # type: ignore[assignment]
-    return backend
+REF = "nvcr.io/nvidia/pytorch:18.07-py3"
 
 
 def test_missing_image_is_pulled_with_progress_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,24 +128,21 @@ def test_missing_image_is_pulled_with_progress_on_stderr(tmp_path: Path, capsys:
         {"status": "Already exists", "id": "b"},
         {"status": "Digest: sha256:" + "2" * 64},
     ])
-    image = backend_with(client, tmp_path)._image()
-    assert str(image.id).startswith("sha256:") and client.images.pulled
+    image = engine.Engine(client).image(REF, "missing")
+    assert image.id.startswith("sha256:") and client.images.pulled and image.repo_digest
     assert "pulling nvcr.io/nvidia/pytorch:18.07-py3" in capsys.readouterr().err
 
 
 def test_pull_error_event_is_the_environments_failure(tmp_path: Path) -> None:
     client = FakeClient([{"status": "Pulling fs layer", "id": "a"},
                          {"error": "manifest for nvcr.io/nvidia/pytorch:18.07-py3 not found", "errorDetail": {}}])
-    with pytest.raises(dk.EnvironmentFailure, match="pulling it failed: manifest .* not found"):
-        backend_with(client, tmp_path)._image()
+    with pytest.raises(NotStarted, match="pulling it failed: manifest .* not found"):
+        engine.Engine(client).image(REF, "missing")
 
 
 def test_pull_never_names_the_missing_image(tmp_path: Path) -> None:
-    backend = dk.DockerBackend(dk.DockerEnvironment(name="e", image="local/only:1", pull="never"),
-                               RunContext("r1", tmp_path))
-    backend.client = FakeClient([])  # type: ignore[assignment]
-    with pytest.raises(dk.EnvironmentFailure, match="'local/only:1' is not on this engine .* pull: never"):
-        backend._image()
+    with pytest.raises(NotStarted, match="'local/only:1' is not on this engine .* pull: never"):
+        engine.Engine(FakeClient([])).image("local/only:1", "never")
 
 
 def python36() -> str | None:
@@ -167,11 +163,11 @@ def test_in_container_helpers_run_on_python_3_6(tmp_path: Path) -> None:
     py = python36()
     if py is None:
         pytest.skip("no Python 3.6 here (pyenv install 3.6.15)")
-    probe = subprocess.run([py, "-c", dk.PROBE], capture_output=True, text=True, timeout=60)
+    probe = subprocess.run([py, "-c", payload.PROBE], capture_output=True, text=True, timeout=60)
     assert probe.returncode == 0, probe.stderr
     executable, version, torch = probe.stdout.split()
     assert version.startswith("3.6.") and torch in ("torch", "no-torch")
-    (tmp_path / "kill.py").write_bytes(dk.KILLER)
+    (tmp_path / "kill.py").write_bytes(payload.KILLER)
     victim = subprocess.Popen([py, "-c", "import time; time.sleep(60)"], env={"MATRIX_TASK": "t-1"})
     bystander = subprocess.Popen([py, "-c", "import time; time.sleep(60)"], env={"MATRIX_TASK": "t-2"})
     try:

@@ -81,7 +81,9 @@ def test_a_repeat_that_times_out_is_stored_as_timeout_and_the_rest_complete(tmp_
     text = SMALL.format(iterations=3, repeats=1, timeout=20) + (
         "include: [{model: wrn, precision: fp32, batch_size: 96, wrn_depth: 28, wrn_width: 10}]\n")
     m = write(tmp_path, text)
-    proc = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
+    proc = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
+    assert proc.returncode == 3, "a repeat that timed out is not a measurement: run exits non-zero"
+    assert "Not measured: 1 timeout" in proc.stdout
     by_model = {(r["params"]["model"], r["params"]["precision"]): r for r in rows(tmp_path / "r.db")}  # type: ignore[index]
     assert by_model[("wrn", "fp32")]["status"] == "timeout", proc.stdout
     assert "timeout of 20 s" in str(by_model[("wrn", "fp32")]["reason"])
@@ -146,12 +148,13 @@ def test_config_error_is_one_line_and_verbose_shows_the_traceback(tmp_path: Path
     assert missing.returncode == 1 and "nope.yaml: no such matrix file" in missing.stderr
 
 
-def test_a_missing_python_is_a_failed_result_not_a_crash(tmp_path: Path) -> None:
+def test_a_missing_python_is_not_started_not_a_crash(tmp_path: Path) -> None:
     m = write(tmp_path, SMALL.format(iterations=3, repeats=1, timeout=300).replace(
         "tags: [metal]", "tags: [metal], python: /nonexistent/python3"))
-    cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
+    proc = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
     stored = rows(tmp_path / "r.db")
-    assert {r["status"] for r in stored} == {"failed"}
+    assert {r["status"] for r in stored} == {"not_started"}
     assert "not found on this host" in str(stored[0]["reason"])
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -100,8 +101,10 @@ def welch_by_formula(a: list[float], b: list[float]) -> float:
 def test_welch_p_value_matches_the_formula() -> None:
     # By hand: t = 22.5 / sqrt(100/3 + 125/12) = 3.4017, df = 3.2347, p = 0.03782
     assert welch_by_formula(A, B) == pytest.approx(0.0378150822, abs=1e-8)
-    assert an.welch_p(A, B) == pytest.approx(welch_by_formula(A, B), rel=1e-9)
-    assert math.isnan(an.welch_p([1.0], B))
+    p = an.welch_p_from_stats(np.mean(A), np.std(A, ddof=1), len(A), np.mean(B), np.std(B, ddof=1), len(B))
+    assert float(p) == pytest.approx(welch_by_formula(A, B), rel=1e-9)
+    assert math.isnan(float(an.welch_p_from_stats(1.0, math.nan, 1, np.mean(B), np.std(B, ddof=1), len(B))))
+    assert math.isnan(float(an.welch_p_from_stats(5.0, 0.0, 3, 5.0, 0.0, 3)))  # no spread: not tested
 
 
 def test_geometric_mean() -> None:
@@ -273,3 +276,30 @@ def test_recipes_per_environment_and_the_precisions_that_ran_differently() -> No
     assert list(c.recipes["precision"]) == ["amp"]  # fp32 ran the same way on both sides
     assert c.recipes.loc[0, "a"].startswith("fp16 model, fp32 master weights")
     assert c.recipes.loc[0, "b"].startswith("autocast fp16 · loss scale dynamic")
+
+
+def test_ideal_scaling_line_starts_at_the_smallest_layout() -> None:
+    from runner.report.plots import ideal_lines
+
+    base = {"environment": "e", "model": "m", "precision": "fp32", "batch_size": 8, "dataset": "s", "options": ""}
+    scale = pd.DataFrame([{**base, "processes": p} for p in (2, 4)])
+    [(xs, ys)] = ideal_lines(scale)
+    assert list(xs) == [2, 3, 4] and list(ys) == [1.0, 1.5, 2.0]  # not y = x from one process
+    one = pd.DataFrame([{**base, "model": "n", "processes": p} for p in (1, 2)])
+    assert [list(x) for x, _ in ideal_lines(pd.concat([scale, one]))] == [[1, 2, 3, 4], [2, 3, 4]]
+
+
+def test_ok_on_one_side_and_failed_on_the_other_is_a_regression_not_no_result() -> None:
+    assert an.one_sided(3, 0, "3 ok", "2 failed, 1 oom") == (True, "regression: B 2 failed, 1 oom")
+    assert an.one_sided(0, 3, "3 not_started", "3 ok") == (True, "fixed: A 3 not_started")
+    assert an.one_sided(3, 0, "3 ok", "3 unsupported") is None  # the release cannot: not a regression
+    assert an.one_sided(0, 0, "3 failed", "3 failed") is None
+    ok = {"status": "ok", "metrics": {"throughput": 100.0}}
+    rows = [{"id": i, "run_id": "r", "cell_key": f"{env}", "repeat": i % 3, "environment": env,
+             "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
+             **(ok if env == "a" else {"status": "failed", "reason": "boom", "metrics": {}})}
+            for i, env in enumerate(["a"] * 3 + ["b"] * 3)]
+    df = an.frame(rows)
+    c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
+    pair = c.pairs.iloc[0]
+    assert pair["verdict"] == "regression: B 3 failed" and bool(pair["significant"]) and c.n_significant == 1

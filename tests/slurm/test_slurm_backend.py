@@ -7,12 +7,11 @@ slow thing is the TIMEOUT: Slurm's 1-minute limit fires after about 80 s.
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,10 +42,13 @@ class Launch:
     marker: Path
     envcheck: Path
     hostile_name: str
+    store: Store
     outcomes: dict[str, Outcome] = field(default_factory=dict)
 
     def records(self) -> dict[str, dict[str, object]]:
-        return json.loads((self.workdir / "slurm" / "submitted.json").read_text())["tasks"]
+        """The jobs submitted and not yet collected, as the store keeps them."""
+        return {k: {"task": j.task_id, "job": j.job, "index": j.index}
+                for k, j in self.store.open_jobs("slurm").items()}
 
     def record(self, task: Task) -> dict[str, object]:
         return next(r for r in self.records().values() if r["task"] == task.id)
@@ -69,7 +71,7 @@ class Launch:
                 if sink_too is not None:
                     sink_too.append((task, outcome))
 
-            ctx = RunContext(run_id="collect", workdir=self.workdir, submit=False)
+            ctx = RunContext(run_id="collect", workdir=self.workdir, submit=False, store=self.store)
             with SlurmBackend(env, ctx) as backend:
                 backend.run(left, sink)
             time.sleep(1)
@@ -86,8 +88,9 @@ def tasks_of(env: SlurmEnvironment, run: RunSettings, repeats: int = 2, **params
 
 
 @pytest.fixture(scope="module")
-def launch(bare_python: str, tmp_path_factory: pytest.TempPathFactory) -> Launch:
+def launch(bare_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
     workdir = tmp_path_factory.mktemp("slurm")
+    store = Store(workdir / "matrix.db")
     hostile_root = tmp_path_factory.mktemp("hostile")
     marker = hostile_root / "pwned"
     hostile = HOSTILE.format(m=shlex.quote(str(marker)))
@@ -114,11 +117,12 @@ def launch(bare_python: str, tmp_path_factory: pytest.TempPathFactory) -> Launch
     }
     for name, env in envs.items():
         reported: list[tuple[Task, Outcome]] = []
-        ctx = RunContext(run_id=f"launch-{name}", workdir=workdir, wait=False)
+        ctx = RunContext(run_id=f"launch-{name}", workdir=workdir, wait=False, store=store)
         with SlurmBackend(env, ctx) as backend:
             backend.run(tasks[name], lambda t, o, seen=reported: seen.append((t, o)))
         assert reported == [], f"{name}: nothing should be reported before it ran: {reported}"
-    return Launch(workdir, envs, tasks, marker, envcheck, f"matrix-hostile {hostile}")
+    with store:
+        yield Launch(workdir, envs, tasks, marker, envcheck, f"matrix-hostile {hostile}", store)
 
 
 def test_scancel_of_one_array_task_is_stored_cancelled(launch: Launch) -> None:
@@ -199,12 +203,12 @@ def test_time_limit_is_timeout_and_the_rest_of_the_array_completes(launch: Launc
     assert launch.records() == {}, "everything submitted was collected"
 
 
-def test_a_job_sbatch_refuses_is_a_failed_repeat_with_sbatch_words(bare_python: str, tmp_path: Path) -> None:
+def test_a_job_sbatch_refuses_is_not_started_with_sbatch_words(bare_python: str, tmp_path: Path) -> None:
     env = SlurmEnvironment(name="nopart", python=bare_python, gpus_per_node=0, partition="no-such-partition")
     got: list[tuple[Task, Outcome]] = []
-    with SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path)) as backend:
-        backend.run(tasks_of(env, SHORT), lambda t, o: got.append((t, o)))
-    assert len(got) == 2 and {o.status for _, o in got} == {Status.FAILED}
+    with Store(tmp_path / "m.db") as store:
+        with SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path, store=store)) as backend:
+            backend.run(tasks_of(env, SHORT), lambda t, o: got.append((t, o)))
+        assert store.open_jobs("slurm") == {}
+    assert len(got) == 2 and {o.status for _, o in got} == {Status.NOT_STARTED}
     assert "sbatch refused the job" in got[0][1].reason and "partition" in got[0][1].reason.lower()
-    assert not (tmp_path / "slurm" / "submitted.json").exists() or \
-        json.loads((tmp_path / "slurm" / "submitted.json").read_text())["tasks"] == {}

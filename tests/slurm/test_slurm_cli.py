@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import re
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -49,9 +51,17 @@ def rows(db: Path) -> list[dict[str, object]]:
         return list(store.rows())
 
 
-def submitted(workdir: Path) -> dict[str, dict[str, object]]:
-    path = workdir / "slurm" / "submitted.json"
-    return json.loads(path.read_text())["tasks"] if path.exists() else {}
+def submitted(db: Path) -> dict[str, dict[str, object]]:
+    """The Slurm tasks the store says are submitted and not yet collected (read without writing)."""
+    if not db.exists():
+        return {}
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+        try:
+            found = conn.execute("SELECT task_key, task_id, job, run_id FROM batch_jobs "
+                                 "WHERE backend='slurm' AND closed_at IS NULL").fetchall()
+        except sqlite3.OperationalError:  # no table yet: the store is being created
+            return {}
+    return {key: {"task": task, "job": job, "run_id": run_id} for key, task, job, run_id in found}
 
 
 def queued(jobs: set[str]) -> list[str]:
@@ -76,17 +86,17 @@ def test_no_wait_submits_collect_gathers_and_a_second_run_has_nothing_to_do(bare
     first = cli("run", *common, "--no-wait", cwd=tmp_path)
     assert time.time() - started < 30, "--no-wait returns without waiting for the jobs"
     assert rows(tmp_path / "r.db") == []
-    assert len(submitted(tmp_path / "w")) == 2
+    assert len(submitted(tmp_path / "r.db")) == 2
     assert "matrix collect" in first.stdout + first.stderr
     deadline = time.time() + 120
     while len(rows(tmp_path / "r.db")) < 2:
         assert time.time() < deadline, "collect never gathered both repeats"
         time.sleep(2)
-        cli("collect", *common, cwd=tmp_path)
+        cli("collect", "-m", str(m), "--db", "r.db", cwd=tmp_path)  # no --workdir: the store knows the jobs
     stored = rows(tmp_path / "r.db")
     assert {r["status"] for r in stored} == {"ok"}
     assert all(r["env"]["submitted_by_run"] for r in stored)  # type: ignore[index]
-    assert submitted(tmp_path / "w") == {}
+    assert submitted(tmp_path / "r.db") == {}
     again = cli("run", *common, cwd=tmp_path)
     assert "Nothing to run" in again.stdout
 
@@ -99,7 +109,7 @@ def test_ctrl_c_leaves_the_jobs_running_and_the_next_run_collects_them(bare_pyth
     proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", *common], cwd=tmp_path,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while len(records := submitted(tmp_path / "w")) < 2:
+    while len(records := submitted(tmp_path / "r.db")) < 2:
         assert proc.poll() is None and time.time() < deadline, "the run never submitted"
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
@@ -161,7 +171,7 @@ def test_ctrl_c_on_a_terminal_asks_and_yes_scancels(bare_python: str, tmp_path: 
     seen = b""
     try:
         deadline = time.time() + 60
-        while len(records := submitted(tmp_path / "w")) < 2:
+        while len(records := submitted(tmp_path / "r.db")) < 2:
             assert proc.poll() is None and time.time() < deadline, "the run never submitted"
             time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
@@ -184,4 +194,4 @@ def test_ctrl_c_on_a_terminal_asks_and_yes_scancels(bare_python: str, tmp_path: 
         time.sleep(1)
     stored = rows(tmp_path / "r.db")
     assert len(stored) == 2 and {r["status"] for r in stored} == {"cancelled"}
-    assert submitted(tmp_path / "w") == {}, "cancelled tasks are not collected again"
+    assert submitted(tmp_path / "r.db") == {}, "cancelled tasks are not collected again"

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,21 +20,15 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from runner.backends.slurm import (  # noqa: E402
-    SacctRow,
-    SlurmBackend,
-    SlurmEnvironment,
-    SubmittedState,
-    Watched,
-    _slurm,
-    array_job,
-    parse_sacct,
-    render_script,
-    sbatch_quote,
-)
-from runner.errors import BackendError, ConfigError  # noqa: E402
+from runner.backends.base import NotStarted  # noqa: E402
+from runner.backends.slurm import SlurmBackend, SlurmEnvironment, commands, outcomes  # noqa: E402
+from runner.backends.slurm.commands import SacctRow, parse_sacct, slurm  # noqa: E402
+from runner.backends.slurm.script import array_job, render_script, sbatch_quote  # noqa: E402
+from runner.backends.slurm.state import Watched  # noqa: E402
+from runner.errors import BackendError, ConfigError, StoreError  # noqa: E402
 from runner.results import Status  # noqa: E402
 from runner.spec import Cell, RunContext, RunSettings, Task  # noqa: E402
+from runner.store import Store  # noqa: E402
 
 GOLDEN = Path(__file__).with_name("golden")
 EVIL = "$(touch /tmp/pwned) `touch /tmp/pwned` 'q' \"d\" ;touch /tmp/pwned #c \\ %j"
@@ -155,7 +150,7 @@ def test_invalid_fields_are_refused_with_what_to_do(field: str, value: object, m
 def test_time_limit_defaults_to_the_run_timeout_in_minutes() -> None:
     env = SlurmEnvironment(name="x", time=90)  # YAML `time: 90` is an int: minutes
     assert env.time == "90"
-    from runner.backends.slurm import time_limit
+    from runner.backends.slurm.script import time_limit
     assert time_limit(SlurmEnvironment(name="x"), 61) == "2"
     assert time_limit(SlurmEnvironment(name="x"), 5) == "1"
     assert time_limit(env, 5) == "90"
@@ -193,9 +188,15 @@ def test_parse_sacct_rows_pending_ranges_and_states() -> None:
 
 
 @pytest.fixture
-def backend(tmp_path: Path) -> tuple[SlurmBackend, Watched]:
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store(tmp_path / "m.db") as s:
+        yield s
+
+
+@pytest.fixture
+def backend(tmp_path: Path, store: Store) -> tuple[SlurmBackend, Watched]:
     env = SlurmEnvironment(name="u", gpus_per_node=0, time="1")
-    ctx = RunContext(run_id="r1", workdir=tmp_path)
+    ctx = RunContext(run_id="r1", workdir=tmp_path, store=store)
     b = SlurmBackend(env, ctx)
     task = Task(Cell(env, {"model": "mlp"}, RunSettings()), 0)
     for sub in ("out", "work", "logs"):
@@ -217,7 +218,8 @@ def test_slurm_states_without_a_result_file_map_to_statuses(backend: tuple[Slurm
     b, w = backend
     (w.results_dir / "work" / f"{w.task.id}.rank0.log").write_text("Traceback ...\nRuntimeError: boom\n")
     (w.results_dir / "logs" / "41_3.out").write_text("slurmstepd: error: *** JOB 44 ON vm CANCELLED ***\n")
-    outcome = b._from_state(w, row(state, 1 if state == "FAILED" else 0))
+    r = row(state, 1 if state == "FAILED" else 0)
+    outcome = outcomes.from_state(b.env, w, r, b._extra(w, r))
     assert outcome.status is status
     assert "41_3" in outcome.reason and outcome.env["slurm_state"] == state
     assert "RuntimeError: boom" in outcome.log_tail and "slurmstepd" in outcome.log_tail
@@ -233,33 +235,55 @@ def test_failed_job_with_a_result_file_keeps_the_bench_status(backend: tuple[Slu
     (out / f"{w.task.id}.err").write_text("")
     (out / f"{w.task.id}.done").write_text(json.dumps({"schema": 1, "returncode": 3, "srun_returncode": 3,
                                                        "started_at": 1.0, "finished_at": 2.0}))
-    outcome = b._from_files(w, row("FAILED", 3))
+    outcome = outcomes.from_files(w, row("FAILED", 3), b._extra(w, None))
     assert outcome.status is Status.OOM and outcome.reason == "CUDA out of memory"
     # A rank other than 0 failed while rank 0 reported ok: the repeat failed.
     result["status"], result["reason"] = "ok", None
     (out / f"{w.task.id}.out").write_text("MATRIX_RESULT " + json.dumps(result) + "\n")
     (out / f"{w.task.id}.done").write_text(json.dumps({"schema": 1, "returncode": 0, "srun_returncode": 1,
                                                        "started_at": 1.0, "finished_at": 2.0}))
-    outcome = b._from_files(w, row("FAILED", 1))
+    outcome = outcomes.from_files(w, row("FAILED", 1), b._extra(w, None))
     assert outcome.status is Status.FAILED and "rank" in outcome.reason
 
 
-def test_state_file_round_trip_and_unknown_schema(tmp_path: Path) -> None:
-    state = SubmittedState(tmp_path / "slurm" / "submitted.json")
-    state.add({"a": {"job": "1"}, "b": {"job": "2"}})
-    state.remove(["a"])
-    assert state.load() == {"b": {"job": "2"}}
-    state.path.write_text(json.dumps({"schema": 99, "tasks": {}}))
-    with pytest.raises(BackendError, match="schema 99"):
-        state.load()
+def test_submitted_jobs_live_in_the_store_and_survive_reopening(tmp_path: Path) -> None:
+    env = SlurmEnvironment(name="u", gpus_per_node=0)
+    cell = Cell(env, {"model": "mlp"}, RunSettings())
+    with Store(tmp_path / "m.db") as store:
+        b = SlurmBackend(env, RunContext(run_id="r1", workdir=tmp_path / "w1", store=store))
+        ws = [Watched(Task(cell, r), f"k{r}", "41", r, b.results_dir, 1.0, "r1") for r in range(3)]
+        b.state.add(ws)
+        b.state.remove(["k0"], "collected")
+        b.state.add([Watched(Task(cell, 1), "k1", "42", 0, b.results_dir, 2.0, "r2")])  # submitted again
+    with Store(tmp_path / "m.db") as store:  # another process, another workdir: the store alone is enough
+        jobs = SlurmBackend(env, RunContext(run_id="r3", workdir=tmp_path / "elsewhere", store=store)).state.load()
+        assert {k: (j.job, j.index) for k, j in jobs.items()} == {"k1": ("42", 0), "k2": ("41", 2)}
+        rows = store.db.execute("SELECT task_key, closed_how FROM batch_jobs ORDER BY id").fetchall()
+        assert [tuple(r) for r in rows] == [("k0", "collected"), ("k1", "superseded"), ("k2", None), ("k1", None)]
+        store.db.execute("UPDATE batch_jobs SET schema=99 WHERE task_key='k2'")
+        store.db.commit()
+        with pytest.raises(StoreError, match="schema 99"):
+            store.open_jobs("slurm")
+
+
+def test_a_legacy_state_file_moves_into_the_store(tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_commands(tmp_path, monkeypatch, sacct="", sbatch="")
+    legacy = tmp_path / "slurm" / "submitted.json"
+    legacy.parent.mkdir()
+    legacy.write_text(json.dumps({"schema": 1, "tasks": {"u\tabc\t0": {
+        "job": "7", "index": 2, "task": "abc-r0", "results_dir": "/r", "submitted_at": 5.0, "run_id": "old"}}}))
+    with SlurmBackend(SlurmEnvironment(name="u"), RunContext(run_id="r", workdir=tmp_path, store=store)) as b:
+        (job,) = b.state.load().values()
+    assert (job.job, job.index, job.run_id, job.results_dir) == ("7", 2, "old", "/r")
+    assert not legacy.exists() and legacy.with_name("submitted.json.imported").exists()
 
 
 def test_missing_slurm_commands_are_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BackendError, match="sbatch.*not on PATH.*slurm-client"):
-        _slurm(["sbatch", "--version"])
+        slurm(["sbatch", "--version"])
     env = SlurmEnvironment(name="u")
-    with pytest.raises(BackendError, match="not on PATH"):
+    with pytest.raises(NotStarted, match="not on PATH"):
         SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path)).__enter__()
     checks = SlurmBackend.doctor()
     assert len(checks) == 1 and checks[0].ok is None and "no Slurm" in checks[0].detail
@@ -272,7 +296,7 @@ def test_a_slurm_command_that_hangs_times_out(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     assert shutil.which("sinfo") == str(fake)
     with pytest.raises(BackendError, match="did not answer within 0.5 s"):
-        _slurm(["sinfo"], timeout=0.5)
+        slurm(["sinfo"], timeout=0.5)
 
 
 def fake_scripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **bodies: str) -> None:
@@ -318,8 +342,9 @@ def test_a_job_only_the_controller_knows_is_waited_for(backend: tuple[SlurmBacke
     assert list(watch) == [w.key]
 
 
-def test_an_unreachable_controller_fails_the_tasks_with_one_reason_and_no_more_sbatch(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreachable_controller_is_retried_then_not_started_with_one_reason_and_no_more_sbatch(
+        tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commands, "SBATCH_BACKOFF_S", 0.01)
     count = tmp_path / "sbatch-calls"
     fake_scripts(tmp_path, monkeypatch,
                  sbatch=f"echo x >> {shlex.quote(str(count))}\n"
@@ -330,16 +355,17 @@ def test_an_unreachable_controller_fails_the_tasks_with_one_reason_and_no_more_s
     run = RunSettings(iterations=1, warmup=0, repeats=1, timeout=60, seed=0)
     tasks = [Task(Cell(env, {"model": "mlp", "gpus": g}, run), 0) for g in (1, 2, 4)]  # three shapes
     got: list[tuple[Task, object]] = []
-    with SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path)) as b:
+    with SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path, store=store)) as b:
         b.run(tasks, lambda t, o: got.append((t, o)))
     assert [t for t, _ in got] == tasks
+    assert {o.status for _, o in got} == {Status.NOT_STARTED}  # type: ignore[attr-defined]
     reasons = {o.reason for _, o in got}  # type: ignore[attr-defined]
     assert len(reasons) == 1 and "scontrol ping" in reasons.pop()
-    assert count.read_text().count("x") == 1, "the first refusal stops further sbatch calls"
+    assert count.read_text().count("x") == commands.SBATCH_TRIES, "retried, then no sbatch for the other shapes"
 
 
 def test_without_accounting_nothing_is_submitted_but_finished_files_are_collected(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_scripts(tmp_path, monkeypatch,
                  sacct="echo 'sacct: error: Problem talking to the database: Connection refused' >&2\nexit 1\n",
                  sbatch=f"touch {shlex.quote(str(tmp_path / 'sbatch-ran'))}\necho 99\n",
@@ -349,18 +375,17 @@ def test_without_accounting_nothing_is_submitted_but_finished_files_are_collecte
     cell = Cell(env, {"model": "mlp"}, run)
     earlier, new = Task(cell, 0), Task(cell, 1)
     # An earlier run submitted repeat 0, and its result file is there.
-    old = SlurmBackend(env, RunContext(run_id="old", workdir=tmp_path))
+    old = SlurmBackend(env, RunContext(run_id="old", workdir=tmp_path, store=store))
     (old.results_dir / "out").mkdir(parents=True)
     result = {"schema": 1, "status": "ok", "reason": None, "metrics": {"throughput": 5.0}, "env": {}}
     (old.results_dir / "out" / f"{earlier.id}.out").write_text("MATRIX_RESULT " + json.dumps(result) + "\n")
     (old.results_dir / "out" / f"{earlier.id}.done").write_text(json.dumps(
         {"schema": 1, "returncode": 0, "srun_returncode": 0, "started_at": 1.0, "finished_at": 2.0}))
-    old.state.add({"u\t" + cell.key + "\t0": Watched(earlier, "k", "98", 0, old.results_dir, time.time(),
-                                                     "old").record()})
+    old.state.add([Watched(earlier, "u\t" + cell.key + "\t0", "98", 0, old.results_dir, time.time(), "old")])
     got: dict[str, object] = {}
-    with SlurmBackend(env, RunContext(run_id="new", workdir=tmp_path)) as b:
+    with SlurmBackend(env, RunContext(run_id="new", workdir=tmp_path, store=store)) as b:
         b.run([earlier, new], lambda t, o: got.update({t.id: o}))
     assert got[earlier.id].status is Status.OK  # type: ignore[attr-defined]
-    assert got[new.id].status is Status.FAILED  # type: ignore[attr-defined]
+    assert got[new.id].status is Status.NOT_STARTED  # type: ignore[attr-defined]
     assert "not submitted" in got[new.id].reason and "slurmdbd" in got[new.id].reason  # type: ignore[attr-defined]
     assert not (tmp_path / "sbatch-ran").exists()

@@ -157,3 +157,63 @@ def test_ctrl_c_while_the_others_run_says_the_submitted_jobs_keep_running(
     assert report.interrupted and events == [("submit", "cluster-a"), ("submit", "cluster-b")]
     err = " ".join(capsys.readouterr().err.split())
     assert "4 repeats this run submitted to a batch scheduler were not waited for" in err
+
+
+def test_an_environment_that_cannot_start_is_not_started_retried_and_fails_the_exit_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.errors import BackendError
+
+    class NoImage(Backend):
+        kind = "local"
+        config = LocalEnvironment
+
+        def __enter__(self) -> Backend:
+            raise BackendError("image 'nvcr.io/nvidia/pytorch:18.07-py3' is not on this engine")
+
+        def run(self, tasks: Sequence[Task], sink: Any) -> None:
+            raise AssertionError("never reached")
+
+    monkeypatch.setattr(execute.backends, "get", lambda kind: NoImage)
+    m = matrix_mod.parse(MATRIX.replace("backend: slurm", "backend: local"), tmp_path / "m.yaml")
+    with Store(tmp_path / "r.db") as store:
+        report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
+        assert {r["status"] for r in store.rows()} == {"not_started"}
+        assert report.exit_code == execute.EXIT_NOT_MEASURED and report.unsuccessful == {"not_started": 6}
+        # Nothing was measured: the next run tries every repeat again without --rerun-failed.
+        assert len(execute.todo(m.cells(), store)) == 6
+        events: list[tuple[str, str]] = []
+        monkeypatch.setattr(execute.backends, "get", lambda kind: fakes(events, elsewhere=False)["local"])
+        report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
+        assert report.exit_code == execute.EXIT_OK and {r["status"] for r in store.rows()} == {"ok"}
+
+
+def test_a_failed_repeat_fails_the_exit_code_even_when_nothing_is_left_to_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Fails(Backend):
+        kind = "local"
+        config = LocalEnvironment
+
+        def run(self, tasks: Sequence[Task], sink: Any) -> None:
+            for i, t in enumerate(tasks):
+                sink(t, Outcome(Status.FAILED if i == 0 else Status.UNSUPPORTED, None, "", "boom", 0.0, 1.0))
+
+    monkeypatch.setattr(execute.backends, "get", lambda kind: Fails)
+    m = matrix_mod.parse(MATRIX.replace("backend: slurm", "backend: local"), tmp_path / "m.yaml")
+    with Store(tmp_path / "r.db") as store:
+        assert execute.run_matrix(m, m.cells(), store, workdir=tmp_path,
+                                  console=Console(quiet=True)).unsuccessful == {"failed": 3}
+        again = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
+        assert again.run_id is None and again.exit_code == execute.EXIT_NOT_MEASURED
+
+
+def test_schedule_is_a_pure_function() -> None:
+    def w(name: str, queued: bool = False, elsewhere: bool = False) -> execute.EnvWork:
+        return execute.EnvWork((name,), queued, elsewhere)  # type: ignore[arg-type]
+
+    a, here, b = w("a", True, True), w("here"), w("b", True, False)
+    names = [(s.work.tasks[0], s.submit_only) for s in execute.schedule([a, here, b])]
+    assert names == [("a", True), ("b", True), ("a", False), ("b", False), ("here", False)]
+    names = [(s.work.tasks[0], s.submit_only) for s in execute.schedule([a, here])]
+    assert names == [("a", True), ("here", False), ("a", False)]
+    assert [s.submit_only for s in execute.schedule([a, here], wait=False)] == [False, False]
+    assert [s.work for s in execute.schedule([a])] == [a]

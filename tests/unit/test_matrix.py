@@ -144,7 +144,7 @@ def test_select_by_env_tag_and_only() -> None:
     picked = matrix.select(cells, (), ["precision=bf16", "batch_size=16"])
     assert [(c.env_name, c.params["precision"], c.params["batch_size"]) for c in picked] == [
         ("box", "bf16", 16), ("cpu", "bf16", 16)]
-    with pytest.raises(ConfigError, match="matches no environment; known: box, cpu, metal"):
+    with pytest.raises(ConfigError, match="matches no environment; known: box, cpu, local, metal"):
         matrix.select(cells, ["gpu"])
     with pytest.raises(ConfigError, match="expected KEY=VALUE"):
         matrix.select(cells, (), ["fp32"])
@@ -167,3 +167,37 @@ def test_image_with_gpus_runs_the_axes_on_the_gpu() -> None:
     assert len(on_gpu.cells()) == 4  # the environment-specific exclude no longer applies
     on_cpu = _with_image(m, "matrix/debian-torch:1.13", None)
     assert {c.params["device"] for c in on_cpu.cells()} == {"cpu"}
+
+
+TYPED = BASE + """  lr: [1, 0.5]
+  channels_last: [true, false]
+"""
+
+
+def test_rule_values_take_the_axis_type_before_matching() -> None:
+    # lr: 1 in a rule must match the cell whose lr axis became 1.0 (it did not: "1" != "1.0").
+    cells = parse(TYPED + "exclude:\n  - {lr: 1}\n").cells()
+    assert {c.params["lr"] for c in cells} == {0.5}
+    # An include that names an existing combination extends it instead of adding a second cell.
+    plain = parse(TYPED).cells()
+    extended = parse(TYPED + "include:\n  - {lr: 1, channels_last: 'true', threads: 2}\n").cells()
+    assert len(extended) == len(plain)
+    assert {c.params.get("threads") for c in extended if c.params["lr"] == 1.0 and c.params["channels_last"]} == {2}
+    assert all("threads" not in c.params for c in extended if not (c.params["lr"] == 1.0 and c.params["channels_last"]))
+
+
+def test_only_converts_values_and_an_empty_selection_is_an_error() -> None:
+    cells = parse(TYPED).cells()
+    assert {c.params["channels_last"] for c in matrix.select(cells, only=["channels_last=true"])} == {True}
+    assert {c.params["lr"] for c in matrix.select(cells, only=["lr=1"])} == {1.0}
+    two = matrix.select(cells, only=["batch_size=16", "batch_size=32", "precision=bf16"])
+    assert {(c.params["batch_size"], c.params["precision"]) for c in two} == {(16, "bf16"), (32, "bf16")}
+    with pytest.raises(ConfigError, match=r"batch_size=64: no cell has that value; batch_size has: 16, 32"):
+        matrix.select(cells, only=["batch_size=64"])
+    with pytest.raises(ConfigError, match=r"lr=0.25: no cell has that value; lr has: 1.0, 0.5"):
+        matrix.select(cells, only=["precision=fp32", "channels_last=true", "lr=0.25"])
+    fewer = parse(TYPED + "exclude:\n  - {precision: bf16, batch_size: 16}\n").cells()
+    with pytest.raises(ConfigError, match="no cell matches all of these together"):
+        matrix.select(fewer, only=["precision=bf16", "batch_size=16"])
+    with pytest.raises(ConfigError, match="lr=fast"):
+        matrix.select(cells, only=["lr=fast"])

@@ -90,3 +90,34 @@ def test_missing_store_and_runs(tmp_path: Path) -> None:
         assert store.resolve_run("20260101") == "20260101-aaa"
         with pytest.raises(StoreError, match="is ambiguous"):
             store.resolve_run("2026")
+
+
+def test_reading_writes_nothing_and_works_on_a_store_that_cannot_be_written(tmp_path: Path) -> None:
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "m.db"
+    with Store(path) as store:
+        store.start_run("r1", None, "m", [])
+        store.add("r1", Task(M.cells()[0], 0), ok(10.0))
+    before = path.read_bytes()
+    with Store(path, readonly=True) as store:
+        assert [r.run_id for r in store.runs()] == ["r1"] and len(list(store.rows())) == 1
+        with pytest.raises(sqlite3.OperationalError):
+            store.start_run("r2", None, "m", [])
+    assert path.read_bytes() == before
+    # A file and folder nobody may write (root included: the immutable attribute), as a shared results file.
+    import shutil
+    import subprocess
+    chattr = shutil.which("chattr")
+    if not chattr or subprocess.run([chattr, "+i", str(path), str(folder)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available here")
+    try:
+        with Store(path, readonly=True) as store:
+            assert [r.run_id for r in store.runs()] == ["r1"]
+            assert [s.value for s in store.latest_statuses([M.cells()[0].key]).values()] == ["ok"]
+    finally:
+        subprocess.run([chattr, "-i", str(path), str(folder)], check=True)
+    with pytest.raises(StoreError, match="not a matrix result store"):
+        other = folder / "other.db"
+        sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+        Store(other, readonly=True)

@@ -1,0 +1,82 @@
+"""Statistics over the result store: every number a report shows is computed here.
+
+`frame`: the long frame, one row per repeat (params, metrics, how each precision ran).
+`stats`: per-cell n, mean, std, CV, min, max, median and a t confidence interval; the precision summary
+and the quality flags. `compare`: pair two sides' cells, Welch's test plus a minimum effect size, the
+geometric mean. `scaling`: throughput against the process layout. Statuses other than ok are counted,
+never dropped.
+"""
+
+from runner.analysis.compare import (
+    ALPHA,
+    MIN_EFFECT,
+    SIDE_KINDS,
+    Comparison,
+    Side,
+    available_sides,
+    change_words,
+    compare,
+    environment_info,
+    geometric_mean,
+    one_sided,
+    pair_cells,
+    pair_stats,
+    precision_ratios,
+    precision_recipes,
+    recipe_differences,
+    select_side,
+    side_stats,
+    verdict,
+    welch_p_from_stats,
+)
+from runner.analysis.frame import (
+    BASELINE_PRECISION,
+    CELL_KEYS,
+    CORE_PARAMS,
+    DASH_WORD,
+    ENV_FIELDS,
+    FRAME_COLUMNS,
+    METRIC_ALIASES,
+    METRICS,
+    PARAM_KEYS,
+    PRECISION_ORDER,
+    RECIPE_COLUMNS,
+    RECIPE_FIELDS,
+    STAT_NAMES,
+    Metric,
+    environment_rank,
+    frame,
+    get_metric,
+    latest,
+    options_label,
+    precision_index,
+    precision_rank,
+    recipe,
+    recipe_text,
+)
+from runner.analysis.scaling import scaling
+from runner.analysis.stats import (
+    CONFIDENCE,
+    DATA_BOUND,
+    NOISY_CV,
+    Stats,
+    cell_attributes,
+    describe,
+    metric_stats,
+    precision_summary,
+    quality_flags,
+    status_summary,
+    summarize,
+    t_half_width,
+)
+
+__all__ = [
+    "ALPHA", "BASELINE_PRECISION", "CELL_KEYS", "CONFIDENCE", "CORE_PARAMS", "DASH_WORD", "DATA_BOUND",
+    "ENV_FIELDS", "FRAME_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV", "PARAM_KEYS",
+    "PRECISION_ORDER", "RECIPE_COLUMNS", "RECIPE_FIELDS", "SIDE_KINDS", "STAT_NAMES", "Comparison", "Metric",
+    "Side", "Stats", "available_sides", "cell_attributes", "change_words", "compare", "describe",
+    "environment_info", "environment_rank", "frame", "geometric_mean", "get_metric", "latest", "metric_stats", "one_sided",
+    "one_sided", "options_label", "pair_cells", "pair_stats", "precision_index", "precision_rank", "precision_ratios", "precision_recipes",
+    "precision_summary", "quality_flags", "recipe", "recipe_differences", "recipe_text", "scaling",
+    "select_side", "side_stats", "status_summary", "summarize", "t_half_width", "verdict", "welch_p_from_stats",
+]

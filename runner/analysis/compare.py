@@ -1,0 +1,345 @@
+"""Two sides of a comparison: pair their cells, test each pair, and say what changed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from runner.analysis.frame import (
+    BASELINE_PRECISION,
+    ENV_FIELDS,
+    PARAM_KEYS,
+    RECIPE_COLUMNS,
+    Metric,
+    environment_rank,
+    get_metric,
+    latest,
+    precision_rank,
+)
+from runner.analysis.stats import _join_unique, cell_attributes, metric_stats
+from runner.errors import ConfigError
+from runner.results import Status
+
+ALPHA = 0.05
+MIN_EFFECT = 0.02  # a change below 2% is called noise, however small its p-value
+
+SIDE_KINDS = ("env", "tag", "backend", "run")
+
+
+@dataclass(frozen=True)
+class Side:
+    """The rows one side of a comparison selects, and how the reference was understood."""
+
+    ref: str
+    kind: str       # env | tag | backend | run
+    value: str
+    frame: pd.DataFrame
+    _cache: dict[str, pd.DataFrame] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        return self.ref
+
+    def stats(self, metric: str) -> pd.DataFrame:
+        """This side's cells keyed on params (computed once: a report compares the baseline many times)."""
+        if metric not in self._cache:
+            self._cache[metric] = side_stats(self.frame, metric)
+        return self._cache[metric]
+
+    def precision_ratios(self, label: str) -> pd.DataFrame:
+        key = "ratios"
+        if key not in self._cache:
+            self._cache[key] = precision_ratios(self.frame)
+        return self._cache[key].assign(side=label)
+
+    def info(self, label: str) -> pd.DataFrame:
+        key = "info"
+        if key not in self._cache:
+            self._cache[key] = environment_info(self.frame)
+        return self._cache[key].assign(side=label)
+
+    @property
+    def environments(self) -> list[str]:
+        return list(dict.fromkeys(self.frame["environment"]))
+
+
+def available_sides(df: pd.DataFrame) -> dict[str, list[str]]:
+    """What a compare side may name, from the rows in the store."""
+    return {
+        "env": sorted(set(df["environment"])),
+        "tag": sorted({t for tags in df["tags"] for t in tags}),
+        "backend": sorted(set(df["backend"])),
+        "run": sorted(set(df["run_id"])),
+    }
+
+
+def select_side(df: pd.DataFrame, ref: str) -> Side:
+    """Rows matching `ref`: an environment name, else a tag, else a backend kind, else a run id prefix.
+
+    `env:`, `tag:`, `backend:` or `run:` in front of the name chooses the kind when names clash.
+    """
+    kind, sep, value = ref.partition(":")
+    kinds: Sequence[str] = SIDE_KINDS
+    if sep and kind in SIDE_KINDS:
+        kinds = (kind,)
+    else:
+        value = ref
+    for k in kinds:
+        if k == "env":
+            mask = df["environment"] == value
+        elif k == "tag":
+            mask = df["tags"].map(lambda tags: value in tags)
+        elif k == "backend":
+            mask = df["backend"] == value
+        else:
+            run_ids = sorted({r for r in df["run_id"] if r.startswith(value)}) if value else []
+            if len(run_ids) > 1:
+                raise ConfigError(f"run id prefix {value!r} is ambiguous: {', '.join(run_ids)}")
+            mask = df["run_id"].isin(run_ids)
+        if bool(mask.any()):
+            return Side(ref, k, value, latest(df[mask]))
+    sides = available_sides(df)
+    listed = "; ".join(f"{k}: {', '.join(v) if v else '(none)'}" for k, v in sides.items())
+    raise ConfigError(f"{ref!r} matches no result in the store. Sides that exist: {listed}")
+
+
+def change_words(ratio: float, metric: Metric) -> str:
+    """'1.23x faster' for a B/A ratio, in the metric's own words; '' without a ratio."""
+    if not ratio or math.isnan(ratio) or ratio <= 0:
+        return ""
+    gain = ratio if metric.higher_is_better else 1 / ratio
+    if f"{gain:.2f}" == "1.00" and f"{1 / gain:.2f}" == "1.00":
+        return "1.00x (same)"
+    return f"{gain:.2f}x {metric.better}" if gain >= 1 else f"{1 / gain:.2f}x {metric.worse}"
+
+
+def welch_p_from_stats(mean_a: Any, std_a: Any, n_a: Any, mean_b: Any, std_b: Any, n_b: Any) -> np.ndarray:
+    """Welch's two-sided p-value from each side's mean, std (ddof=1) and n, for whole columns at once
+    (scipy's ttest_ind_from_stats); NaN where a side has fewer than two values or neither has spread."""
+    from scipy import stats
+
+    ma, sa, na = (np.asarray(x, dtype=float) for x in (mean_a, std_a, n_a))
+    mb, sb, nb = (np.asarray(x, dtype=float) for x in (mean_b, std_b, n_b))
+    with np.errstate(invalid="ignore"):
+        valid = (na >= 2) & (nb >= 2) & ((sa > 0) | (sb > 0))
+    if not np.any(valid):
+        return np.full(np.broadcast(ma, mb).shape, math.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = stats.ttest_ind_from_stats(ma, sa, np.where(valid, na, 2), mb, sb, np.where(valid, nb, 2),
+                                       equal_var=False).pvalue
+    return np.where(valid, p, math.nan)
+
+
+def verdict(ratio: float, p: float, n_a: int, n_b: int, metric: Metric,
+            alpha: float = ALPHA, min_effect: float = MIN_EFFECT) -> tuple[bool, str]:
+    """(significant, words): a change counts only when p < alpha AND it is at least `min_effect`."""
+    if n_a == 0 or n_b == 0 or math.isnan(ratio):
+        return False, "no result"
+    if n_a < 2 or n_b < 2:
+        return False, "not tested (needs 2+ repeats per side)"
+    if math.isnan(p):
+        return False, "not tested (no spread)"
+    if p >= alpha:
+        return False, "not significant"
+    gain = ratio if metric.higher_is_better else 1 / ratio
+    if max(gain, 1 / gain) - 1 < min_effect:
+        return False, f"not significant (change < {min_effect:.0%})"
+    return True, metric.better if gain > 1 else metric.worse
+
+
+# A side that ran but measured nothing, for a reason that is the environment's fault (not "unsupported").
+BROKEN = frozenset({Status.FAILED.value, Status.OOM.value, Status.TIMEOUT.value, Status.NOT_STARTED.value})
+
+
+def one_sided(n_a: int, n_b: int, statuses_a: str, statuses_b: str) -> tuple[bool, str] | None:
+    """A pair measured on one side only: ok on A and failed (oom, timeout, not started) on B is a
+    regression, the reverse a fix; None when both or neither side measured, or the gap is `unsupported`."""
+    def broken(statuses: str) -> bool:
+        return any(part.split(" ", 1)[-1] in BROKEN for part in str(statuses).split(", ") if part)
+
+    if n_a > 0 and n_b == 0 and broken(statuses_b):
+        return True, f"regression: B {statuses_b}"
+    if n_b > 0 and n_a == 0 and broken(statuses_a):
+        return True, f"fixed: A {statuses_a}"
+    return None
+
+
+def geometric_mean(ratios: Iterable[float]) -> float:
+    """exp(mean(log r)) over the positive, finite ratios; NaN when there are none."""
+    vals = np.asarray([r for r in ratios if r is not None and np.isfinite(r) and r > 0], dtype=float)
+    return float(np.exp(np.log(vals).mean())) if vals.size else math.nan
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything `matrix compare` shows; templates and writers only format these frames."""
+
+    a: Side
+    b: Side
+    metric: Metric
+    alpha: float
+    min_effect: float
+    pairs: pd.DataFrame             # PARAM_KEYS + a_*/b_* stats, ratio, change, p_value, significant, verdict
+    unpaired: pd.DataFrame          # side, PARAM_KEYS, environment(s), statuses
+    precision_ratios: pd.DataFrame  # side, PARAM_KEYS - precision, precision, fp32_mean, mean, ratio
+    environments: pd.DataFrame      # side, environment, backend, hardware and versions
+    geomean: float
+    recipes: pd.DataFrame = field(default_factory=pd.DataFrame)  # precision, a, b: ran differently
+
+    @property
+    def geomean_words(self) -> str:
+        return change_words(self.geomean, self.metric)
+
+    @property
+    def n_significant(self) -> int:
+        return int(self.pairs["significant"].sum()) if not self.pairs.empty else 0
+
+
+def side_stats(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One side's cells keyed on their params: statuses, environments pooled, and the metric's statistics."""
+    attrs, gid = cell_attributes(df.rename(columns={"environment": "environments"}), PARAM_KEYS,
+                                 ["environments"])
+    st = metric_stats(df, gid, len(attrs), [metric])
+    st.columns = [c[len(metric) + 1:] for c in st.columns]
+    return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "_first"]], st], axis=1)
+
+
+def pair_cells(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
+               min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Pair A's and B's cells (long frames) on their params; returns (pairs, unpaired)."""
+    return pair_stats(side_stats(a, metric.name), side_stats(b, metric.name), metric, alpha, min_effect)
+
+
+def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
+               min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p, verdict; and the unpaired."""
+    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments"]
+    pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in stat_cols),
+                 "ratio", "change", "p_value", "significant", "verdict"]
+    unpaired_cols = ["side", *PARAM_KEYS, "environments", "statuses"]
+    merged = sa.add_prefix("a_").rename(columns={f"a_{k}": k for k in PARAM_KEYS}).merge(
+        sb.add_prefix("b_").rename(columns={f"b_{k}": k for k in PARAM_KEYS}),
+        on=list(PARAM_KEYS), how="outer", indicator=True, sort=False)
+    both = merged[merged["_merge"] == "both"].copy()
+    if both.empty:
+        pairs = pd.DataFrame(columns=pair_cols)
+    else:
+        an_, bn_ = both["a_n"].astype(int), both["b_n"].astype(int)
+        am, bm = both["a_mean"].to_numpy(dtype=float), both["b_mean"].to_numpy(dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where((an_ > 0) & (bn_ > 0) & (am != 0), bm / am, math.nan)
+        p = welch_p_from_stats(am, both["a_std"], an_, bm, both["b_std"], bn_)
+        judged = [one_sided(x, y, sa_, sb_) or verdict(r, q, x, y, metric, alpha, min_effect)
+                  for r, q, x, y, sa_, sb_ in zip(ratio, p, an_, bn_, both["a_statuses"], both["b_statuses"],
+                                                  strict=True)]
+        both["a_n"], both["b_n"] = an_, bn_
+        both["ratio"], both["p_value"] = ratio, p
+        both["change"] = [change_words(r, metric) for r in ratio]
+        both["significant"] = [j[0] for j in judged]
+        both["verdict"] = [j[1] for j in judged]
+        both["_first"] = both["a__first"]
+        pairs = _sorted(both)[pair_cols]
+    rows = []
+    for side, tag in (("A", "left_only"), ("B", "right_only")):
+        part = merged[merged["_merge"] == tag]
+        low = side.lower()
+        rows.append(pd.DataFrame({"side": side, **{k: part[k] for k in PARAM_KEYS},
+                                  "environments": part[f"{low}_environments"],
+                                  "statuses": part[f"{low}_statuses"], "_first": part[f"{low}__first"]}))
+    unpaired = pd.concat(rows, ignore_index=True)
+    unpaired = _sorted(unpaired, ["side"])[unpaired_cols] if not unpaired.empty else pd.DataFrame(
+        columns=unpaired_cols)
+    pairs = pairs.astype({"significant": bool})
+    for side in "ab":
+        pairs[f"{side}_n"] = pairs[f"{side}_n"].astype(int)
+    for k in ("batch_size", "gpus", "nodes"):
+        pairs[k] = pairs[k].astype(int)
+        unpaired[k] = unpaired[k].astype(int)
+    return pairs.reset_index(drop=True), unpaired.reset_index(drop=True)
+
+
+def _sorted(df: pd.DataFrame, first: Sequence[str] = ()) -> pd.DataFrame:
+    """Rows in report order: model, dataset, options, layout, precision (fp32 first), batch size."""
+    if df.empty:
+        return df
+    cols = [c for c in (*first, "model", "dataset", "options", "gpus", "nodes", "_prec", "batch_size")
+            if c in df or c == "_prec"]
+    tmp = df.assign(_prec=precision_rank(df["precision"]) if "precision" in df else 0)
+    return tmp.sort_values([*cols, "_first"] if "_first" in tmp else cols, kind="stable").drop(columns="_prec")
+
+
+def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
+    """Per configuration, each precision's mean throughput over fp32's (the FP16/FP32 speed ratio)."""
+    keys = [k for k in PARAM_KEYS if k != "precision"]
+    cols = ["side", *keys, "precision", "fp32_mean", "mean", "ratio"]
+    ok = df[(df["status"] == Status.OK.value) & df["throughput"].notna()]
+    if ok.empty:
+        return pd.DataFrame(columns=cols)
+    means = ok.groupby([*keys, "precision"], sort=False, dropna=False).agg(
+        mean=("throughput", "mean"), _first=("id", "min")).reset_index()
+    base = means[means["precision"] == BASELINE_PRECISION][[*keys, "mean"]].rename(columns={"mean": "fp32_mean"})
+    merged = means[means["precision"] != BASELINE_PRECISION].merge(base, on=keys, how="inner")
+    merged["ratio"] = merged["mean"] / merged["fp32_mean"]
+    merged["side"] = side
+    return _sorted(merged)[cols].reset_index(drop=True)
+
+
+def precision_recipes(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
+    """Per environment and precision, each distinct way it ran (from repeats that got that far) and its cells."""
+    cols = ["side", "environment", "precision", *RECIPE_COLUMNS, "recipe", "cells"]
+    known = df[df["recipe"] != ""] if "recipe" in df else df.iloc[0:0]
+    if known.empty:
+        return pd.DataFrame(columns=cols)
+    out = known.groupby(["environment", "precision", *RECIPE_COLUMNS, "recipe"], sort=False).agg(
+        cells=("cell_key", "nunique"), _first=("id", "min")).reset_index()
+    out = out.assign(side=side, _env=out["environment"].map(environment_rank(df)),
+                     _prec=precision_rank(out["precision"]))
+    return out.sort_values(["_env", "_prec", "_first"], kind="stable")[cols].reset_index(drop=True)
+
+
+def recipe_differences(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Precisions both sides ran, but differently: precision, A's recipes, B's recipes (joined with '; ')."""
+    cols = ["precision", "a", "b"]
+    ra, rb = precision_recipes(a), precision_recipes(b)
+    rows = []
+    for p in dict.fromkeys([*ra["precision"], *rb["precision"]]):
+        sa = list(dict.fromkeys(ra.loc[ra["precision"] == p, "recipe"]))
+        sb = list(dict.fromkeys(rb.loc[rb["precision"] == p, "recipe"]))
+        if sa and sb and set(sa) != set(sb):
+            rows.append({"precision": p, "a": "; ".join(sa), "b": "; ".join(sb)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def environment_info(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
+    """Per environment: backend, hardware and the versions the environment turned out to have."""
+    joined = ["backend", "tags", "hardware", *(f"env_{f}" for f in ENV_FIELDS), "run_ids"]
+    cols = ["side", "environment", *joined]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    out, _ = cell_attributes(df.rename(columns={"run_id": "run_ids"}), ["environment"], joined)
+    out["side"] = side
+    return out.sort_values("_first", kind="stable")[cols].reset_index(drop=True)
+
+
+def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float = ALPHA,
+            min_effect: float = MIN_EFFECT) -> Comparison:
+    """Side A against side B: pairs with ratio B/A and a verdict, unpaired cells, FP16/FP32 per side."""
+    m = get_metric(metric) if isinstance(metric, str) else metric
+    shared = set(a.frame["id"]) & set(b.frame["id"])
+    if shared:
+        envs = _join_unique(a.frame[a.frame["id"].isin(shared)]["environment"])
+        raise ConfigError(f"{a.ref!r} and {b.ref!r} select the same results (environment {envs}): "
+                          "pick two disjoint sides, e.g. two environment names")
+    pairs, unpaired = pair_stats(a.stats(m.name), b.stats(m.name), m, alpha, min_effect)
+    return Comparison(
+        a=a, b=b, metric=m, alpha=alpha, min_effect=min_effect, pairs=pairs, unpaired=unpaired,
+        precision_ratios=pd.concat([a.precision_ratios("A"), b.precision_ratios("B")], ignore_index=True),
+        environments=pd.concat([a.info("A"), b.info("B")], ignore_index=True),
+        geomean=geometric_mean(pairs["ratio"]) if not pairs.empty else math.nan,
+        recipes=recipe_differences(a.frame, b.frame),
+    )

@@ -1,0 +1,232 @@
+"""The long frame: one row per stored repeat, params, metrics and how each precision ran as columns."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from runner.errors import ConfigError
+from runner.spec import PRECISIONS
+
+# What identifies a cell in a report (besides the environment) and what pairs cells across sides.
+PARAM_KEYS = ("model", "precision", "batch_size", "dataset", "gpus", "nodes", "options")
+CELL_KEYS = ("environment", *PARAM_KEYS)
+CORE_PARAMS = ("model", "precision", "batch_size", "dataset", "gpus", "nodes")
+# The environment capture fields that reports show (bench JSON "env" plus backend extras).
+ENV_FIELDS = ("python", "torch", "cuda", "cudnn", "driver", "device", "device_name", "cpu", "hostname",
+              "image", "image_id", "repo_digest")
+BASELINE_PRECISION = "fp32"
+
+# Precisions in report order (fp32 first); one ordered categorical is every table's and plot's ranking.
+PRECISION_ORDER = pd.CategoricalDtype(list(PRECISIONS), ordered=True)
+
+
+def precision_rank(values: pd.Series) -> pd.Series:
+    """A sort key for a precision column: the contract's order, unknown precisions last."""
+    return values.astype(str).astype(PRECISION_ORDER).cat.codes.where(lambda c: c >= 0, len(PRECISIONS))
+
+
+def precision_index(precision: str) -> int:
+    """precision_rank for one value."""
+    return PRECISIONS.index(precision) if precision in PRECISIONS else len(PRECISIONS)
+
+
+def environment_rank(df: pd.DataFrame) -> dict[str, int]:
+    """Environments in the order their first result was stored."""
+    first = df.sort_values("id")["environment"] if "id" in df else df["environment"]
+    return {e: i for i, e in enumerate(dict.fromkeys(first))}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A measured quantity: its frame column, how to name it, and which direction is better."""
+
+    name: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    scale: float = 1.0          # stored value x scale = displayed value (bytes -> MiB, s -> ms)
+    better: str = "faster"
+    worse: str = "slower"
+    stored_unit: str = ""
+
+    @property
+    def heading(self) -> str:
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("throughput", "throughput", "img/s", True, stored_unit="img/s"),
+    Metric("iter_time", "time/iter", "ms", False, 1e3, stored_unit="s"),
+    Metric("window_s", "time", "s", False, stored_unit="s"),
+    Metric("peak_mem", "peak memory", "MiB", False, 1 / 2**20, "less memory", "more memory", "bytes"),
+    Metric("loss_end", "final loss", "", False, 1.0, "lower", "higher"),
+    Metric("accuracy", "accuracy", "", True, 1.0, "higher", "lower"),
+    Metric("data_wait", "data wait", "%", False, 100.0, "less waiting", "more waiting", "fraction"),
+)}
+METRIC_ALIASES = {"time": "window_s", "memory": "peak_mem", "mem": "peak_mem", "loss": "loss_end",
+                  "iter": "iter_time", "acc": "accuracy"}
+STAT_NAMES = ("n", "mean", "std", "cv", "min", "max", "median", "ci_low", "ci_high")
+
+# How a precision ran (from the bench result's "precision" record): the same word can mean different
+# things in different environments (amp: apex in a 2018 image, torch.autocast in a current one).
+RECIPE_FIELDS = ("math", "loss_scale", "tf32", "flags", "optimizer")
+RECIPE_COLUMNS = tuple(f"recipe_{f}" for f in RECIPE_FIELDS)
+
+FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
+                 "status", "reason", "log_tail", "started_at", "finished_at", *METRICS, "hardware",
+                 *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe")
+
+
+def get_metric(name: str) -> Metric:
+    """The metric called `name` (or one of its aliases); a ConfigError lists the known ones."""
+    key = METRIC_ALIASES.get(name, name)
+    if key not in METRICS:
+        known = ", ".join([*METRICS, *METRIC_ALIASES])
+        raise ConfigError(f"unknown metric {name!r}; known metrics: {known}")
+    return METRICS[key]
+
+
+def options_label(params: Mapping[str, Any]) -> str:
+    """The non-core params of a cell as one stable 'k=v k=v' string, so cells group and pair on it."""
+    return " ".join(f"{k}={v}" for k, v in sorted(params.items()) if k not in CORE_PARAMS and v is not None)
+
+
+def _num(value: Any) -> float:
+    if value is None or isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
+    times = metrics.get("iter_times")
+    if isinstance(times, list) and times:
+        vals = [float(t) for t in times if isinstance(t, int | float)]
+        if vals:
+            return sum(vals) / len(vals)
+    iterations = ((raw or {}).get("params") or {}).get("iterations")
+    window = _num(metrics.get("window_s"))
+    if isinstance(iterations, int) and iterations > 0 and not math.isnan(window):
+        return window / iterations
+    return math.nan
+
+
+def _hardware(env: Mapping[str, Any]) -> str:
+    """The device a repeat ran on, in words: the GPU's name, else the CPU's."""
+    device = str(env.get("device") or "")
+    name = env.get("device_name")
+    if name and device != "cpu":
+        return str(name)
+    cpu = str(env.get("cpu") or name or device or "")
+    count = env.get("cpu_count")
+    return f"{cpu} ({count} CPUs)" if cpu and isinstance(count, int) else cpu
+
+
+DASH_WORD = "—"
+_DTYPE_WORDS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "tf32": "fp32"}
+
+
+def recipe(record: Mapping[str, Any] | None, precision: str = "") -> dict[str, str]:
+    """A bench "precision" record in words, one entry per RECIPE_FIELDS; all empty without a record."""
+    if not isinstance(record, Mapping):
+        return dict.fromkeys(RECIPE_FIELDS, "")
+    mechanism = str(record.get("mechanism") or "none")
+    dtype = _DTYPE_WORDS.get(str(record.get("dtype")), str(record.get("dtype") or ""))
+    if mechanism == "native":
+        math_words = f"autocast {dtype}"
+    elif mechanism == "apex":
+        math_words = f"apex amp {record.get('apex_api') or ''}".strip()
+    elif mechanism == "manual":
+        math_words = "fp16 model, fp32 master weights" + (", BN in fp32" if record.get("bn_fp32") else "")
+    elif precision == "tf32" or record.get("dtype") == "tf32":
+        math_words = "fp32 weights, TF32 math"
+    else:
+        math_words = f"all {dtype}" if dtype else ""
+    scale = record.get("loss_scale")
+    if scale is None:
+        scale_words = DASH_WORD
+    elif isinstance(scale, int | float):
+        scale_words = f"static {scale:g}"
+    else:
+        scale_words = str(scale)
+    tf32 = (record.get("tf32_matmul"), record.get("tf32_cudnn"))
+    if tf32 == (None, None):
+        tf32_words = DASH_WORD
+    elif tf32[0] == tf32[1]:
+        tf32_words = "on" if tf32[0] else "off"
+    else:
+        tf32_words = f"matmul {'on' if tf32[0] else 'off'}, cuDNN {'on' if tf32[1] else 'off'}"
+    flags = [word for key, word in (("channels_last", "channels_last"), ("cudnn_benchmark", "cudnn.benchmark"),
+                                    ("compile", "torch.compile")) if record.get(key)]
+    optimizer = str(record.get("optimizer") or "")
+    impl = optimizer.rsplit("-", 1)[-1] if optimizer.startswith("sgd-") else optimizer
+    optimizer_words = {"default": "SGD", "fused": "SGD, fused", "foreach": "SGD, foreach"}.get(impl, optimizer)
+    return {"math": math_words, "loss_scale": scale_words, "tf32": tf32_words,
+            "flags": ", ".join(flags) or DASH_WORD, "optimizer": optimizer_words or DASH_WORD}
+
+
+
+def recipe_text(parts: Mapping[str, str]) -> str:
+    """One line for a recipe, e.g. 'autocast fp16 · loss scale dynamic · TF32 off · channels_last'."""
+    if not parts.get("math"):
+        return ""
+    bits = [parts["math"]]
+    for field_, label in (("loss_scale", "loss scale "), ("tf32", "TF32 "), ("flags", ""), ("optimizer", "")):
+        value = parts.get(field_, "")
+        if value and value != DASH_WORD:
+            bits.append(label + value)
+    return " · ".join(bits)
+
+
+def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per repeat, params and metrics flattened into columns (stored units: s, bytes)."""
+    records: list[dict[str, Any]] = []
+    for r in rows:
+        params = dict(r.get("params") or {})
+        metrics = r.get("metrics") or {}
+        env = r.get("env") or {}
+        window = _num(metrics.get("window_s"))
+        wait = _num(metrics.get("data_wait_s"))
+        peak = _num(metrics.get("peak_mem_allocated"))
+        if math.isnan(peak):
+            peak = _num(metrics.get("peak_mem_reserved"))
+        rec: dict[str, Any] = {
+            "id": r.get("id", len(records)), "run_id": r.get("run_id", ""), "cell_key": r.get("cell_key", ""),
+            "repeat": int(r.get("repeat") or 0), "environment": str(r.get("environment", "")),
+            "backend": str(r.get("backend", "")), "tags": tuple(str(t) for t in (r.get("tags") or ())),
+            "model": str(params.get("model", "")), "precision": str(params.get("precision", "")),
+            "batch_size": int(params.get("batch_size") or 0), "dataset": str(params.get("dataset", "")),
+            "gpus": int(params.get("gpus") or 1), "nodes": int(params.get("nodes") or 1),
+            "options": options_label(params),
+            "status": str(r.get("status", "")), "reason": str(r.get("reason") or ""),
+            "log_tail": str(r.get("log_tail") or ""),
+            "started_at": _num(r.get("started_at")), "finished_at": _num(r.get("finished_at")),
+            "throughput": _num(metrics.get("throughput")), "iter_time": _iter_time(metrics, r.get("raw")),
+            "window_s": window, "peak_mem": peak, "loss_end": _num(metrics.get("loss_end")),
+            "accuracy": _num(metrics.get("accuracy")),
+            "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,
+            "hardware": _hardware(env),
+        }
+        for f in ENV_FIELDS:
+            value = env.get(f)
+            rec[f"env_{f}"] = "" if value is None else str(value)
+        parts = recipe((r.get("raw") or {}).get("precision"), rec["precision"])
+        for f in RECIPE_FIELDS:
+            rec[f"recipe_{f}"] = parts[f]
+        rec["recipe"] = recipe_text(parts)
+        records.append(rec)
+    return pd.DataFrame.from_records(records, columns=list(FRAME_COLUMNS))
+
+
+def latest(df: pd.DataFrame) -> pd.DataFrame:
+    """Each repeat's newest row (the store is append-only; a re-run supersedes, never deletes)."""
+    if df.empty:
+        return df
+    return df.sort_values("id", kind="stable").drop_duplicates(["cell_key", "repeat"], keep="last")

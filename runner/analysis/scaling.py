@@ -1,0 +1,27 @@
+"""Scaling: throughput against the process layout (GPUs x nodes), speed-up and efficiency."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def scaling(summary: pd.DataFrame) -> pd.DataFrame:
+    """Throughput against processes (gpus x nodes): speedup over the smallest layout and efficiency."""
+    cols = ["environment", "model", "precision", "batch_size", "dataset", "options", "gpus", "nodes",
+            "processes", "throughput_n", "throughput_mean", "throughput_std", "speedup", "efficiency"]
+    ok = summary[summary["throughput_n"] > 0]
+    if ok.empty or (ok["gpus"].nunique() < 2 and ok["nodes"].nunique() < 2):
+        return pd.DataFrame(columns=cols)
+    group = ["environment", "model", "precision", "batch_size", "dataset", "options"]
+    df = ok.assign(processes=ok["gpus"] * ok["nodes"]).sort_values(["processes", "nodes"], kind="stable")
+    g = df.groupby(group, sort=False, dropna=False)
+    df = df[g["processes"].transform("size") >= 2]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    g = df.groupby(group, sort=False, dropna=False)
+    df = df.assign(speedup=df["throughput_mean"] / g["throughput_mean"].transform("first"))
+    df = df.assign(efficiency=df["speedup"] / (df["processes"] / g["processes"].transform("first")))
+    # Keep each configuration's layouts together, in the summary's order of configurations.
+    first = {k: i for i, k in enumerate(dict.fromkeys(map(tuple, ok[group].itertuples(index=False))))}
+    df = df.assign(_cfg=[first[tuple(r)] for r in df[group].itertuples(index=False)])
+    return df.sort_values(["_cfg", "processes", "nodes"], kind="stable")[cols].reset_index(drop=True)

@@ -1,0 +1,238 @@
+"""Per-cell statistics: n, mean, std, CV, min, max, median and a t confidence interval per metric."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import special  # the t distribution; much lighter to import than scipy.stats
+
+from runner.analysis.frame import (
+    BASELINE_PRECISION,
+    CELL_KEYS,
+    ENV_FIELDS,
+    METRICS,
+    STAT_NAMES,
+    environment_rank,
+    precision_rank,
+)
+from runner.results import Status
+
+CONFIDENCE = 0.95
+NOISY_CV = 0.10    # throughput that varies more than this between repeats is flagged
+DATA_BOUND = 0.10  # a loader that keeps the device waiting more than this share of the window is flagged
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Descriptive statistics of one sample; std, CV and CI are NaN below two values."""
+
+    n: int
+    mean: float
+    std: float
+    cv: float
+    min: float
+    max: float
+    median: float
+    ci_low: float
+    ci_high: float
+
+
+def t_half_width(std: Any, n: Any, confidence: float = CONFIDENCE) -> Any:
+    """Half the width of the t-distribution confidence interval of a mean (NaN where n < 2)."""
+    n_arr = np.asarray(n, dtype=float)
+    df = np.where(n_arr >= 2, n_arr - 1, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return special.stdtrit(df, 0.5 + confidence / 2) * np.asarray(std, dtype=float) / np.sqrt(n_arr)
+
+
+def describe(values: Sequence[float] | np.ndarray) -> Stats:
+    """Statistics of one sample (NaNs ignored): std with ddof=1, CI from the t quantile."""
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
+    n = int(x.size)
+    if n == 0:
+        nan = math.nan
+        return Stats(0, nan, nan, nan, nan, nan, nan, nan, nan)
+    mean = float(x.mean())
+    std = float(x.std(ddof=1)) if n >= 2 else math.nan
+    half = float(t_half_width(std, n))
+    cv = std / mean if mean != 0 else math.nan
+    return Stats(n, mean, std, cv, float(x.min()), float(x.max()), float(np.median(x)), mean - half, mean + half)
+
+
+def status_summary(counts: Mapping[str, int]) -> str:
+    """'3 ok' or '2 ok, 1 oom': every status is counted in words."""
+    order = [s.value for s in Status]
+    parts = sorted(((k, v) for k, v in counts.items() if v), key=lambda kv: (order.index(kv[0])
+                   if kv[0] in order else len(order), kv[0]))
+    return ", ".join(f"{v} {k}" for k, v in parts)
+
+
+def _join_unique(values: Iterable[Any]) -> str:
+    seen: list[str] = []
+    for v in values:
+        s = str(v)
+        if s and s not in seen:
+            seen.append(s)
+    return ", ".join(seen)
+
+
+def cell_attributes(df: pd.DataFrame, keys: Sequence[str], joined: Sequence[str] = ()
+                    ) -> tuple[pd.DataFrame, np.ndarray]:
+    """Per group of `keys`, in one pass over the rows: the keys, n, first id, status counts in words, the
+    last non-ok reason and log tail, and each `joined` column's distinct values joined with ', '.
+
+    A plain Python pass: per-group pandas lambdas cost ~100x more on a 10,000-repeat store.
+    Returns the frame, indexed by group number (pandas' ngroup order), and each row's group number.
+    """
+    keys = list(keys)
+    gid = df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    ngroups = int(gid.max()) + 1 if len(gid) else 0
+    first_pos = [-1] * ngroups
+    n = [0] * ngroups
+    first_id = [0] * ngroups
+    counts: list[dict[str, int]] = [{} for _ in range(ngroups)]
+    reason = [""] * ngroups
+    log_tail = [""] * ngroups
+    seen: dict[str, list[dict[str, None]]] = {c: [{} for _ in range(ngroups)] for c in joined}
+    tag_sets: list[set[str]] = [set() for _ in range(ngroups)]
+    order = np.argsort(df["id"].to_numpy(), kind="stable")  # so "last" means newest
+    ids, statuses = df["id"].to_numpy(), df["status"].tolist()
+    reasons, tails, tags = df["reason"].tolist(), df["log_tail"].tolist(), df["tags"].tolist()
+    values = {c: df[c].tolist() for c in joined if c != "tags"}
+    for pos in order:
+        g = gid[pos]
+        if first_pos[g] < 0:
+            first_pos[g] = int(pos)
+            first_id[g] = int(ids[pos])
+        n[g] += 1
+        st = statuses[pos]
+        counts[g][st] = counts[g].get(st, 0) + 1
+        if st != Status.OK.value:
+            reason[g], log_tail[g] = reasons[pos], tails[pos]
+        for c, vals in values.items():
+            v = vals[pos]
+            if v != "" and v is not None:
+                seen[c][g][str(v)] = None
+        if "tags" in joined:
+            tag_sets[g].update(tags[pos])
+    out = df.iloc[first_pos][keys].reset_index(drop=True) if ngroups else pd.DataFrame(columns=keys)
+    n_ok = [c.get(Status.OK.value, 0) for c in counts]
+    out["n"] = n
+    out["n_ok"] = n_ok
+    out["_first"] = first_id
+    out["statuses"] = [status_summary(c) for c in counts]
+    out["status"] = [_overall_status(c, k, t) for c, k, t in zip(counts, n_ok, n, strict=True)]
+    out["reason"] = reason
+    out["log_tail"] = log_tail
+    for c in joined:
+        out[c] = [", ".join(sorted(t)) for t in tag_sets] if c == "tags" else [", ".join(d) for d in seen[c]]
+    return out, gid
+
+
+def _overall_status(counts: Mapping[str, int], n_ok: int, n: int) -> str:
+    """ok when every repeat is; 'partial' when some are; else the most frequent other status."""
+    if n_ok == n:
+        return Status.OK.value
+    if n_ok:
+        return "partial"
+    return max(sorted(counts), key=lambda k: counts[k])
+
+
+def metric_stats(df: pd.DataFrame, gid: np.ndarray, ngroups: int, metrics: Sequence[str]) -> pd.DataFrame:
+    """`<metric>_<stat>` per group over the ok repeats, vectorised: n, mean, std (ddof=1), CV, min, max,
+    median and the t confidence interval; std/CV/CI are NaN below two values."""
+    ok = (df["status"] == Status.OK.value).to_numpy()
+    metrics = list(metrics)
+    index = pd.RangeIndex(ngroups)
+    if ok.any():
+        agg = df.loc[ok, metrics].groupby(gid[ok]).agg(["count", "mean", "std", "min", "max", "median"])
+        agg.columns = [f"{m}_{'n' if s == 'count' else s}" for m, s in agg.columns]
+        agg = agg.reindex(index)
+    else:
+        agg = pd.DataFrame(index=index)
+    cols: dict[str, Any] = {}
+
+    def get(col: str) -> np.ndarray:
+        return agg[col].to_numpy(dtype=float) if col in agg else np.full(ngroups, math.nan)
+
+    for m in metrics:
+        n = np.nan_to_num(get(f"{m}_n"), nan=0).astype(int)
+        mean = get(f"{m}_mean")
+        std = np.where(n >= 2, get(f"{m}_std"), math.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cv = np.where(mean != 0, std / mean, math.nan)
+        half = t_half_width(std, n)
+        cols.update({f"{m}_n": n, f"{m}_mean": mean, f"{m}_std": std, f"{m}_cv": cv,
+                     f"{m}_min": get(f"{m}_min"), f"{m}_max": get(f"{m}_max"),
+                     f"{m}_median": get(f"{m}_median"), f"{m}_ci_low": mean - half, f"{m}_ci_high": mean + half})
+    return pd.DataFrame(cols, index=index)
+
+
+def summarize(df: pd.DataFrame, keys: Sequence[str] = CELL_KEYS,
+              metrics: Sequence[str] = tuple(METRICS)) -> pd.DataFrame:
+    """One row per cell: status counts, then `<metric>_<stat>` for every metric over the ok repeats."""
+    keys = list(keys)
+    stat_cols = [f"{m}_{s}" for m in metrics for s in STAT_NAMES]
+    env_cols = [f"env_{f}" for f in ENV_FIELDS]
+    base_cols = [*keys, "n", "n_ok", "status", "statuses", "backend", "tags", "hardware", "run_ids",
+                 "reason", "log_tail", *env_cols]
+    if df.empty:
+        return pd.DataFrame(columns=base_cols + stat_cols)
+    attrs, gid = cell_attributes(df.rename(columns={"run_id": "run_ids"}), keys,
+                                 ["backend", "tags", "hardware", "run_ids", *env_cols])
+    out = pd.concat([attrs, metric_stats(df, gid, len(attrs), metrics)], axis=1)
+    sort = out.assign(
+        _env=out["environment"].map(environment_rank(df)) if "environment" in out else 0,
+        _prec=precision_rank(out["precision"]) if "precision" in out else 0,
+    )
+    sort_cols = [c for c in ("_env", "model", "dataset", "options", "gpus", "nodes", "_prec", "batch_size")
+                 if c in sort]
+    sort = sort.sort_values([*sort_cols, "_first"], kind="stable")
+    return sort[base_cols + stat_cols].reset_index(drop=True)
+
+
+def precision_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration and precision: time, throughput, memory, accuracy and the ratio to fp32."""
+    keys = ["environment", "model", "batch_size", "dataset", "gpus", "nodes", "options"]
+    cols = [*keys, "precision", "n", "n_ok", "statuses"]
+    ratio_metrics = ("iter_time", "throughput", "peak_mem")
+    for m in ("iter_time", "throughput", "peak_mem", "accuracy", "loss_end"):
+        cols += [f"{m}_n", f"{m}_mean", f"{m}_std"]
+        if m in ratio_metrics:
+            cols.append(f"{m}_vs_fp32")
+    if summary.empty or summary["precision"].nunique() < 2 or BASELINE_PRECISION not in set(summary["precision"]):
+        return pd.DataFrame(columns=cols)
+    base = summary[summary["precision"] == BASELINE_PRECISION].set_index(keys)
+    out = summary.copy()
+    idx = pd.MultiIndex.from_frame(out[keys])
+    for m in ratio_metrics:
+        ref = base[f"{m}_mean"].reindex(idx).to_numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[f"{m}_vs_fp32"] = out[f"{m}_mean"].to_numpy() / ref
+    out = out[idx.isin(base.index)]
+    # Configuration first, then precision: each fp32 row sits right above the rows compared with it.
+    out = out.assign(_env=out["environment"].map(environment_rank(summary)),
+                     _prec=precision_rank(out["precision"]))
+    out = out.sort_values(["_env", "model", "dataset", "options", "gpus", "nodes", "batch_size", "_prec"],
+                          kind="stable")
+    return out[cols].reset_index(drop=True)
+
+
+def quality_flags(summary: pd.DataFrame, noisy_cv: float = NOISY_CV, data_bound: float = DATA_BOUND
+                  ) -> pd.DataFrame:
+    """Cells whose numbers deserve suspicion: throughput CV above `noisy_cv` across repeats ("noisy"),
+    or the data loader waited on for more than `data_bound` of the timed window ("data-bound")."""
+    cols = [*CELL_KEYS, "flag", "value"]
+    parts = []
+    noisy = summary[summary["throughput_cv"] > noisy_cv]
+    parts.append(noisy.assign(flag="noisy", value=noisy["throughput_cv"]))
+    bound = summary[summary["data_wait_mean"] > data_bound]
+    parts.append(bound.assign(flag="data-bound", value=bound["data_wait_mean"]))
+    out = pd.concat(parts)
+    return out[cols].reset_index(drop=True) if not out.empty else pd.DataFrame(columns=cols)

@@ -1,0 +1,439 @@
+"""The slurm backend: job arrays on an existing Slurm cluster, results as files on a shared directory.
+
+matrix adds no scheduler: each environment and node shape (gpus, nodes) becomes one `sbatch`
+of a rendered script (`script`), a job array with one task per repeat. The array index picks a
+line of a manifest in the results directory, so the script does not grow with the matrix.
+Workers write their output as files (tmp + mv); only the controller reads them (`outcomes`) and
+reports outcomes (the sink writes the database). One `sacct -P` call per poll interval covers
+every job of the run; pending jobs are asked why they wait (`pending`).
+
+What was submitted is kept in the result store until it is collected (`state`), so a later
+`matrix run` or `matrix collect` with the same --db picks up jobs that an earlier, interrupted or
+`--no-wait` run left running, and submits only what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.backends import register
+from runner.backends.base import Backend, Check, NotStarted, Sink, not_started
+from runner.backends.slurm import commands, host, outcomes, pending
+from runner.backends.slurm.commands import SacctRow, SlurmError
+from runner.backends.slurm.config import CONTROL, TASK_ID_RE, SlurmEnvironment
+from runner.backends.slurm.script import array_job, render_script, time_limit
+from runner.backends.slurm.state import SubmittedJobs, Watched, state_key
+from runner.bench import BENCH_PATH
+from runner.errors import BackendError
+from runner.results import Outcome, Status
+from runner.spec import EnvironmentBase, RunContext, Task
+
+# sacct lags behind the files: a job sacct calls finished may not show its result file yet on a
+# network filesystem; and a job sacct does not know at all is lost only after a while.
+RESULT_GRACE_S = 30.0
+LOST_AFTER_S = 300.0
+
+# States in which a job is over (sacct(1), "JOB STATE CODES"); all others are waited on.
+FINISHED_STATES = frozenset({
+    "COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "NODE_FAIL", "PREEMPTED",
+    "BOOT_FAIL", "DEADLINE", "REVOKED",
+})
+STARTED_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
+
+
+@register
+class SlurmBackend(Backend):
+    kind = "slurm"
+    config = SlurmEnvironment
+    queued = True
+    env: SlurmEnvironment
+
+    def __init__(self, env: EnvironmentBase, ctx: RunContext) -> None:
+        super().__init__(env, ctx)
+        self.workdir = ctx.workdir.expanduser().resolve()
+        base = Path(self.env.results_dir).expanduser().resolve() if self.env.results_dir else self.workdir / "slurm"
+        self.results_dir = base / ctx.run_id
+        self.state = SubmittedJobs(ctx.store)
+        self._sacct_failing_since: float | None = None
+        self._reported: set[str] = set()  # state keys reported by this instance
+
+    def __enter__(self) -> SlurmBackend:
+        for command in ["sacct"] + (["sbatch"] if self.ctx.submit else []):
+            if shutil.which(command) is None:
+                raise NotStarted(f"environment {self.env.name!r}: `{command}` is not on PATH. Run matrix "
+                                 "on a Slurm login node (or install slurm-client); `make services` starts "
+                                 "a one-node Slurm here")
+        if self.ctx.store is not None:
+            legacy = self.workdir / "slurm" / "submitted.json"
+            if legacy.exists() and self.state.import_legacy(legacy):
+                self._say(f"moved the jobs listed in {legacy} into the result store {self.ctx.store.path}")
+        return self
+
+    # -- the flow --------------------------------------------------------------------------------
+
+    def run(self, tasks: Sequence[Task], sink: Sink) -> None:
+        """Collect what earlier runs submitted, submit what is missing, then poll until all is in.
+
+        ctx.submit False (`matrix collect`): one look, nothing submitted, nothing waited for.
+        ctx.wait False (`--no-wait`): one look at earlier jobs, submit, return.
+        """
+        watch: dict[str, Watched] = {}
+        try:
+            records = self.state.load()
+            for task in tasks:
+                key = state_key(task)
+                if key in records:
+                    watch[key] = Watched.from_record(task, key, records[key])
+            trouble = self._poll(watch, sink, first=True) if watch else commands.accounting_trouble()
+            missing = [t for t in tasks if state_key(t) not in watch and state_key(t) not in self._reported]
+            if not self.ctx.submit:
+                if missing:
+                    self._say(f"{len(missing)} tasks were never submitted, or Slurm does not know their jobs: "
+                              "`matrix run` submits them")
+                return
+            if trouble:
+                # Without accounting, timeouts and cancels would go unseen: submit nothing new.
+                self._not_started(missing, f"not submitted: {trouble}", sink)
+                missing = []
+            self._submit(missing, watch, sink)
+            if not self.ctx.wait:
+                self._leave(watch)
+                return
+            while watch:
+                if self.ctx.stop.wait(self.env.poll_interval):
+                    self._interrupted(watch, sink)
+                    return
+                self._poll(watch, sink)
+        except KeyboardInterrupt:
+            self._interrupted(watch, sink)
+            raise
+
+    def _leave(self, watch: dict[str, Watched]) -> None:
+        """--no-wait: say what keeps running and who gathers it."""
+        if watch and self.ctx.back_later:
+            self._say(f"{len(watch)} tasks queued or running as Slurm jobs {_jobs(watch)}; this run gathers "
+                      "them before it ends")
+        elif watch:
+            self._say(self._how_to_collect(watch))
+
+    def elsewhere(self) -> bool:
+        """True when this host is not one of the nodes the environment's jobs can land on (sinfo -N)."""
+        nodes = commands.nodes_of(self.env.partition)
+        if nodes is None:
+            return False  # cannot tell: do not overlap
+        host_name = socket.gethostname()
+        return bool(nodes) and not ({host_name, host_name.split(".")[0]} & nodes)
+
+    def _say(self, text: str) -> None:
+        print(f"slurm ({self.env.name}): {text}", file=sys.stderr, flush=True)
+
+    def _how_to_collect(self, watch: dict[str, Watched]) -> str:
+        return (f"{len(watch)} tasks are queued or running as Slurm jobs {_jobs(watch)}; `matrix collect` "
+                "(or `matrix run` again, with the same -m and --db) gathers their results")
+
+    # -- submission ------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        for sub in ("logs", "work", "out"):
+            (self.results_dir / sub).mkdir(parents=True, exist_ok=True)
+        # Workers run exactly the controller's bench.py.
+        tmp = self.results_dir / f".bench.py.{os.getpid()}.tmp"
+        shutil.copyfile(BENCH_PATH, tmp)
+        os.replace(tmp, self.results_dir / "bench.py")
+
+    def _submit(self, tasks: Sequence[Task], watch: dict[str, Watched], sink: Sink) -> None:
+        """One sbatch per node shape (and per max_array_size tasks): a job array."""
+        if not tasks:
+            return
+        self._prepare()
+        shapes: dict[tuple[int, int], list[Task]] = {}
+        for task in tasks:
+            shapes.setdefault((task.cell.gpus, task.cell.nodes), []).append(task)
+        broken: str | None = None  # Slurm cannot take jobs at all: the rest is not started without more tries
+        for (gpus, nodes), group in shapes.items():
+            size = self.env.max_array_size
+            for start in range(0, len(group), size):
+                if self.ctx.stop.is_set():
+                    return
+                chunk = group[start:start + size]
+                if broken:
+                    self._not_started(chunk, broken, sink)
+                else:
+                    broken = self._submit_array(chunk, gpus, nodes, watch, sink)
+
+    def _report_now(self, tasks: Sequence[Task], outcome: Outcome, sink: Sink) -> None:
+        for task in tasks:
+            sink(task, outcome)
+            self._reported.add(state_key(task))
+
+    def _not_started(self, tasks: Sequence[Task], reason: str, sink: Sink, extra: dict[str, Any] | None = None) -> None:
+        self._report_now(tasks, not_started(reason, {"backend": "slurm", **(extra or {})}), sink)
+
+    def _next_name(self) -> str:
+        n = 1
+        while (self.results_dir / f"job-{n:03d}.sh").exists():
+            n += 1
+        return f"{n:03d}"
+
+    def _manifest(self, tasks: Sequence[Task], sink: Sink) -> tuple[list[str], list[Task]]:
+        """The manifest's lines and the tasks they carry; a task whose arguments cannot travel fails."""
+        lines: list[str] = []
+        runnable: list[Task] = []
+        ids = {t.id for t in tasks}
+        for sub in ("out", "work"):  # files an earlier attempt of these tasks left in a reused results_dir
+            for name in os.listdir(self.results_dir / sub):
+                if name.split(".", 1)[0] in ids:
+                    (self.results_dir / sub / name).unlink(missing_ok=True)
+        for task in tasks:
+            args = task.cell.bench_args()
+            bad = [a for a in args if not a or "\t" in a or any(c in a for c in CONTROL)]
+            if bad or not TASK_ID_RE.match(task.id):
+                now = time.time()
+                self._report_now([task], Outcome(
+                    Status.FAILED, reason=f"bench argument {bad[0] if bad else task.id!r} is empty or has a tab or "
+                    "newline: the slurm manifest cannot carry it", started_at=now, finished_at=now,
+                    extra={"backend": "slurm"}), sink)
+                continue
+            lines.append("\t".join([task.id, *args]))
+            runnable.append(task)
+        return lines, runnable
+
+    def _submit_array(self, tasks: Sequence[Task], gpus: int, nodes: int, watch: dict[str, Watched],
+                      sink: Sink) -> str | None:
+        """sbatch one array; returns why Slurm takes no jobs at all (unreachable), else None."""
+        now = time.time()
+        lines, runnable = self._manifest(tasks, sink)
+        if not runnable:
+            return None
+        name = self._next_name()
+        manifest = f"manifest-{name}.tsv"
+        script = self.results_dir / f"job-{name}.sh"
+        (self.results_dir / manifest).write_text("\n".join(lines) + "\n")
+        limit = time_limit(self.env, max(t.cell.run.timeout for t in runnable))
+        script.write_text(render_script(array_job(
+            self.env, count=len(runnable), gpus=gpus, nodes=nodes, time=limit, run_id=self.ctx.run_id,
+            results_dir=self.results_dir, manifest=manifest)))
+        facts = {"slurm_script": str(script)}
+        try:
+            job = commands.sbatch(script, say=self._say)
+        except SlurmError as e:
+            if e.unreachable or e.transient:
+                self._not_started(runnable, str(e), sink, facts)
+                return str(e)
+            self._not_started(runnable, f"sbatch refused the job: {e.detail}", sink, facts)
+            return None
+        except BackendError as e:  # sbatch timed out: the job may exist; its tasks are not watched
+            now = time.time()
+            self._report_now(runnable, Outcome(Status.FAILED, reason=f"{e} (if the job was queued after all, "
+                                               f"scancel it: {script})", started_at=now, finished_at=now,
+                                               extra={"backend": "slurm", **facts}), sink)
+            return str(e)
+        new = [Watched(t, state_key(t), job, i, self.results_dir, now, self.ctx.run_id)
+               for i, t in enumerate(runnable)]
+        self.state.add(new)
+        watch.update({w.key: w for w in new})
+        if self.ctx.verbose:
+            self._say(f"submitted job {job}: {len(runnable)} tasks, {nodes} node(s) x {gpus} "
+                      f"process(es), time limit {limit} ({script})")
+        return None
+
+    # -- polling ---------------------------------------------------------------------------------
+
+    def _sacct(self, watch: dict[str, Watched], first: bool) -> tuple[dict[tuple[str, int], SacctRow], str | None]:
+        """The one sacct call; on failure no rows and what went wrong (result files are still collected)."""
+        try:
+            rows = commands.sacct(sorted({w.job for w in watch.values()}, key=int))
+            self._sacct_failing_since = None
+            return rows, None
+        except BackendError as e:
+            # Results still come as files; sacct is needed only for timeouts, cancels and failures.
+            if self._sacct_failing_since is None:
+                self._sacct_failing_since = time.time()
+                self._say(f"sacct failed ({e}); still collecting result files" + ("" if first else ", and retrying"))
+            return {}, f"Slurm accounting does not answer ({e})"
+
+    def _poll(self, watch: dict[str, Watched], sink: Sink, first: bool = False) -> str | None:
+        """One sacct call and one directory listing per results dir: report what is over.
+
+        Returns what went wrong with sacct, if it did: result files are still collected then.
+
+        A task that neither sacct nor squeue knows long after its submission is lost: on the
+        first look at an earlier run's jobs it is forgotten (so that `matrix run` submits it
+        again); a job this run submitted and Slurm lost is a failed repeat.
+        """
+        rows, trouble = self._sacct(watch, first)
+        listings: dict[Path, set[str]] = {}
+        for d in {w.results_dir for w in watch.values()}:
+            try:
+                listings[d] = set(os.listdir(d / "out"))
+            except OSError:
+                listings[d] = set()
+        now = time.time()
+        finished: list[tuple[Watched, Outcome]] = []
+        suspects: list[Watched] = []
+        waiting: list[Watched] = []
+        for w in watch.values():
+            row = rows.get((w.job, w.index))
+            if row is not None and row.state in STARTED_STATES:
+                self._started(w)
+            if f"{w.task.id}.done" in listings[w.results_dir]:
+                finished.append((w, outcomes.from_files(w, row, self._extra(w, row))))
+            elif row is not None and row.state in FINISHED_STATES:
+                if row.state in ("COMPLETED", "FAILED"):
+                    # The result may not be visible yet on a network filesystem.
+                    w.finished_seen = w.finished_seen or now
+                    if now - w.finished_seen < RESULT_GRACE_S and self._sacct_failing_since is None:
+                        continue
+                finished.append((w, outcomes.from_state(self.env, w, row, self._extra(w, row))))
+            elif row is None and not rows and self._sacct_failing_since is not None:
+                continue
+            elif row is None and now - w.submitted_at > LOST_AFTER_S and not any(k[0] == w.job for k in rows):
+                suspects.append(w)
+            elif row is None or row.state == "PENDING":
+                waiting.append(w)
+        lost, gone = self._lost(suspects, first, now)
+        finished += gone
+        finished += self._blocked(waiting, now)
+        self._report(watch, finished, lost, sink)
+        return trouble
+
+    def _lost(self, suspects: list[Watched], first: bool, now: float) -> tuple[list[str], list[tuple[Watched, Outcome]]]:
+        """Tasks neither sacct nor squeue knows: (keys to forget, failed outcomes of this run's tasks)."""
+        if not suspects:
+            return [], []
+        # Accounting can lag far behind under load: ask the controller before calling a job lost.
+        queued = commands.queued_jobs()
+        forget: list[str] = []
+        failed: list[tuple[Watched, Outcome]] = []
+        for w in suspects:
+            if queued is None or w.job in queued:
+                continue
+            if first:
+                forget.append(w.key)
+            else:
+                failed.append((w, Outcome(
+                    Status.FAILED, None, outcomes.job_log(w), f"Slurm lost job {w.job_id}: neither "
+                    f"accounting (sacct) nor the controller (squeue) knows it {now - w.submitted_at:.0f} s "
+                    "after its submission", w.submitted_at, now, self._extra(w, None))))
+        return forget, failed
+
+    def _blocked(self, waiting: list[Watched], now: float) -> list[tuple[Watched, Outcome]]:
+        """Say why pending tasks wait; scancel those whose reason will not clear (pending.NEVER_CLEARS)
+        once it has lasted blocked_after seconds: they are `not_started`, with the reason."""
+        if not waiting:
+            return []
+        try:
+            reasons = commands.pending(sorted({w.job for w in waiting}, key=int))
+        except BackendError:
+            return []  # squeue does not answer: keep waiting, sacct still tells when they end
+        nodes: dict[str | None, dict[str, str] | None] = {}
+        blocked: list[tuple[Watched, str]] = []
+        for w in waiting:
+            p = reasons.get((w.job, w.index))
+            if p is None:
+                continue
+            if pending.describe(p) != w.pending_reason:
+                w.pending_reason = pending.describe(p)
+                self._say(f"job {w.job_id} pends: {w.pending_reason}")
+            if p.reason == pending.NODES_UNAVAILABLE and p.partition not in nodes:
+                nodes[p.partition] = commands.node_states(p.partition or self.env.partition)
+            why = pending.blocked(p, nodes.get(p.partition))
+            if why is None:
+                w.blocked_since = None
+                continue
+            w.blocked_since = w.blocked_since or now
+            if now - w.blocked_since >= self.env.blocked_after:
+                blocked.append((w, why))
+        if not blocked:
+            return []
+        commands.scancel(_array_ids([w for w, _ in blocked]))
+        self._say(f"cancelled {len(blocked)} pending tasks that cannot start: {blocked[0][1]}")
+        return [(w, not_started(f"Slurm job {w.job_id} cannot start ({why}); cancelled with scancel",
+                                {**self._extra(w, None), "slurm_state": "PENDING", "slurm_reason": why}))
+                for w, why in blocked]
+
+    def _report(self, watch: dict[str, Watched], finished: list[tuple[Watched, Outcome]], lost: list[str],
+                sink: Sink) -> None:
+        reported: list[str] = []
+        try:
+            for w, outcome in finished:
+                self._started(w)
+                sink(w.task, outcome)
+                reported.append(w.key)
+                self._reported.add(w.key)
+        finally:
+            for key in reported + lost:
+                watch.pop(key, None)
+            self.state.remove(reported, "collected")
+            self.state.remove(lost, "lost")
+
+    def _started(self, w: Watched) -> None:
+        if not w.started:
+            w.started = True
+            if self.ctx.on_start:
+                self.ctx.on_start(w.task)
+
+    def _extra(self, w: Watched, row: SacctRow | None) -> dict[str, Any]:
+        return outcomes.extra(self.env, self.ctx.run_id, w, row)
+
+    # -- Ctrl-C ----------------------------------------------------------------------------------
+
+    def _interrupted(self, watch: dict[str, Watched], sink: Sink) -> None:
+        """Offer to scancel what is still queued or running; by default it keeps running."""
+        if not watch:
+            return
+        if sys.stdin is not None and sys.stdin.isatty():
+            print(f"\n{len(watch)} Slurm tasks of environment {self.env.name!r} are not finished "
+                  f"(jobs {_jobs(watch)}). Cancel them with scancel? (y/N) ", end="", file=sys.stderr, flush=True)
+            try:
+                answer = sys.stdin.readline().strip().lower()
+            except (KeyboardInterrupt, EOFError):
+                answer = ""
+            if answer in ("y", "yes"):
+                self._cancel(watch, sink)
+                return
+        self._say("interrupted: " + self._how_to_collect(watch))
+
+    def _cancel(self, watch: dict[str, Watched], sink: Sink) -> None:
+        ids = _array_ids(list(watch.values()))
+        commands.scancel(ids)
+        now = time.time()
+        reported = []
+        try:
+            for key, w in list(watch.items()):
+                sink(w.task, Outcome(Status.CANCELLED, None, "", f"cancelled with scancel (Slurm job {w.job_id})",
+                                     w.submitted_at, now, self._extra(w, None)))
+                reported.append(key)
+                watch.pop(key)
+        finally:
+            self.state.remove(reported, "cancelled")
+        self._say(f"cancelled {len(reported)} tasks ({', '.join(ids)})")
+
+    # -- host ------------------------------------------------------------------------------------
+
+    @classmethod
+    def doctor(cls) -> list[Check]:
+        return host.doctor()
+
+    @classmethod
+    def clean(cls, run_id: str | None = None) -> list[str]:
+        return host.clean(run_id)
+
+
+def _jobs(watch: dict[str, Watched]) -> str:
+    return ", ".join(sorted({w.job for w in watch.values()}, key=int))
+
+
+def _array_ids(watched: Sequence[Watched]) -> list[str]:
+    """scancel's names for these array tasks: one `job_[i,j,...]` per job."""
+    by_job: dict[str, list[int]] = {}
+    for w in watched:
+        by_job.setdefault(w.job, []).append(w.index)
+    return [f"{job}_[{','.join(str(i) for i in sorted(idx))}]" for job, idx in by_job.items()]
