@@ -386,7 +386,8 @@ class Exec:
 
 def _facts(image: Any) -> ImageFacts:
     digests = list(image.attrs.get("RepoDigests") or [])
-    labels = {k: v for k, v in sorted((image.labels or {}).items()) if k.startswith("matrix.")}
+    config = image.attrs.get("Config") or {}
+    labels = {k: v for k, v in sorted((config.get("Labels") or {}).items()) if k.startswith("matrix.")}
     return ImageFacts(str(image.id), digests[0] if digests else None, labels)
 
 
