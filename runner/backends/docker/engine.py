@@ -387,7 +387,8 @@ class Exec:
 def _facts(image: Any) -> ImageFacts:
     digests = list(image.attrs.get("RepoDigests") or [])
     config = image.attrs.get("Config") or {}
-    labels = {k: v for k, v in sorted((config.get("Labels") or {}).items()) if k.startswith("matrix.")}
+    found = getattr(image, "labels", None) or config.get("Labels") or {}
+    labels = {k: v for k, v in sorted(found.items()) if k.startswith("matrix.")}
     return ImageFacts(str(image.id), digests[0] if digests else None, labels)
 
 
