@@ -26,7 +26,8 @@ demo: venv
 	@echo "Results are stored in $(DEMO_DB) (try: $(MATRIX) ls --db $(DEMO_DB); $(MATRIX) show --db $(DEMO_DB))."
 	@echo "Report: $(DEMO_OUT)/report.md and $(DEMO_OUT)/report.html"
 
-# Docker engine + the Debian-built test image, a one-node Slurm with accounting, headless Chromium.
+# Docker engine + the Debian-built test image, Slurm with accounting (this machine as partition debug,
+# three namespaced nodes as partition multi; `scripts/slurm-nodes.sh down` stops those), headless Chromium.
 services:
 	bash scripts/services.sh
 

@@ -28,7 +28,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runner.backends.base import Backend  # noqa: E402
-from runner.backends.docker import BENCH_IN, TEST_IMAGE, DockerBackend, DockerEnvironment, _Exec  # noqa: E402
+from runner.backends.docker import DockerBackend, DockerEnvironment  # noqa: E402
+from runner.backends.docker.engine import Exec  # noqa: E402
+from runner.backends.docker.host import TEST_IMAGE  # noqa: E402
+from runner.backends.docker.payload import BENCH_IN  # noqa: E402
 from runner.backends.local import LocalBackend, LocalEnvironment  # noqa: E402
 from runner.results import Outcome, Status  # noqa: E402
 from runner.spec import Cell, RunContext, RunSettings, Task  # noqa: E402
@@ -76,9 +79,9 @@ def timed_repeat(backend: Backend, task: Task) -> float:
 
 def bare_in_container(backend: DockerBackend, task: Task) -> float:
     """The same bench started bare inside the backend's container; only the subprocess is timed."""
-    assert backend.client is not None and backend.container is not None and backend.python
+    assert backend.engine is not None and backend.container is not None and backend.python
     argv = [backend.python, BENCH_IN, *task.cell.bench_args()]
-    api = backend.client.api
+    api = backend.engine.client.api
     ex = api.exec_create(backend.container.id, [backend.python, "-c", BARE, json.dumps(argv), "1"])
     (took,) = json.loads(api.exec_start(ex["Id"]).decode())
     return float(took)
@@ -86,12 +89,12 @@ def bare_in_container(backend: DockerBackend, task: Task) -> float:
 
 def exec_round_trips(backend: DockerBackend, n: int = 20) -> list[float]:
     """The backend's fixed cost per process: exec create + start + output stream + inspect of `true`."""
-    assert backend.client is not None and backend.container is not None
+    assert backend.engine is not None and backend.container is not None
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
-        ex = _Exec(backend.client.api, str(backend.container.id), ["true"], {"MATRIX_TASK": "bench"})
-        ex.join(60)
+        ex = Exec(backend.engine.client.api, str(backend.container.id), ["true"], {"MATRIX_TASK": "bench"})
+        ex.wait(60)
         if ex.exit_code() != 0:
             raise SystemExit("`true` failed in the container")
         times.append(time.perf_counter() - t0)

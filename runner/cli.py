@@ -55,10 +55,10 @@ def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
     axes = param_columns(cells)
     table = Table(["#", "key", "environment", "backend", *axes, "stored"], align=["r"])
     for i, cell in enumerate(cells, 1):
-        done = [stored[(cell.key, r)].value for r in range(m.run.repeats) if (cell.key, r) in stored]
+        done = [stored[(cell.key, r)].value for r in range(m.run.most_repeats) if (cell.key, r) in stored]
         table.add(str(i), cell.key, cell.env_name, cell.environment.backend,
-                  *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats}")
-    consoles.print_table(consoles.stdout(), table, f"{m.name}: {len(cells)} cells x {m.run.repeats} repeats "
+                  *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats_text.split(' ')[0]}")
+    consoles.print_table(consoles.stdout(), table, f"{m.name}: {len(cells)} cells x {m.run.repeats_text} repeats "
                          f"({m.run.iterations} iterations after {m.run.warmup} warm-up)")
 
 
@@ -76,8 +76,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
                                                    "repeats again")] = False,
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
-        workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch files; keep it the same "
-                                              "across run, collect and resume")] = Path("results"),
+        workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files (submitted "
+                                              "jobs are kept in --db)")] = Path("results"),
         ) -> None:
     """Run every repeat that is not stored yet (resume is the default).
 
@@ -93,8 +93,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
 
 @app.command()
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-            workdir: Annotated[Path, typer.Option("--workdir", help="the --workdir of the run that "
-                                                  "submitted")] = Path("results")) -> None:
+            workdir: Annotated[Path, typer.Option("--workdir", help="logs; the jobs to gather are found in "
+                                                  "--db")] = Path("results")) -> None:
     """Gather results of batch jobs submitted earlier (`run --no-wait`); submits nothing.
 
     Exit status as `matrix run`: 0, 1, 3 (a repeat did not end ok or unsupported), 130.
@@ -120,11 +120,19 @@ def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] 
          **kwargs: bool) -> None:
     cells = matrix_mod.select(m.cells(), env or (), only or ())
     signal.signal(signal.SIGTERM, _sigterm)
+    from runner.decide import commands as decide
+    failed = False
     with Store(db) as store:
         report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:],
                                     console=consoles.stdout(), verbose=state["verbose"], **kwargs)
+        if not report.interrupted and not report.pending:  # jobs still queued: `matrix collect` decides
+            text, failed = decide.run_decisions(m, cells, store)
+            if text:
+                typer.echo(text, nl=False)
     if report.exit_code:
         raise typer.Exit(report.exit_code)
+    if failed:
+        raise typer.Exit(decide.EXIT_FAILED)
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
@@ -174,12 +182,46 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
             metric: Annotated[str, typer.Option("--metric", help="throughput, iter_time, time, memory, loss, "
                                                 "accuracy")] = "throughput",
             min_effect: Annotated[float, typer.Option("--min-effect", help="smallest change that counts as "
-                                                      "significant (0.02 = 2%)")] = 0.02) -> None:
-    """Pair the cells of A and B and say which is faster, by how much, and whether it is significant."""
+                                                      "significant (0.02 = 2%)")] = 0.02,
+            fail_on: Annotated[list[str] | None, typer.Option("--fail-on", help="exit 1 when B is slower:X%, "
+                                                             "faster:X% or uses memory:X% more than A, beyond X "
+                                                             "and significant (repeatable)")] = None) -> None:
+    """Pair the cells of A and B and say which is faster, by how much, and whether it is significant.
+
+    With --fail-on, a regression gate: exit status 1 when a pair changed more than the threshold AND
+    significantly; the output lists the pairs that tripped it (in JSON: the `gate` member).
+    """
     from runner.report import compare_command
+    gate_out, tripped = "", False
+    if fail_on:
+        from runner.decide import commands as decide
+        gate_out, tripped = decide.gate_command(db, a, b, fail_on, fmt)
     text = compare_command(db, a, b, fmt, metric, min_effect=min_effect)
+    if gate_out:
+        if fmt == "csv":
+            typer.echo(gate_out, err=True, nl=False)
+        text = decide.with_gate(text, gate_out, fmt)
     if text:
         typer.echo(text, nl=not text.endswith("\n"))
+    if tripped:
+        raise typer.Exit(decide.EXIT_FAILED)
+
+
+@app.command()
+def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
+          fmt: Annotated[str | None, typer.Option("--format", help="json (default: a table)")] = None) -> None:
+    """Hold the stored results against the matrix file's `references:`; runs nothing.
+
+    Per cell and metric: pass, fail or no data, with the measured mean, the reference and the margin.
+    Exit status 1 when a reference fails or a cell it covers has no ok repeat.
+    """
+    from runner.decide import commands as decide
+    m = matrix_mod.load(_matrix_path(matrix))
+    cells = matrix_mod.select(m.cells(), env or (), only or ())
+    text, failed = decide.check_command(m, cells, db, fmt)
+    typer.echo(text, nl=not text.endswith("\n"))
+    if failed:
+        raise typer.Exit(decide.EXIT_FAILED)
 
 
 @app.command()

@@ -28,6 +28,7 @@ from rich.progress import (
 
 from runner import backends
 from runner import console as consoles
+from runner.decide import schedule as adaptive
 from runner.errors import MatrixError
 from runner.matrix import Matrix
 from runner.report.fmt import Cell as TableCell
@@ -157,7 +158,7 @@ class RunPrinter:
         self.last_said: dict[str, str] = {}
         self.same_again: Counter[str] = Counter()
 
-    def nothing_to_run(self, cells: Sequence[Cell], repeats: int, store: Path) -> None:
+    def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path) -> None:
         self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {store}. "
                        "Use --rerun-failed or --force to measure again; `matrix show` lists them.")
 
@@ -169,8 +170,14 @@ class RunPrinter:
     def task_started(self, task: Task) -> None:
         # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal.
         shown = " ".join(f"{task.cell.params[k]}" for k in self.varying if k in task.cell.params)
+        rule = task.cell.run.adaptive
+        most = f"{rule.max} at most" if rule else str(task.cell.run.repeats)
         self.progress.update(self.bar, description=f"{task.cell.env_name} {shown} [dim]repeat "
-                                                   f"{task.repeat + 1}/{task.cell.run.repeats}[/]")
+                                                   f"{task.repeat + 1}/{most}[/]")
+
+    def more(self, n: int) -> None:
+        """Adaptive repeats added a round: the bar's total grows."""
+        self.progress.update(self.bar, total=n)
 
     def outcome(self, task: Task, outcome: Outcome) -> None:
         self.progress.advance(self.bar)
@@ -222,8 +229,10 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
                argv: Sequence[str] = (), console: Console | None = None, verbose: bool = False) -> RunReport:
     printer = RunPrinter(console or consoles.stdout(), consoles.stderr(), cells, verbose)
     tasks = todo(cells, store, rerun_failed, force)
+    if not tasks and not force:
+        tasks = adaptive.more_tasks(cells, store)  # an adaptive cell whose interval is still too wide
     if not tasks:
-        printer.nothing_to_run(cells, matrix.run.repeats, store.path)
+        printer.nothing_to_run(cells, matrix.run.repeats_text, store.path)
         report = RunReport(None)
         report.unsuccessful = _unsuccessful(cells, store)
         return report
@@ -250,6 +259,18 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
                 running[:] = [step.work.tasks[0].cell.env_name]
                 _run_environment([t for t in step.work.tasks if t.id not in reported], step_ctx, sink)
                 printer.environment_done(running.pop())
+            # Adaptive repeats: rounds of more repeats for the cells whose interval is still too wide.
+            while wait and submit:
+                extra = adaptive.more_tasks(cells, store, run_id if force else None)
+                if not extra or any(t.id in reported for t in extra):
+                    break  # nothing more, or a repeat this run already ran would run again
+                tasks += extra
+                report.planned = len(tasks)
+                printer.more(len(tasks))
+                for step in schedule(_env_work(extra, ctx), wait, submit):
+                    running[:] = [step.work.tasks[0].cell.env_name]
+                    _run_environment(list(step.work.tasks), ctx, sink)
+                    printer.environment_done(running.pop())
     except KeyboardInterrupt:
         report.interrupted = True
         store.finish_run(run_id, "interrupted")
@@ -308,6 +329,6 @@ def _cell_rows(cells: Sequence[Cell], store: Store) -> list[dict[str, Any]]:
 
 def _unsuccessful(cells: Sequence[Cell], store: Store) -> Counter[str]:
     """The selected repeats whose current stored status is not a success (queued ones are not counted)."""
-    repeats = {c.key: c.run.repeats for c in cells}
+    repeats = {c.key: c.run.adaptive.max if c.run.adaptive else c.run.repeats for c in cells}
     current = store.latest_statuses(repeats)
     return Counter(s.value for (key, r), s in current.items() if not s.succeeded and r < repeats[key])

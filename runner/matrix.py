@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ class MatrixFile(Strict):
     include: list[dict[str, Scalar]] = []
     exclude: list[dict[str, Scalar]] = []
     run: RunSettings = RunSettings()
+    references: Any = None  # validated by runner/decide/references.py
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Matrix:
     include: tuple[dict[str, Scalar], ...]
     exclude: tuple[dict[str, Scalar], ...]
     run: RunSettings
+    references: tuple[Any, ...] = ()  # runner.decide.references.Reference
 
     def environment(self, name: str) -> EnvironmentBase:
         for env in self.environments:
@@ -102,8 +104,18 @@ def parse(text: str, path: Path | None = None, name: str | None = None) -> Matri
     if problems:
         raise ConfigError("\n".join(problems))
     stem = path.stem if path else "matrix"
-    return Matrix(path, name or top.name or stem, tuple(envs), top.axes, tuple(map(typed_rule, top.include)),
-                  tuple(map(typed_rule, top.exclude)), top.run)
+    m = Matrix(path, name or top.name or stem, tuple(envs), top.axes, tuple(map(typed_rule, top.include)),
+               tuple(map(typed_rule, top.exclude)), top.run)
+    if top.references:
+        from runner.decide import references  # pandas: only for files that have references
+
+        def locate(loc: Sequence[Any]) -> str:
+            return _line(where, text, loc)
+
+        refs = references.parse(top.references, locate)
+        references.check_matches(refs, expand(m), locate)
+        m = replace(m, references=refs)
+    return m
 
 
 def typed_rule(rule: Mapping[str, Scalar]) -> dict[str, Scalar]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runner.contract import AMP_IMPLS, DATASET_FORMS, DATASET_KINDS, DEVICES, MODELS, PRECISIONS
 
@@ -29,12 +29,79 @@ class Mount(Strict):
     read_only: bool = True
 
 
+def percentage(value: Any) -> Any:
+    """'1%' -> 0.01; a plain number is already a fraction (0.01) and must be below 1."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            return float(value.strip()[:-1]) / 100
+        except ValueError:
+            raise ValueError(f"{value!r} is not a percentage; write e.g. 1% or 0.01") from None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:
+        raise ValueError(f"{value!r} is not a fraction below 1; write a percentage such as {value:g}%")
+    return value
+
+
+class AdaptiveRepeats(Strict):
+    """`repeats: {min: 3, max: 20, target_ci: 1%}`: add repeats until the 95% confidence interval of the
+    mean throughput is within ±target_ci of the mean, or `max` repeats are stored (runner/decide/adaptive.py)."""
+
+    min: int = Field(3, ge=2)
+    max: int = Field(20, ge=2)
+    target_ci: float = Field(0.01, gt=0, lt=1)
+
+    _pct = field_validator("target_ci", mode="before")(percentage)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AdaptiveRepeats:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
 class RunSettings(Strict):
     iterations: int = Field(50, ge=0)
     warmup: int = Field(10, ge=0)
-    repeats: int = Field(3, ge=1)
+    repeats: int = Field(3, ge=1, description="repeats every cell gets (the minimum when adaptive)")
     timeout: float = Field(600, gt=0, description="seconds per repeat")
     seed: int = 0
+    adaptive: AdaptiveRepeats | None = Field(None, description="set by writing `repeats` as a mapping")
+
+    @property
+    def most_repeats(self) -> int:
+        """The repeats a cell may get: `repeats`, or the adaptive rule's `max`."""
+        return self.adaptive.max if self.adaptive else self.repeats
+
+    @property
+    def repeats_text(self) -> str:
+        """'3', or '3-20 (adaptive to ±1%)'."""
+        a = self.adaptive
+        return f"{a.min}-{a.max} (adaptive to ±{a.target_ci * 100:g}%)" if a else str(self.repeats)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _adaptive_repeats(cls, data: Any) -> Any:
+        """`repeats: {min, max, target_ci}` keeps `repeats` the number every cell gets (its minimum), so
+        resume and planning count as before, and `adaptive` the rule for adding more."""
+        if not isinstance(data, Mapping):
+            return data
+        if "adaptive" in data:
+            raise ValueError("unknown key 'adaptive'; write repeats: {min: 3, max: 20, target_ci: 1%}")
+        repeats = data.get("repeats")
+        if isinstance(repeats, Mapping):
+            try:
+                rule = AdaptiveRepeats.model_validate(repeats)
+            except ValidationError as e:
+                raise ValueError("; ".join(_adaptive_problem(err) for err in e.errors())) from None
+            return {**data, "repeats": rule.min, "adaptive": rule}
+        return data
+
+
+def _adaptive_problem(err: Any) -> str:
+    """One pydantic error of `repeats: {...}` in the words matrix.py uses, with its field path."""
+    where = ".".join(["repeats", *map(str, err["loc"])])
+    if err["type"] == "extra_forbidden":
+        return f"{where}: unknown key {err['loc'][-1]!r}; allowed: {', '.join(AdaptiveRepeats.model_fields)}"
+    return f"{where}: {str(err['msg']).removeprefix('Value error, ')}"
 
 
 class EnvironmentBase(Strict):

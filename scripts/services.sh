@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install and start what the integration tests talk to: a Docker engine with the Debian-built
-# test image, a one-node Slurm with accounting, and headless Chromium. Needs root.
+# test image, a Slurm with accounting (partition debug: this machine; partition multi: three namespaced
+# nodes, scripts/slurm-nodes.sh), and headless Chromium. Needs root.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Bring up a real one-node Slurm with accounting on this machine, from Debian's packages.
+# Bring up a real Slurm with accounting on this machine, from Debian's packages: the controller's
+# own node (partition `debug`, the default) and SLURM_NODES more nodes, each in its own network and
+# UTS namespace with its own hostname and address (partition `multi`, scripts/slurm-nodes.sh).
 #
 # Run as root. Idempotent: installs what is missing, rewrites the configuration from
 # scripts/slurm/*.in, (re)starts only the daemons that are down or whose configuration
@@ -11,6 +13,8 @@
 #   SLURM_CLUSTER     cluster name                (default: matrix)
 #   SLURM_PARTITION   the one partition's name    (default: debug)
 #   SLURM_SHARE       jobs that may share one CPU (default: 4)
+#   SLURM_NODES       namespaced nodes in `multi` (default: 3; node1 ... nodeN)
+#   SLURM_SUBNET      their bridge's /24, three octets (default: 10.77.0)
 #   SLURM_NO_TORCH=1  skip python3-torch/python3-torchvision (the bare-metal PyTorch 1.13)
 set -euo pipefail
 
@@ -19,6 +23,9 @@ TEMPLATES="$HERE/slurm"
 CLUSTER="${SLURM_CLUSTER:-matrix}"
 PARTITION="${SLURM_PARTITION:-debug}"
 SHARE="${SLURM_SHARE:-4}"
+NODES="${SLURM_NODES:-3}"
+SUBNET="${SLURM_SUBNET:-10.77.0}"
+export SLURM_NODES="$NODES" SLURM_SUBNET="$SUBNET"
 HOST="$(hostname -s)"
 DBUSER=slurm
 ETC=/etc/slurm
@@ -148,11 +155,14 @@ CPUS="$(nproc)"
 SEEN_MB="$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -n1)"
 [ -n "$SEEN_MB" ] || SEEN_MB="$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)"
 MEMORY="$((SEEN_MB * 9 / 10))"
+NODE_MEMORY="$((MEMORY / NODES))"
+case "$NODES" in ''|*[!0-9]*|0) die "SLURM_NODES must be a whole number of at least 1, not '$NODES'" ;; esac
 
 render() {  # render TEMPLATE: fill the @VAR@ placeholders
     sed -e "s|@CLUSTER@|$CLUSTER|g" -e "s|@HOST@|$HOST|g" -e "s|@CPUS@|$CPUS|g" \
         -e "s|@MEMORY@|$MEMORY|g" -e "s|@PARTITION@|$PARTITION|g" -e "s|@SHARE@|$SHARE|g" \
-        -e "s|@DBUSER@|$DBUSER|g" -e "s|@DBPASS@|$DBPASS|g" "$1"
+        -e "s|@DBUSER@|$DBUSER|g" -e "s|@DBPASS@|$DBPASS|g" -e "s|@NODES@|$NODES|g" \
+        -e "s|@SUBNET@|$SUBNET|g" -e "s|@LAST_ADDR@|$((10 + NODES))|g" -e "s|@NODE_MEMORY@|$NODE_MEMORY|g" "$1"
 }
 
 tmp="$(mktemp)"
@@ -211,7 +221,28 @@ node_ready() {
     esac
 }
 wait_for 90 "the node $HOST" node_ready
+
+# The namespaced nodes: restarted with slurmctld when the configuration changed.
+if [ "$conf_changed" = 1 ]; then
+    bash "$HERE/slurm-nodes.sh" up --restart
+else
+    bash "$HERE/slurm-nodes.sh" up
+fi
+multi_ready() {  # every node of `multi` takes jobs; a drained or down one is resumed
+    local name state ok=0
+    while read -r name state; do
+        case "$state" in
+            idle*|mix*|alloc*) ;;
+            *) ok=1
+               case "$state" in drain*|down*|fail*) scontrol update nodename="$name" state=resume >/dev/null 2>&1 || true ;; esac ;;
+        esac
+    done < <(sinfo -h -N -p multi -o '%N %t' 2>/dev/null)
+    [ "$(sinfo -h -N -p multi -o '%N' 2>/dev/null | wc -l)" -eq "$NODES" ] && return "$ok"
+    return 1
+}
+wait_for 90 "the nodes of partition multi" multi_ready
 wait_for 60 "accounting (sacct)" sacct -n -X -S now-1minutes
 
-log "ready: cluster $CLUSTER, node $HOST ($CPUS CPUs, ${MEMORY} MB), partition $PARTITION"
+log "ready: cluster $CLUSTER, node $HOST ($CPUS CPUs, ${MEMORY} MB), partition $PARTITION;" \
+    "partition multi: node[1-$NODES] at $SUBNET.[11-$((10 + NODES))] (sharing those CPUs)"
 sinfo

@@ -61,6 +61,9 @@ class Metric:
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("throughput", "throughput", "img/s", True, stored_unit="img/s"),
+    # With bench's --breakdown (axis `breakdown: [true]`): images over rank 0's time in each phase.
+    Metric("fwd_throughput", "forward", "img/s", True, stored_unit="img/s"),
+    Metric("bwd_throughput", "backward", "img/s", True, stored_unit="img/s"),
     Metric("iter_time", "time/iter", "ms", False, 1e3, stored_unit="s"),
     Metric("window_s", "time", "s", False, stored_unit="s"),
     Metric("peak_mem", "peak memory", "MiB", False, 1 / 2**20, "less memory", "more memory", "bytes"),
@@ -68,7 +71,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("accuracy", "accuracy", "", True, 1.0, "higher", "lower"),
     Metric("data_wait", "data wait", "%", False, 100.0, "less waiting", "more waiting", "fraction"),
 )}
-METRIC_ALIASES = {"time": "window_s", "memory": "peak_mem", "mem": "peak_mem", "loss": "loss_end",
+METRIC_ALIASES = {"forward": "fwd_throughput", "backward": "bwd_throughput", "time": "window_s", "memory": "peak_mem", "mem": "peak_mem", "loss": "loss_end",
                   "iter": "iter_time", "acc": "accuracy"}
 STAT_NAMES = ("n", "mean", "std", "cv", "min", "max", "median", "ci_low", "ci_high")
 
@@ -116,6 +119,14 @@ def _iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> flo
     if isinstance(iterations, int) and iterations > 0 and not math.isnan(window):
         return window / iterations
     return math.nan
+
+
+def _phase_throughput(metrics: Mapping[str, Any], phase: str) -> float:
+    """Images of the window over the time spent in one phase (bench --breakdown), NaN without it."""
+    breakdown = metrics.get("breakdown")
+    seconds = _num(breakdown.get(f"{phase}_s")) if isinstance(breakdown, Mapping) else math.nan
+    images = _num(metrics.get("images"))
+    return images / seconds if seconds > 0 and not math.isnan(images) else math.nan
 
 
 def _hardware(env: Mapping[str, Any]) -> str:
@@ -209,6 +220,8 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             "log_tail": str(r.get("log_tail") or ""),
             "started_at": _num(r.get("started_at")), "finished_at": _num(r.get("finished_at")),
             "throughput": _num(metrics.get("throughput")), "iter_time": _iter_time(metrics, r.get("raw")),
+            "fwd_throughput": _phase_throughput(metrics, "forward"),
+            "bwd_throughput": _phase_throughput(metrics, "backward"),
             "window_s": window, "peak_mem": peak, "loss_end": _num(metrics.get("loss_end")),
             "accuracy": _num(metrics.get("accuracy")),
             "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,

@@ -1,4 +1,9 @@
-"""Scaling: throughput against the process layout (GPUs x nodes), speed-up and efficiency."""
+"""Scaling: throughput against the process layout (GPUs or ranks per node x nodes), speed-up and efficiency.
+
+The shape of the multi-GPU/multi-node write-ups: per layout the overall img/s and, when bench measured
+them (--breakdown), forward and backward img/s; speed-up over each configuration's smallest layout
+(which need not be one process) and efficiency against the growth in processes from that layout.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ import pandas as pd
 def scaling(summary: pd.DataFrame) -> pd.DataFrame:
     """Throughput against processes (gpus x nodes): speedup over the smallest layout and efficiency."""
     cols = ["environment", "model", "precision", "batch_size", "dataset", "options", "gpus", "nodes",
-            "processes", "throughput_n", "throughput_mean", "throughput_std", "speedup", "efficiency"]
+            "processes", "throughput_n", "throughput_mean", "throughput_std",
+            "fwd_throughput_n", "fwd_throughput_mean", "fwd_throughput_std",
+            "bwd_throughput_n", "bwd_throughput_mean", "bwd_throughput_std", "speedup", "efficiency"]
     ok = summary[summary["throughput_n"] > 0]
     if ok.empty or (ok["gpus"].nunique() < 2 and ok["nodes"].nunique() < 2):
         return pd.DataFrame(columns=cols)

@@ -411,6 +411,21 @@ def shutdown_distributed(dist):
         pass
 
 
+def gather_hostnames(dist, world, device):
+    """Every rank's hostname, in rank order: which nodes the run really spanned.
+
+    Plain all_gather of fixed-size code-point tensors (all_gather_object needs torch >= 1.8).
+    """
+    width = 64
+    name = socket.gethostname()[:width]
+    mine = torch.zeros(width, dtype=torch.float64, device=device)
+    for i, ch in enumerate(name):
+        mine[i] = float(ord(ch))
+    every = [torch.zeros(width, dtype=torch.float64, device=device) for _ in range(world)]
+    dist.all_gather(every, mine)
+    return ["".join(chr(int(c)) for c in t.cpu().tolist() if c > 0) for t in every]
+
+
 def _reduce_op(dist, name):
     ops = getattr(dist, "ReduceOp", None) or getattr(dist, "reduce_op")  # reduce_op: torch < 1.0
     return getattr(ops, name)
@@ -1473,6 +1488,7 @@ def benchmark(args, state):
     if world > 1:
         dist = init_distributed(rank, world, device)
         state["dist"] = dist
+        result["env"]["hostnames"] = gather_hostnames(dist, world, device)
 
     source, test_ds, channels, hw, classes, info = load_data(
         args, device, plan, model_defaults(args.model), state["dist_info"])

@@ -55,6 +55,16 @@ def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[st
     return df, records, name
 
 
+def load_history(db: Path, runs: Sequence[str] | None = None) -> Any:
+    """Each cell's throughput per run over every stored row (a re-run's older repeats are history)."""
+    from runner.decide.history import history
+
+    with _open(db) as store:
+        run_ids = [store.resolve_run(r) for r in runs] if runs else None
+        rows = list(store.rows(run_ids, latest_only=False))
+    return history(an.frame(rows))
+
+
 def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequence[str] | None = None,
                    out: Path | None = None) -> list[Path]:
     """`matrix report`: write the report (default Markdown + HTML) into `out`; returns the files written.
@@ -65,7 +75,7 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
 
     fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, REPORT_FORMATS, "report")
     df, records, name = load(db, runs)
-    model = views.build(df, records, name)
+    model = views.build(df, records, name, history=load_history(db, runs))
     return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name))
 
 

@@ -209,37 +209,76 @@ def scaling_plot(scale: pd.DataFrame, svg: bool, png: bool) -> Plot | None:
         return None
     groups = list(scale.groupby(["environment", "model", "precision", "batch_size", "dataset", "options"],
                                 sort=False, dropna=False))[:MAX_SCALING_LINES]
+    # Across nodes, one line per processes-per-node (the write-ups' one table per layout): two layouts
+    # with the same process count (1 node x 2, 2 nodes x 1) are different points, not one line's zig-zag.
+    lines = [(key, f" · {per} per node" if g["nodes"].nunique() > 1 and g["gpus"].nunique() > 1 else "", sub)
+             for key, g in groups
+             for per, sub in (g.groupby("gpus", sort=True) if g["nodes"].nunique() > 1 else [(None, g)])]
     envs = list(dict.fromkeys(scale["environment"]))
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, ax = plt.subplots()
         _layout(fig, 1, 1, legend_rows=0, axes_size=(4.6, 3.0))
         bars = _ErrorBars()
-        for i, ((env, model, precision, batch, _ds, _opt), g) in enumerate(groups):
+        for i, ((env, model, precision, batch, _ds, _opt), per_node, g) in enumerate(lines):
             g = g.sort_values("processes")
             x = g["processes"].to_numpy()
             ei = envs.index(env)
-            err = (g["throughput_std"].fillna(0) / g["throughput_mean"].iloc[0]).to_numpy()
+            # std in speed-up units: each point's std over the same base as its speed-up.
+            err = (g["throughput_std"].fillna(0) * g["speedup"] / g["throughput_mean"]).to_numpy()
             (line,) = ax.plot(x, g["speedup"], marker=MARKERS[(ei + i) % len(MARKERS)],
-                              color=_colour(str(precision)) if len(groups) <= 6 else None,
+                              color=_colour(str(precision)) if len(groups) <= 6 and len(lines) == len(groups)
+                              else None,
                               linestyle=LINESTYLES[ei % len(LINESTYLES)], markersize=5,
-                              label=_plain(f"{env} · {model} · {precision} · batch {batch}"))
+                              label=_plain(f"{env} · {model} · {precision} · batch {batch}{per_node}"))
             bars.add(x, g["speedup"], err, to_hex(line.get_color()), cap=0.04 * max(1, int(x.max())))
         bars.draw(ax)
         for j, (xs, ys) in enumerate(ideal_lines(pd.concat([g for _, g in groups]))):
             ax.plot(xs, ys, color="#999999", linestyle="--", linewidth=1, label="ideal" if j == 0 else None)
-        ax.set_xlabel("processes (GPUs × nodes)")
+        ax.set_xlabel("processes (per node × nodes)")
         ax.set_ylabel("speedup")
         ax.set_xticks(sorted(set(scale["processes"])))
-        ax.set_title("Speedup against GPU count (mean, std error bars)")
+        ax.set_title("Speedup against processes (mean, std error bars)")
         ax.legend(frameon=False, fontsize=8, loc="upper left")
         svg_text, png_bytes = _render(fig, "scaling", svg, png)
-    return Plot("scaling", "Speedup against GPU count", svg_text, png_bytes)
+    return Plot("scaling", "Speedup against processes", svg_text, png_bytes)
 
 
-def make_plots(summary: pd.DataFrame, scale: pd.DataFrame, svg: bool, png: bool) -> list[Plot]:
+def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None:
+    """Each cell's mean throughput per run over time (95% CI bars), a ring around each significant step."""
+    if hist is None or hist.empty:
+        return None
+    groups = list(hist.groupby("cell_key", sort=False))[:MAX_SCALING_LINES]
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        fig, ax = plt.subplots()
+        _layout(fig, 1, 1, legend_rows=0, axes_size=(4.6, 3.0))
+        for i, (_key, g) in enumerate(groups):
+            dates = pd.to_datetime(g["date"], unit="s")
+            first = g.iloc[0]
+            half = (g["ci_high"] - g["mean"]).fillna(0).to_numpy()
+            (line,) = ax.plot(dates, g["mean"], marker=MARKERS[i % len(MARKERS)], markersize=5,
+                              label=_plain(f"{first['environment']} · {first['model']} · {first['precision']} · "
+                                           f"batch {first['batch_size']}"))
+            ax.errorbar(dates, g["mean"], yerr=half, fmt="none", ecolor=line.get_color(), capsize=3,
+                        linewidth=1)
+            step = g["step"].to_numpy(dtype=bool)
+            if step.any():
+                ax.scatter(dates[step], g["mean"][step], s=140, facecolors="none", edgecolors="#d62728",
+                           linewidths=1.5, label="significant step" if i == 0 else None, zorder=3)
+        ax.set_xlabel("run started (UTC)")
+        ax.set_ylabel("throughput (img/s)")
+        ax.set_title("History: throughput per run (mean, 95% CI)")
+        fig.autofmt_xdate()
+        ax.legend(frameon=False, fontsize=8, loc="best")
+        svg_text, png_bytes = _render(fig, "history", svg, png)
+    return Plot("history", "History: throughput per run", svg_text, png_bytes)
+
+
+def make_plots(summary: pd.DataFrame, scale: pd.DataFrame, svg: bool, png: bool,
+               history: pd.DataFrame | None = None) -> list[Plot]:
     """Every plot the data supports, each rendered once per requested format."""
     if not (svg or png) or summary.empty:
         return []
     plots = [batch_plot(summary, m, svg, png) for m in BATCH_METRICS]
     plots.append(scaling_plot(scale, svg, png))
+    plots.append(history_plot(history, svg, png))
     return [p for p in plots if p is not None]

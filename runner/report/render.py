@@ -93,6 +93,7 @@ def report_json(model: views.ReportModel) -> str:
         "comparisons": [comparison_doc(c) for _, _, c in model.comparisons],
         "precision_summary": records(model.precision_df),
         "scaling": records(model.scaling_df),
+        "history": records(model.history_df),
         "flags": records(an.quality_flags(model.summary)),
     }
     return dumps(doc)
@@ -132,7 +133,8 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) ->
     if "md" in formats or "html" in formats:
         from runner.report.plots import make_plots
 
-        plots = make_plots(model.summary, model.scaling_df, svg="html" in formats, png="md" in formats)
+        plots = make_plots(model.summary, model.scaling_df, svg="html" in formats, png="md" in formats,
+                           history=model.history_df)
     if "md" in formats:
         shown = []
         for p in plots:

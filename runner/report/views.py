@@ -71,6 +71,8 @@ class ReportModel:
     scaling_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     recipes_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     run_records: list[dict[str, Any]] = field(default_factory=list)
+    history: list[Section] = field(default_factory=list)
+    history_df: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -354,21 +356,31 @@ def precision_sections(info: pd.DataFrame, prec: pd.DataFrame) -> list[Section]:
 
 
 def scaling_sections(scale: pd.DataFrame) -> list[Section]:
-    """Scaling: processes against throughput, speedup over the smallest layout and efficiency."""
+    """Scaling in the write-ups' shape: nodes, processes per node and in all, img/s overall (and forward,
+    backward where measured), speedup over the smallest layout and efficiency."""
     if scale.empty:
         return []
     keys = varying(scale, ["environment", "model", "precision", "batch_size", "dataset", "options"],
                    always=("environment", "model", "precision", "batch_size"))
     m = an.METRICS["throughput"]
-    table = Table([*(KEY_LABELS[k] for k in keys), "GPUs", "nodes", m.heading, "speedup", "efficiency"],
-                  align=["l"] * len(keys) + ["r"] * 5)
+    phases = [an.METRICS[p] for p in ("fwd_throughput", "bwd_throughput") if (scale[f"{p}_n"] > 0).any()]
+    table = Table([*(KEY_LABELS[k] for k in keys), "nodes", "per node", "processes", m.heading,
+                   *(f"{p.label} ({p.unit})" for p in phases), "speedup", "efficiency"],
+                  align=["l"] * len(keys) + ["r"] * (6 + len(phases)))
     for r in scale.to_dict("records"):
-        table.add(*(key_text(k, r[k]) for k in keys), Cell(str(r["gpus"]), "num"), Cell(str(r["nodes"]), "num"),
+        table.add(*(key_text(k, r[k]) for k in keys), Cell(str(r["nodes"]), "num"), Cell(str(r["gpus"]), "num"),
+                  Cell(str(r["processes"]), "num"),
                   Cell(fmt.metric_value(m, r["throughput_mean"], r["throughput_std"], int(r["throughput_n"])),
                        "num"),
+                  *(Cell(fmt.metric_value(p, r[f"{p.name}_mean"], r[f"{p.name}_std"], int(r[f"{p.name}_n"])),
+                         "num") for p in phases),
                   Cell(fmt.ratio(r["speedup"]), "num"), Cell(fmt.percent(r["efficiency"]), "num"))
-    note = ("Speedup is throughput over the same configuration's smallest layout; efficiency is speedup "
-            "over the growth in processes (GPUs × nodes). Batch size is per process.")
+    note = ("Per node: GPUs, or processes on CPU nodes (one rank each). Speedup is overall throughput over "
+            "the same configuration's smallest layout; efficiency is speedup over the growth in processes "
+            "from that layout. Batch size is per process, so the global batch grows with the processes.")
+    if phases:
+        note += (" Forward and backward are the window's images over rank 0's time in that phase (bench "
+                 "--breakdown, synchronised after every phase; backward includes the gradient all-reduce).")
     return [Section("Scaling", table, note)]
 
 
@@ -396,8 +408,24 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
     return out
 
 
-def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> ReportModel:
-    """All views of one report from the long frame and the runs it came from."""
+def history_sections(hist: pd.DataFrame) -> list[Section]:
+    """One table of every cell measured in two or more runs (runner/decide/history.py)."""
+    if hist.empty:
+        return []
+    from runner.decide.present import history_table
+
+    n_cells, n_steps = hist["cell_key"].nunique(), int(hist["step"].sum())
+    note = (f"{n_cells} cell{'s' if n_cells != 1 else ''} measured in more than one run; "
+            f"{n_steps} significant step{'s' if n_steps != 1 else ''} (a change of at least "
+            f"{an.MIN_EFFECT:.0%} from the previous run with Welch's p < {an.ALPHA}).")
+    return [Section("History", history_table(hist), note)]
+
+
+def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
+          history: pd.DataFrame | None = None) -> ReportModel:
+    """All views of one report from the long frame and the runs it came from; `history` is
+    runner.decide.history over every stored row (not only each repeat's newest)."""
+    hist = history if history is not None else pd.DataFrame()
     summary = an.summarize(df)
     info = an.environment_info(df)
     comparison, comparisons = comparison_sections(df, summary)
@@ -416,4 +444,5 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str) -> Rep
         precision=precision_sections(info, prec), scaling=scaling_sections(scale),
         failures=failures(summary), frame=df, summary=summary, comparisons=comparisons,
         precision_df=prec, scaling_df=scale, recipes_df=recipes, run_records=run_records,
+        history=history_sections(hist), history_df=hist,
     )

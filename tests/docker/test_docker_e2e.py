@@ -90,8 +90,9 @@ def test_hung_and_failing_repeats_are_results_and_leave_no_container(tmp_path: P
         run: {{iterations: 10000000, warmup: 1, repeats: 1, timeout: 15}}
         """)
     t0 = time.time()
-    out = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
+    out = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
     took = time.time() - t0
+    assert out.returncode == 3, "a repeat that did not end ok makes the run exit 3"
     by_dataset = {r["params"]["dataset"]: r for r in rows(tmp_path / "r.db")}
     hung, bad = by_dataset["synthetic"], by_dataset["npz:/nowhere/missing.npz"]
     assert hung["status"] == "timeout" and "timeout of 15 s" in hung["reason"], out.stdout + out.stderr
@@ -146,7 +147,7 @@ def test_container_killed_from_outside_fails_that_repeat_and_the_rest_runs(tmp_p
         stdout, stderr = proc.communicate(timeout=180)
     finally:
         proc.kill()
-    assert proc.returncode == 0, stdout + stderr
+    assert proc.returncode == 3, stdout + stderr  # the killed repeat failed
     by_batch = {r["params"]["batch_size"]: r for r in rows(tmp_path / "r.db")}
     killed, after = by_batch[16], by_batch[8]
     assert killed["status"] == "failed" and "stopped during the repeat" in killed["reason"], killed["reason"]
@@ -154,8 +155,8 @@ def test_container_killed_from_outside_fails_that_repeat_and_the_rest_runs(tmp_p
     assert after["status"] == "ok" and after["env"]["container_id"] != victim.id
     assert run_label_gone(str(killed["run_id"])) == []
     # The failed repeat is a result: a plain re-run measures nothing, --rerun-failed only that repeat.
-    assert "Nothing to run" in cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path).stdout
-    rerun = cli("run", "-m", str(m), "--db", "r.db", "--rerun-failed", cwd=tmp_path)
+    assert "Nothing to run" in cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False).stdout
+    rerun = cli("run", "-m", str(m), "--db", "r.db", "--rerun-failed", cwd=tmp_path)  # now ok: exit 0
     assert "1 of 2 repeats to run" in rerun.stderr
     assert {r["status"] for r in rows(tmp_path / "r.db")} == {"ok"}
 
@@ -174,6 +175,7 @@ def test_missing_image_and_gpus_without_runtime_are_not_started_and_tried_again(
         run: {{iterations: 2, warmup: 1, repeats: 2, timeout: 120}}
         """)
     out = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
+    assert out.returncode == 3, out.stdout + out.stderr
     by_env: dict[str, list[dict[str, Any]]] = {}
     for r in rows(tmp_path / "r.db"):
         by_env.setdefault(str(r["environment"]), []).append(r)

@@ -303,3 +303,25 @@ def test_ok_on_one_side_and_failed_on_the_other_is_a_regression_not_no_result() 
     c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
     pair = c.pairs.iloc[0]
     assert pair["verdict"] == "regression: B 3 failed" and bool(pair["significant"]) and c.n_significant == 1
+
+
+def test_scaling_across_nodes_with_forward_backward_from_the_breakdown() -> None:
+    """The multi-node shape: nodes x ranks per node, forward/backward img/s from bench --breakdown,
+    speedup and efficiency against the smallest layout, here two processes on one node."""
+    def node_row(nodes: int, per_node: int, repeat: int, throughput: float, fwd_s: float, bwd_s: float) -> dict:
+        r = row("slurm", repeat, throughput, gpus=per_node, images=640 * nodes * per_node,
+                breakdown={"forward_s": fwd_s, "backward_s": bwd_s, "optimizer_s": 0.1})
+        r["params"]["nodes"] = nodes
+        r["cell_key"] = f"slurm-{nodes}-{per_node}"
+        return r
+    rows = [node_row(1, 2, i, 100.0 + i, 4.0, 8.0) for i in range(2)]
+    rows += [node_row(3, 2, i, 240.0 + 2 * i, 6.0, 16.0) for i in range(2)]
+    rows.append(row("plain", 0, 50.0))  # no breakdown: NaN, not zero
+    df = an.frame(rows)
+    assert df["fwd_throughput"].iloc[0] == pytest.approx(1280 / 4.0) and df["fwd_throughput"].isna().iloc[-1]
+    scale = an.scaling(an.summarize(df))
+    six = scale[scale["nodes"] == 3].iloc[0]
+    assert six["processes"] == 6 and six["gpus"] == 2
+    assert six["fwd_throughput_mean"] == pytest.approx(3840 / 6.0) and six["bwd_throughput_mean"] == pytest.approx(240.0)
+    assert six["speedup"] == pytest.approx(241.0 / 100.5) and six["efficiency"] == pytest.approx(241.0 / 100.5 / 3)
+    assert an.get_metric("forward").name == "fwd_throughput"

@@ -13,11 +13,6 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `tests` is a namespace package found from the checkout's root
     sys.path.insert(0, str(ROOT))
 
-# Register every backend, whatever a test module imported first: runner.backends._load() loads
-# them only while the registry is empty, so importing one backend module directly hides the others.
-import runner.backends.docker  # noqa: E402, F401
-import runner.backends.local  # noqa: E402, F401
-import runner.backends.slurm  # noqa: E402, F401
 from tests.conftest import require  # noqa: E402
 
 BARE_PYTHON = Path("/usr/bin/python3")  # Debian's python3-torch (PyTorch 1.13): the bare-metal side

@@ -204,7 +204,7 @@ def test_a_partition_down_is_said_cancelled_and_retried_by_the_next_run(bare_pyt
     cli = [sys.executable, "-m", "runner.cli", "run", "-m", str(m), "--db", "r.db"]
     first = subprocess.run(cli, cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     said = first.stdout + first.stderr
-    assert "pends: PartitionDown" in said and "cannot start" in said, said
+    assert "pends (2 tasks): PartitionDown" in said and "cannot start" in said, said
     with Store(tmp_path / "r.db", create=False) as store:
         rows = list(store.rows())
         assert [r["status"] for r in rows] == ["not_started"] * 2, said

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from runner.backends import ranks, register
-from runner.backends.base import Check, Interrupted, NotStarted, SequentialBackend, not_started
+from runner.backends.base import Interrupted, NotStarted, SequentialBackend, not_started
 from runner.backends.docker import engine, host, payload
 from runner.backends.docker.config import DockerEnvironment
 from runner.backends.docker.engine import ENGINE_ERRORS, Box, Exec
@@ -36,6 +36,8 @@ PROBE_TIMEOUT_S = 120.0
 class DockerBackend(SequentialBackend):
     kind = "docker"
     config = DockerEnvironment
+    doctor = staticmethod(host.doctor)
+    clean = staticmethod(host.clean)
 
     def __init__(self, env: EnvironmentBase, ctx: RunContext) -> None:
         super().__init__(env, ctx)
@@ -256,12 +258,3 @@ class DockerBackend(SequentialBackend):
         return replace(outcome, status=Status.FAILED, result=None, finished_at=time.time(),
                        reason=reason + (f": {why}" if why else ""))
 
-    # -- host ------------------------------------------------------------------------------------
-
-    @classmethod
-    def doctor(cls) -> list[Check]:
-        return host.doctor()
-
-    @classmethod
-    def clean(cls, run_id: str | None = None) -> list[str]:
-        return host.clean(run_id)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.backends import register
-from runner.backends.base import Backend, Check, NotStarted, Sink, not_started
+from runner.backends.base import Backend, NotStarted, Sink, not_started
 from runner.backends.slurm import commands, host, outcomes, pending
 from runner.backends.slurm.commands import SacctRow, SlurmError
 from runner.backends.slurm.config import CONTROL, TASK_ID_RE, SlurmEnvironment
@@ -52,6 +52,8 @@ STARTED_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "
 class SlurmBackend(Backend):
     kind = "slurm"
     config = SlurmEnvironment
+    doctor = staticmethod(host.doctor)
+    clean = staticmethod(host.clean)
     queued = True
     env: SlurmEnvironment
 
@@ -284,7 +286,17 @@ class SlurmBackend(Backend):
             if row is not None and row.state in STARTED_STATES:
                 self._started(w)
             if f"{w.task.id}.done" in listings[w.results_dir]:
-                finished.append((w, outcomes.from_files(w, row, self._extra(w, row))))
+                outcome = outcomes.from_files(w, row, self._extra(w, row))
+                if outcome.result is None and outcome.status is not Status.OK:
+                    # Killed before it printed a result (time limit, scancel, a node lost): the batch
+                    # script still publishes its marker, so the Slurm state, once final, says why.
+                    if row is not None and outcomes.decided_by_state(row.state):
+                        outcome = outcomes.from_state(self.env, w, row, self._extra(w, row))
+                    elif row is None or row.state not in FINISHED_STATES:
+                        w.finished_seen = w.finished_seen or now
+                        if now - w.finished_seen < RESULT_GRACE_S and self._sacct_failing_since is None:
+                            continue
+                finished.append((w, outcome))
             elif row is not None and row.state in FINISHED_STATES:
                 if row.state in ("COMPLETED", "FAILED"):
                     # The result may not be visible yet on a network filesystem.
@@ -335,13 +347,14 @@ class SlurmBackend(Backend):
             return []  # squeue does not answer: keep waiting, sacct still tells when they end
         nodes: dict[str | None, dict[str, str] | None] = {}
         blocked: list[tuple[Watched, str]] = []
+        news: dict[tuple[str, str], list[int]] = {}  # (job, reason) -> array indices that now pend for it
         for w in waiting:
             p = reasons.get((w.job, w.index))
             if p is None:
                 continue
             if pending.describe(p) != w.pending_reason:
                 w.pending_reason = pending.describe(p)
-                self._say(f"job {w.job_id} pends: {w.pending_reason}")
+                news.setdefault((w.job, w.pending_reason), []).append(w.index)
             if p.reason == pending.NODES_UNAVAILABLE and p.partition not in nodes:
                 nodes[p.partition] = commands.node_states(p.partition or self.env.partition)
             why = pending.blocked(p, nodes.get(p.partition))
@@ -351,6 +364,8 @@ class SlurmBackend(Backend):
             w.blocked_since = w.blocked_since or now
             if now - w.blocked_since >= self.env.blocked_after:
                 blocked.append((w, why))
+        for (job, reason), indices in news.items():
+            self._say(f"job {job} pends ({len(indices)} task{'s' if len(indices) != 1 else ''}): {reason}")
         if not blocked:
             return []
         commands.scancel(_array_ids([w for w, _ in blocked]))
@@ -416,15 +431,6 @@ class SlurmBackend(Backend):
             self.state.remove(reported, "cancelled")
         self._say(f"cancelled {len(reported)} tasks ({', '.join(ids)})")
 
-    # -- host ------------------------------------------------------------------------------------
-
-    @classmethod
-    def doctor(cls) -> list[Check]:
-        return host.doctor()
-
-    @classmethod
-    def clean(cls, run_id: str | None = None) -> list[str]:
-        return host.clean(run_id)
 
 
 def _jobs(watch: dict[str, Watched]) -> str:

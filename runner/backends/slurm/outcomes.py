@@ -64,9 +64,16 @@ _BY_STATE = {
     "REVOKED": (Status.CANCELLED, "was cancelled"),
     # cancelled, not failed: resume runs a cancelled repeat again by default.
     "PREEMPTED": (Status.CANCELLED, "was preempted (runs again on resume)"),
-    "NODE_FAIL": (Status.FAILED, "NODE_FAIL (the node failed)"),
-    "BOOT_FAIL": (Status.FAILED, "BOOT_FAIL (the node failed)"),
+    # A node of the job died (or never booted): nothing is wrong with the cell, so, as for a
+    # preemption, resume runs it again.
+    "NODE_FAIL": (Status.CANCELLED, "NODE_FAIL, a node of the job failed (runs again on resume)"),
+    "BOOT_FAIL": (Status.CANCELLED, "BOOT_FAIL, a node of the job failed to boot (runs again on resume)"),
 }
+
+
+def decided_by_state(state: str) -> bool:
+    """Whether this Slurm state alone says how a task ended (a time limit, a cancel, a lost node)."""
+    return state in _BY_STATE
 
 
 def from_state(env: SlurmEnvironment, w: Watched, row: SacctRow, facts: dict[str, Any]) -> Outcome:

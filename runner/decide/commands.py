@@ -1,0 +1,117 @@
+"""What `matrix check`, `matrix compare --fail-on` and the end of `matrix run` print, and whether they fail."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from runner import analysis as an
+from runner.decide import gate, present, references, schedule
+from runner.decide.adaptive import Stop
+from runner.errors import ConfigError, StoreError
+from runner.matrix import Matrix
+from runner.spec import Cell
+from runner.store import Store
+
+CHECK_FORMATS = ("json",)
+EXIT_FAILED = 1  # `matrix check`, `matrix run` (all measured) and `compare --fail-on`: a decision failed
+
+
+def _frame(store: Store) -> pd.DataFrame:
+    return an.frame(store.rows())
+
+
+def verdicts(m: Matrix, cells: Sequence[Cell], store: Store) -> list[references.Verdict]:
+    """The verdicts of the matrix's references over the selected cells, from what the store holds."""
+    return references.judge(m.references, cells, _frame(store))
+
+
+def check_text(vs: Sequence[references.Verdict], fmt: str | None = None) -> str:
+    if fmt == "json":
+        return references.to_json(vs)
+    if fmt is not None:
+        raise ConfigError(f"--format {fmt!r}: allowed: {', '.join(CHECK_FORMATS)} (default: a table)")
+    return present.terminal(present.verdict_table(vs), references.summary_line(vs), titles=["References"])
+
+
+def check_command(m: Matrix, cells: Sequence[Cell], db: Path, fmt: str | None = None) -> tuple[str, bool]:
+    """`matrix check`: (text, failed). A matrix without references is a mistake worth one line."""
+    if not m.references:
+        where = m.path or "the matrix"
+        raise ConfigError(f"{where}: no `references:` to check; add e.g. references: [{{match: {{model: wrn}}, "
+                          "throughput: '>= 100'}] (docs/decisions.md)")
+    if not db.exists():
+        raise StoreError(f"no result store at {db}: run `matrix run` first, or pass --db PATH")
+    with Store(db, readonly=True) as store:
+        vs = verdicts(m, cells, store)
+    return check_text(vs, fmt), references.failed(vs)
+
+
+def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, bool]:
+    """What `matrix run` prints after its summary: the adaptive cells' stopping points and the reference
+    verdicts; failed when a reference failed."""
+    parts: list[present.Table | str] = []
+    titles = []
+    states = schedule.states(cells, store)
+    if states:
+        parts.append(present.adaptive_table(states))
+        titles.append("Adaptive repeats")
+        at_max = sum(s.assessment.stop is Stop.MAX for s in states)
+        if at_max:
+            parts.append(f"{at_max} of {len(states)} cells reached max repeats with the interval still wider "
+                         "than the target: their numbers are noisier than asked.")
+    failed = False
+    if m.references:
+        vs = references.judge(m.references, cells, _frame(store))
+        parts += [present.verdict_table(vs), references.summary_line(vs)]
+        titles.append("References")
+        failed = references.failed(vs)
+    return (present.terminal(*parts, titles=titles) if parts else ""), failed
+
+
+def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str]
+                ) -> tuple[list[gate.Rule], list[gate.Check]]:
+    rules = gate.parse_rules(specs)
+    side_a, side_b = an.select_side(df, a), an.select_side(df, b)
+    return rules, gate.evaluate(side_a.frame, side_b.frame, rules)
+
+
+def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.Check], fmt: str | None) -> str:
+    if fmt == "json":
+        return gate.to_json(a, b, rules, checks)
+    lines: list[present.Table | str] = []
+    if gate.tripped(checks):
+        lines.append(present.gate_table(checks))
+    lines.append(gate.summary_line(rules, checks))
+    return present.terminal(*lines, titles=["Gate: pairs that tripped it"])
+
+
+def gate_command(db: Path, a: str, b: str, specs: Sequence[str], fmt: str | None) -> tuple[str, bool]:
+    """`matrix compare A B --fail-on ...`: (the gate's text, whether it tripped)."""
+    gate.parse_rules(specs)  # a wrong rule is one line before the store is read
+    with Store(db, readonly=True) as store:
+        df = an.frame(store.rows(latest_only=False))
+    if df.empty:
+        raise StoreError(f"no results in {db}: run `matrix run` first")
+    rules, checks = gate_result(df, a, b, specs)
+    if fmt == "md":
+        from runner.report.fmt import md_table
+        table = f"{md_table(present.gate_table(checks))}\n\n" if gate.tripped(checks) else ""
+        text = f"## Gate\n\n{table}**{gate.summary_line(rules, checks)}**\n"
+    else:
+        text = gate_text(a, b, rules, checks, fmt)
+    return text, bool(gate.tripped(checks))
+
+
+def with_gate(compare_text: str, gate_out: str, fmt: str | None) -> str:
+    """The compare output with the gate after it; in JSON one document with a `gate` member."""
+    if fmt == "json":
+        doc = json.loads(compare_text)
+        doc["gate"] = json.loads(gate_out)
+        return json.dumps(doc, indent=2, allow_nan=False)
+    if fmt == "csv":
+        return compare_text  # the gate goes to stderr: the CSV stays one table
+    return compare_text.rstrip("\n") + "\n\n" + gate_out

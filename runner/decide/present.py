@@ -1,0 +1,95 @@
+"""The decisions as report tables (runner/report/fmt.Table): the CLI prints them, reports embed them."""
+
+from __future__ import annotations
+
+import io
+import math
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+
+from runner.decide import gate, references
+from runner.decide.adaptive import Stop
+from runner.decide.schedule import CellState
+from runner.report.fmt import Cell, Table, number, p_value
+
+_OUTCOME_CLS = {references.Outcome.PASS: "good", references.Outcome.FAIL: "bad",
+                references.Outcome.NO_DATA: "status"}
+
+
+def verdict_table(verdicts: Sequence[references.Verdict]) -> Table:
+    t = Table(["verdict", "cell", "metric", "reference", "measured", "margin", "repeats"],
+              align=["l", "l", "l", "l", "r", "r", "l"])
+    for v, row in zip(verdicts, references.rows(verdicts), strict=True):
+        t.add(Cell(row["verdict"], _OUTCOME_CLS[v.outcome]), row["cell"], row["metric"], row["reference"],
+              Cell(row["measured"], "num"), Cell(row["margin"], "num"), row["repeats"])
+    return t
+
+
+def gate_table(checks: Sequence[gate.Check]) -> Table:
+    t = Table(["rule", "cell", "A", "B", "change", "p", "why"], align=["l", "l", "r", "r", "r", "r", "l"])
+    for row in gate.rows(checks):
+        t.add(row["rule"], row["cell"], Cell(row["A"], "num"), Cell(row["B"], "num"),
+              Cell(row["change"], "bad"), Cell(row["p"], "num"), row["why"])
+    return t
+
+
+_STOP_CLS = {Stop.TARGET: "good", Stop.MAX: "status", Stop.NOT_OK: "muted", Stop.MORE: "status"}
+
+
+def adaptive_table(states: Sequence[CellState]) -> Table:
+    t = Table(["cell", "repeats", "95% CI of the mean", "target", "stopped"], align=["l", "r", "r", "r", "l"])
+    keys = references.varying_keys([s.cell for s in states])
+    for s in states:
+        rule = s.cell.run.adaptive
+        ci = "—" if math.isnan(s.assessment.ci) else f"±{s.assessment.ci:.1%}"
+        words = {Stop.TARGET: "target reached", Stop.MAX: f"max ({rule.max if rule else '?'}) reached",
+                 Stop.NOT_OK: "a repeat did not end ok", Stop.MORE: "stopped early (interrupted)"}
+        t.add(references.cell_words(s.cell, keys), str(s.assessment.n), ci, f"±{rule.target_ci:.1%}" if rule else "",
+              Cell(words[s.assessment.stop], _STOP_CLS[s.assessment.stop]))
+    return t
+
+
+def _date(ts: Any) -> str:
+    return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def history_table(hist: pd.DataFrame, unit: str = "img/s") -> Table:
+    """One row per point; the cell in words on its first row; a step in bold."""
+    t = Table(["cell", "date (UTC)", "run", "repeats", f"mean ± std ({unit})", "vs previous", "p", "step"],
+              align=["l", "l", "l", "r", "r", "r", "r", "l"])
+    last = None
+    for r in hist.itertuples(index=False):
+        label = " ".join(str(getattr(r, k)) for k in ("environment", "model", "precision", "batch_size"))
+        if getattr(r, "options", ""):
+            label += f" {r.options}"
+        first = r.cell_key != last
+        last = r.cell_key
+        ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
+        mean = number(r.mean) if math.isnan(r.std) else f"{number(r.mean, 1)} ± {number(r.std, 1)}"
+        t.add(label if first else "", _date(r.date), r.run_id, str(r.n), Cell(mean, "num"), Cell(ratio, "num"),
+              Cell(p_value(r.p_value), "num"), Cell(f"step: {r.change}" if r.step else "", "bad" if r.step else ""),
+              row_class="group" if first else "")
+    return t
+
+
+def terminal(*parts: Table | str, titles: Sequence[str] = ()) -> str:
+    """Tables and lines as text through the one console factory: colour only on a terminal (never with
+    NO_COLOR), unwrapped when piped."""
+    from rich.text import Text
+
+    from runner import console as consoles
+
+    buf = io.StringIO()
+    tty = sys.stdout.isatty()
+    out = consoles.console(buf, tty=tty, width=None if tty else consoles.PIPED_WIDTH)
+    titles = list(titles)
+    for part in parts:
+        if isinstance(part, Table):
+            consoles.print_table(out, part, titles.pop(0) if titles else "")
+        else:
+            out.print(Text(part))
+    return buf.getvalue()

@@ -1,0 +1,350 @@
+"""References: expected values per cell or group of cells in matrix.yaml, and the verdict on each cell.
+
+```yaml
+references:
+  - match: {model: resnet50, precision: amp}     # environment and any axis; a list is any of its values
+    throughput: ">= 3000"                        # or {min: 3000}; "2790 ± 5%" or {value: 2790, tolerance: 5%}
+    memory: "<= 40960"                           # in the metric's display unit: img/s, ms, s, MiB, %
+```
+
+A cell's value is the mean of its ok repeats in the metric's display unit; the verdict is pass, fail or
+no data (nothing measured), with the margin: how far inside (+) or outside (-) the bound the mean is,
+relative to the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import ValidationError, field_validator, model_validator
+
+from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric
+from runner.errors import ConfigError
+from runner.matrix import MATCH_KEYS, _coerce, _same, _show, _value
+from runner.spec import AXIS_NAMES, Cell, Scalar, Strict, percentage
+
+VERDICT_SCHEMA = 1
+Locate = Callable[[Sequence[Any]], str]  # a field path -> "file: references[0].throughput (line N)"
+
+
+class Bound(Strict):
+    """One expectation: at least `min`, at most `max`, or `value` within ±`tolerance`."""
+
+    min: float | None = None
+    max: float | None = None
+    value: float | None = None
+    tolerance: float | str | None = None
+
+    @field_validator("tolerance", mode="before")
+    @classmethod
+    def _tolerance(cls, v: Any) -> Any:
+        # '5%' is relative; a plain number is absolute, in the metric's display unit.
+        if isinstance(v, str):
+            if not v.strip().endswith("%"):
+                raise ValueError(f"tolerance {v!r}: write a percentage such as 5% or a number in the metric's unit")
+            return v.strip()
+        return v
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Bound:
+        if self.value is None and self.tolerance is not None:
+            raise ValueError("tolerance needs a value: {value: 2790, tolerance: 5%}")
+        if self.value is not None and (self.min is not None or self.max is not None):
+            raise ValueError("give either value (± tolerance) or min/max, not both")
+        if self.value is None and self.min is None and self.max is None:
+            raise ValueError("give min, max, or value with tolerance")
+        if self.min is not None and self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max:g}) is below min ({self.min:g})")
+        return self
+
+    @property
+    def tol_abs(self) -> float:
+        """The tolerance in the metric's unit (0 without one: the value must match exactly)."""
+        if self.tolerance is None or self.value is None:
+            return 0.0
+        if isinstance(self.tolerance, str):
+            return abs(self.value) * float(percentage(self.tolerance))
+        return abs(float(self.tolerance))
+
+    @property
+    def low(self) -> float:
+        if self.value is not None:
+            return self.value - self.tol_abs
+        return self.min if self.min is not None else -math.inf
+
+    @property
+    def high(self) -> float:
+        if self.value is not None:
+            return self.value + self.tol_abs
+        return self.max if self.max is not None else math.inf
+
+    def text(self) -> str:
+        if self.value is not None:
+            tol = self.tolerance if isinstance(self.tolerance, str) else f"{self.tol_abs:g}"
+            return f"{self.value:g} ± {tol}"
+        parts = ([f">= {self.min:g}"] if self.min is not None else []) + (
+            [f"<= {self.max:g}"] if self.max is not None else [])
+        return " and ".join(parts)
+
+    def margin(self, measured: float) -> float:
+        """How far inside (+) or outside (-) the bound `measured` is, relative to the reference value."""
+        if self.value is not None:
+            scale = abs(self.value) or 1.0
+            return (self.tol_abs - abs(measured - self.value)) / scale
+        margins = []
+        if self.min is not None:
+            margins.append((measured - self.min) / (abs(self.min) or 1.0))
+        if self.max is not None:
+            margins.append((self.max - measured) / (abs(self.max) or 1.0))
+        return min(margins)
+
+
+_SHORT = re.compile(r"^\s*(?:(?P<op>>=|<=|≥|≤)\s*(?P<bound>[-+0-9.eE]+)"
+                    r"|(?P<value>[-+0-9.eE]+)\s*(?:±|\+-|\+/-)\s*(?P<tol>[0-9.eE]+%?))\s*$")
+
+
+def parse_bound(raw: Any) -> Bound:
+    """A Bound from a mapping or a short string (a bare number is refused: at least, at most, or about?): '>= 3000', '<= 2048', '2790 ± 5%'."""
+    if isinstance(raw, Mapping):
+        return Bound.model_validate(raw)
+    if isinstance(raw, str):
+        m = _SHORT.match(raw)
+        if not m:
+            raise ValueError(f"{raw!r} is not a reference; write '>= 3000', '<= 2048', '2790 ± 5%' "
+                             "or a mapping {min, max, value, tolerance}")
+        try:
+            if m["op"]:
+                key = "min" if m["op"] in (">=", "≥") else "max"
+                return Bound(**{key: float(m["bound"])})
+            tol: float | str = m["tol"] if m["tol"].endswith("%") else float(m["tol"])
+            return Bound(value=float(m["value"]), tolerance=tol)
+        except ValueError as e:
+            raise ValueError(f"{raw!r} is not a reference ({e})") from None
+    raise ValueError(f"{raw!r} is not a reference; write '>= 3000', '<= 2048', '2790 ± 5%' "
+                     "or a mapping {min, max, value, tolerance}")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One entry of `references:`: which cells, and per metric the bound they must meet."""
+
+    index: int
+    match: Mapping[str, tuple[Scalar, ...]]  # values in the axis's type, alternatives per key
+    bounds: Mapping[str, Bound]       # metric name (canonical) -> bound
+
+    def matches(self, cell: Cell) -> bool:
+        return all(any(_same(_value(cell, k), v) for v in values) for k, values in self.match.items())
+
+    def match_text(self) -> str:
+        return " ".join(f"{k}={'|'.join(map(_show, v))}" for k, v in self.match.items()) or "every cell"
+
+
+def _problem_text(err: Mapping[str, Any]) -> str:
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return f"unknown key {err['loc'][-1]!r}; allowed: {', '.join(Bound.model_fields)}"
+    return msg
+
+
+def parse(raw: Any, locate: Locate) -> tuple[Reference, ...]:
+    """Validate `references:`; every mistake is one line naming the field, all mistakes together."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(f"{locate(('references',))}: expected a list of {{match: {{...}}, METRIC: BOUND}}")
+    problems: list[str] = []
+    refs = []
+    known = ", ".join([*METRICS, *METRIC_ALIASES])
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            problems.append(f"{locate(('references', i))}: expected a mapping such as "
+                            "{match: {model: wrn}, throughput: '>= 100'}")
+            continue
+        match: dict[str, tuple[Scalar, ...]] = {}
+        rule = entry.get("match") or {}
+        if not isinstance(rule, Mapping):
+            problems.append(f"{locate(('references', i, 'match'))}: expected a mapping of KEY: VALUE "
+                            f"with KEY one of {', '.join(MATCH_KEYS)}")
+            rule = {}
+        for key, value in rule.items():
+            if key not in MATCH_KEYS:
+                problems.append(f"{locate(('references', i, 'match', key))}: unknown key {key!r}; "
+                                f"allowed: {', '.join(MATCH_KEYS)}")
+                continue
+            values = value if isinstance(value, list) else [value]
+            try:
+                match[str(key)] = tuple(_coerce(key, v) if key in AXIS_NAMES else str(v) for v in values)
+            except ValidationError as e:
+                why = str(e.errors()[0]["msg"]).removeprefix("Value error, ")
+                problems.append(f"{locate(('references', i, 'match', key))}: {why}")
+        bounds: dict[str, Bound] = {}
+        for key, value in entry.items():
+            if key == "match":
+                continue
+            try:
+                metric = get_metric(str(key))
+            except ConfigError:
+                problems.append(f"{locate(('references', i, key))}: unknown metric {key!r}; known metrics: {known}")
+                continue
+            if metric.name in bounds:
+                problems.append(f"{locate(('references', i, key))}: {metric.name} is given twice")
+                continue
+            try:
+                bounds[metric.name] = parse_bound(value)
+            except ValidationError as e:
+                problems += [f"{locate(('references', i, key, *err['loc']))}: {_problem_text(err)}"
+                             for err in e.errors()]
+            except ValueError as e:
+                problems.append(f"{locate(('references', i, key))}: {e}")
+        if not any(key != "match" for key in entry):
+            problems.append(f"{locate(('references', i))}: no metric to check; add e.g. throughput: '>= 100' "
+                            f"(metrics: {known})")
+        refs.append(Reference(i, match, bounds))
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return tuple(refs)
+
+
+def check_matches(refs: Iterable[Reference], cells: Sequence[Cell], locate: Locate) -> None:
+    """A reference that matches no cell of the matrix is a mistake (a typo in a value): say which values exist."""
+    problems = []
+    for ref in refs:
+        if any(ref.matches(c) for c in cells):
+            continue
+        existing = "; ".join(
+            f"{k}: {', '.join(dict.fromkeys(_show(_value(c, k)) for c in cells if _value(c, k) is not None))}"
+            f"{'' if any(_value(c, k) is not None for c in cells) else '(the axis is not set)'}"
+            for k in ref.match)
+        problems.append(f"{locate(('references', ref.index, 'match'))}: {ref.match_text()} matches no cell "
+                        f"of the matrix; values that exist: {existing}")
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
+# Verdicts ---------------------------------------------------------------------------------------
+
+class Outcome(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    NO_DATA = "no data"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One cell against one metric's reference; numbers in the metric's display unit."""
+
+    reference: int
+    cell_key: str
+    cell: str                  # the cell in words (environment and its params)
+    metric: str
+    unit: str
+    expected: str              # the reference, e.g. '>= 3000'
+    outcome: Outcome
+    measured: float            # mean of the ok repeats (NaN with no data)
+    n: int
+    ci_low: float
+    ci_high: float
+    margin: float              # + inside the bound, - outside, relative to the reference (NaN: no data)
+    statuses: str = ""         # the cell's stored repeats by status, e.g. '3 ok' or '2 oom'
+
+    def as_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["outcome"] = self.outcome.value
+        for k in ("measured", "ci_low", "ci_high", "margin"):
+            d[k] = None if math.isnan(d[k]) else round(float(d[k]), 6)
+        return d
+
+
+def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame) -> list[Verdict]:
+    """Every (reference, matched cell, metric) in the order of the file and the cells, from the long frame
+    (runner.analysis.frame of the store's rows; each repeat's newest row)."""
+    by_key: dict[str, pd.DataFrame] = dict(iter(frame.groupby("cell_key", sort=False))) if len(frame) else {}
+    varying = varying_keys([c for c in cells if any(r.matches(c) for r in refs)])
+    verdicts = []
+    for ref in refs:
+        for cell in cells:
+            if not ref.matches(cell):
+                continue
+            rows = by_key.get(cell.key, frame.iloc[0:0])
+            for name, bound in ref.bounds.items():
+                verdicts.append(_verdict(ref, cell, rows, METRICS[name], bound, varying))
+    return verdicts
+
+
+def varying_keys(cells: Sequence[Cell]) -> list[str]:
+    """The params whose value differs between these cells (model, precision and batch size if none do)."""
+    return [k for k in dict.fromkeys(k for c in cells for k in c.params)
+            if len({_show(c.params.get(k)) for c in cells}) > 1] or ["model", "precision", "batch_size"]
+
+
+def cell_words(cell: Cell, keys: Sequence[str]) -> str:
+    """The cell by its environment and the params that tell it apart from the other cells checked."""
+    return " ".join([cell.env_name, *(f"{k}={_show(cell.params[k])}" for k in keys if k in cell.params)])
+
+
+def _verdict(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, bound: Bound,
+             keys: Sequence[str]) -> Verdict:
+    ok = rows[rows["status"] == "ok"] if len(rows) else rows
+    values = ok[metric.name].to_numpy(dtype=float) * metric.scale if len(ok) else np.array([])
+    st = describe(values)
+    counts = rows["status"].value_counts() if len(rows) else pd.Series(dtype=int)
+    statuses = ", ".join(f"{n} {s}" for s, n in counts.items()) or "nothing stored"
+    if st.n == 0:
+        outcome, margin = Outcome.NO_DATA, math.nan
+    else:
+        inside = bound.low <= st.mean <= bound.high
+        outcome, margin = (Outcome.PASS if inside else Outcome.FAIL), bound.margin(st.mean)
+    return Verdict(ref.index, cell.key, cell_words(cell, keys), metric.name, metric.unit, bound.text(), outcome,
+                   st.mean, st.n, st.ci_low, st.ci_high, margin, statuses)
+
+
+def failed(verdicts: Iterable[Verdict]) -> bool:
+    """Whether a command should exit non-zero: a reference failed, or a cell it covers has no data."""
+    return any(v.outcome is not Outcome.PASS for v in verdicts)
+
+
+def to_json(verdicts: Sequence[Verdict]) -> str:
+    """Stable JSON for pipelines: schema, counts per outcome, the verdicts in file order."""
+    counts = {o.value: sum(v.outcome is o for v in verdicts) for o in Outcome}
+    doc = {"schema": VERDICT_SCHEMA, "passed": not failed(verdicts), "counts": counts,
+           "verdicts": [v.as_json() for v in verdicts]}
+    return json.dumps(doc, indent=2, sort_keys=False, allow_nan=False)
+
+
+def rows(verdicts: Sequence[Verdict]) -> list[dict[str, str]]:
+    """The verdicts as table rows of text (the CLI prints them as a table)."""
+    out = []
+    for v in verdicts:
+        measured = "—" if v.n == 0 else _num(v.measured)
+        if v.n >= 2 and not math.isnan(v.ci_low):
+            measured += f" (95% CI {_num(v.ci_low)}–{_num(v.ci_high)}, n={v.n})"
+        elif v.n == 1:
+            measured += " (n=1)"
+        out.append({"verdict": v.outcome.value, "cell": v.cell, "metric": f"{v.metric} ({v.unit})" if v.unit
+                    else v.metric, "reference": v.expected, "measured": measured,
+                    "margin": "—" if math.isnan(v.margin) else f"{v.margin:+.1%}",
+                    "repeats": v.statuses})
+    return out
+
+
+def _num(x: float) -> str:
+    if abs(x) >= 100:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def summary_line(verdicts: Sequence[Verdict]) -> str:
+    counts = {o: sum(v.outcome is o for v in verdicts) for o in Outcome}
+    parts = [f"{counts[o]} {o.value}" for o in Outcome if counts[o]]
+    word = "References met" if not failed(verdicts) else "References NOT met"
+    return f"{word}: {', '.join(parts) or 'nothing to check'} ({len(verdicts)} checks)."
+
+

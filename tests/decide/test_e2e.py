@@ -1,0 +1,108 @@
+"""End to end with the real local backend and real PyTorch: references, adaptive repeats, the gate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from runner.store import Store
+
+CELLS = """
+name: refs
+environments: [{{name: cpu, backend: local, env: {{OMP_NUM_THREADS: "1"}}}}]
+axes: {{model: [mnist_cnn], precision: [fp32], batch_size: [16], device: [cpu]}}
+run: {{iterations: 3, warmup: 1, repeats: {repeats}, timeout: 300}}
+"""
+
+
+def cli(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runner.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_a_reference_set_right_passes_and_one_set_too_high_fails_with_exit_1(tmp_path: Path) -> None:
+    right = write(tmp_path / "right.yaml", CELLS.format(repeats=2) + """
+references:
+  - match: {model: mnist_cnn}
+    throughput: ">= 1"
+    iter_time: "<= 60000"   # ms
+""")
+    high = write(tmp_path / "high.yaml", CELLS.format(repeats=2) + """
+references:
+  - {throughput: ">= 10000000"}
+""")
+    run = cli("run", "-m", str(right), "--db", "r.db", cwd=tmp_path)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    assert "References met: 2 pass" in run.stdout and ">= 1" in run.stdout
+    # The same cells (same keys): nothing is measured again, the verdict comes from the store.
+    again = cli("run", "-m", str(high), "--db", "r.db", cwd=tmp_path)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "Nothing to run" in again.stdout and "References NOT met: 1 fail" in again.stdout
+    assert "-100.0%" in again.stdout  # the margin: nowhere near ten million img/s
+    check = cli("check", "-m", str(high), "--db", "r.db", "--format", "json", cwd=tmp_path)
+    assert check.returncode == 1
+    doc = json.loads(check.stdout)
+    (verdict,) = doc["verdicts"]
+    assert doc["passed"] is False and verdict["outcome"] == "fail" and verdict["n"] == 2
+    assert 0 < verdict["measured"] < 10_000_000 and verdict["expected"] == ">= 1e+07"
+    ok = cli("check", "-m", str(right), "--db", "r.db", cwd=tmp_path)
+    assert ok.returncode == 0 and ok.stdout.count("pass") >= 2, ok.stdout + ok.stderr
+    empty = cli("check", "-m", str(right), "--db", "other.db", cwd=tmp_path)
+    assert empty.returncode == 1 and "no result store" in empty.stderr
+
+
+def test_adaptive_repeats_stop_at_max_and_resume_counts_stored_repeats(tmp_path: Path) -> None:
+    fixed = write(tmp_path / "fixed.yaml", CELLS.format(repeats=2))
+    assert cli("run", "-m", str(fixed), "--db", "r.db", cwd=tmp_path).returncode == 0
+    # A target no CPU run reaches: the cell gets repeats up to max, the two stored ones count.
+    adaptive = write(tmp_path / "adaptive.yaml", CELLS.format(repeats="{min: 2, max: 4, target_ci: 0.01%}"))
+    run = cli("run", "-m", str(adaptive), "--db", "r.db", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with Store(tmp_path / "r.db", create=False) as store:
+        repeats = sorted(r["repeat"] for r in store.rows())
+    assert repeats == [0, 1, 2, 3]
+    assert "max (4) reached" in run.stdout and "reached max repeats" in run.stdout
+    again = cli("run", "-m", str(adaptive), "--db", "r.db", cwd=tmp_path)
+    assert "Nothing to run" in again.stdout and again.returncode == 0
+
+
+GATE = """
+name: gate
+environments:
+  - {name: one, backend: local, env: {OMP_NUM_THREADS: "1"}}
+  - {name: one-again, backend: local, env: {OMP_NUM_THREADS: "1"}}
+  # Made slower on purpose: eight busy-waiting OpenMP threads on this machine's few cores.
+  - {name: crowded, backend: local, env: {OMP_NUM_THREADS: "8", OMP_WAIT_POLICY: "active"}}
+axes: {model: [mnist_cnn], precision: [fp32], batch_size: [64], device: [cpu]}
+run: {iterations: 10, warmup: 2, repeats: 5, timeout: 300}
+"""
+
+
+def test_the_gate_trips_on_a_real_slowdown_and_stays_quiet_on_a_a(tmp_path: Path) -> None:
+    m = write(tmp_path / "gate.yaml", GATE)
+    run = cli("run", "-m", str(m), "--db", "g.db", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    slow = cli("compare", "one", "crowded", "--db", "g.db", "--fail-on", "slower:3%", cwd=tmp_path)
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    assert "Gate tripped (slower:3%)" in slow.stdout and "slower by" in slow.stdout
+    # A/A: the same environment twice. The two sides run a minute apart, so a change in the machine's load
+    # between them is a real difference the test cannot tell from a slowdown (docs/statistics.md: drift);
+    # 10% keeps this quiet on a shared machine, the simulated false-positive rate at 3% is measured there.
+    same = cli("compare", "one", "one-again", "--db", "g.db", "--fail-on", "slower:10%", cwd=tmp_path)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "Gate passed" in same.stdout
+    doc = json.loads(cli("compare", "one", "crowded", "--db", "g.db", "--fail-on", "slower:3%,memory:50%",
+                         "--format", "json", cwd=tmp_path).stdout)
+    assert doc["gate"]["tripped"] is True and doc["gate"]["rules"] == ["slower:3%", "memory:50%"]
+    assert [c["rule"] for c in doc["gate"]["checks"] if c["tripped"]] == ["slower:3%"]
+    assert "\x1b[" not in slow.stdout  # no colour when not a terminal
+    bad = cli("compare", "one", "crowded", "--db", "g.db", "--fail-on", "slow:3%", cwd=tmp_path)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "--fail-on 'slow:3%'" in bad.stderr

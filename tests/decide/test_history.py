@@ -1,0 +1,61 @@
+"""History: one cell's throughput across runs, with a step marker."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runner.decide.history import history, steps
+from tests.decide.helpers import long_frame, rows_for
+
+NOISE = np.array([0.0, 0.4, -0.4, 0.2, -0.2])
+
+
+def test_points_are_runs_in_date_order_and_a_real_step_is_marked() -> None:
+    df = long_frame(
+        rows_for("k", list(100 + NOISE), run_id="night-2", start=2000.0),
+        rows_for("k", list(100.3 + NOISE), run_id="night-1", start=1000.0),
+        rows_for("k", list(90 + NOISE), run_id="night-3", start=3000.0),
+        rows_for("other", [50.0, 51.0], run_id="night-1", start=1000.0),  # one run: no history
+    )
+    h = history(df)
+    assert list(h["run_id"]) == ["night-1", "night-2", "night-3"]
+    assert list(h["step"]) == [False, False, True]
+    assert h["change"].iloc[2] == "1.11x slower"
+    assert h["ratio"].iloc[2] == np.float64(90 / 100)
+    assert list(steps(h)["run_id"]) == ["night-3"]
+
+
+def test_noise_alone_is_not_a_step() -> None:
+    rng = np.random.default_rng(3)
+    df = long_frame(*(rows_for("k", list(100 + rng.normal(0, 1, 5)), run_id=f"r{i}", start=1000.0 * i)
+                      for i in range(1, 5)))
+    h = history(df)
+    assert len(h) == 4 and not h["step"].any()
+
+
+def test_failed_repeats_do_not_make_points() -> None:
+    df = long_frame(rows_for("k", [100.0, 101.0], run_id="a", start=1.0),
+                    rows_for("k", [float("nan")] * 2, run_id="b", start=10.0, status="oom"))
+    assert history(df).empty
+
+
+def test_the_report_has_a_history_section_table_plot_and_json(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    from runner.report import render, views
+
+    df = long_frame(rows_for("k", list(100 + NOISE), run_id="night-1", start=1000.0),
+                    rows_for("k", list(90 + NOISE), run_id="night-2", start=90000.0))
+    out = Path(str(tmp_path))
+    model = views.build(df, [], "nightly", history=history(df))
+    written = render.write_report(model, ["md", "html", "json"], out)
+    md = (out / "report.md").read_text()
+    assert "## History" in md and "step: 1.11x slower" in md and "1 significant step" in md
+    assert (out / "plots" / "history.png") in written
+    html = (out / "report.html").read_text()
+    assert 'id="history"' in html and 'id="plot-history"' in html
+    doc = json.loads((out / "report.json").read_text())
+    assert [p["step"] for p in doc["history"]] == [False, True]
+    plain = views.build(df[df["run_id"] == "night-1"], [], "one run", history=history(df[df["run_id"] == "night-1"]))
+    assert plain.history == []
