@@ -386,8 +386,9 @@ class Exec:
 
 def _facts(image: Any) -> ImageFacts:
     digests = list(image.attrs.get("RepoDigests") or [])
-    config = image.attrs.get("Config") or {}
-    labels = {k: v for k, v in sorted((config.get("Labels") or {}).items()) if k.startswith("matrix.")}
+    # The SDK's Image.labels reads attrs["Config"]["Labels"]; either may be all a fake carries.
+    raw = getattr(image, "labels", None) or (image.attrs.get("Config") or {}).get("Labels") or {}
+    labels = {k: v for k, v in sorted(raw.items()) if k.startswith("matrix.")}
     return ImageFacts(str(image.id), digests[0] if digests else None, labels)
 
 
