@@ -110,10 +110,11 @@ def main() -> None:
             print(f"sacct for all jobs of the run ({len(tasks)} held tasks): "
                   f"{fmt(timed(lambda: commands.sacct(jobs), opts.polls))}")
             watch = {k: Watched.from_record(t, k, records[k]) for t in tasks if (k := state_key(t)) in records}
-            before = calls["sacct"]
+            before = Counter(calls)
             poll_times = timed(lambda: backend._poll(dict(watch), lambda t, o: None), opts.polls)
+            per_poll = {cmd: n / opts.polls for cmd, n in (calls - before).items()}
             print(f"one poll interval (sacct + result listing + {len(watch)} checks): {fmt(poll_times)}, "
-                  f"sacct calls per poll: {(calls['sacct'] - before) / opts.polls:g}")
+                  f"Slurm calls per poll: {per_poll}")
         finally:
             if jobs:
                 commands.scancel(jobs)

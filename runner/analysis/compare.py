@@ -196,6 +196,14 @@ class Comparison:
         return change_words(self.geomean, self.metric)
 
     @property
+    def n_ratios(self) -> int:
+        """Pairs with a ratio (both sides measured): what the geometric mean is over."""
+        if self.pairs.empty:
+            return 0
+        r = self.pairs["ratio"].to_numpy(dtype=float)
+        return int((np.isfinite(r) & (r > 0)).sum())
+
+    @property
     def n_significant(self) -> int:
         return int(self.pairs["significant"].sum()) if not self.pairs.empty else 0
 
@@ -292,7 +300,8 @@ def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
 def precision_recipes(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     """Per environment and precision, each distinct way it ran (from repeats that got that far) and its cells."""
     cols = ["side", "environment", "precision", *RECIPE_COLUMNS, "recipe", "cells"]
-    known = df[df["recipe"] != ""] if "recipe" in df else df.iloc[0:0]
+    # What ran: a repeat that ended unsupported was planned but never trained, so it says nothing of how.
+    known = df[(df["recipe"] != "") & (df["status"] != Status.UNSUPPORTED.value)] if "recipe" in df else df.iloc[0:0]
     if known.empty:
         return pd.DataFrame(columns=cols)
     out = known.groupby(["environment", "precision", *RECIPE_COLUMNS, "recipe"], sort=False).agg(

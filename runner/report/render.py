@@ -200,9 +200,7 @@ def compare_view(c: an.Comparison) -> CompareView:
         summary = f"No cell of {b} has a partner in {a}: nothing to compare."
     else:
         n = len(c.pairs)
-        words = c.geomean_words
-        summary = (f"Geometric mean of {b}/{a} over {n} pair{'s' if n != 1 else ''}: {fmt.ratio_words(c.geomean, words)}"
-                   f". {c.n_significant} of {n} pairs significant.")
+        summary = f"{views.geomean_sentence(c, a, b)}. {c.n_significant} of {n} pairs significant."
     precision = None
     if not c.precision_ratios.empty:
         side_names = {"A": a, "B": b}

@@ -266,14 +266,21 @@ def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame
     return sections, comparisons
 
 
+def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
+    """'Geometric mean of B/A over 2 of 11 pairs (9 not measured on both sides): 1.10x faster'."""
+    n, with_ratio = len(c.pairs), c.n_ratios
+    over = f"{with_ratio} pair{'s' if with_ratio != 1 else ''}"
+    if with_ratio != n:
+        over = f"{with_ratio} of {n} pairs ({n - with_ratio} not measured on both sides)"
+    return f"Geometric mean of {b}/{a} over {over}: {fmt.ratio_words(c.geomean, c.geomean_words)}"
+
+
 def comparison_note(c: an.Comparison, a: str, b: str) -> str:
     n = len(c.pairs)
     if not n:
         return f"No cell of {b} has a partner in {a}."
     sig = c.n_significant
-    words = c.geomean_words
-    text = (f"Geometric mean of {b}/{a} over {n} pair{'s' if n != 1 else ''}: {fmt.ratio_words(c.geomean, words)}"
-            f"; {sig} of {n} significant "
+    text = (f"{geomean_sentence(c, a, b)}; {sig} of {n} significant "
             f"(Welch's t-test p < {c.alpha:g} and a change of at least {c.min_effect:.0%}).")
     if not c.unpaired.empty:
         text += f" Unpaired: {len(c.unpaired)} cell{'s' if len(c.unpaired) != 1 else ''}."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,6 +17,19 @@ pytestmark = pytest.mark.docker
 
 AXES = "axes: {model: [mnist_cnn], precision: [fp32], batch_size: [16], device: [cpu]}"
 BOX = f'{{name: box, backend: docker, image: "{IMAGE}", tags: [container], env: {{OMP_NUM_THREADS: "1"}}}}'
+
+
+def own_containers(client: Any, db: Path, all: bool = False) -> list[Any]:
+    """The containers of the runs in this test's store: the engine is shared with other checkouts' runs."""
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            ids = [r[0] for r in conn.execute("SELECT run_id FROM runs")]
+    except sqlite3.OperationalError:  # the run has not created its tables yet
+        return []
+    return [c for run_id in ids for c in client.containers.list(
+        all=all, filters={"label": ["matrix.managed=true", f"matrix.run_id={run_id}"]})]
 
 
 def run_ids(db: Path) -> set[str]:
@@ -141,8 +155,7 @@ def test_container_killed_from_outside_fails_that_repeat_and_the_rest_runs(tmp_p
     proc = start_run(m, tmp_path)
     try:
         wait_for(lambda: any(p.read_text() for p in logs.glob("*/*.rank0.log")), 120, "the first repeat")
-        (victim,) = docker_client.containers.list(filters={"label": ["matrix.managed=true",
-                                                                     "matrix.environment=box"]})
+        (victim,) = own_containers(docker_client, tmp_path / "r.db")
         victim.kill()
         stdout, stderr = proc.communicate(timeout=180)
     finally:
@@ -207,12 +220,11 @@ def test_matrix_clean_reaps_the_container_of_a_killed_run(tmp_path: Path, docker
         """)
     proc = start_run(m, tmp_path, quiet=True)
     try:
-        wait_for(lambda: bool(docker_client.containers.list(filters={"label": "matrix.environment=box"})), 120,
-                 "the run's container")
+        wait_for(lambda: bool(own_containers(docker_client, tmp_path / "r.db")), 120, "the run's container")
     finally:
         proc.kill()  # SIGKILL: the run cannot clean up after itself
         proc.wait()
-    (left,) = docker_client.containers.list(all=True, filters={"label": "matrix.environment=box"})
+    (left,) = own_containers(docker_client, tmp_path / "r.db", all=True)
     out = cli("clean", cwd=tmp_path).stdout
     assert left.name in out and "removed" in out, out
     assert run_label_gone(left.labels["matrix.run_id"]) == []

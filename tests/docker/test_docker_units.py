@@ -98,7 +98,8 @@ class FakeImages:
         from docker.errors import ImageNotFound
         if not self.pulled:
             raise ImageNotFound(f"no such image: {ref}")
-        return type("Image", (), {"id": "sha256:" + "1" * 64, "attrs": {"RepoDigests": [f"{ref}@sha256:{'2' * 64}"]}})()
+        return type("Image", (), {"id": "sha256:" + "1" * 64, "labels": {"matrix.era": "2018"},
+                               "attrs": {"RepoDigests": [f"{ref}@sha256:{'2' * 64}"]}})()
 
 
 class FakeClient:
@@ -130,6 +131,7 @@ def test_missing_image_is_pulled_with_progress_on_stderr(tmp_path: Path, capsys:
     ])
     image = engine.Engine(client).image(REF, "missing")
     assert image.id.startswith("sha256:") and client.images.pulled and image.repo_digest
+    assert image.labels == {"matrix.era": "2018"}
     assert "pulling nvcr.io/nvidia/pytorch:18.07-py3" in capsys.readouterr().err
 
 

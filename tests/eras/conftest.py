@@ -7,13 +7,9 @@ a failed build skips outside CI and fails in CI (tests/conftest.py's `require`).
 
 from __future__ import annotations
 
-import io
-import json
 import subprocess
 import sys
-import tarfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +20,11 @@ for path in (ROOT, ROOT / "images"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from eratools import EraBox  # noqa: E402
 from recipes import BY_NAME, Recipe  # noqa: E402
 
 from tests.conftest import require  # noqa: E402
 
-BENCH = ROOT / "runner" / "bench" / "bench.py"
 BUILD_TIMEOUT_S = 1500
 
 
@@ -81,40 +77,6 @@ def image_2020(docker_client: Any) -> Recipe:
 @pytest.fixture(scope="session")
 def image_2022(docker_client: Any) -> Recipe:
     return era_image(docker_client, "2022")
-
-
-@dataclass
-class BenchRun:
-    code: int
-    output: str
-    result: dict[str, Any]
-
-
-class EraBox:
-    """One idle container of an era image (network none) in which bench.py runs, case after case."""
-
-    def __init__(self, client: Any, recipe: Recipe) -> None:
-        self.recipe = recipe
-        self.container = client.containers.create(
-            recipe.tag, ["sleep", "infinity"], network_mode="none", environment={"OMP_NUM_THREADS": "1"},
-            labels={"matrix.managed": "true", "matrix.purpose": "era-test"})
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(str(BENCH), arcname="matrix-bench.py")
-        self.container.put_archive("/tmp", buf.getvalue())
-        self.container.start()
-
-    def bench(self, *args: str) -> BenchRun:
-        argv = [self.recipe.interpreter, "/tmp/matrix-bench.py", "--dataset", "synthetic", "--device", "cpu",
-                "--threads", "1", "--workers", "0", *args]
-        code, out = self.container.exec_run(argv)
-        text = out.decode(errors="replace")
-        lines = [ln for ln in text.splitlines() if ln.startswith("MATRIX_RESULT ")]
-        result = json.loads(lines[-1][len("MATRIX_RESULT "):]) if lines else {}
-        return BenchRun(code, text, result)
-
-    def remove(self) -> None:
-        self.container.remove(force=True)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import EraBox
+from eratools import EraBox
 
 pytestmark = pytest.mark.docker
 

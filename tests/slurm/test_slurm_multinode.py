@@ -12,11 +12,13 @@ the other tests do; the node kill and the controller restart come after the runs
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,10 @@ pytestmark = pytest.mark.slurm
 
 NODES_SCRIPT = ROOT / "scripts" / "slurm-nodes.sh"
 PARTITION = "multi"
+# These tests kill, drain and restart parts of the one cluster on this machine: two test sessions
+# running them at once (several checkouts, one machine) would fail each other's jobs.
+LOCK = Path("/run/lock/matrix-slurm-multinode-tests.lock")
+LOCK_WAIT_S = 900.0
 
 MATRIX = """
 name: multi-{name}
@@ -174,17 +180,37 @@ def job_ids(m: Matrix) -> list[str]:
     return [f"{r['job']}_{r['index']}" for r in m.submitted().values()]
 
 
+@contextlib.contextmanager
+def exclusive(path: Path, within: float) -> Iterator[None]:
+    """Hold an exclusive lock on `path`, waiting up to `within` seconds for another holder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        deadline = time.time() + within
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.time() < deadline, f"another test session held {path} for {within:.0f} s"
+                time.sleep(2)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="module")
-def multi(bare_python: str) -> str:
-    """Partition `multi` with at least 3 nodes taking jobs; else skip (fail in CI)."""
+def multi(bare_python: str) -> Iterator[str]:
+    """Partition `multi` with at least 3 nodes taking jobs, for this module alone; else skip (fail in CI)."""
     states = node_states()
     require(len(states) >= 3, f"no partition {PARTITION!r} with 3 nodes (sinfo: {states}); start it with "
                               "`sudo scripts/slurm-up.sh` (make services)")
-    try:
-        wait_nodes_up(within=60)
-    except AssertionError as e:
-        require(False, str(e))
-    return bare_python
+    with exclusive(LOCK, LOCK_WAIT_S):
+        try:
+            wait_nodes_up(within=60)
+        except AssertionError as e:
+            require(False, str(e))
+        yield bare_python
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +232,7 @@ def test_ddp_runs_one_rank_per_slot_across_the_nodes(multi: str, timeout_matrix:
         nodes, per_node = int(params["nodes"]), int(params["gpus"])  # type: ignore[index]
         assert metrics["world_size"] == nodes * per_node  # type: ignore[index]
         assert metrics["throughput"] > 0  # type: ignore[index]
-        hostnames = env.get("hostnames") or [env["hostname"]]  # type: ignore[union-attr,index]
+        hostnames = env.get("hostnames") or [env["hostname"]]  # type: ignore[union-attr,index,attr-defined]
         # One rank per slot, node by node: rank r runs on the (r // per_node)-th node of the job.
         assert len(hostnames) == nodes * per_node
         assert len(set(hostnames)) == nodes, hostnames
@@ -310,7 +336,9 @@ def test_job_past_its_time_limit_is_timeout_on_every_node_and_resume_leaves_it(t
     assert env["slurm_state"] == "TIMEOUT" and env["slurm_nodes"] == "node[1-2]", env  # type: ignore[index]
     assert "DUE TO TIME LIMIT" in str(stored["log_tail"])
     assert m.submitted() == {}
-    assert "Nothing to run" in m.run().stdout, "a timeout is a result: resume does not run it again"
+    again = m.run(check=False)
+    assert "Nothing to run" in again.stdout, "a timeout is a result: resume does not run it again"
+    assert again.returncode == 3, "and the run still says that a selected repeat did not succeed"
 
 
 def restart_slurmctld() -> None:

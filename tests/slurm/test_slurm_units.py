@@ -26,7 +26,7 @@ from runner.backends.slurm.commands import SacctRow, parse_sacct, slurm  # noqa:
 from runner.backends.slurm.script import array_job, render_script, sbatch_quote  # noqa: E402
 from runner.backends.slurm.state import Watched  # noqa: E402
 from runner.errors import BackendError, ConfigError, StoreError  # noqa: E402
-from runner.results import Status  # noqa: E402
+from runner.results import Outcome, Status  # noqa: E402
 from runner.spec import Cell, RunContext, RunSettings, Task  # noqa: E402
 from runner.store import Store  # noqa: E402
 
@@ -389,3 +389,28 @@ def test_without_accounting_nothing_is_submitted_but_finished_files_are_collecte
     assert got[new.id].status is Status.NOT_STARTED  # type: ignore[attr-defined]
     assert "not submitted" in got[new.id].reason and "slurmdbd" in got[new.id].reason  # type: ignore[attr-defined]
     assert not (tmp_path / "sbatch-ran").exists()
+
+
+def test_a_marker_without_a_result_waits_for_the_final_state_which_says_timeout(
+        backend: tuple[SlurmBackend, Watched], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A time limit kills the ranks, the batch script still publishes its marker (exit 143, no result):
+    the repeat is a timeout, not a failure, once sacct says so; until then it is not decided."""
+    b, w = backend
+    out = w.results_dir / "out"
+    (out / f"{w.task.id}.out").write_text("")
+    (out / f"{w.task.id}.err").write_text("srun: error: node1: task 0: Terminated\n")
+    (w.results_dir / "work" / f"{w.task.id}.rank0.log").write_text("[bench] 10000000 measured iterations\n")
+    (w.results_dir / "logs" / "41_3.out").write_text("slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT "
+                                                     "2026-11-22T05:10:51 DUE TO TIME LIMIT ***\n")
+    (out / f"{w.task.id}.done").write_text(json.dumps({"schema": 1, "returncode": 143, "srun_returncode": 143,
+                                                       "started_at": 1.0, "finished_at": 2.0}))
+    fake_commands(tmp_path, monkeypatch, sacct="41_3|RUNNING|0:0|00:01:00|1|Unknown|node[1-2]\n", squeue="")
+    watch = {w.key: w}
+    b._poll(watch, lambda t, o: pytest.fail(f"decided while sacct says RUNNING: {o}"))
+    assert list(watch) == [w.key]
+    reported: list[Outcome] = []
+    (tmp_path / "later").mkdir()
+    fake_commands(tmp_path / "later", monkeypatch, sacct="41_3|TIMEOUT|0:15|00:01:02|1|63|node[1-2]\n", squeue="")
+    b._poll(watch, lambda t, o: reported.append(o))
+    assert watch == {} and [o.status for o in reported] == [Status.TIMEOUT], reported
+    assert "time limit" in reported[0].reason and "DUE TO TIME LIMIT" in reported[0].log_tail

@@ -87,7 +87,8 @@ def device_requests(gpus: Any) -> list[Any]:
 class ImageFacts:
     id: str
     repo_digest: str | None
-    labels: dict[str, str] = field(default_factory=dict)  # matrix's own (images/recipes.py: era, versions)
+    # matrix's own labels (images/recipes.py: era, release date, versions), stored with results
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -385,7 +386,9 @@ class Exec:
 
 def _facts(image: Any) -> ImageFacts:
     digests = list(image.attrs.get("RepoDigests") or [])
-    labels = {k: v for k, v in sorted((image.labels or {}).items()) if k.startswith("matrix.")}
+    config = image.attrs.get("Config") or {}
+    found = getattr(image, "labels", None) or config.get("Labels") or {}
+    labels = {k: v for k, v in sorted(found.items()) if k.startswith("matrix.")}
     return ImageFacts(str(image.id), digests[0] if digests else None, labels)
 
 

@@ -53,7 +53,7 @@ def _runtime_check(info: dict[str, Any], smi: str | None) -> Check:
         return Check("docker GPU runtime", True, f"{how} (runtimes: {', '.join(runtimes)})")
     return Check("docker GPU runtime", False if smi else None,
                  f"no NVIDIA runtime (runtimes: {', '.join(runtimes) or 'none'}): environments "
-                 "with `gpus` fail; install the NVIDIA Container Toolkit and run "
+                 "with `gpus` do not start; install the NVIDIA Container Toolkit and run "
                  "`nvidia-ctk runtime configure --runtime=docker`, then restart dockerd")
 
 

@@ -286,7 +286,17 @@ class SlurmBackend(Backend):
             if row is not None and row.state in STARTED_STATES:
                 self._started(w)
             if f"{w.task.id}.done" in listings[w.results_dir]:
-                finished.append((w, outcomes.from_files(w, row, self._extra(w, row))))
+                outcome = outcomes.from_files(w, row, self._extra(w, row))
+                if outcome.result is None and outcome.status is not Status.OK:
+                    # Killed before it printed a result (time limit, scancel, a node lost): the batch
+                    # script still publishes its marker, so the Slurm state, once final, says why.
+                    if row is not None and outcomes.decided_by_state(row.state):
+                        outcome = outcomes.from_state(self.env, w, row, self._extra(w, row))
+                    elif row is None or row.state not in FINISHED_STATES:
+                        w.finished_seen = w.finished_seen or now
+                        if now - w.finished_seen < RESULT_GRACE_S and self._sacct_failing_since is None:
+                            continue
+                finished.append((w, outcome))
             elif row is not None and row.state in FINISHED_STATES:
                 if row.state in ("COMPLETED", "FAILED"):
                     # The result may not be visible yet on a network filesystem.

@@ -71,6 +71,11 @@ _BY_STATE = {
 }
 
 
+def decided_by_state(state: str) -> bool:
+    """Whether this Slurm state alone says how a task ended (a time limit, a cancel, a lost node)."""
+    return state in _BY_STATE
+
+
 def from_state(env: SlurmEnvironment, w: Watched, row: SacctRow, facts: dict[str, Any]) -> Outcome:
     """A task that ended without publishing its result: the Slurm state says why."""
     stdout, log = ranks.read_ranks(w.results_dir / "work" / w.task.id)

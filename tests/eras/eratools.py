@@ -1,0 +1,48 @@
+"""Helpers of the era tests: bench.py run case after case in one idle container of an era image."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipes import Recipe
+
+BENCH = Path(__file__).resolve().parents[2] / "runner" / "bench" / "bench.py"
+
+
+@dataclass
+class BenchRun:
+    code: int
+    output: str
+    result: dict[str, Any]
+
+
+class EraBox:
+    """One idle container of an era image (network none) in which bench.py runs, case after case."""
+
+    def __init__(self, client: Any, recipe: Recipe) -> None:
+        self.recipe = recipe
+        self.container = client.containers.create(
+            recipe.tag, ["sleep", "infinity"], network_mode="none", environment={"OMP_NUM_THREADS": "1"},
+            labels={"matrix.managed": "true", "matrix.purpose": "era-test"})
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(str(BENCH), arcname="matrix-bench.py")
+        self.container.put_archive("/tmp", buf.getvalue())
+        self.container.start()
+
+    def bench(self, *args: str) -> BenchRun:
+        argv = [self.recipe.interpreter, "/tmp/matrix-bench.py", "--dataset", "synthetic", "--device", "cpu",
+                "--threads", "1", "--workers", "0", *args]
+        code, out = self.container.exec_run(argv)
+        text = out.decode(errors="replace")
+        lines = [ln for ln in text.splitlines() if ln.startswith("MATRIX_RESULT ")]
+        result = json.loads(lines[-1][len("MATRIX_RESULT "):]) if lines else {}
+        return BenchRun(code, text, result)
+
+    def remove(self) -> None:
+        self.container.remove(force=True)
