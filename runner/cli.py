@@ -83,7 +83,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
 
     Exit status: 0 when every selected repeat is ok or unsupported (or still queued with --no-wait);
     1 when nothing could run (bad matrix file, store or option); 3 when a repeat ended failed, oom,
-    timeout, cancelled or not_started (its environment could not start); 130 when interrupted.
+    timeout, cancelled or not_started (its environment could not start); 4 when everything was
+    measured but a reference of the matrix file failed; 130 when interrupted.
     """
     m = matrix_mod.load(_matrix_path(matrix))
     if image:
@@ -97,7 +98,8 @@ def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None
                                                   "--db")] = Path("results")) -> None:
     """Gather results of batch jobs submitted earlier (`run --no-wait`); submits nothing.
 
-    Exit status as `matrix run`: 0, 1, 3 (a repeat did not end ok or unsupported), 130.
+    Exit status as `matrix run`: 0, 1, 3 (a repeat did not end ok or unsupported), 4 (a reference
+    failed), 130.
     """
     m = matrix_mod.load(_matrix_path(matrix))
     _run(m, db, env, only, workdir, submit=False)
@@ -132,7 +134,7 @@ def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] 
     if report.exit_code:
         raise typer.Exit(report.exit_code)
     if failed:
-        raise typer.Exit(decide.EXIT_FAILED)
+        raise typer.Exit(execute.EXIT_REFERENCE_FAILED)
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:

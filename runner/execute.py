@@ -41,6 +41,7 @@ from runner.store import Store, new_run_id
 EXIT_OK = 0            # every selected repeat is ok or unsupported (or still queued with --no-wait)
 EXIT_ERROR = 1         # nothing ran: bad matrix file, store or option (one line on stderr)
 EXIT_NOT_MEASURED = 3  # some repeat ended failed, oom, timeout, cancelled or not_started
+EXIT_REFERENCE_FAILED = 4  # everything was measured, but a reference in the matrix file failed
 EXIT_INTERRUPTED = 130
 
 

@@ -17,7 +17,7 @@ from runner.spec import Cell
 from runner.store import Store
 
 CHECK_FORMATS = ("json",)
-EXIT_FAILED = 1  # `matrix check`, `matrix run` (all measured) and `compare --fail-on`: a decision failed
+EXIT_FAILED = 1  # `matrix check` and `compare --fail-on`: the decision failed (`matrix run` says 4: see execute)
 
 
 def _frame(store: Store) -> pd.DataFrame:
