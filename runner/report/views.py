@@ -133,8 +133,12 @@ def cell_label(row: Any, keys: Sequence[str] = an.CELL_KEYS) -> str:
             continue
         if k == "options" and not v:
             continue
-        parts.append(f"batch {v}" if k == "batch_size" else f"{v} GPUs" if k == "gpus"
-                     else f"{v} nodes" if k == "nodes" else str(v))
+        if k == "gpus":  # one rank per GPU; on a CPU device the ranks are processes
+            # A pandas row or a record; the device is a column or one of the options ("device=cpu ...").
+            on_cpu = str(row.get("device", "")) == "cpu" or "device=cpu" in str(row.get("options", "")).split()
+            parts.append(f"{v} ranks" if on_cpu else f"{v} GPUs")
+            continue
+        parts.append(f"batch {v}" if k == "batch_size" else f"{v} nodes" if k == "nodes" else str(v))
     return " · ".join(parts)
 
 

@@ -325,3 +325,15 @@ def test_scaling_across_nodes_with_forward_backward_from_the_breakdown() -> None
     assert six["fwd_throughput_mean"] == pytest.approx(3840 / 6.0) and six["bwd_throughput_mean"] == pytest.approx(240.0)
     assert six["speedup"] == pytest.approx(241.0 / 100.5) and six["efficiency"] == pytest.approx(241.0 / 100.5 / 3)
     assert an.get_metric("forward").name == "fwd_throughput"
+
+
+def test_cell_labels_call_cpu_ranks_ranks_and_gpu_ranks_gpus() -> None:
+    from runner.report.views import cell_label
+
+    keys = ["model", "device", "gpus", "nodes"]
+    cpu = pd.Series({"model": "resnet18", "device": "cpu", "gpus": 2, "nodes": 3})
+    assert cell_label(cpu, keys) == "resnet18 · cpu · 2 ranks · 3 nodes"
+    gpu = {"model": "resnet18", "device": "cuda", "gpus": 8, "nodes": 1}  # a record, as the warnings pass it
+    assert cell_label(gpu, keys) == "resnet18 · cuda · 8 GPUs"
+    in_options = {"model": "resnet18", "gpus": 2, "nodes": 1, "options": "breakdown=True device=cpu threads=1"}
+    assert cell_label(in_options, ["model", "gpus", "options"]) == "resnet18 · 2 ranks · breakdown=True device=cpu threads=1"
