@@ -74,25 +74,11 @@ def test_adaptive_repeats_stop_at_max_and_resume_counts_stored_repeats(tmp_path:
     assert "Nothing to run" in again.stdout and again.returncode == 0
 
 
-GATE = """
-name: gate
-environments:
-  - {name: one, backend: local, env: {OMP_NUM_THREADS: "1"}}
-  - {name: one-again, backend: local, env: {OMP_NUM_THREADS: "1"}}
-  # Made slower on purpose, by the same amount whatever the machine's core count or load: oneDNN limited to
-  # SSE4.1 and ATen's vectorised kernels off, as in a build for an older CPU (about 3x slower for this cell).
-  # (Oversubscribing the cores with OpenMP threads is not a reliable slowdown: on an idle 2-core machine
-  # eight threads still beat one.)
-  - {name: no-simd, backend: local,
-     env: {OMP_NUM_THREADS: "1", DNNL_MAX_CPU_ISA: "SSE41", ATEN_CPU_CAPABILITY: "default"}}
-axes: {model: [mnist_cnn], precision: [fp32], batch_size: [64], device: [cpu]}
-run: {iterations: 10, warmup: 2, repeats: 5, timeout: 300}
-"""
+GATE = Path(__file__).parents[2] / "examples" / "gate.yaml"  # one, one-again, and no-simd (slower on purpose)
 
 
 def test_the_gate_trips_on_a_real_slowdown_and_stays_quiet_on_a_a(tmp_path: Path) -> None:
-    m = write(tmp_path / "gate.yaml", GATE)
-    run = cli("run", "-m", str(m), "--db", "g.db", cwd=tmp_path)
+    run = cli("run", "-m", str(GATE), "--db", "g.db", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     slow = cli("compare", "one", "no-simd", "--db", "g.db", "--fail-on", "slower:3%", cwd=tmp_path)
     assert slow.returncode == 1, slow.stdout + slow.stderr
