@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,24 @@ def schedule(work: Sequence[EnvWork], wait: bool = True, submit: bool = True) ->
         return [Step(w) for w in work]
     order = others + queued if all(w.elsewhere for w in queued) else queued + others
     return [Step(w, submit_only=True) for w in queued] + [Step(w) for w in order]
+
+
+def rounds(tasks: Sequence[Task], interleave: bool, queued: Collection[str] = ()) -> list[list[Task]]:
+    """The run's tasks in rounds. Without interleaving, one round. With it, round r holds repeat r of every
+    cell, so the cells alternate and a change in the machine between the first and the last repeat falls on
+    all of them alike; the tasks of the environments named in `queued` (a batch scheduler's, which orders its
+    own jobs and is submitted once) all go in the first round."""
+    if not interleave:
+        return [list(tasks)] if tasks else []
+    first = [t for t in tasks if t.cell.env_name in queued]
+    by_repeat: dict[int, list[Task]] = defaultdict(list)
+    for t in tasks:
+        if t.cell.env_name not in queued:
+            by_repeat[t.repeat].append(t)
+    ordered = [by_repeat[r] for r in sorted(by_repeat)]
+    if first:
+        ordered = [first + (ordered[0] if ordered else []), *ordered[1:]]
+    return ordered
 
 
 # Saying what happens --------------------------------------------------------------------------------
@@ -251,15 +269,21 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
         report.stored[outcome.status.value] += 1
         printer.outcome(task, outcome)
 
-    steps = schedule(_env_work(tasks, ctx), wait, submit)
+    steps = _steps(tasks, ctx, matrix.run.interleave, wait, submit)
+    last_step = {s.work.tasks[0].cell.env_name: i for i, s in enumerate(steps)}
+    cannot_start: dict[str, str] = {}  # environments whose session could not open, with why: not tried again
     running: list[str] = []  # the environment whose backend is running (it speaks for itself if interrupted)
     try:
         with printer.progress:
-            for step in steps:
+            for i, step in enumerate(steps):
                 step_ctx = replace(ctx, wait=False, back_later=True) if step.submit_only else ctx
-                running[:] = [step.work.tasks[0].cell.env_name]
-                _run_environment([t for t in step.work.tasks if t.id not in reported], step_ctx, sink)
-                printer.environment_done(running.pop())
+                env_name = step.work.tasks[0].cell.env_name
+                running[:] = [env_name]
+                _run_environment([t for t in step.work.tasks if t.id not in reported], step_ctx, sink,
+                                 cannot_start)
+                running.pop()
+                if last_step[env_name] == i:
+                    printer.environment_done(env_name)
             # Adaptive repeats: rounds of more repeats for the cells whose interval is still too wide.
             while wait and submit:
                 extra = adaptive.more_tasks(cells, store, run_id if force else None)
@@ -268,10 +292,15 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
                 tasks += extra
                 report.planned = len(tasks)
                 printer.more(len(tasks))
-                for step in schedule(_env_work(extra, ctx), wait, submit):
-                    running[:] = [step.work.tasks[0].cell.env_name]
-                    _run_environment(list(step.work.tasks), ctx, sink)
-                    printer.environment_done(running.pop())
+                more = _steps(extra, ctx, matrix.run.interleave, wait, submit)
+                last_step = {s.work.tasks[0].cell.env_name: i for i, s in enumerate(more)}
+                for i, step in enumerate(more):
+                    env_name = step.work.tasks[0].cell.env_name
+                    running[:] = [env_name]
+                    _run_environment(list(step.work.tasks), ctx, sink, cannot_start)
+                    running.pop()
+                    if last_step[env_name] == i:
+                        printer.environment_done(env_name)
     except KeyboardInterrupt:
         report.interrupted = True
         store.finish_run(run_id, "interrupted")
@@ -289,6 +318,13 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
     return report
 
 
+def _steps(tasks: Sequence[Task], ctx: RunContext, interleave: bool, wait: bool, submit: bool) -> list[Step]:
+    """The run's steps: each round (one, unless interleaved) scheduled in turn."""
+    queued = {t.cell.env_name for t in tasks if backends.get(t.cell.environment.backend).queued}
+    return [step for part in rounds(tasks, interleave, queued)
+            for step in schedule(_env_work(part, ctx), wait, submit)]
+
+
 def _env_work(tasks: Sequence[Task], ctx: RunContext) -> list[EnvWork]:
     by_env: dict[str, list[Task]] = defaultdict(list)
     for t in tasks:
@@ -301,12 +337,20 @@ def _env_work(tasks: Sequence[Task], ctx: RunContext) -> list[EnvWork]:
     return work
 
 
-def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Any) -> None:
+def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Any,
+                     cannot_start: dict[str, str] | None = None) -> None:
     """One environment's tasks through its backend. An environment that cannot be used at all (its
-    session could not open) measured nothing: its tasks are `not_started`, and the next run tries again."""
+    session could not open) measured nothing: its tasks are `not_started`, and the next run tries again.
+    Within this run it is not tried again (`cannot_start` remembers why, for the later rounds)."""
     if not tasks:
         return
     env = tasks[0].cell.environment
+    cannot_start = {} if cannot_start is None else cannot_start
+    if env.name in cannot_start:
+        now = time.time()
+        for t in tasks:
+            sink(t, Outcome(Status.NOT_STARTED, reason=cannot_start[env.name], started_at=now, finished_at=now))
+        return
     told: set[str] = set()
 
     def once(task: Task, outcome: Outcome) -> None:
@@ -317,6 +361,7 @@ def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Any) -> None:
         with backends.get(env.backend)(env, ctx) as backend:
             backend.run(tasks, once)
     except MatrixError as e:
+        cannot_start[env.name] = str(e)
         now = time.time()
         for t in tasks:
             if t.id not in told:

@@ -64,6 +64,9 @@ class RunSettings(Strict):
     repeats: int = Field(3, ge=1, description="repeats every cell gets (the minimum when adaptive)")
     timeout: float = Field(600, gt=0, description="seconds per repeat")
     seed: int = 0
+    interleave: bool = Field(False, description="run repeat 1 of every cell, then repeat 2, ... so that drift in "
+                             "the machine falls on every cell alike (environments that run here; a batch "
+                             "scheduler orders its own jobs)")
     adaptive: AdaptiveRepeats | None = Field(None, description="set by writing `repeats` as a mapping")
 
     @property

@@ -217,3 +217,50 @@ def test_schedule_is_a_pure_function() -> None:
     assert names == [("a", True), ("here", False), ("a", False)]
     assert [s.submit_only for s in execute.schedule([a, here], wait=False)] == [False, False]
     assert [s.work for s in execute.schedule([a])] == [a]
+
+
+def test_rounds_interleave_repeats_and_keep_batch_jobs_in_the_first() -> None:
+    m = matrix_mod.parse(MATRIX.replace("batch_size: [8]", "batch_size: [8, 16]").replace("repeats: 2", "repeats: 3"))
+    tasks = [execute.Task(c, r) for c in m.cells() for r in range(3)]
+    assert execute.rounds(tasks, interleave=False) == [tasks]
+    assert execute.rounds([], interleave=False) == []
+    plan = execute.rounds(tasks, interleave=True, queued={"cluster-a", "cluster-b"})
+    said = [[(t.cell.env_name, t.cell.params["batch_size"], t.repeat) for t in part] for part in plan]
+    assert len(plan) == 3 and sorted(t.id for part in plan for t in part) == sorted(t.id for t in tasks)
+    # The batch scheduler's tasks are submitted once, in the first round; the rest alternate by repeat.
+    assert [x for x in said[0] if x[0] != "here"] == [(e, b, r) for e in ("cluster-a", "cluster-b")
+                                                     for b in (8, 16) for r in range(3)]
+    for r, part in enumerate(said):
+        assert [x for x in part if x[0] == "here"] == [("here", 8, r), ("here", 16, r)]
+
+
+def test_interleaved_run_alternates_environments_and_tries_one_that_cannot_start_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.errors import BackendError
+
+    events: list[tuple[str, str]] = []
+    here = fakes(events, elsewhere=False)["local"]
+    opened: list[str] = []
+
+    class Sometimes(here):  # type: ignore[valid-type, misc]
+        def __enter__(self) -> Backend:
+            opened.append(self.env.name)
+            if self.env.name == "broken":
+                raise BackendError("image 'x' is not on this engine")
+            return self
+
+    monkeypatch.setattr(execute.backends, "get", lambda kind: Sometimes)
+    text = """
+name: aa
+environments: [{name: a, backend: local}, {name: b, backend: local}, {name: broken, backend: local}]
+axes: {model: [mlp], precision: [fp32], batch_size: [8], device: [cpu]}
+run: {iterations: 1, warmup: 0, repeats: 3, interleave: true}
+"""
+    m = matrix_mod.parse(text, tmp_path / "m.yaml")
+    with Store(tmp_path / "r.db") as store:
+        report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
+        stored = [(r["environment"], r["repeat"], r["status"]) for r in store.rows()]
+    assert events == [("run", "a"), ("run", "b")] * 3
+    assert opened == ["a", "b", "broken", "a", "b", "a", "b"]  # broken: tried in the first round only
+    assert stored == [(e, r, "ok" if e != "broken" else "not_started") for r in range(3) for e in ("a", "b", "broken")]
+    assert report.unsuccessful == {"not_started": 3}
