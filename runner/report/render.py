@@ -17,7 +17,7 @@ import jinja2
 import pandas as pd
 
 from runner import analysis as an
-from runner.report import fmt, views
+from runner.report import fmt, labels, views
 from runner.report.fmt import Cell, MdSafe, Table
 
 if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
@@ -209,15 +209,15 @@ def compare_view(c: an.Comparison) -> CompareView:
     unpaired = None
     if not c.unpaired.empty:
         u = c.unpaired
-        keys = views.varying(u, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
+        keys = labels.varying(u, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
         names = {"A": a, "B": b}
         # The environment column only says something when a side is not itself one environment.
         show_env = any(r["environments"] != names[r["side"]] for r in u.to_dict("records"))
-        unpaired = Table(["side", *(["environment"] if show_env else []), *(views.KEY_LABELS[k] for k in keys),
+        unpaired = Table(["side", *(["environment"] if show_env else []), *(labels.KEY_LABELS[k] for k in keys),
                           "statuses"])
         for r in u.to_dict("records"):
             unpaired.add(names[r["side"]], *([r["environments"]] if show_env else []),
-                         *(views.key_text(k, r[k]) for k in keys), Cell(r["statuses"], "status"))
+                         *(labels.key_text(k, r[k]) for k in keys), Cell(r["statuses"], "status"))
     recipes = None
     if not c.recipes.empty:
         recipes = Table(["precision", a, b])

@@ -6,7 +6,6 @@ the precision summary fp32 and another precision, scaling more than one GPU or n
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,12 +15,19 @@ import pandas as pd
 from runner import analysis as an
 from runner.report import fmt
 from runner.report.fmt import DASH, Cell, Table
+from runner.report.labels import (
+    KEY_LABELS,
+    cell_label,
+    cell_value,
+    constants_note,
+    iso,
+    key_text,
+    not_ok,
+    varying,
+)
 from runner.results import Status
-from runner.spec import LAYOUT_AXES
 
 GRID_METRICS = ("throughput", "iter_time", "peak_mem", "accuracy", "loss_end")
-KEY_LABELS = {"environment": "environment", "model": "model", "precision": "precision", "batch_size": "batch",
-              "dataset": "dataset", "gpus": "GPUs", "nodes": "nodes", "options": "options"}
 ENV_LABELS = (("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"), ("env_torch", "torch"),
               ("env_cuda", "CUDA"), ("env_cudnn", "cuDNN"), ("env_python", "Python"), ("env_image", "image"),
               ("env_repo_digest", "image digest"), ("env_image_id", "image id"), ("env_hostname", "host"),
@@ -73,80 +79,6 @@ class ReportModel:
     run_records: list[dict[str, Any]] = field(default_factory=list)
     history: list[Section] = field(default_factory=list)
     history_df: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-
-# --- helpers ----------------------------------------------------------------------------------
-
-def varying(df: pd.DataFrame, keys: Sequence[str], always: Sequence[str] = ()) -> list[str]:
-    """The key columns worth a table column: those that vary, plus the ones always shown."""
-    return [k for k in keys if k in always or (k in df and df[k].nunique(dropna=False) > 1)]
-
-
-def constants_note(df: pd.DataFrame, keys: Sequence[str]) -> str:
-    """The key values every row shares, said once under the table instead of in a column."""
-    parts = []
-    for k in keys:
-        if k not in df or df.empty or df[k].nunique(dropna=False) != 1:
-            continue
-        v = df[k].iloc[0]
-        if k == "options" and not v:
-            continue
-        if k in LAYOUT_AXES:
-            if v == 1:  # one process is the default layout: not worth a remark (and CPU runs have no GPU)
-                continue
-            parts.append(f"{v} {'GPU' if k == 'gpus' else 'node'}{'s' if v != 1 else ''}")
-        elif k == "options":
-            parts.append(str(v))
-        else:
-            parts.append(f"{KEY_LABELS[k]} {v}")
-    return ", ".join(parts)
-
-
-def key_text(k: str, v: Any) -> str:
-    return str(v) if v != "" else DASH
-
-
-def not_ok(statuses: str) -> str:
-    """The non-ok part of a status summary: '1 failed' out of '2 ok, 1 failed'."""
-    return ", ".join(p for p in statuses.split(", ") if p and not p.endswith(" ok"))
-
-
-def cell_value(row: Any, m: an.Metric) -> Cell:
-    """A grid cell: mean ± std of the ok repeats, with the repeats that were not ok counted beside it."""
-    n = int(row[f"{m.name}_n"])
-    bad = not_ok(row["statuses"])
-    if int(row["n_ok"]) == 0:
-        return Cell(bad or DASH, "status")
-    if n == 0:
-        return Cell(DASH, "muted")
-    text = fmt.metric_value(m, row[f"{m.name}_mean"], row[f"{m.name}_std"], n)
-    if bad:
-        return Cell(f"{text} ({bad})", "num partial")
-    return Cell(text, "num")
-
-
-def cell_label(row: Any, keys: Sequence[str] = an.CELL_KEYS) -> str:
-    parts = []
-    for k in keys:
-        v = row[k]
-        if k in LAYOUT_AXES and v == 1:
-            continue
-        if k == "options" and not v:
-            continue
-        if k == "gpus":  # one rank per GPU; on a CPU device the ranks are processes
-            # A pandas row or a record; the device is a column or one of the options ("device=cpu ...").
-            on_cpu = str(row.get("device", "")) == "cpu" or "device=cpu" in str(row.get("options", "")).split()
-            parts.append(f"{v} ranks" if on_cpu else f"{v} GPUs")
-            continue
-        parts.append(f"batch {v}" if k == "batch_size" else f"{v} nodes" if k == "nodes" else str(v))
-    return " · ".join(parts)
-
-
-def _iso(ts: Any) -> str:
-    try:
-        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(ts)))
-    except (TypeError, ValueError, OverflowError):
-        return DASH
 
 
 # --- views ------------------------------------------------------------------------------------
@@ -215,7 +147,7 @@ def hardware_of(info: pd.DataFrame, env: str) -> str:
 def runs_table(records: list[dict[str, Any]]) -> Table:
     table = Table(["run", "matrix", "started", "host", "status", "results"], align=["l"] * 5 + ["l"])
     for r in records:
-        table.add(r["run_id"], r.get("matrix_name") or DASH, _iso(r.get("started_at")), r.get("host") or DASH,
+        table.add(r["run_id"], r.get("matrix_name") or DASH, iso(r.get("started_at")), r.get("host") or DASH,
                   r.get("status") or DASH, an.status_summary(r.get("counts") or {}) or DASH)
     return table
 

@@ -328,7 +328,7 @@ def test_scaling_across_nodes_with_forward_backward_from_the_breakdown() -> None
 
 
 def test_cell_labels_call_cpu_ranks_ranks_and_gpu_ranks_gpus() -> None:
-    from runner.report.views import cell_label
+    from runner.report.labels import cell_label
 
     keys = ["model", "device", "gpus", "nodes"]
     cpu = pd.Series({"model": "resnet18", "device": "cpu", "gpus": 2, "nodes": 3})

@@ -1,0 +1,99 @@
+"""How cells, keys and values are written in every table: shared by the report's views and `matrix compare`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from runner import analysis as an
+from runner.report import fmt
+from runner.report.fmt import DASH, Cell
+from runner.spec import LAYOUT_AXES
+
+KEY_LABELS = {"environment": "environment", "model": "model", "precision": "precision", "batch_size": "batch",
+              "dataset": "dataset", "gpus": "GPUs", "nodes": "nodes", "options": "options"}
+
+
+def varying(df: pd.DataFrame, keys: Sequence[str], always: Sequence[str] = ()) -> list[str]:
+    """The key columns worth a table column: those that vary, plus the ones always shown."""
+    return [k for k in keys if k in always or (k in df and df[k].nunique(dropna=False) > 1)]
+
+
+def constants_note(df: pd.DataFrame, keys: Sequence[str]) -> str:
+    """The key values every row shares, said once under the table instead of in a column."""
+    parts = []
+    for k in keys:
+        if k not in df or df.empty or df[k].nunique(dropna=False) != 1:
+            continue
+        v = df[k].iloc[0]
+        if k == "options" and not v:
+            continue
+        if k in LAYOUT_AXES:
+            if v == 1:  # one process is the default layout: not worth a remark (and CPU runs have no GPU)
+                continue
+            parts.append(f"{v} {'GPU' if k == 'gpus' else 'node'}{'s' if v != 1 else ''}")
+        elif k == "options":
+            parts.append(str(v))
+        else:
+            parts.append(f"{KEY_LABELS[k]} {v}")
+    return ", ".join(parts)
+
+
+def key_text(k: str, v: Any) -> str:
+    return str(v) if v != "" else DASH
+
+
+def not_ok(statuses: str) -> str:
+    """The non-ok part of a status summary: '1 failed' out of '2 ok, 1 failed'."""
+    return ", ".join(p for p in statuses.split(", ") if p and not p.endswith(" ok"))
+
+
+def cell_value(row: Any, m: an.Metric) -> Cell:
+    """A grid cell: mean ± std of the ok repeats, with the repeats that were not ok counted beside it."""
+    n = int(row[f"{m.name}_n"])
+    bad = not_ok(row["statuses"])
+    if int(row["n_ok"]) == 0:
+        return Cell(bad or DASH, "status")
+    if n == 0:
+        return Cell(DASH, "muted")
+    text = fmt.metric_value(m, row[f"{m.name}_mean"], row[f"{m.name}_std"], n)
+    if bad:
+        return Cell(f"{text} ({bad})", "num partial")
+    return Cell(text, "num")
+
+
+def on_cpu(row: Any) -> bool:
+    """Whether a cell (a pandas row or a record) ran on a CPU device: a column, or one of its options."""
+    return str(row.get("device", "")) == "cpu" or "device=cpu" in str(row.get("options", "")).split()
+
+
+def processes(n: Any, cpu: bool) -> str:
+    """The `gpus` axis in words: one rank per GPU, or per process on a CPU device."""
+    word = "rank" if cpu else "GPU"
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def cell_label(row: Any, keys: Sequence[str] = an.CELL_KEYS) -> str:
+    parts = []
+    for k in keys:
+        v = row[k]
+        if k in LAYOUT_AXES and v == 1:
+            continue
+        if k == "options" and not v:
+            continue
+        if k == "gpus":
+            parts.append(processes(v, on_cpu(row)))
+            continue
+        parts.append(f"batch {v}" if k == "batch_size" else f"{v} nodes" if k == "nodes" else str(v))
+    return " · ".join(parts)
+
+
+def iso(ts: Any) -> str:
+    """A stored epoch time as '2026-11-23 18:28 UTC'."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(ts)))
+    except (TypeError, ValueError, OverflowError):
+        return DASH
