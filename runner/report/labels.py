@@ -34,7 +34,8 @@ def constants_note(df: pd.DataFrame, keys: Sequence[str]) -> str:
         if k in LAYOUT_AXES:
             if v == 1:  # one process is the default layout: not worth a remark (and CPU runs have no GPU)
                 continue
-            parts.append(f"{v} {'GPU' if k == 'gpus' else 'node'}{'s' if v != 1 else ''}")
+            cpu = all(on_cpu(r) for r in df.to_dict("records"))
+            parts.append(processes(v, cpu) if k == "gpus" else f"{v} node{'s' if v != 1 else ''}")
         elif k == "options":
             parts.append(str(v))
         else:

@@ -337,3 +337,8 @@ def test_cell_labels_call_cpu_ranks_ranks_and_gpu_ranks_gpus() -> None:
     assert cell_label(gpu, keys) == "resnet18 · cuda · 8 GPUs"
     in_options = {"model": "resnet18", "gpus": 2, "nodes": 1, "options": "breakdown=True device=cpu threads=1"}
     assert cell_label(in_options, ["model", "gpus", "options"]) == "resnet18 · 2 ranks · breakdown=True device=cpu threads=1"
+    # The note under a table, when every row shares the layout, says the same.
+    from runner.report.labels import constants_note
+
+    assert constants_note(pd.DataFrame([in_options, in_options]), ["gpus", "nodes"]) == "2 ranks"
+    assert constants_note(pd.DataFrame([gpu]), ["gpus"]) == "8 GPUs"
