@@ -269,21 +269,24 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
         report.stored[outcome.status.value] += 1
         printer.outcome(task, outcome)
 
-    steps = _steps(tasks, ctx, matrix.run.interleave, wait, submit)
-    last_step = {s.work.tasks[0].cell.env_name: i for i, s in enumerate(steps)}
     cannot_start: dict[str, str] = {}  # environments whose session could not open, with why: not tried again
     running: list[str] = []  # the environment whose backend is running (it speaks for itself if interrupted)
+
+    def drive(steps: Sequence[Step]) -> None:
+        last_step = {s.work.tasks[0].cell.env_name: i for i, s in enumerate(steps)}
+        for i, step in enumerate(steps):
+            step_ctx = replace(ctx, wait=False, back_later=True) if step.submit_only else ctx
+            env_name = step.work.tasks[0].cell.env_name
+            running[:] = [env_name]
+            _run_environment([t for t in step.work.tasks if t.id not in reported], step_ctx, sink, cannot_start)
+            running.pop()
+            if last_step[env_name] == i:
+                printer.environment_done(env_name)
+
+    steps = _steps(tasks, ctx, matrix.run.interleave, wait, submit)
     try:
         with printer.progress:
-            for i, step in enumerate(steps):
-                step_ctx = replace(ctx, wait=False, back_later=True) if step.submit_only else ctx
-                env_name = step.work.tasks[0].cell.env_name
-                running[:] = [env_name]
-                _run_environment([t for t in step.work.tasks if t.id not in reported], step_ctx, sink,
-                                 cannot_start)
-                running.pop()
-                if last_step[env_name] == i:
-                    printer.environment_done(env_name)
+            drive(steps)
             # Adaptive repeats: rounds of more repeats for the cells whose interval is still too wide.
             while wait and submit:
                 extra = adaptive.more_tasks(cells, store, run_id if force else None)
@@ -292,15 +295,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
                 tasks += extra
                 report.planned = len(tasks)
                 printer.more(len(tasks))
-                more = _steps(extra, ctx, matrix.run.interleave, wait, submit)
-                last_step = {s.work.tasks[0].cell.env_name: i for i, s in enumerate(more)}
-                for i, step in enumerate(more):
-                    env_name = step.work.tasks[0].cell.env_name
-                    running[:] = [env_name]
-                    _run_environment(list(step.work.tasks), ctx, sink, cannot_start)
-                    running.pop()
-                    if last_step[env_name] == i:
-                        printer.environment_done(env_name)
+                drive(_steps(extra, ctx, matrix.run.interleave, wait, submit))
     except KeyboardInterrupt:
         report.interrupted = True
         store.finish_run(run_id, "interrupted")
@@ -337,15 +332,13 @@ def _env_work(tasks: Sequence[Task], ctx: RunContext) -> list[EnvWork]:
     return work
 
 
-def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Any,
-                     cannot_start: dict[str, str] | None = None) -> None:
+def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Any, cannot_start: dict[str, str]) -> None:
     """One environment's tasks through its backend. An environment that cannot be used at all (its
     session could not open) measured nothing: its tasks are `not_started`, and the next run tries again.
     Within this run it is not tried again (`cannot_start` remembers why, for the later rounds)."""
     if not tasks:
         return
     env = tasks[0].cell.environment
-    cannot_start = {} if cannot_start is None else cannot_start
     if env.name in cannot_start:
         now = time.time()
         for t in tasks:
