@@ -1,0 +1,55 @@
+"""The one table of `matrix` exit statuses: every command exits with one of these, the README's table and
+`--help` texts are checked against it (tests/unit/test_exitcodes.py).
+
+Distinct on purpose: a pipeline must tell a regression (1) from a typo (2), a failed repeat (3) from a
+broken store (6), and an answer it cannot trust (5) from a pass (0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class Exit(IntEnum):
+    OK = 0                # done; every selected repeat ok or unsupported; every decision passed
+    FAILED = 1            # a decision failed: the gate tripped, a reference failed (check), bisect found no change
+    USAGE = 2             # bad command line, matrix file or option value (one line names the file and field)
+    NOT_MEASURED = 3      # run/collect: a repeat ended failed, oom, timeout, cancelled or not_started
+    REFERENCE_FAILED = 4  # run/collect: everything was measured, but a `references:` entry failed
+    UNDECIDED = 5         # a decision could not be made from the data (too few repeats, no spread to test)
+    STORE = 6             # the result store or its filesystem: corrupt, unknown schema, not writable, disk full
+    BUSY = 7              # another `matrix run` holds the work this one would do (the message names it)
+    INTERNAL = 70         # a bug in matrix: one line and `matrix -v` for the traceback (EX_SOFTWARE)
+    INTERRUPTED = 130     # Ctrl-C or SIGTERM; what was measured is stored
+
+
+@dataclass(frozen=True)
+class Meaning:
+    code: Exit
+    commands: str
+    text: str
+
+
+# What each status means to a user, in the order the README's table lists them.
+MEANINGS: tuple[Meaning, ...] = (
+    Meaning(Exit.OK, "all", "done: every selected repeat is `ok` or `unsupported` (or still queued after "
+            "`--no-wait`); every decision passed"),
+    Meaning(Exit.FAILED, "check, compare --fail-on, bisect",
+            "a decision failed: a reference failed, the gate tripped, or bisect found no change"),
+    Meaning(Exit.USAGE, "all", "bad command line, matrix file or option value; nothing ran (one line on stderr "
+            "names the file, the field and what is allowed)"),
+    Meaning(Exit.NOT_MEASURED, "run, collect", "a selected repeat ended `failed`, `oom`, `timeout`, `cancelled` "
+            "or `not_started`; the summary counts them and `matrix show` has the reasons"),
+    Meaning(Exit.REFERENCE_FAILED, "run, collect",
+            "everything was measured, but a `references:` entry of the matrix file failed"),
+    Meaning(Exit.UNDECIDED, "check, compare --fail-on, run, bisect",
+            "a decision was undecided (too few repeats, or no spread to test against); never reported as "
+            "passed unless `--undecided pass` asks for it"),
+    Meaning(Exit.STORE, "all", "the result store or its filesystem: a corrupt or unknown store, a folder that "
+            "cannot be written, a full disk (one line says which file and what to do)"),
+    Meaning(Exit.BUSY, "run, collect", "another `matrix run` is measuring the same repeats in this store; the "
+            "message names it (its host, process and run id)"),
+    Meaning(Exit.INTERNAL, "all", "a bug in matrix: one line; `matrix -v ...` shows the traceback"),
+    Meaning(Exit.INTERRUPTED, "all", "interrupted (Ctrl-C or SIGTERM); what was measured is stored"),
+)
