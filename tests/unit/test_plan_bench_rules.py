@@ -25,8 +25,6 @@ REFUSED = [
     ("axes: {image_size: [0]}", "axes.image_size[0] (line 2)", "an integer of at least 1"),
     ("run: {seed: -1}", "run.seed (line 2)", "an integer from 0 to 4294967295"),
     ("run: {seed: 4294967296}", "run.seed (line 2)", "an integer from 0 to 4294967295"),
-    ("run: {iterations: 1000001}", "run.iterations (line 2)", "an integer from 0 to 1000000"),
-    ("run: {warmup: 1000001}", "run.warmup (line 2)", "an integer from 0 to 1000000"),
     ("axes: {lr: [.inf]}", "axes.lr[0] (line 2)", "a finite number above 0"),
     ("axes: {loss_scale: [.nan]}", "axes.loss_scale[0] (line 2)", "a finite number above 0"),
     ("axes: {num_classes: [0]}", "axes.num_classes[0] (line 2)", "an integer of at least 1"),
@@ -78,7 +76,7 @@ def test_a_combination_bench_refuses_can_be_excluded(tmp_path: Path) -> None:
 def test_values_at_the_edges_are_planned(tmp_path: Path) -> None:
     path = tmp_path / "m.yaml"
     path.write_text(HEAD + "axes: {model: [wrn], wrn_depth: [10, 16], lr: [1.0e-9], workers: [0], threads: [1],"
-                    " image_size: [4]}\nrun: {seed: 4294967295, iterations: 1000000, warmup: 0}\n")
+                    " image_size: [4]}\nrun: {seed: 4294967295, iterations: 0, warmup: 0}\n")
     assert len(matrix.load(path).cells()) == 2
 
 
