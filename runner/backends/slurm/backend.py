@@ -145,8 +145,7 @@ class SlurmBackend(Backend):
     def _prepare(self) -> None:
         for sub in ("logs", "work", "out"):
             (self.results_dir / sub).mkdir(parents=True, exist_ok=True)
-        # Workers run exactly the controller's benchmark: its zipapp, named by its hash, so jobs still
-        # queued from another version of matrix keep theirs.
+        # Workers run exactly the controller's benchmark: its zipapp, named by the hash of its bytes.
         artifact.install(self.results_dir)
 
     def _submit(self, tasks: Sequence[Task], watch: dict[str, Watched], sink: Sink) -> None:
