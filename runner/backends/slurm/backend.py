@@ -219,7 +219,7 @@ class SlurmBackend(Backend):
         limit = time_limit(self.env, max(t.cell.run.timeout for t in runnable))
         script.write_text(render_script(array_job(
             self.env, count=len(runnable), gpus=gpus, nodes=nodes, time=limit, run_id=self.ctx.run_id,
-            results_dir=self.results_dir, manifest=manifest, bench=artifact.name())))
+            results_dir=self.results_dir, manifest=manifest, bench_name=artifact.name())))
         facts = {"slurm_script": str(script)}
         try:
             job = commands.sbatch(script, say=self._say)
