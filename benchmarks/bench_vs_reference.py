@@ -1,4 +1,4 @@
-"""bench.py against the plain hand-written loop (benchmarks/reference_loop.py) on the same model,
+"""The benchmark against the plain hand-written loop (benchmarks/reference_loop.py) on the same model,
 batch, data and precision: is the benchmark at least as fast as the loop a user would write?
 
 Each repeat is a fresh process for each side, the two alternating so drift hits both alike.
@@ -24,7 +24,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "runner" / "bench" / "bench.py"
+sys.path.insert(0, str(ROOT))
+
+from runner import artifact  # noqa: E402
+
+BENCH = artifact.path()  # the zipapp every backend runs
 REFERENCE = ROOT / "benchmarks" / "reference_loop.py"
 DTYPES = {"amp": "float16", "amp-bf16": "bfloat16", "fp32": "float32"}
 
@@ -70,7 +74,7 @@ def main() -> int:
     for r in range(args.repeats):
         b = run_json(bench_argv, "MATRIX_RESULT ")
         if b.get("status") != "ok":
-            raise SystemExit(f"bench.py: {b.get('status')}: {b.get('reason')}")
+            raise SystemExit(f"bench: {b.get('status')}: {b.get('reason')}")
         runs["bench"].append(b["metrics"])  # type: ignore[arg-type]
         runs["reference"].append(run_json(ref_argv))
         print(f"repeat {r + 1}/{args.repeats}: bench {runs['bench'][-1]['throughput']:.1f} img/s, "

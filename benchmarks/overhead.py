@@ -1,4 +1,4 @@
-"""Runner overhead: `matrix run` over N cells against N bare bench.py invocations of the same cells.
+"""Runner overhead: `matrix run` over N cells against N bare benchmark invocations of the same cells.
 
 Prints both wall times and their ratio (target <= 1.05). The runner's time includes its own
 start-up (imports, validation, store writes, progress); the bare loop is the floor.
@@ -18,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from runner import matrix
-from runner.bench import BENCH_PATH
+from runner import artifact, matrix
 
 
 def make_matrix(cells: int, iterations: int) -> str:
@@ -33,7 +32,7 @@ def bare(cells: list[matrix.Cell]) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
     for cell in cells:
-        subprocess.run([sys.executable, str(BENCH_PATH), *cell.bench_args()], env=env, check=True,
+        subprocess.run([sys.executable, str(artifact.path()), *cell.bench_args()], env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
@@ -64,7 +63,7 @@ def main() -> None:
     b, m = statistics.median(bare_t), statistics.median(run_t)
     print(f"\nmachine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     print(f"{args.cells} cells (mnist_cnn fp32 cpu, {args.iterations} iterations), {args.rounds} rounds, medians:")
-    print(f"  bare bench.py loop : {b:8.2f} s  ({b / args.cells:.2f} s per cell)")
+    print(f"  bare bench loop    : {b:8.2f} s  ({b / args.cells:.2f} s per cell)")
     print(f"  matrix run         : {m:8.2f} s  ({m / args.cells:.2f} s per cell)")
     print(f"  overhead           : {m - b:8.2f} s  ({(m - b) / args.cells:.3f} s per cell)")
     print(f"  ratio              : {m / b:8.3f}  (target <= 1.05)")

@@ -1,9 +1,9 @@
 """The reference: a plain hand-written mixed-precision training loop, the way the Tensor-Core
 write-ups train (autocast + GradScaler, SGD momentum, a fixed batch on the device).
 
-bench.py must be at least as fast as this on the same model, batch and data; this file is what
-`benchmarks/bench_vs_reference.py` holds it against. It builds the model with bench.py's own
-`build_model` (torchvision's for resnet50 and friends), so both train the same network, and
+The benchmark must be at least as fast as this on the same model, batch and data; this file is what
+`benchmarks/bench_vs_reference.py` holds it against. It builds the model with the benchmark's own
+`build_model` (runner/bench/models.py) (torchvision's for resnet50 and friends), so both train the same network, and
 prints one JSON line: img/s over the measured window, after warm-up, with the device
 synchronised around it.
 
@@ -15,7 +15,7 @@ synchronised around it.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import math
 import sys
@@ -26,15 +26,14 @@ from types import ModuleType
 import torch
 from torch import nn
 
-BENCH = Path(__file__).resolve().parents[1] / "runner" / "bench" / "bench.py"
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("matrix_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load_bench() -> tuple[ModuleType, ModuleType]:
+    """The benchmark's argument parser and models, from this checkout (matrix need not be installed)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module("runner.bench.args"), importlib.import_module("runner.bench.models")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,12 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     cuda = device.type == "cuda"
     if cuda:
         torch.backends.cudnn.benchmark = args.cudnn_benchmark
-    bench = load_bench()
-    model_args = bench.parse_args(["--model", args.model, "--precision", "fp32", "--batch-size",
+    bench_args, bench_models = load_bench()
+    model_args = bench_args.parse_args(["--model", args.model, "--precision", "fp32", "--batch-size",
                                    str(args.batch_size), "--dataset", "synthetic"])
-    channels, side, classes = bench.model_defaults(args.model)
+    channels, side, classes = bench_models.model_defaults(args.model)
     size = (side, side)
-    model = bench.build_model(args.model, model_args, channels, size, classes).to(device)
+    model = bench_models.build_model(args.model, model_args, channels, size, classes).to(device)
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
     model = model.to(memory_format=memory_format)
     x = torch.randn(args.batch_size, channels, *size, device=device).to(memory_format=memory_format)

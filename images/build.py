@@ -27,12 +27,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(ROOT))
 
 from recipes import BY_NAME, RECIPES, Recipe  # noqa: E402
 
-ROOT = HERE.parent
-BENCH = ROOT / "runner" / "bench" / "bench.py"
+from runner import artifact  # noqa: E402
+
 CACHE = Path(os.environ.get("MATRIX_IMAGE_CACHE", "/var/cache/matrix"))
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 BASE_CHANGES = [
@@ -208,14 +210,17 @@ def import_rootfs(client, recipe: Recipe, rootfs: Path) -> str:  # type: ignore[
 def _bench_archive() -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(str(BENCH), arcname="matrix-bench.py")
+        data = artifact.payload()
+        info = tarfile.TarInfo("matrix-bench.pyz")
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
 def smoke(client, recipe: Recipe) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    """Train mnist_cnn for a few steps with bench.py in a throw-away container (network none)."""
+    """Train mnist_cnn for a few steps with the benchmark in a throw-away container (network none)."""
     container = client.containers.create(
-        recipe.tag, [recipe.interpreter, "/tmp/matrix-bench.py", *SMOKE_ARGS], network_mode="none",
+        recipe.tag, [recipe.interpreter, "/tmp/matrix-bench.pyz", *SMOKE_ARGS], network_mode="none",
         labels={"matrix.managed": "true", "matrix.purpose": "image-smoke"})
     try:
         container.put_archive("/tmp", _bench_archive())
@@ -228,7 +233,7 @@ def smoke(client, recipe: Recipe) -> dict:  # type: ignore[no-untyped-def,type-a
     result = json.loads(lines[-1][len("MATRIX_RESULT "):]) if lines else {}
     if status.get("StatusCode") != 0 or result.get("status") != "ok":
         tail = "\n".join(out.strip().splitlines()[-10:])
-        raise BuildError(f"{recipe.tag}: bench.py does not train in the image:\n{tail}")
+        raise BuildError(f"{recipe.tag}: the benchmark does not train in the image:\n{tail}")
     torch_version = str(result.get("env", {}).get("torch", ""))
     if not torch_version.startswith(recipe.torch):
         raise BuildError(f"{recipe.tag}: torch is {torch_version}, the recipe says {recipe.torch}")

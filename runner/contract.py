@@ -1,23 +1,27 @@
-"""bench.py's contract, read from bench.py itself: the one place precisions, models, devices, exit codes
-and the result line are written (docs/internals.md).
+"""bench's contract, read from the benchmark itself (runner/bench/contract.py): the one place its
+precisions, models, devices, exit codes, result line and argument rules are written (docs/internals.md).
 
-bench.py is copied into every environment and imports torch at its top, so the controller does not import
-it: it reads the module's literal constants from its source with `ast`, once.
+The benchmark runs inside every environment and imports torch, so the controller does not import it:
+it reads contract.py's literal constants with `ast`, once, and applies the same argument rules to a
+matrix file at plan time that bench's parser applies at run time (tests/unit/test_contract.py checks
+that both agree).
 """
 
 from __future__ import annotations
 
 import ast
+import math
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-BENCH_PATH = Path(__file__).with_name("bench") / "bench.py"
+CONTRACT_PATH = Path(__file__).with_name("bench") / "contract.py"
 
 
 @cache
-def constants(path: Path = BENCH_PATH) -> dict[str, Any]:
-    """bench.py's module-level assignments whose values are literals (`A = 1`, `A, B = 1, 2`)."""
+def constants(path: Path = CONTRACT_PATH) -> dict[str, Any]:
+    """The module-level assignments whose values are literals (`A = 1`, `A, B = 1, 2`)."""
     found: dict[str, Any] = {}
     for node in ast.parse(path.read_text(), str(path)).body:
         if not isinstance(node, ast.Assign):
@@ -50,3 +54,37 @@ TORCHVISION_MODELS: tuple[str, ...] = tuple(_C["TORCHVISION_MODELS"])
 MODELS: tuple[str, ...] = BUILTIN_MODELS + TORCHVISION_MODELS
 DATASET_KINDS: tuple[str, ...] = tuple(_C["DATASET_KINDS"])
 DATASET_FORMS: tuple[str, ...] = ("synthetic", *(f"{k}:{'PATH' if k == 'npz' else 'DIR'}" for k in DATASET_KINDS))
+ARGUMENT_RULES: dict[str, dict[str, Any]] = _C["ARGUMENT_RULES"]
+MIN_IMAGE_SIZE: dict[str, int] = _C["MIN_IMAGE_SIZE"]
+MIN_IMAGE_SIZE_DEFAULT: int = _C["MIN_IMAGE_SIZE_DEFAULT"]
+
+
+def value_problem(option: str, value: Any) -> str | None:
+    """Why bench would refuse `value` for `option` (words for an error line), or None when it takes it.
+
+    Options without a rule (choices, flags, the model and data set, which spec.py checks) are None."""
+    rule = ARGUMENT_RULES.get(option)
+    if rule is None or value is None:
+        return None
+    bad = isinstance(value, bool) or not isinstance(value, int | float)
+    if not bad and rule["type"] == "int":
+        bad = not float(value).is_integer()
+    if not bad:
+        v = float(value)
+        bad = (not math.isfinite(v) or ("min" in rule and v < rule["min"]) or ("max" in rule and v > rule["max"])
+               or ("above" in rule and not v > rule["above"])
+               or ("modulo" in rule and int(v) % rule["modulo"][0] != rule["modulo"][1]))
+    return f"{value!r} is not allowed; allowed: {rule['allowed']}" if bad else None
+
+
+def min_image_size(model: str) -> int:
+    return int(MIN_IMAGE_SIZE.get(model, MIN_IMAGE_SIZE_DEFAULT))
+
+
+def cell_problem(params: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(option, why) when a cell's options are each allowed but not together; None when bench takes them."""
+    size, model = params.get("image_size"), params.get("model")
+    if isinstance(size, int) and isinstance(model, str) and size < min_image_size(model):
+        return "image_size", (f"{size} is too small for model {model}; allowed: at least {min_image_size(model)} "
+                              f"for {model} (or exclude the combination: {{model: {model}, image_size: {size}}})")
+    return None

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from runner import backends
+from runner import backends, contract
 from runner.errors import ConfigError
 from runner.spec import AXIS_NAMES, Axes, Cell, EnvironmentBase, Mount, RunSettings, Scalar, Strict
 
@@ -103,9 +103,15 @@ def parse(text: str, path: Path | None = None, name: str | None = None) -> Matri
             problems += _check_rule(where, text, field_name, i, rule, set(names))
     if problems:
         raise ConfigError("\n".join(problems))
+    problems = [_line(where, text, loc) + f": {why}" for loc, why in _bench_refuses(top)]
+    if problems:
+        raise ConfigError("\n".join(problems))
     stem = path.stem if path else "matrix"
     m = Matrix(path, name or top.name or stem, tuple(envs), top.axes, tuple(map(typed_rule, top.include)),
                tuple(map(typed_rule, top.exclude)), top.run)
+    problems = [_line(where, text, loc) + f": {why}" for loc, why in _bench_refuses_together(m)]
+    if problems:
+        raise ConfigError("\n".join(problems))
     if top.references:
         from runner.decide import references  # pandas: only for files that have references
 
@@ -116,6 +122,48 @@ def parse(text: str, path: Path | None = None, name: str | None = None) -> Matri
         references.check_matches(refs, expand(m), locate)
         m = replace(m, references=refs)
     return m
+
+
+def _bench_refuses(top: MatrixFile) -> list[tuple[tuple[Any, ...], str]]:
+    """(field path, why) for each value bench's argument rules refuse (runner/bench/contract.py): the axes,
+    the values an include adds, and the run's iterations, warmup and seed."""
+    found: list[tuple[tuple[Any, ...], str]] = []
+    for axis, values in top.axes.model_dump().items():
+        for i, value in enumerate(values or ()):
+            why = contract.value_problem(axis, value)
+            if why:
+                found.append((("axes", axis, i), why))
+    for i, rule in enumerate(top.include):
+        for key, value in typed_rule(rule).items():
+            why = contract.value_problem(key, value)
+            if why:
+                found.append((("include", i, key), why))
+    for setting in ("iterations", "warmup", "seed"):
+        why = contract.value_problem(setting, getattr(top.run, setting))
+        if why:
+            found.append((("run", setting), why))
+    return found
+
+
+def _bench_refuses_together(m: Matrix) -> list[tuple[tuple[Any, ...], str]]:
+    """(field path, why) for each combination of allowed values that bench refuses, over the cells that exist
+    (an image size below what a model takes); the grid is expanded only when such a pair can occur."""
+    models = {*(m.axes.model or ()), *(r["model"] for r in m.include if "model" in r)}
+    sizes = {*(m.axes.image_size or ()), *(r["image_size"] for r in m.include if "image_size" in r)}
+    if not any(contract.cell_problem({"model": mo, "image_size": s}) for mo in models for s in sizes):
+        return []
+    found: dict[tuple[Any, ...], str] = {}
+    for cell in expand(m):
+        problem = contract.cell_problem(cell.params)
+        if problem:
+            option, why = problem
+            value = cell.params[option]
+            listed = list(getattr(m.axes, option) or ())
+            loc: tuple[Any, ...] = (("axes", option, listed.index(value)) if value in listed else
+                                    next((("include", i, option) for i, r in enumerate(m.include)
+                                          if r.get(option) == value), ("axes", option)))
+            found.setdefault(loc, why)
+    return list(found.items())
 
 
 def typed_rule(rule: Mapping[str, Scalar]) -> dict[str, Scalar]:

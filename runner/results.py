@@ -100,7 +100,7 @@ def outcome_from_process(
     if result is not None and result.get("schema") != BENCH_SCHEMA:
         return Outcome(Status.FAILED, result, log_tail,
                        f"bench result schema {result.get('schema')!r}, this matrix reads {BENCH_SCHEMA}: "
-                       "run the bench.py shipped with this version of matrix",
+                       "run the benchmark shipped with this version of matrix",
                        started_at, finished_at, extra)
     if result is not None:
         try:

@@ -29,7 +29,7 @@ def main() -> None:
     root = Path(args.root)
     files = sorted(p for p in (root / "runner").rglob("*.py") if "bench" not in p.parts)
     sizes = sorted(((len(p.read_text().splitlines()), str(p.relative_to(root))) for p in files), reverse=True)
-    print(f"controller modules (runner/ without bench.py): {len(files)} files, {sum(n for n, _ in sizes)} lines")
+    print(f"controller modules (runner/ without the benchmark, runner/bench/): {len(files)} files, {sum(n for n, _ in sizes)} lines")
     print(f"largest modules (top {args.top}):")
     for n, name in sizes[:args.top]:
         print(f"  {n:5d}  {name}")

@@ -1,4 +1,4 @@
-"""The local backend: bench.py as a subprocess of this host, in its own process group."""
+"""The local backend: the benchmark (its zipapp) as a subprocess of this host, in its own process group."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from runner import artifact
 from runner.backends import ranks, register
 from runner.backends.base import Check, Interrupted, SequentialBackend, not_started
 from runner.backends.ranks import rank_env
-from runner.bench import BENCH_PATH
 from runner.results import Outcome, Status, outcome_from_process
 from runner.spec import EnvironmentBase, Task
 
@@ -88,6 +88,7 @@ class LocalBackend(SequentialBackend):
 
     def __enter__(self) -> LocalBackend:
         self.python = resolve_python(self.env.python)
+        self.bench = artifact.path()
         self.logdir = self.ctx.workdir / "logs" / self.ctx.run_id
         self.logdir.mkdir(parents=True, exist_ok=True)
         return self
@@ -102,7 +103,7 @@ class LocalBackend(SequentialBackend):
                            "use a slurm environment for nodes > 1", started_at=now, finished_at=now)
         world = task.cell.gpus
         base = {**os.environ, **self.env.env, "PYTHONUNBUFFERED": "1"}
-        argv = [self.python, str(BENCH_PATH), *task.cell.bench_args()]
+        argv = [self.python, str(self.bench), *task.cell.bench_args()]
         port = free_port()
         stem = self.logdir / task.id
         procs: list[subprocess.Popen[bytes]] = []

@@ -1,14 +1,13 @@
-"""bench.py against real PyTorch on CPU: the command line, the result contract, and the numbers.
+"""The benchmark against real PyTorch on CPU: the command line, the result contract, and the numbers.
 
-Runs go through bench.main() in this process (no torch import per run) or, where the process is
-the point (exit statuses, a clean stdout, other interpreters, two ranks), through a fresh
-`python bench.py` as the backends start it. Precision selection is also tested with faked
+Runs go through runner.bench.main.main() in this process (no torch import per run) or, where the
+process is the point (exit statuses, a clean stdout, other interpreters, two ranks), through a fresh
+`python bench-<hash>.pyz` as the backends start it. Precision selection is also tested with faked
 capabilities, since this machine has no GPU.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -26,7 +25,11 @@ import pytest
 import torch  # the venv's CPU build: pip install -e '.[local,dev]'
 from sklearn.datasets import load_digits
 
-from runner.bench import BENCH_PATH
+from runner import artifact
+from runner.bench import args as bench_args
+from runner.bench import data, distributed, errors, models, result, training
+from runner.bench import main as bench_main_module
+from runner.bench import precision as recipes
 from tests.conftest import require
 
 
@@ -45,19 +48,11 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 FAST = ["--threads", "1", "--workers", "0"]  # 2-core CI: OpenMP spinning across processes is slow
 
 
-def _load_bench() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("matrix_bench_under_test", BENCH_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+BENCH_PATH = artifact.path()  # the zipapp, as every backend runs it
 
 
 class Run:
-    """One finished bench.py run: exit status, stdout, stderr."""
+    """One finished benchmark run: exit status, stdout, stderr."""
 
     def __init__(self, rc: int, stdout: str, stderr: str) -> None:
         self.rc = rc
@@ -89,13 +84,13 @@ def run_bench(*args: str, python: str = sys.executable, env: dict[str, str] | No
 
 @pytest.fixture
 def bench_main(capfd: pytest.CaptureFixture[str]) -> Callable[..., Run]:
-    """bench.main() in this process: the same code without paying a torch import per run.
+    """runner.bench.main.main() in this process: the same code without paying a torch import per run.
     The process-level contract (exit statuses, a clean stdout) has its own subprocess tests."""
 
     def call(*args: str) -> Run:
         capfd.readouterr()
         try:
-            code = bench.main(list(args))
+            code = bench_main_module.main(list(args))
         except SystemExit as e:  # argparse: --help and its own errors
             code = int(e.code or 0)
         out, err = capfd.readouterr()
@@ -402,8 +397,8 @@ def test_unexpected_failure_is_status_failed_exit_1(monkeypatch: pytest.MonkeyPa
     def explode(*_a: Any, **_k: Any) -> None:
         raise ValueError("something nobody planned for")
 
-    monkeypatch.setattr(bench, "build_model", explode)
-    code = bench.main(["--model", "mlp", "--precision", "fp32", "--batch-size", "2", "--dataset", "synthetic",
+    monkeypatch.setattr(models, "build_model", explode)
+    code = bench_main_module.main(["--model", "mlp", "--precision", "fp32", "--batch-size", "2", "--dataset", "synthetic",
                        "--threads", "1"])
     out, err = capfd.readouterr()
     assert code == 1
@@ -416,15 +411,15 @@ def test_unexpected_failure_is_status_failed_exit_1(monkeypatch: pytest.MonkeyPa
 
 def test_stray_prints_go_to_stderr(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     """A library printing to stdout (apex, NCCL) must not break the one-line contract."""
-    real = bench.build_model
+    real = models.build_model
 
     def noisy(*a: Any, **k: Any) -> Any:
         print("Selected optimization level O1")  # what apex prints
         os.write(1, b"NCCL INFO from C\n")
         return real(*a, **k)
 
-    monkeypatch.setattr(bench, "build_model", noisy)
-    code = bench.main(["--model", "mlp", "--precision", "fp32", "--batch-size", "2", "--dataset", "synthetic",
+    monkeypatch.setattr(models, "build_model", noisy)
+    code = bench_main_module.main(["--model", "mlp", "--precision", "fp32", "--batch-size", "2", "--dataset", "synthetic",
                        "--iterations", "1", "--warmup", "0", "--threads", "1"])
     out, err = capfd.readouterr()
     assert code == 0
@@ -437,7 +432,7 @@ def test_stray_prints_go_to_stderr(monkeypatch: pytest.MonkeyPatch, capfd: pytes
 def args_for(precision: str, amp_impl: str = "auto", **extra: Any) -> Any:
     argv = ["--model", "mlp", "--precision", precision, "--batch-size", "2", "--dataset", "synthetic",
             "--amp-impl", amp_impl]
-    args = bench.parse_args(argv)
+    args = bench_args.parse_args(argv)
     for k, v in extra.items():
         setattr(args, k, v)
     return args
@@ -447,7 +442,7 @@ def args_for(precision: str, amp_impl: str = "auto", **extra: Any) -> Any:
 def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A 'cuda' device whose capability the test chooses; nothing touches a real GPU."""
     capability = {"value": (8, 0)}
-    monkeypatch.setattr(bench, "_capability", lambda device: capability["value"])
+    monkeypatch.setattr(recipes, "_capability", lambda device: capability["value"])
     return capability
 
 
@@ -463,69 +458,69 @@ def fake_apex(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 
 
 def test_choose_amp_impl_fallback_chain() -> None:
-    assert bench.choose_amp_impl("auto", {"native": True, "apex": True}) == "native"
-    assert bench.choose_amp_impl("auto", {"native": False, "apex": True}) == "apex"
-    assert bench.choose_amp_impl("auto", {"native": False, "apex": False}) == "manual"
-    assert bench.choose_amp_impl("manual", {"native": True, "apex": True}) == "manual"
-    assert bench.choose_amp_impl("apex", {"native": True, "apex": True}) == "apex"
-    with pytest.raises(bench.Unsupported, match="apex"):
-        bench.choose_amp_impl("apex", {"native": True, "apex": False})
-    with pytest.raises(bench.Unsupported, match="native"):
-        bench.choose_amp_impl("native", {"native": False, "apex": True})
+    assert recipes.choose_amp_impl("auto", {"native": True, "apex": True}) == "native"
+    assert recipes.choose_amp_impl("auto", {"native": False, "apex": True}) == "apex"
+    assert recipes.choose_amp_impl("auto", {"native": False, "apex": False}) == "manual"
+    assert recipes.choose_amp_impl("manual", {"native": True, "apex": True}) == "manual"
+    assert recipes.choose_amp_impl("apex", {"native": True, "apex": True}) == "apex"
+    with pytest.raises(errors.Unsupported, match="apex"):
+        recipes.choose_amp_impl("apex", {"native": True, "apex": False})
+    with pytest.raises(errors.Unsupported, match="native"):
+        recipes.choose_amp_impl("native", {"native": False, "apex": True})
 
 
 def test_amp_capabilities_probe_features(monkeypatch: pytest.MonkeyPatch, fake_apex: types.ModuleType) -> None:
     old_torch = types.SimpleNamespace(cuda=types.SimpleNamespace())  # torch 0.4: no torch.cuda.amp
-    assert bench.amp_capabilities(old_torch) == {"native": False, "apex": True}
-    assert bench.amp_capabilities(torch)["native"] is True
+    assert recipes.amp_capabilities(old_torch) == {"native": False, "apex": True}
+    assert recipes.amp_capabilities(torch)["native"] is True
     monkeypatch.setitem(sys.modules, "apex.amp", None)  # import of apex.amp now fails
-    assert bench.amp_capabilities(old_torch) == {"native": False, "apex": False}
+    assert recipes.amp_capabilities(old_torch) == {"native": False, "apex": False}
 
 
 def test_plan_amp_native_apex_manual(fake_gpu: Any, fake_apex: types.ModuleType) -> None:
     cuda = torch.device("cuda", 0)
-    native = bench.plan_precision(args_for("amp"), cuda, {"native": True, "apex": True})
+    native = recipes.plan_precision(args_for("amp"), cuda, {"native": True, "apex": True})
     assert native["mechanism"] == "native" and native["loss_scale"] == "dynamic"
     assert native["autocast"] is not None and native["model_dtype"] is None
-    apex = bench.plan_precision(args_for("amp"), cuda, {"native": False, "apex": True})
+    apex = recipes.plan_precision(args_for("amp"), cuda, {"native": False, "apex": True})
     assert apex["mechanism"] == "apex" and apex["autocast"] is None
-    manual = bench.plan_precision(args_for("amp", loss_scale=128.0), cuda, {"native": False, "apex": False})
+    manual = recipes.plan_precision(args_for("amp", loss_scale=128.0), cuda, {"native": False, "apex": False})
     assert manual["mechanism"] == "manual" and manual["loss_scale"] == 128.0
     assert manual["model_dtype"] == torch.float16 and manual["input_dtype"] == torch.float16
     assert manual["bn_fp32"] is True
-    with pytest.raises(bench.Unsupported, match="apex"):
-        bench.plan_precision(args_for("amp", "apex"), cuda, {"native": True, "apex": False})
+    with pytest.raises(errors.Unsupported, match="apex"):
+        recipes.plan_precision(args_for("amp", "apex"), cuda, {"native": True, "apex": False})
 
 
 def test_plan_tf32_and_bf16_need_ampere(fake_gpu: Any) -> None:
     cuda = torch.device("cuda", 0)
-    fp32 = bench.plan_precision(args_for("fp32"), cuda, {})
+    fp32 = recipes.plan_precision(args_for("fp32"), cuda, {})
     assert fp32["tf32"] is False  # fp32 on a GPU switches TF32 off
-    assert bench.plan_precision(args_for("tf32"), cuda, {})["tf32"] is True
-    assert bench.plan_precision(args_for("bf16"), cuda, {})["model_dtype"] == torch.bfloat16
+    assert recipes.plan_precision(args_for("tf32"), cuda, {})["tf32"] is True
+    assert recipes.plan_precision(args_for("bf16"), cuda, {})["model_dtype"] == torch.bfloat16
     fake_gpu["value"] = (7, 0)  # V100
     for precision in ("tf32", "bf16", "amp-bf16"):
-        with pytest.raises(bench.Unsupported, match="7.0"):
-            bench.plan_precision(args_for(precision), cuda, {})
-    fp16 = bench.plan_precision(args_for("fp16"), cuda, {})
+        with pytest.raises(errors.Unsupported, match="7.0"):
+            recipes.plan_precision(args_for(precision), cuda, {})
+    fp16 = recipes.plan_precision(args_for("fp16"), cuda, {})
     assert fp16["model_dtype"] == torch.float16 and fp16["mechanism"] == "none"
 
 
 def test_plan_amp_bf16_is_native_only(fake_gpu: Any) -> None:
     cuda = torch.device("cuda", 0)
-    assert bench.plan_precision(args_for("amp-bf16"), cuda, {})["mechanism"] == "native"
-    with pytest.raises(bench.Unsupported, match="native"):
-        bench.plan_precision(args_for("amp-bf16", "manual"), cuda, {})
+    assert recipes.plan_precision(args_for("amp-bf16"), cuda, {})["mechanism"] == "native"
+    with pytest.raises(errors.Unsupported, match="native"):
+        recipes.plan_precision(args_for("amp-bf16", "manual"), cuda, {})
 
 
 def test_plan_cpu() -> None:
     cpu = torch.device("cpu")
-    assert bench.plan_precision(args_for("fp32"), cpu)["tf32"] is None
-    bf16 = bench.plan_precision(args_for("amp-bf16"), cpu)
+    assert recipes.plan_precision(args_for("fp32"), cpu)["tf32"] is None
+    bf16 = recipes.plan_precision(args_for("amp-bf16"), cpu)
     assert bf16["autocast"] is not None and bf16["dtype"] == "bfloat16"
     for precision in ("fp16", "tf32", "amp"):
-        with pytest.raises(bench.Unsupported):
-            bench.plan_precision(args_for(precision), cpu)
+        with pytest.raises(errors.Unsupported):
+            recipes.plan_precision(args_for(precision), cpu)
 
 
 @pytest.fixture
@@ -540,11 +535,11 @@ def test_backend_flags_fp32_means_fp32(fake_gpu: Any, restore_backend_flags: Any
     cuda = torch.device("cuda", 0)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    fp32 = bench.apply_backend_flags(bench.plan_precision(args_for("fp32"), cuda, {}), args_for("fp32"), cuda)
+    fp32 = recipes.apply_backend_flags(recipes.plan_precision(args_for("fp32"), cuda, {}), args_for("fp32"), cuda)
     assert fp32 == {"tf32_matmul": False, "tf32_cudnn": False, "cudnn_benchmark": False}
     assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.allow_tf32 is False
     tf32_args = args_for("tf32", cudnn_benchmark=True)
-    tf32 = bench.apply_backend_flags(bench.plan_precision(tf32_args, cuda, {}), tf32_args, cuda)
+    tf32 = recipes.apply_backend_flags(recipes.plan_precision(tf32_args, cuda, {}), tf32_args, cuda)
     assert tf32 == {"tf32_matmul": True, "tf32_cudnn": True, "cudnn_benchmark": True}
     assert torch.backends.cudnn.benchmark is True
 
@@ -556,10 +551,10 @@ def test_backend_flags_survive_the_new_fp32_precision_api(fake_gpu: Any, restore
     cuda = torch.device("cuda", 0)
     torch.backends.cuda.matmul.fp32_precision = "tf32"
     amp_args = args_for("amp")
-    amp = bench.apply_backend_flags(bench.plan_precision(amp_args, cuda, {"native": True}), amp_args, cuda)
+    amp = recipes.apply_backend_flags(recipes.plan_precision(amp_args, cuda, {"native": True}), amp_args, cuda)
     assert amp["tf32_matmul"] is None  # unknowable through the legacy API, not a crash
     torch.backends.cuda.matmul.fp32_precision = "tf32"
-    fp32 = bench.apply_backend_flags(bench.plan_precision(args_for("fp32"), cuda, {}), args_for("fp32"), cuda)
+    fp32 = recipes.apply_backend_flags(recipes.plan_precision(args_for("fp32"), cuda, {}), args_for("fp32"), cuda)
     assert fp32["tf32_matmul"] is False and torch.backends.cuda.matmul.fp32_precision == "ieee"
 
 
@@ -578,11 +573,11 @@ def test_manual_master_weights_match_plain_sgd_in_fp32() -> None:
     cpu = torch.device("cpu")
     args = args_for("fp32", lr=0.1)
     plan = {"autocast": None, "model_dtype": None}
-    opt_plain, _ = bench.make_optimizer(plain.parameters(), args, cpu, allow_fused=False)
-    steps_plain = bench.make_steps(plain, opt_plain, plan, None, None, None)
-    master = bench.ManualMasterWeights(mixed.parameters(), loss_scale=1024.0)
-    opt_mixed, _ = bench.make_optimizer(master.master_params, args, cpu, allow_fused=False)
-    steps_mixed = bench.make_steps(mixed, opt_mixed, plan, master, None, None)
+    opt_plain, _ = training.make_optimizer(plain.parameters(), args, cpu, allow_fused=False)
+    steps_plain = training.make_steps(plain, opt_plain, plan, None, None, None)
+    master = recipes.ManualMasterWeights(mixed.parameters(), loss_scale=1024.0)
+    opt_mixed, _ = training.make_optimizer(master.master_params, args, cpu, allow_fused=False)
+    steps_mixed = training.make_steps(mixed, opt_mixed, plan, master, None, None)
     for _ in range(5):
         for forward, backward, update in (steps_plain, steps_mixed):
             backward(forward(x, y))
@@ -598,7 +593,7 @@ def test_manual_master_weights_keep_updates_too_small_for_the_model_dtype() -> N
     model = torch.nn.Linear(1, 1, bias=False).to(torch.bfloat16)
     with torch.no_grad():
         model.weight.fill_(1.0)
-    master = bench.ManualMasterWeights(model.parameters(), loss_scale=256.0)
+    master = recipes.ManualMasterWeights(model.parameters(), loss_scale=256.0)
     assert master.master_params[0].dtype == torch.float32
     optimizer = torch.optim.SGD(master.master_params, lr=5e-4)
     x = torch.ones(1, 1, dtype=torch.bfloat16)
@@ -629,55 +624,58 @@ def test_manual_master_weights_keep_updates_too_small_for_the_model_dtype() -> N
 # ----------------------------------------------------------------------------- small helpers
 
 def test_sanitize_replaces_non_finite() -> None:
-    clean = bench.sanitize({"a": float("nan"), "b": [1.0, float("inf"), -float("inf")], "c": (1, "x", None)})
+    clean = result.sanitize({"a": float("nan"), "b": [1.0, float("inf"), -float("inf")], "c": (1, "x", None)})
     assert clean == {"a": None, "b": [1.0, None, None], "c": [1, "x", None]}
     json.dumps(clean, allow_nan=False)
 
 
 def test_oom_and_dtype_gap_classification() -> None:
-    assert bench.is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert bench.is_oom(torch.cuda.OutOfMemoryError("CUDA error: out of memory"))
-    assert not bench.is_oom(RuntimeError("size mismatch"))
-    assert bench.is_dtype_gap(RuntimeError('"slow_conv2d_cpu" not implemented for \'Half\''))
-    assert not bench.is_dtype_gap(RuntimeError("not implemented for 'Long'"))
+    assert errors.is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert errors.is_oom(torch.cuda.OutOfMemoryError("CUDA error: out of memory"))
+    assert not errors.is_oom(RuntimeError("size mismatch"))
+    assert errors.is_dtype_gap(RuntimeError('"slow_conv2d_cpu" not implemented for \'Half\''))
+    assert not errors.is_dtype_gap(RuntimeError("not implemented for 'Long'"))
 
 
 def test_to_nchw_layouts() -> None:
-    assert bench._to_nchw(np, np.zeros((2, 5, 6)), "x").shape == (2, 1, 5, 6)
-    assert bench._to_nchw(np, np.zeros((2, 5, 6, 3)), "x").shape == (2, 3, 5, 6)
-    assert bench._to_nchw(np, np.zeros((2, 3, 5, 6)), "x").shape == (2, 3, 5, 6)
-    assert bench._to_nchw(np, np.zeros((2, 1, 28, 28)), "x").shape == (2, 1, 28, 28)
-    with pytest.raises(bench.BadArgs):
-        bench._to_nchw(np, np.zeros((2, 64)), "x")
+    assert data._to_nchw(np, np.zeros((2, 5, 6)), "x").shape == (2, 1, 5, 6)
+    assert data._to_nchw(np, np.zeros((2, 5, 6, 3)), "x").shape == (2, 3, 5, 6)
+    assert data._to_nchw(np, np.zeros((2, 3, 5, 6)), "x").shape == (2, 3, 5, 6)
+    assert data._to_nchw(np, np.zeros((2, 1, 28, 28)), "x").shape == (2, 1, 28, 28)
+    with pytest.raises(errors.BadArgs):
+        data._to_nchw(np, np.zeros((2, 64)), "x")
 
 
 def test_dist_layout_env_and_slurm_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID"):
         monkeypatch.delenv(var, raising=False)
-    assert bench.dist_layout() == (0, 1, 0)
+    assert distributed.dist_layout() == (0, 1, 0)
     monkeypatch.setenv("SLURM_NTASKS", "1")
     monkeypatch.setenv("SLURM_PROCID", "0")
-    assert bench.dist_layout() == (0, 1, 0)
+    assert distributed.dist_layout() == (0, 1, 0)
     monkeypatch.setenv("SLURM_NTASKS", "4")
     monkeypatch.setenv("SLURM_PROCID", "3")
     monkeypatch.setenv("SLURM_LOCALID", "1")
-    assert bench.dist_layout() == (3, 4, 1)
+    assert distributed.dist_layout() == (3, 4, 1)
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("WORLD_SIZE", "8")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    assert bench.dist_layout() == (2, 8, 0)  # torchrun's variables win
+    assert distributed.dist_layout() == (2, 8, 0)  # torchrun's variables win
 
 
 # ----------------------------------------------------------------------------- other interpreters, other ranks
 
-def test_compiles_under_python36(tmp_path: Path) -> None:
+def test_every_module_compiles_and_the_zipapp_runs_under_python36(tmp_path: Path) -> None:
     require(PY36.exists(), f"{PY36} not installed (pyenv install 3.6.15)")
-    proc = subprocess.run([str(PY36), "-c", "import py_compile, sys; "
-                           "py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)",
-                           str(BENCH_PATH), str(tmp_path / "bench.pyc")], capture_output=True, text=True)
+    modules = [str(p) for p in artifact.sources()]
+    assert len(modules) >= 10
+    proc = subprocess.run([str(PY36), "-c", "import py_compile, sys, os\n"
+                           "for i, f in enumerate(sys.argv[2:]):\n"
+                           "    py_compile.compile(f, cfile=os.path.join(sys.argv[1], '%d.pyc' % i), doraise=True)",
+                           str(tmp_path), *modules], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "bench.pyc").exists()
-    # And it runs there: -S hides site-packages, so torch is missing and that is the answer.
+    assert len(list(tmp_path.glob("*.pyc"))) == len(modules)
+    # And the zipapp runs there: -S hides site-packages, so torch is missing and that is the answer.
     proc = subprocess.run([str(PY36), "-S", str(BENCH_PATH), "--model", "mlp", "--precision", "fp32",
                            "--batch-size", "2", "--dataset", "synthetic"], capture_output=True, text=True,
                           timeout=60)
@@ -688,6 +686,8 @@ def test_compiles_under_python36(tmp_path: Path) -> None:
     assert r["env"]["python"] == "3.6.15" and r["schema"] == 1
     bad = subprocess.run([str(PY36), "-S", str(BENCH_PATH), "--model", "mlp"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
+    helped = subprocess.run([str(PY36), "-S", str(BENCH_PATH), "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "--wrn-depth" in helped.stdout, helped.stderr
 
 
 def _free_port() -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import artifact
 from runner.store import Store
 
 SMALL = """
@@ -72,7 +73,7 @@ def _bench_processes(marker: str) -> list[int]:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if "bench.py" in cmd and marker in cmd:
+            if artifact.name() in cmd and marker in cmd:
                 found.append(int(pid))
     return found
 

@@ -1,4 +1,4 @@
-"""The era tests run bench.py and `matrix run` in real old PyTorch releases (images/recipes.py).
+"""The era tests run the benchmark (its zipapp) and `matrix run` in real old PyTorch releases (images/recipes.py).
 
 Each test asks for the era images it uses; a missing one is built by images/build.py (downloads
 and root filesystems cached in /var/cache/matrix, so a second build takes seconds). No engine or

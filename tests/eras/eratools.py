@@ -1,4 +1,4 @@
-"""Helpers of the era tests: bench.py run case after case in one idle container of an era image."""
+"""Helpers of the era tests: the benchmark run case after case in one idle container of an era image."""
 
 from __future__ import annotations
 
@@ -6,12 +6,11 @@ import io
 import json
 import tarfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from recipes import Recipe
 
-BENCH = Path(__file__).resolve().parents[2] / "runner" / "bench" / "bench.py"
+from runner import artifact
 
 
 @dataclass
@@ -22,7 +21,7 @@ class BenchRun:
 
 
 class EraBox:
-    """One idle container of an era image (network none) in which bench.py runs, case after case."""
+    """One idle container of an era image (network none) in which the benchmark runs, case after case."""
 
     def __init__(self, client: Any, recipe: Recipe) -> None:
         self.recipe = recipe
@@ -31,12 +30,15 @@ class EraBox:
             labels={"matrix.managed": "true", "matrix.purpose": "era-test"})
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(str(BENCH), arcname="matrix-bench.py")
+            data = artifact.payload()  # the zipapp, as the backends ship it
+            info = tarfile.TarInfo("matrix-bench.pyz")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
         self.container.put_archive("/tmp", buf.getvalue())
         self.container.start()
 
     def bench(self, *args: str) -> BenchRun:
-        argv = [self.recipe.interpreter, "/tmp/matrix-bench.py", "--dataset", "synthetic", "--device", "cpu",
+        argv = [self.recipe.interpreter, "/tmp/matrix-bench.pyz", "--dataset", "synthetic", "--device", "cpu",
                 "--threads", "1", "--workers", "0", *args]
         code, out = self.container.exec_run(argv)
         text = out.decode(errors="replace")

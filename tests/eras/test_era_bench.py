@@ -1,4 +1,4 @@
-"""bench.py in real old PyTorch releases: what they can run trains, what they cannot is
+"""The benchmark in real old PyTorch releases: what they can run trains, what they cannot is
 `unsupported` with its reason (exit 4), never a failure or a traceback."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def test_2018_amp_on_cpu_says_so_without_pointing_to_a_missing_amp_bf16(box_2018
 
 
 def test_2020_fp32_trains_exits_cleanly_and_has_channels_last(box_2020: EraBox) -> None:
-    # Debian's PyTorch 1.7 segfaults at interpreter exit; bench.py must exit 0 after an ok result.
+    # Debian's PyTorch 1.7 segfaults at interpreter exit; the benchmark must exit 0 after an ok result.
     run = box_2020.bench("--model", "mnist_cnn", "--precision", "fp32", "--batch-size", "32",
                          "--iterations", "20", "--warmup", "2", "--channels-last")
     r = run.result

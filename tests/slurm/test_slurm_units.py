@@ -46,7 +46,8 @@ def hostile_env() -> SlurmEnvironment:
 def render_hostile() -> str:
     env = hostile_env()
     job = array_job(env, count=12, gpus=4, nodes=2, time="00:30:00", run_id="20260101-000000-abcdef",
-                    results_dir=Path(f"/shared/results {EVIL}/run"), manifest="manifest-001.tsv")
+                    results_dir=Path(f"/shared/results {EVIL}/run"), manifest="manifest-001.tsv",
+                    bench_name="bench-0123456789ab.pyz")
     return render_script(job)
 
 
@@ -129,7 +130,7 @@ def test_newlines_cannot_reach_an_sbatch_line() -> None:
         sbatch_quote("a\nb")
     # A name with a newline is made harmless rather than refused: it only labels the job.
     env = SlurmEnvironment(name="two\nlines", gpus_per_node=0)
-    job = array_job(env, count=1, gpus=1, nodes=1, time="1", run_id="r", results_dir=Path("/r"), manifest="m")
+    job = array_job(env, count=1, gpus=1, nodes=1, time="1", run_id="r", results_dir=Path("/r"), manifest="m", bench_name="b.pyz")
     assert "#SBATCH --job-name=\"matrix-two?lines\"" in render_script(job)
 
 
@@ -160,7 +161,7 @@ def test_container_goes_through_srun_with_the_results_dir_mounted() -> None:
     env = SlurmEnvironment.model_validate({"name": "c", "container": "nvcr.io#nvidia/pytorch:24.10-py3",
                                            "mounts": [{"source": "/data", "target": "/data"}]})
     text = render_script(array_job(env, count=1, gpus=2, nodes=1, time="5", run_id="r",
-                                   results_dir=Path("/shared/r 1"), manifest="m"))
+                                   results_dir=Path("/shared/r 1"), manifest="m", bench_name="b.pyz"))
     assert "--container-image=nvcr.io#nvidia/pytorch:24.10-py3" in text
     assert "'--container-mounts=/shared/r 1:/shared/r 1,/data:/data:ro'" in text
     assert "#SBATCH --gres=gpu:2" in text  # gpus_per_node unset: one GPU per process

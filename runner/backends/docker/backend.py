@@ -155,7 +155,7 @@ class DockerBackend(SequentialBackend):
     def _accept_python(self, python: str, executable: str, version: str, torch: str) -> None:
         if tuple(int(p) for p in version.split(".")[:2]) < (3, 6):
             raise NotStarted(f"{executable} in image {self.denv.image!r} is Python {version}; "
-                             "bench.py needs Python 3.6 or newer (set `python` to another interpreter)")
+                             "the benchmark needs Python 3.6 or newer (set `python` to another interpreter)")
         if torch == "no-torch":
             raise NotStarted(f"{executable} (Python {version}) in image {self.denv.image!r} has no "
                              "torch: use an image with PyTorch, or set `python` to the interpreter that has it")

@@ -1,17 +1,16 @@
 """What matrix puts into a container and runs there with the image's own python (3.6 in 2018
-images): bench.py, the kill helper and the interpreter probe."""
+images): the benchmark's zipapp, the kill helper and the interpreter probe."""
 
 from __future__ import annotations
 
 import io
 import tarfile
 import time
-from pathlib import Path
 
-from runner.bench import BENCH_PATH
+from runner import artifact
 
-INSIDE = "/tmp/matrix"  # where bench.py and the helper land in the container
-BENCH_IN = f"{INSIDE}/bench.py"
+INSIDE = "/tmp/matrix"  # where the benchmark and the helper land in the container
+BENCH_IN = f"{INSIDE}/bench.pyz"
 KILLER_IN = f"{INSIDE}/kill_task.py"
 TASK_VAR = "MATRIX_TASK"  # marks every process of one repeat, so it can be found and killed
 
@@ -45,14 +44,14 @@ IDLE_COMMANDS = (["sleep", "infinity"], ["python3", "-c", IDLE_PY], ["python", "
 
 
 def payload() -> bytes:
-    """bench.py and the kill helper as a tar for put_archive (the /tmp entry itself is left alone)."""
+    """The benchmark's zipapp and the kill helper as a tar for put_archive (the /tmp entry itself is left alone)."""
     buf = io.BytesIO()
     now = time.time()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         folder = tarfile.TarInfo(INSIDE.lstrip("/"))
         folder.type, folder.mode, folder.mtime = tarfile.DIRTYPE, 0o755, now
         tar.addfile(folder)
-        for name, data in ((BENCH_IN, Path(BENCH_PATH).read_bytes()), (KILLER_IN, KILLER)):
+        for name, data in ((BENCH_IN, artifact.payload()), (KILLER_IN, KILLER)):
             info = tarfile.TarInfo(name.lstrip("/"))
             info.size, info.mode, info.mtime = len(data), 0o644, now
             tar.addfile(info, io.BytesIO(data))

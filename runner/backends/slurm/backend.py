@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runner import artifact
 from runner.backends import register
 from runner.backends.base import Backend, NotStarted, Sink, not_started
 from runner.backends.slurm import commands, host, outcomes, pending
@@ -30,7 +31,6 @@ from runner.backends.slurm.commands import SacctRow, SlurmError
 from runner.backends.slurm.config import CONTROL, TASK_ID_RE, SlurmEnvironment
 from runner.backends.slurm.script import array_job, render_script, time_limit
 from runner.backends.slurm.state import SubmittedJobs, Watched, state_key
-from runner.bench import BENCH_PATH
 from runner.errors import BackendError
 from runner.results import Outcome, Status
 from runner.spec import EnvironmentBase, RunContext, Task
@@ -145,10 +145,8 @@ class SlurmBackend(Backend):
     def _prepare(self) -> None:
         for sub in ("logs", "work", "out"):
             (self.results_dir / sub).mkdir(parents=True, exist_ok=True)
-        # Workers run exactly the controller's bench.py.
-        tmp = self.results_dir / f".bench.py.{os.getpid()}.tmp"
-        shutil.copyfile(BENCH_PATH, tmp)
-        os.replace(tmp, self.results_dir / "bench.py")
+        # Workers run exactly the controller's benchmark: its zipapp, named by the hash of its bytes.
+        artifact.install(self.results_dir)
 
     def _submit(self, tasks: Sequence[Task], watch: dict[str, Watched], sink: Sink) -> None:
         """One sbatch per node shape (and per max_array_size tasks): a job array."""
@@ -221,7 +219,7 @@ class SlurmBackend(Backend):
         limit = time_limit(self.env, max(t.cell.run.timeout for t in runnable))
         script.write_text(render_script(array_job(
             self.env, count=len(runnable), gpus=gpus, nodes=nodes, time=limit, run_id=self.ctx.run_id,
-            results_dir=self.results_dir, manifest=manifest)))
+            results_dir=self.results_dir, manifest=manifest, bench_name=artifact.name())))
         facts = {"slurm_script": str(script)}
         try:
             job = commands.sbatch(script, say=self._say)

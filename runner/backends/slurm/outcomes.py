@@ -37,7 +37,7 @@ def job_log(w: Watched) -> str:
 
 
 def from_files(w: Watched, row: SacctRow | None, facts: dict[str, Any]) -> Outcome:
-    """The task published its result: bench.py's status, unless srun says a rank failed."""
+    """The task published its result: the benchmark's status, unless srun says a rank failed."""
     out_dir = w.results_dir / "out"
     try:
         done = json.loads(ranks.read_text(out_dir / f"{w.task.id}.done"))

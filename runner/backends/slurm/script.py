@@ -47,6 +47,7 @@ class ArrayJob:
     time: str
     results_dir: str
     manifest: str
+    bench_name: str  # the benchmark's zipapp (runner/artifact.py), a file name in results_dir
     python: str
     options: tuple[tuple[str, str | None], ...]
     env: tuple[tuple[str, str], ...]
@@ -98,7 +99,7 @@ def sbatch_options(env: SlurmEnvironment, gpus: int) -> list[tuple[str, str | No
 
 
 def array_job(env: SlurmEnvironment, *, count: int, gpus: int, nodes: int, time: str, run_id: str,
-              results_dir: Path, manifest: str) -> ArrayJob:
+              results_dir: Path, manifest: str, bench_name: str) -> ArrayJob:
     srun: list[str] = []
     if env.container:
         mounts = [f"{results_dir}:{results_dir}"] + [
@@ -108,6 +109,6 @@ def array_job(env: SlurmEnvironment, *, count: int, gpus: int, nodes: int, time:
     array = f"0-{count - 1}" + (f"%{env.array_parallelism}" if env.array_parallelism else "")
     return ArrayJob(job_name=job_name(env.name), comment=f"matrix run {run_id}", array=array,
                     nodes=nodes, ntasks_per_node=gpus, time=time, results_dir=str(results_dir),
-                    manifest=manifest, python=env.python or "python3",
+                    manifest=manifest, bench_name=bench_name, python=env.python or "python3",
                     options=tuple(sbatch_options(env, gpus)), env=tuple(sorted(env.env.items())),
                     setup=tuple(env.setup), srun_args=tuple(srun))

@@ -20,11 +20,12 @@
 
 RESULTS='/shared/results $(touch /tmp/pwned) `touch /tmp/pwned` '"'"'q'"'"' "d" ;touch /tmp/pwned #c \ %j/run'
 MANIFEST=manifest-001.tsv
+BENCH_NAME=bench-0123456789ab.pyz
 PYTHON='/opt/py $(touch /tmp/pwned) `touch /tmp/pwned` '"'"'q'"'"' "d" ;touch /tmp/pwned #c \ %j/bin/python3'
 NTASKS_PER_NODE=4
 cd "$RESULTS" || { echo "matrix: cannot enter the results directory $RESULTS" >&2; exit 97; }
 
-# This array task's line of the manifest: task id, then bench.py's arguments, tab-separated.
+# This array task's line of the manifest: task id, then the benchmark's arguments, tab-separated.
 line="$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" "$MANIFEST")"
 IFS=$'\t' read -r -a fields <<< "$line"
 MATRIX_TASK="${fields[0]:-}"
@@ -56,7 +57,7 @@ srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node="$NTASKS_PER_NODE" \
 "$@" >"work/$MATRIX_TASK.rank$RANK.out" 2>"work/$MATRIX_TASK.rank$RANK.log"
 rc=$?
 echo "$rc" >"work/$MATRIX_TASK.rank$RANK.rc"
-exit "$rc"' matrix-rank "$PYTHON" "$RESULTS/bench.py" "${args[@]}"
+exit "$rc"' matrix-rank "$PYTHON" "$RESULTS/$BENCH_NAME" "${args[@]}"
 srun_rc=$?
 finished="$(date +%s.%N)"
 rc="$(cat "work/$MATRIX_TASK.rank0.rc" 2>/dev/null)"

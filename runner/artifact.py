@@ -1,0 +1,93 @@
+"""The benchmark as one file: runner/bench/ zipped into a zipapp that any Python from 3.6 on runs as
+`python3 bench-<hash>.pyz ARGS` (Python runs a zip file's __main__.py).
+
+The zip is built deterministically (entries sorted, fixed timestamps and modes, stored uncompressed),
+so the same sources give the same bytes, and the name carries their hash: a file of that name is that
+benchmark, wherever it lies. Every backend ships these bytes as they are: the local backend runs the
+copy in the cache, the docker backend puts it into the container, the slurm backend writes it into
+the results directory its jobs read.
+
+    python -m runner.artifact [DIR]    # write the zipapp into DIR (default: the cache) and print its path
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import sys
+import tempfile
+import zipfile
+from functools import cache
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("bench")
+PACKAGE = "matrix_bench"  # the package's name inside the zip: distinct from anything an image installs
+MAIN = (b'"""matrix\'s benchmark as one file: python3 bench.pyz ARGS (docs/internals.md)."""\n'
+        b"from matrix_bench.main import run\n\nrun()\n")
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
+
+
+def sources() -> list[Path]:
+    """The benchmark's modules, in the order they are zipped."""
+    return sorted(SOURCE.glob("*.py"))
+
+
+@cache
+def payload() -> bytes:
+    """The zipapp's bytes: __main__.py, then the package's modules."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        entries = [("__main__.py", MAIN)] + [(f"{PACKAGE}/{p.name}", p.read_bytes()) for p in sources()]
+        for name, data in entries:
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.create_system = 3  # unix, so the mode below is read as one
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_STORED
+            zf.writestr(info, data)
+    return buf.getvalue()
+
+
+def name() -> str:
+    """bench-<first 12 hex digits of the zip's sha256>.pyz"""
+    return f"bench-{hashlib.sha256(payload()).hexdigest()[:12]}.pyz"
+
+
+def install(folder: Path) -> Path:
+    """The zipapp in `folder`, written there (atomically) unless a file of the same bytes already is."""
+    data = payload()
+    target = folder / name()
+    try:
+        if target.read_bytes() == data:
+            return target
+    except OSError:
+        pass
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{target.name}.{os.getpid()}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+    return target
+
+
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME/matrix, else ~/.cache/matrix."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "matrix"
+
+
+_fallback: list[Path] = []
+
+
+def path() -> Path:
+    """The zipapp on this host, for a process to run: in the cache, or where the cache cannot be
+    written, in a private temporary folder of this process."""
+    try:
+        return install(cache_dir())
+    except OSError:
+        if not _fallback:
+            _fallback.append(Path(tempfile.mkdtemp(prefix="matrix-bench-")))
+        return install(_fallback[0])
+
+
+if __name__ == "__main__":
+    print(install(Path(sys.argv[1])) if len(sys.argv) > 1 else path())

@@ -1,0 +1,122 @@
+"""bench's command line: the parser, and every value held to contract.py's rules before any work."""
+
+import argparse
+import math
+import os
+import sys
+
+from .contract import (
+    AMP_IMPLS,
+    ARGUMENT_RULES,
+    BUILTIN_MODELS,
+    DATASET_KINDS,
+    DEVICES,
+    EXIT_BAD_ARGS,
+    MIN_IMAGE_SIZE,
+    MIN_IMAGE_SIZE_DEFAULT,
+    PRECISIONS,
+    TORCHVISION_MODELS,
+)
+from .errors import BadArgs
+
+
+class _ArgParser(argparse.ArgumentParser):
+    """argparse that fails with exit 2 and one line, as internals.md asks."""
+
+    def error(self, message):
+        sys.stderr.write("%s: error: %s\n" % (self.prog, " ".join(str(message).split())))
+        sys.exit(EXIT_BAD_ARGS)
+
+
+def build_parser():
+    p = _ArgParser(prog="bench", description="Train a model for a measured window and print "
+                   "one MATRIX_RESULT JSON line on stdout (docs/internals.md).")
+    p.add_argument("--model", required=True,
+                   help="torchvision: %s; built-in: %s" % (", ".join(sorted(TORCHVISION_MODELS)),
+                                                            ", ".join(sorted(BUILTIN_MODELS))))
+    p.add_argument("--precision", required=True, choices=PRECISIONS)
+    p.add_argument("--batch-size", required=True, type=int, help="per process (per rank)")
+    p.add_argument("--dataset", required=True,
+                   help="synthetic | npz:PATH | cifar10:DIR | imagefolder:DIR")
+    p.add_argument("--iterations", type=int, default=50, help="measured iterations (0: no training)")
+    p.add_argument("--warmup", type=int, default=10, help="discarded iterations before the window")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--cudnn-benchmark", action="store_true")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--workers", type=int, default=4, help="DataLoader workers for real data")
+    p.add_argument("--loss-scale", type=float, default=256.0,
+                   help="static loss scale of the manual FP16 master-weights path")
+    p.add_argument("--breakdown", action="store_true",
+                   help="time forward/backward/optimizer (synchronises after every phase)")
+    p.add_argument("--image-size", type=int, default=None, help="input height and width")
+    p.add_argument("--num-classes", type=int, default=None)
+    p.add_argument("--wrn-depth", type=int, default=28)
+    p.add_argument("--wrn-width", type=int, default=10)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--amp-impl", choices=AMP_IMPLS, default="auto",
+                   help="force the FP16 mixed-precision mechanism of --precision amp")
+    p.add_argument("--eval-batches", type=int, default=None, help="cap on test batches evaluated")
+    p.add_argument("--synthetic-batches", type=int, default=4,
+                   help="size of the pool of synthetic batches generated once on the device")
+    return p
+
+
+def breaks_rule(rule, value):
+    """True when `value` is outside `rule` (an entry of contract.ARGUMENT_RULES)."""
+    if rule["type"] == "float" and not math.isfinite(value):
+        return True
+    if "min" in rule and value < rule["min"]:
+        return True
+    if "max" in rule and value > rule["max"]:
+        return True
+    if "above" in rule and not value > rule["above"]:
+        return True
+    if "modulo" in rule and value % rule["modulo"][0] != rule["modulo"][1]:
+        return True
+    return False
+
+
+def min_image_size(model):
+    return MIN_IMAGE_SIZE.get(model, MIN_IMAGE_SIZE_DEFAULT)
+
+
+def parse_dataset(spec):
+    """'synthetic' or KIND:PATH, checked for existence so a typo fails before any work."""
+    if spec == "synthetic":
+        return "synthetic", None
+    kind, sep, path = spec.partition(":")
+    if not sep or kind not in DATASET_KINDS or not path:
+        raise BadArgs("--dataset %r: expected synthetic, npz:PATH, cifar10:DIR or imagefolder:DIR" % spec)
+    path = os.path.expanduser(path)
+    if kind == "npz" and not os.path.isfile(path):
+        raise BadArgs("--dataset %s: no such file %s" % (spec, path))
+    if kind in ("cifar10", "imagefolder") and not os.path.isdir(path):
+        raise BadArgs("--dataset %s: no such directory %s" % (spec, path))
+    return kind, path
+
+
+def parse_args(argv):
+    """Parse and validate; every mistake is BadArgs or argparse's exit 2."""
+    args = build_parser().parse_args(argv)
+    if args.model not in TORCHVISION_MODELS and args.model not in BUILTIN_MODELS:
+        raise BadArgs("unknown model %r (known: %s)" % (
+            args.model, ", ".join(sorted(list(TORCHVISION_MODELS) + list(BUILTIN_MODELS)))))
+    for name in sorted(ARGUMENT_RULES):
+        value = getattr(args, name)
+        if value is not None and breaks_rule(ARGUMENT_RULES[name], value):
+            raise BadArgs("--%s %s is not allowed; allowed: %s" % (
+                name.replace("_", "-"), value, ARGUMENT_RULES[name]["allowed"]))
+    if args.image_size is not None and args.image_size < min_image_size(args.model):
+        raise BadArgs("--image-size %d is too small for model %s; allowed: at least %d" % (
+            args.image_size, args.model, min_image_size(args.model)))
+    args.data_kind, args.data_path = parse_dataset(args.dataset)
+    return args
+
+
+def params_of(args):
+    """Every option as given: the cell's identity in the stored result."""
+    skip = ("data_kind", "data_path")
+    return dict((k, v) for k, v in sorted(vars(args).items()) if k not in skip)

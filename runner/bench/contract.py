@@ -1,0 +1,58 @@
+"""The benchmark's contract as literal data: the names a matrix file may use, the exit statuses, the
+result line and the rules every option value must follow.
+
+Only literal assignments live here. The controller reads this file with `ast` (runner/contract.py),
+without importing torch or running any of it, and `matrix plan` holds a matrix file to the same rules
+that bench's own parser (args.py) applies: one source, checked twice (tests/unit/test_contract.py).
+"""
+
+SCHEMA = 1
+RESULT_PREFIX = "MATRIX_RESULT "
+EXIT_OK, EXIT_FAILED, EXIT_BAD_ARGS, EXIT_OOM, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4
+PRECISIONS = ("fp32", "tf32", "fp16", "amp", "amp-bf16", "bf16")
+AMP_IMPLS = ("auto", "native", "apex", "manual")
+DEVICES = ("auto", "cpu", "cuda")
+DATASET_KINDS = ("npz", "cifar10", "imagefolder")  # KIND:PATH, besides "synthetic"
+LOSS_END_WINDOW = 5  # loss_end is the mean of this many last measured iterations
+
+# name -> (input channels, default image size, default classes)
+TORCHVISION_MODELS = {
+    "resnet18": (3, 224, 1000), "resnet34": (3, 224, 1000), "resnet50": (3, 224, 1000),
+    "resnet101": (3, 224, 1000), "resnet152": (3, 224, 1000),
+    "vgg16": (3, 224, 1000), "vgg16_bn": (3, 224, 1000),
+    "wide_resnet50_2": (3, 224, 1000), "resnext50_32x4d": (3, 224, 1000),
+    "mobilenet_v2": (3, 224, 1000), "densenet121": (3, 224, 1000),
+}
+BUILTIN_MODELS = {
+    "cifar_vgg16": (3, 32, 10), "wrn": (3, 32, 10), "mnist_cnn": (1, 28, 10), "mlp": (1, 28, 10),
+}
+
+# The smallest image (height and width, pixels) each model takes; a model not named takes
+# MIN_IMAGE_SIZE_DEFAULT. A smaller --image-size is a bad argument, whatever the data set.
+MIN_IMAGE_SIZE = {"cifar_vgg16": 32, "wrn": 4, "mnist_cnn": 6, "mlp": 1}
+MIN_IMAGE_SIZE_DEFAULT = 32
+
+# Every numeric option's rule (the option's name as in args.py, `--batch-size` -> "batch_size").
+#   type     "int" or "float" (a float must also be finite)
+#   min/max  inclusive bounds; above: an exclusive lower bound
+#   modulo   [m, r]: the value is r modulo m
+#   allowed  the rule in words, as error messages show it
+# A rule holds for the option whatever the other options are; what depends on two options is below.
+ARGUMENT_RULES = {
+    "batch_size": {"type": "int", "min": 1, "allowed": "an integer of at least 1 (per process)"},
+    "iterations": {"type": "int", "min": 0, "allowed": "an integer of at least 0 (0: no training)"},
+    "warmup": {"type": "int", "min": 0, "allowed": "an integer of at least 0"},
+    "seed": {"type": "int", "min": 0, "max": 4294967295,
+             "allowed": "an integer from 0 to 4294967295 (2**32 - 1, what numpy takes)"},
+    "threads": {"type": "int", "min": 1, "allowed": "an integer of at least 1"},
+    "workers": {"type": "int", "min": 0, "allowed": "an integer of at least 0 (0: load in the main process)"},
+    "image_size": {"type": "int", "min": 1, "allowed": "an integer of at least 1 (pixels)"},
+    "num_classes": {"type": "int", "min": 1, "allowed": "an integer of at least 1"},
+    "eval_batches": {"type": "int", "min": 1, "allowed": "an integer of at least 1"},
+    "synthetic_batches": {"type": "int", "min": 1, "allowed": "an integer of at least 1"},
+    "wrn_depth": {"type": "int", "min": 10, "modulo": [6, 4],
+                  "allowed": "6n+4 with n >= 1 (10, 16, 22, 28, ...)"},
+    "wrn_width": {"type": "int", "min": 1, "allowed": "an integer of at least 1"},
+    "loss_scale": {"type": "float", "above": 0, "allowed": "a finite number above 0"},
+    "lr": {"type": "float", "above": 0, "allowed": "a finite number above 0"},
+}

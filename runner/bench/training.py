@@ -1,0 +1,193 @@
+"""One training step wired for a precision: the model cast and laid out, the optimizer, apex, DDP and
+torch.compile in the order each needs; forward, backward and update as three functions; evaluation."""
+
+import importlib
+
+from .compat import accepted_kwargs, log, nn, torch
+from .data import Shard, loader_kwargs
+from .distributed import all_reduce_values
+from .errors import Unsupported
+from .precision import ManualMasterWeights, make_grad_scaler
+
+
+def convert_model(model, plan, args, device):
+    """Move to the device, cast for fp16/bf16 (BN back to FP32 for master weights), set layout."""
+    model = model.to(device)
+    if plan["model_dtype"] is not None:
+        model = model.to(plan["model_dtype"])
+        if plan["bn_fp32"]:
+            for m in model.modules():
+                if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                    m.float()
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+def make_optimizer(params, args, device, allow_fused):
+    """SGD momentum 0.9, fused or foreach on CUDA where this torch has them."""
+    params = list(params)
+    accepted = accepted_kwargs(torch.optim.SGD.__init__)
+    choices = []
+    if device.type == "cuda":
+        if allow_fused and "fused" in accepted:
+            choices.append(("fused", {"fused": True}))
+        if "foreach" in accepted:
+            choices.append(("foreach", {"foreach": True}))
+    for impl, kwargs in choices:
+        try:
+            return torch.optim.SGD(params, lr=args.lr, momentum=0.9, **kwargs), impl
+        except (RuntimeError, ValueError, TypeError) as e:
+            log("SGD %s unavailable here (%s); trying the next" % (impl, e))
+    return torch.optim.SGD(params, lr=args.lr, momentum=0.9), "default"
+
+
+def _zero_grad_fn(optimizer):
+    """zero_grad(set_to_none=True) where it exists: frees grads instead of writing zeros."""
+    if "set_to_none" in accepted_kwargs(optimizer.zero_grad):
+        return lambda: optimizer.zero_grad(set_to_none=True)
+    return optimizer.zero_grad
+
+
+def make_steps(model, optimizer, plan, master, scaler, apex_amp):
+    """The three phases of one training step for this precision: forward(x, y) -> loss,
+    backward(loss), update(). Branching happens here, once, not in the hot loop."""
+    criterion = nn.CrossEntropyLoss()
+    zero_grad = _zero_grad_fn(optimizer)
+    autocast = plan["autocast"]
+    low = plan["model_dtype"] is not None
+
+    if autocast is not None:
+        def forward(x, y):
+            with autocast():
+                return criterion(model(x), y)
+    elif low:
+        def forward(x, y):
+            return criterion(model(x).float(), y)  # loss in FP32
+    else:
+        def forward(x, y):
+            return criterion(model(x), y)
+
+    if master is not None:
+        backward = master.backward
+
+        def update():
+            master.grads_to_master()
+            optimizer.step()
+            master.master_to_model()
+            master.zero_grad()
+    elif scaler is not None:
+        def backward(loss):
+            scaler.scale(loss).backward()
+
+        def update():
+            scaler.step(optimizer)
+            scaler.update()
+            zero_grad()
+    else:
+        if apex_amp is not None:
+            def backward(loss):
+                with apex_amp.scale_loss(loss, optimizer) as scaled:
+                    scaled.backward()
+        else:
+            def backward(loss):
+                loss.backward()
+
+        def update():
+            optimizer.step()
+            zero_grad()
+    return forward, backward, update
+
+
+def make_predict(model, plan):
+    """Inference forward for evaluation, under the same precision as training."""
+    autocast = plan["autocast"]
+    if autocast is None:
+        return model
+
+    def predict(x):
+        with autocast():
+            return model(x)
+    return predict
+
+
+def setup_training(model, plan, args, device, dist_info):
+    """Model, optimizer and precision machinery wired in the order each needs:
+    cast -> optimizer -> apex -> DDP -> compile."""
+    extra = {}
+    model = convert_model(model, plan, args, device)
+    master = scaler = apex_amp = None
+    if plan["mechanism"] == "manual":
+        master = ManualMasterWeights(model.parameters(), plan["loss_scale"])
+        optimizer, impl = make_optimizer(master.master_params, args, device, allow_fused=True)
+    else:
+        optimizer, impl = make_optimizer(model.parameters(), args, device,
+                                         allow_fused=plan["mechanism"] != "apex")
+    extra["optimizer"] = "sgd-momentum-0.9-" + impl
+    if plan["mechanism"] == "native" and plan["precision"] == "amp":
+        scaler = make_grad_scaler()
+    if plan["mechanism"] == "apex":
+        apex_amp = importlib.import_module("apex.amp")
+        if hasattr(apex_amp, "initialize"):
+            quiet = {"verbosity": 0} if "verbosity" in accepted_kwargs(apex_amp.initialize) else {}
+            model, optimizer = apex_amp.initialize(model, optimizer, opt_level="O1", loss_scale="dynamic",
+                                                   **quiet)
+            extra["apex_api"] = "initialize(O1)"
+        else:  # 2018 apex: amp.init() returns a handle that owns scale_loss
+            apex_amp = apex_amp.init(enabled=True)
+            extra["apex_api"] = "init"
+    eval_model = model
+    rank, world, local = dist_info
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        kwargs = {}
+        if device.type == "cuda":
+            kwargs["device_ids"] = [device.index]
+            kwargs["output_device"] = device.index
+        if "gradient_as_bucket_view" in accepted_kwargs(DDP.__init__):
+            kwargs["gradient_as_bucket_view"] = True
+        try:
+            model = DDP(model, **kwargs)
+            extra["ddp"] = "DistributedDataParallel"
+        except (IndexError, AssertionError):
+            # torch 1.0's DDP is CUDA-only (it indexes device_ids before any collective);
+            # its CPU twin takes over where it exists.
+            ddp_cpu = getattr(torch.nn.parallel, "DistributedDataParallelCPU", None)
+            if device.type == "cuda" or ddp_cpu is None:
+                raise
+            model = ddp_cpu(model)
+            extra["ddp"] = "DistributedDataParallelCPU"
+    if args.compile:
+        try:
+            model = torch.compile(model)
+        except RuntimeError as e:  # e.g. Dynamo refusing this Python version
+            raise Unsupported("torch.compile: %s" % str(e).splitlines()[0])
+    steps = make_steps(model, optimizer, plan, master, scaler, apex_amp)
+    return model, eval_model, steps, extra
+
+
+def evaluate(predict, model, test_ds, args, device, prepare, dist_info, dist):
+    """Top-1 accuracy on the test split, sharded over ranks and summed."""
+    from torch.utils.data import DataLoader
+    rank, world, _ = dist_info
+    ds = Shard(test_ds, rank, world) if world > 1 else test_ds
+    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=False, drop_last=False,
+                        **loader_kwargs(args, device, None, False))
+    was_training = model.training
+    model.eval()
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    total = 0
+    with torch.no_grad():
+        for i, (x, y) in enumerate(loader):
+            if args.eval_batches is not None and i >= args.eval_batches:
+                break
+            x = prepare(x.to(device, non_blocking=True))
+            y = y.to(device, non_blocking=True)
+            out = predict(x)
+            correct += (out.argmax(1) == y).sum()
+            total += int(y.size(0))
+    model.train(was_training)
+    counts = [float(correct.item()), float(total)]
+    if world > 1:
+        counts = all_reduce_values(dist, counts, "SUM", device)
+    return (counts[0] / counts[1]) if counts[1] > 0 else None
