@@ -92,4 +92,4 @@ def _table(df: pd.DataFrame, keys: tuple[str, ...], shown: set[str]) -> pd.DataF
     # Each name's definitions together, oldest first, in the order the names were first measured.
     out["_name_first"] = out.groupby(list(keys), sort=False, dropna=False)["_last"].transform("min")
     out = out.sort_values(["_name_first", "_last"], kind="stable")
-    return out[[*keys, *DEFINITION_COLUMNS]].reset_index(drop=True)
+    return out[[*keys, *(c for c in DEFINITION_COLUMNS if c not in keys)]].reset_index(drop=True)

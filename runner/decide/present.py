@@ -24,7 +24,7 @@ def verdict_table(judgements: Sequence[references.Judgement]) -> Table:
     rows = references.rows(judgements)
     why = any(r["why"] for r in rows)
     t = Table(["verdict", "cell", "metric", "reference", "measured", "margin", "repeats", *(["why"] if why else [])],
-              align=["l", "l", "l", "l", "r", "r", "l", "l"])
+              align=["l", "l", "l", "l", "r", "r", "l", *(["l"] if why else [])])
     for row in rows:
         t.add(Cell(row["verdict"], VERDICT_CLS[row["verdict"]]), row["cell"], row["metric"], row["reference"],
               Cell(row["measured"], "num"), Cell(row["margin"], "num"), row["repeats"],

@@ -282,7 +282,8 @@ def definitions_table(several: pd.DataFrame, keys: Sequence[str], pooled: bool =
         name = tuple(r[k] for k in label_keys)
         first = name != previous
         previous = name
-        when = iso(r["first_at"]) if r["first_at"] == r["last_at"] else f"{iso(r['first_at'])} – {iso(r['last_at'])}"
+        start, end = iso(r["first_at"]), iso(r["last_at"])
+        when = start if start == end else f"{start} – {end}"
         shown = "pooled" if pooled else "shown" if r["shown"] else "not shown"
         table.add(*([sides.get(str(r["side"]), str(r["side"]))] if sides else []),
                   Cell(cell_label(r, label_keys) if first else "", "key"), Cell(r["cell_key"], "num"),

@@ -206,3 +206,16 @@ def test_match_values_take_the_axis_type() -> None:
     assert [c.params["channels_last"] for c in m.cells() if r.matches(c)] == [True]
     err = error_of("references:\n  - {match: {batch_size: many}, throughput: '>= 1'}\n")
     assert "references[0].match.batch_size (line 5)" in err
+
+
+def test_the_table_shows_a_why_column_only_when_a_verdict_has_a_reason() -> None:
+    from runner.decide import present
+
+    m, df = cells_and_frame([110.0, 112.0])
+    plain = present.verdict_table(ref.judge(m.references, m.cells(), df))
+    assert plain.columns[-1] == "repeats" and len(plain.aligns()) == len(plain.columns)
+    m2, empty = cells_and_frame([])
+    why = present.verdict_table(ref.judge(m2.references, m2.cells(), empty))
+    assert why.columns[-1] == "why" and why.rows[0][-1].text == "nothing measured (nothing stored)"
+    assert "References undecided" in present.terminal(why, ref.summary_line(ref.judge(m2.references, m2.cells(),
+                                                                                      empty)))
