@@ -211,7 +211,7 @@ def compare_view(c: an.Comparison) -> CompareView:
     if c.pairs.empty:
         summary = f"No cell of {b} has a partner in {a}: nothing to compare."
     else:
-        summary = f"{views.geomean_sentence(c, a, b)}. {views.decisions_sentence(c)} {views.method_sentence(c)}"
+        summary = f"{views.geomean_sentence(c, a, b)}. {views.decisions_sentence(c)}"
     precision = None
     if not c.precision_ratios.empty:
         side_names = {"A": a, "B": b}

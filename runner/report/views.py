@@ -220,29 +220,27 @@ def comparison_note(c: an.Comparison, a: str, b: str) -> str:
     n = len(c.pairs)
     if not n:
         return f"No cell of {b} has a partner in {a}."
-    text = f"{geomean_sentence(c, a, b)}; {decisions_sentence(c)} {method_sentence(c)}"
+    text = f"{geomean_sentence(c, a, b)}; {decisions_sentence(c)}"
     if not c.unpaired.empty:
         text += f" Unpaired: {len(c.unpaired)} cell{'s' if len(c.unpaired) != 1 else ''}."
     return text
 
 
 def decisions_sentence(c: an.Comparison) -> str:
-    """'5 of 8 pairs significant, 1 undecided (fewer than two ok repeats a side, or settings that differ).'"""
-    n = len(c.pairs)
+    """'5 of 8 pairs significant (Welch's p < 0.05 adjusted by Benjamini–Hochberg over the 7 tested pairs,
+    and a change of at least 2%).', with the undecided pairs counted: the table footer."""
+    n, tested = len(c.pairs), c.n_tested
     text = f"{c.n_significant} of {n} pair{'s' if n != 1 else ''} significant"
     und = c.n_decision(Verdict.UNDECIDED)
     if und:
-        text += f", {und} undecided (not tested: see the verdict column)"
-    return text + "."
-
-
-def method_sentence(c: an.Comparison) -> str:
-    """How significance was decided, the false-discovery correction included (the table footer)."""
-    tested = c.n_tested
-    family = (f"p adjusted by {c.correction.replace('-', '–').title()} over the {tested} tested pairs"
-              if tested > 1 else "one tested pair, nothing to adjust" if tested == 1 else "no pair tested")
-    return (f"Significant: Welch's t-test p < {c.alpha:g} ({family}) and a change of at least "
-            f"{c.min_effect:.0%}.")
+        text += f", {und} undecided"
+    if tested > 1:
+        how = (f"Welch's p < {c.alpha:g} adjusted by {c.correction.replace('-', '–').title()} over the {tested} "
+               f"tested pairs, and a change of at least {c.min_effect:.0%}")
+    else:
+        how = (f"Welch's p < {c.alpha:g} and a change of at least {c.min_effect:.0%}; "
+               f"{'one pair tested, nothing to adjust' if tested else 'no pair could be tested'}")
+    return f"{text} ({how})."
 
 
 def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
