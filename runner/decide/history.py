@@ -22,7 +22,7 @@ from runner.analysis import CELL_KEYS, METRICS, MIN_EFFECT, change_words, descri
 from runner.decide import significance
 
 COLUMNS = ["cell_key", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "mean", "std", "ci_low", "ci_high",
-           "ratio", "p_value", "step", "change"]
+           "ratio", "p_value", "step", "change", "undecided"]
 
 
 def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
@@ -52,7 +52,8 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
     """One row per (cell, measurement) over every stored row (not only each repeat's newest: a re-run with
     --force supersedes older repeats in the other views, here it is the next point). Cells with fewer than
     `min_points` measurements are left out. `ratio` is this point's mean over the previous point's; `run_id`
-    the point's first run, `runs` every run it spans (a resumed run is one point)."""
+    the point's first run, `runs` every run it spans (a resumed run is one point); `undecided` why a point
+    could not be tested against the previous one (never a silent "no step")."""
     m = METRICS[metric]
     ok = frame[(frame["status"] == "ok") & frame[metric].notna()] if len(frame) else frame
     rows = []
@@ -67,17 +68,19 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
             st = describe(values)
             ratio = p = math.nan
             step = False
+            why = ""
             if prev is not None:
                 ratio = st.mean / float(prev.mean()) if prev.mean() else math.nan
                 diff = significance.difference(prev, values, test)
                 p = diff.p_value
                 gain = ratio if m.higher_is_better else 1 / ratio
                 step = bool(diff.decided and p < alpha and abs(gain - 1) >= min_effect)
+                why = diff.why.replace(" on A", " before").replace(" on B", " here")
             rows.append({"cell_key": key, **{k: first[k] for k in CELL_KEYS}, "point": i, "run_id": runs[0],
                          "runs": ", ".join(runs), "date": float(g["started_at"].min()), "n": st.n,
                          "mean": st.mean, "std": st.std, "ci_low": st.ci_low, "ci_high": st.ci_high,
                          "ratio": ratio, "p_value": p, "step": step,
-                         "change": change_words(ratio, m) if step else ""})
+                         "change": change_words(ratio, m) if step else "", "undecided": why})
             prev = values
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -73,6 +73,7 @@ def history_table(hist: pd.DataFrame, unit: str = "img/s") -> Table:
         "nunique") if len(hist) else pd.Series(dtype=int)
     last = None
     for r, n_defs in zip(hist.itertuples(index=False), names, strict=True):
+        why = r.undecided if isinstance(getattr(r, "undecided", ""), str) else ""
         label = " ".join(str(getattr(r, k)) for k in ("environment", "model", "precision", "batch_size"))
         if getattr(r, "options", ""):
             label += f" {r.options}"
@@ -83,7 +84,9 @@ def history_table(hist: pd.DataFrame, unit: str = "img/s") -> Table:
         ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
         mean = number(r.mean) if math.isnan(r.std) else f"{number(r.mean, 1)} ± {number(r.std, 1)}"
         t.add(label if first else "", _date(r.date), r.runs, str(r.n), Cell(mean, "num"), Cell(ratio, "num"),
-              Cell(p_value(r.p_value), "num"), Cell(f"step: {r.change}" if r.step else "", "bad" if r.step else ""),
+              Cell(p_value(r.p_value), "num"),
+              Cell(f"step: {r.change}" if r.step else f"undecided: {why}" if why else "",
+                   "bad" if r.step else "status" if why else ""),
               row_class="group" if first else "")
     return t
 

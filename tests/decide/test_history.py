@@ -101,3 +101,12 @@ def test_two_definitions_of_one_name_are_two_histories_labelled_by_key() -> None
     assert list(h["cell_key"]) == ["old", "old", "new", "new"] and not h["step"].any()
     labels = [row[0].text for row in history_table(h).rows if row[0].text]
     assert labels == ["cpu mnist_cnn fp32 32 (definition old)", "cpu mnist_cnn fp32 32 (definition new)"]
+
+
+def test_a_point_that_cannot_be_tested_says_undecided_not_no_step() -> None:
+    from runner.decide.present import history_table
+
+    df = long_frame(rows_for("k", [100.0], run_id="a", start=1000.0), rows_for("k", [50.0], run_id="b", start=2000.0))
+    h = history(df)
+    assert not h["step"].any() and h["undecided"].iloc[1].startswith("1 ok repeat before and 1 ok repeat here")
+    assert history_table(h).rows[1][-1].text.startswith("undecided: 1 ok repeat before")
