@@ -215,6 +215,11 @@ def one_sided(n_a: int, n_b: int, statuses_a: str, statuses_b: str) -> tuple[boo
     return None
 
 
+def _only_unsupported(statuses: str) -> bool:
+    parts = [p for p in str(statuses).split(", ") if p]
+    return bool(parts) and all(p.split(" ", 1)[-1] == Status.UNSUPPORTED.value for p in parts)
+
+
 def geometric_mean(ratios: Iterable[float]) -> float:
     """exp(mean(log r)) over the positive, finite ratios; NaN when there are none."""
     vals = np.asarray([r for r in ratios if r is not None and np.isfinite(r) and r > 0], dtype=float)
@@ -314,7 +319,12 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
                 judged.append((False, why, Verdict.UNDECIDED))
                 continue
             gap = one_sided(x, y, sa_, sb_)
-            judged.append((*gap, Verdict.FAIL) if gap else judge_pair(r, q, x, y, metric, alpha, min_effect))
+            if gap:
+                judged.append((*gap, Verdict.FAIL))
+            elif _only_unsupported(sa_) and _only_unsupported(sb_):
+                judged.append((False, "unsupported on both sides", Verdict.PASS))  # as the gate says
+            else:
+                judged.append(judge_pair(r, q, x, y, metric, alpha, min_effect))
         both["a_n"], both["b_n"] = an_, bn_
         both["ratio"] = np.where([bool(w) for w in apart], math.nan, ratio)
         both["p_value"], both["p_adjusted"] = p, p_adj

@@ -349,3 +349,16 @@ def test_cell_labels_call_cpu_ranks_ranks_and_gpu_ranks_gpus() -> None:
 
     assert constants_note(pd.DataFrame([in_options, in_options]), ["gpus", "nodes"]) == "2 ranks"
     assert constants_note(pd.DataFrame([gpu]), ["gpus"]) == "8 GPUs"
+
+
+def test_pair_decisions_undecided_with_one_repeat_and_pass_when_unsupported_on_both_sides() -> None:
+    rows = [row("a", 0, 100.0), row("b", 0, 50.0, run_id="run-2")]                       # one repeat a side
+    rows += [row("a", i, None, precision="bf16", status="unsupported") for i in range(2)]
+    rows += [row("b", i, None, precision="bf16", status="unsupported", run_id="run-2") for i in range(2)]
+    df = an.frame(rows)
+    c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
+    by_prec = {r["precision"]: r for r in c.pairs.to_dict("records")}
+    assert by_prec["fp32"]["decision"] == "undecided" and not by_prec["fp32"]["significant"]
+    assert by_prec["fp32"]["verdict"] == "undecided: 1 ok repeat on A and 1 ok repeat on B (a test needs 2+ per side)"
+    assert (by_prec["bf16"]["decision"], by_prec["bf16"]["verdict"]) == ("pass", "unsupported on both sides")
+    assert c.n_decision(Verdict.UNDECIDED) == 1 and c.n_tested == 0
