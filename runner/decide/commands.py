@@ -75,8 +75,8 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
         if js:  # a selection (--only) that no reference covers decides nothing
             parts += [present.verdict_table(js), references.summary_line(js)]
             titles.append("References")
-            status = {Exit.FAILED: Exit.REFERENCE_FAILED}.get(references.exit_status(js),
-                                                               references.exit_status(js))
+            decided = references.exit_status(js)
+            status = Exit.REFERENCE_FAILED if decided is Exit.FAILED else decided
     return (present.terminal(*parts, titles=titles) if parts else ""), status
 
 

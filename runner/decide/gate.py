@@ -255,11 +255,12 @@ def summary_line(rules: Sequence[Rule], checks: Sequence[Check], policy: str = "
     correction = f" (p adjusted over each rule's pairs: {significance.CORRECTION})" if n_pairs > 1 else ""
     word = {Verdict.PASS: "passed", Verdict.FAIL: "tripped", Verdict.UNDECIDED: "undecided"}[overall(verdicts)]
     note = policy_note(verdicts, policy)
+    counted_as = ""
     if word == "undecided" and policy != "error":
-        word = f"{'passed' if policy == 'pass' else 'failed'}, with {note}"
+        word, counted_as = ("passed" if policy == "pass" else "failed"), f", with {note}"
     elif note:
         tally += f"; {note}"
-    return f"Gate {word} ({rule_text}): {tally}{correction}."
+    return f"Gate {word} ({rule_text}){counted_as}: {tally}{correction}."
 
 
 def _num(x: float) -> str:

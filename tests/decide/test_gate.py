@@ -127,7 +127,7 @@ def test_one_repeat_a_side_is_undecided_even_ten_times_slower() -> None:
     assert exit_status([c.verdict], "fail") is Exit.FAILED
     assert exit_status([c.verdict], "pass") is Exit.OK
     passed = gate.summary_line(rules, [c], "pass")
-    assert passed.startswith("Gate passed, with 1 undecided counted as passed (--undecided pass)")
+    assert passed.startswith("Gate passed (slower:3%), with 1 undecided counted as passed (--undecided pass):")
     assert "1 undecided" in passed
     assert [r["verdict"] for r in gate.rows([c])] == ["undecided"]
 
