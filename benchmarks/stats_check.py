@@ -14,9 +14,17 @@ It also replays the adaptive rule on each cell's repeats in the order they were 
 the repeats it would have run against a fixed 10, and runs a real split-half A/A (first half of each
 cell's repeats against the second half).
 
+Many pairs, one threshold (`--part fdr`): comparisons of `--fdr-pairs` pairs at once (100 by default), all
+A/A, or with a share of them truly slower by 5% or 10%, judged as `matrix compare` does (p < 0.05 and a
+change of at least 2%) and as the gate `slower:3%` does, with the raw p-values and with the p-values
+adjusted by Benjamini-Hochberg over the comparison's pairs (what compare and the gate use): false
+positives per comparison, the share of comparisons with any, the false discovery rate and the power.
+
     make demo   # or any store of CPU repeats; more repeats per cell make a better noise model
     .venv/bin/python benchmarks/stats_check.py --db results/noise.db [--sims 2000] [--seed 0]
     .venv/bin/python benchmarks/stats_check.py --pooled --min-repeats 3 \
+        --csv reports/quickstart-cpu/repeats.csv --csv reports/container-vs-local-cpu/repeats.csv
+    .venv/bin/python benchmarks/stats_check.py --part fdr --pooled --min-repeats 3 \
         --csv reports/quickstart-cpu/repeats.csv --csv reports/container-vs-local-cpu/repeats.csv
 """
 
@@ -33,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.analysis import MIN_EFFECT, welch_p_from_stats
 from runner.decide import significance
 from runner.decide.adaptive import Stop, assess, replay
 from runner.spec import AdaptiveRepeats
@@ -200,6 +209,46 @@ def replay_savings(cells: dict[str, np.ndarray], fixed: int = 10) -> None:
         print(f"  {undecided} cells need more stored repeats to replay the rule to its end")
 
 
+def fdr_check(sampler: Sampler, settings: list[int], pairs: int, sims: int, true_share: float,
+              shifts: tuple[float, ...] = (0.05, 0.10)) -> None:
+    """Comparisons of `pairs` pairs: how many pairs a comparison flags by chance, and how many true shifts it
+    finds, with raw p-values and with Benjamini-Hochberg's over the comparison (docs/statistics.md)."""
+    alpha = significance.ALPHA
+    n_true = round(pairs * true_share)
+    print(f"\nMany pairs, one threshold: comparisons of {pairs} pairs, {sims} simulated comparisons per row, "
+          f"alpha {alpha}. compare: p < alpha and a change of at least {MIN_EFFECT:.0%}; gate: slower:"
+          f"{THRESHOLD:.0%} (change > {THRESHOLD:.0%} and p < alpha). 'raw': each pair's p; 'BH': p adjusted "
+          "over the comparison's pairs (what compare and the gate do).")
+    print(f"  {'repeats':<8} {'pairs truly slower':<20} {'rule':<8} {'p':<4} {'FP/comp':>8} {'any FP':>7} "
+          f"{'FDR':>6} {'power':>6}")
+    scenarios = [(0.0, 0)] + [(s, n_true) for s in shifts]
+    for n in settings:
+        for shift, k in scenarios:
+            tallies: dict[tuple[str, str], list[float]] = {}
+            for _ in range(sims):
+                a = np.array([sampler.fixed(sampler.pool(), n) for _ in range(pairs)])
+                b = np.array([sampler.fixed(sampler.pool(), n) for _ in range(pairs)])
+                b[:k] /= 1 + shift     # the first k pairs: B truly slower
+                truth = np.arange(pairs) < k
+                ma, mb = a.mean(axis=1), b.mean(axis=1)
+                p = welch_p_from_stats(ma, a.std(axis=1, ddof=1), n, mb, b.std(axis=1, ddof=1), n)
+                ratio = mb / ma
+                rules = {"compare": np.maximum(ratio, 1 / ratio) - 1 >= MIN_EFFECT, "gate": ma / mb - 1 > THRESHOLD}
+                for how, q in (("raw", p), ("BH", significance.adjust(p))):
+                    for rule, big in rules.items():
+                        flagged = big & (q < alpha)
+                        false = int((flagged & ~truth).sum())
+                        t = tallies.setdefault((rule, how), [0.0, 0.0, 0.0, 0.0])
+                        t[0] += false
+                        t[1] += false > 0
+                        t[2] += false / max(int(flagged.sum()), 1)
+                        t[3] += int((flagged & truth).sum()) / k if k else 0.0
+            label = "none (A/A)" if not k else f"{k} by {shift:.0%}"
+            for (rule, how), (fp, anyfp, fdr, power) in tallies.items():
+                print(f"  {n:<8} {label:<20} {rule:<8} {how:<4} {fp / sims:>8.2f} {anyfp / sims:>7.1%} "
+                      f"{fdr / sims:>6.1%} {'—' if not k else format(power / sims, '.1%'):>6}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", type=Path, default=None, help="a store of CPU repeats (default: results/noise.db)")
@@ -213,6 +262,12 @@ def main() -> None:
     ap.add_argument("--settings", default="3,5,10,adaptive,adaptive:2%",
                     help="repeat counts per side, and/or adaptive (target_ci 1%%) or adaptive:X%%")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per test")
+    ap.add_argument("--part", choices=("all", "tests", "fdr"), default="all",
+                    help="tests: the candidate tests per pair; fdr: many pairs at once, raw against BH")
+    ap.add_argument("--fdr-pairs", type=int, default=100, help="pairs per simulated comparison (--part fdr)")
+    ap.add_argument("--fdr-sims", type=int, default=200, help="simulated comparisons per row (--part fdr)")
+    ap.add_argument("--fdr-true", type=float, default=0.10, help="share of pairs truly slower (--part fdr)")
+    ap.add_argument("--fdr-repeats", default="3,5,10", help="repeats per side (--part fdr)")
     args = ap.parse_args()
     source = ", ".join(map(str, args.csv)) if args.csv else str(args.db or "results/noise.db")
     if args.csv:
@@ -221,11 +276,20 @@ def main() -> None:
         cells = load_cells(args.db or Path("results/noise.db"), args.min_repeats)
     if not cells:
         sys.exit(f"{source}: no cell has {args.min_repeats}+ ok repeats; run the quickstart with more repeats")
-    print(f"stats_check: {source}{' (pooled)' if args.pooled else ''}, {len(cells)} cells, {args.sims} simulated comparisons per setting, seed "
+    sims = f"{args.fdr_sims} simulated comparisons of {args.fdr_pairs} pairs" if args.part == "fdr" else (
+        f"{args.sims} simulated comparisons per setting")
+    print(f"stats_check: {source}{' (pooled)' if args.pooled else ''}, {len(cells)} cells, {sims}, seed "
           f"{args.seed}; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.2f}")
     noise_profile(cells)
     rng = np.random.default_rng(args.seed)
+    if args.part in ("all", "fdr"):
+        start = time.perf_counter()
+        fdr_check(Sampler(cells, rng, args.pooled), [int(x) for x in args.fdr_repeats.split(",")], args.fdr_pairs,
+                  args.fdr_sims, args.fdr_true)
+        print(f"  (took {time.perf_counter() - start:.0f} s)")
+        if args.part == "fdr":
+            return
 
     def boot(a: np.ndarray, b: np.ndarray) -> float:
         return significance.bootstrap(a, b, resamples=args.resamples, seed=int(rng.integers(2**31)))

@@ -85,7 +85,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
     Exit status: 0 when every selected repeat is ok or unsupported (or still queued with --no-wait);
     1 when nothing could run (bad matrix file, store or option); 3 when a repeat ended failed, oom,
     timeout, cancelled or not_started (its environment could not start); 4 when everything was
-    measured but a reference of the matrix file failed; 130 when interrupted.
+    measured but a reference of the matrix file failed; 5 when a reference is undecided (no value to
+    judge; an entry's `undecided: pass|fail` counts it otherwise); 130 when interrupted.
     """
     m = matrix_mod.load(_matrix_path(matrix))
     if image:
@@ -124,18 +125,18 @@ def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] 
     cells = matrix_mod.select(m.cells(), env or (), only or ())
     signal.signal(signal.SIGTERM, _sigterm)
     from runner.decide import commands as decide
-    failed = False
+    decided = 0
     with Store(db) as store:
         report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:],
                                     console=consoles.stdout(), verbose=state["verbose"], **kwargs)
         if not report.interrupted and not report.pending:  # jobs still queued: `matrix collect` decides
-            text, failed = decide.run_decisions(m, cells, store)
+            text, decided = decide.run_decisions(m, cells, store)
             if text:
                 typer.echo(text, nl=False)
     if report.exit_code:
         raise typer.Exit(report.exit_code)
-    if failed:
-        raise typer.Exit(execute.EXIT_REFERENCE_FAILED)
+    if decided:
+        raise typer.Exit(decided)
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
@@ -176,6 +177,11 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
     consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
 
 
+UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an undecided verdict counts: error "
+                                                   "(exit 5, the default), fail (exit 1) or pass (exit 0; still "
+                                                   "said undecided)")]
+
+
 @app.command()
 def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, backend or run id")],
             b: Annotated[str, typer.Argument(help="side B: environment, tag, backend or run id")],
@@ -188,43 +194,54 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
                                                       "significant (0.02 = 2%)")] = 0.02,
             fail_on: Annotated[list[str] | None, typer.Option("--fail-on", help="exit 1 when B is slower:X%, "
                                                              "faster:X% or uses memory:X% more than A, beyond X "
-                                                             "and significant (repeatable)")] = None) -> None:
+                                                             "and significant (repeatable)")] = None,
+            undecided: UndecidedOpt = None,
+            pool: Annotated[bool, typer.Option("--pool", help="pool every definition a side holds for a cell "
+                                               "(default: the newest, the others listed)")] = False) -> None:
     """Pair the cells of A and B and say which is faster, by how much, and whether it is significant.
 
     With --fail-on, a regression gate: exit status 1 when a pair changed more than the threshold AND
-    significantly; the output lists the pairs that tripped it (in JSON: the `gate` member).
+    significantly, 5 when a pair could not be decided (fewer than 2 ok repeats a side, a metric not
+    measured, run settings that differ; --undecided fail|pass counts those otherwise); the output lists
+    the pairs that failed or were undecided (in JSON: the `gate` member).
     """
     from runner.report import compare_command
-    gate_out, tripped = "", False
+    gate_out, status = "", 0
     if fail_on:
         from runner.decide import commands as decide
-        gate_out, tripped = decide.gate_command(db, a, b, fail_on, fmt)
-    text = compare_command(db, a, b, fmt, metric, min_effect=min_effect)
+        gate_out, status = decide.gate_command(db, a, b, fail_on, fmt, undecided, pool)
+    elif undecided is not None:
+        from runner.errors import ConfigError
+        raise ConfigError("--undecided applies to the gate: add --fail-on (e.g. --fail-on slower:3%)")
+    text = compare_command(db, a, b, fmt, metric, min_effect=min_effect, pool=pool)
     if gate_out:
         if fmt == "csv":
             typer.echo(gate_out, err=True, nl=False)
         text = decide.with_gate(text, gate_out, fmt)
     if text:
         typer.echo(text, nl=not text.endswith("\n"))
-    if tripped:
-        raise typer.Exit(decide.EXIT_FAILED)
+    if status:
+        raise typer.Exit(status)
 
 
 @app.command()
 def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-          fmt: Annotated[str | None, typer.Option("--format", help="json (default: a table)")] = None) -> None:
+          fmt: Annotated[str | None, typer.Option("--format", help="json (default: a table)")] = None,
+          undecided: UndecidedOpt = None) -> None:
     """Hold the stored results against the matrix file's `references:`; runs nothing.
 
-    Per cell and metric: pass, fail or no data, with the measured mean, the reference and the margin.
-    Exit status 1 when a reference fails or a cell it covers has no ok repeat.
+    Per cell and metric: pass, fail or undecided, with the measured mean, the reference and the margin.
+    Exit status 1 when a reference fails (a cell it covers has no value: its repeats failed), 5 when one
+    is undecided (nothing measured, or the metric is not measured there) unless --undecided (or the
+    entry's `undecided:`) counts it as fail or pass.
     """
     from runner.decide import commands as decide
     m = matrix_mod.load(_matrix_path(matrix))
     cells = matrix_mod.select(m.cells(), env or (), only or ())
-    text, failed = decide.check_command(m, cells, db, fmt)
+    text, status = decide.check_command(m, cells, db, fmt, undecided)
     typer.echo(text, nl=not text.endswith("\n"))
-    if failed:
-        raise typer.Exit(decide.EXIT_FAILED)
+    if status:
+        raise typer.Exit(status)
 
 
 @app.command()

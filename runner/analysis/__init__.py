@@ -1,6 +1,7 @@
 """Statistics over the result store: every number a report shows is computed here.
 
 `frame`: the long frame, one row per repeat (params, metrics, how each precision ran).
+`identity`: a cell is its key, not its name: each name shows its newest definition unless pooled on purpose.
 `stats`: per-cell n, mean, std, CV, min, max, median and a t confidence interval; the precision summary
 and the quality flags. `compare`: pair two sides' cells, Welch's test plus a minimum effect size, the
 geometric mean. `scaling`: throughput against the process layout. Statuses other than ok are counted,
@@ -18,6 +19,8 @@ from runner.analysis.compare import (
     compare,
     environment_info,
     geometric_mean,
+    judge_pair,
+    not_comparable,
     one_sided,
     pair_cells,
     pair_stats,
@@ -42,6 +45,7 @@ from runner.analysis.frame import (
     PRECISION_ORDER,
     RECIPE_COLUMNS,
     RECIPE_FIELDS,
+    RUN_SETTINGS,
     STAT_NAMES,
     Metric,
     environment_rank,
@@ -53,7 +57,9 @@ from runner.analysis.frame import (
     precision_rank,
     recipe,
     recipe_text,
+    settings_text,
 )
+from runner.analysis.identity import DEFINITION_COLUMNS, Definitions, choose
 from runner.analysis.scaling import scaling
 from runner.analysis.stats import (
     CONFIDENCE,
@@ -72,11 +78,13 @@ from runner.analysis.stats import (
 
 __all__ = [
     "ALPHA", "BASELINE_PRECISION", "CELL_KEYS", "CONFIDENCE", "CORE_PARAMS", "DASH_WORD", "DATA_BOUND",
-    "ENV_FIELDS", "FRAME_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV", "PARAM_KEYS",
-    "PRECISION_ORDER", "RECIPE_COLUMNS", "RECIPE_FIELDS", "SIDE_KINDS", "STAT_NAMES", "Comparison", "Metric",
-    "Side", "Stats", "available_sides", "cell_attributes", "change_words", "compare", "describe",
-    "environment_info", "environment_rank", "frame", "geometric_mean", "get_metric", "latest", "metric_stats", "one_sided",
-    "one_sided", "options_label", "pair_cells", "pair_stats", "precision_index", "precision_rank", "precision_ratios", "precision_recipes",
-    "precision_summary", "quality_flags", "recipe", "recipe_differences", "recipe_text", "scaling",
-    "select_side", "side_stats", "status_summary", "summarize", "t_half_width", "verdict", "welch_p_from_stats",
+    "DEFINITION_COLUMNS", "ENV_FIELDS", "FRAME_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV",
+    "PARAM_KEYS", "PRECISION_ORDER", "RECIPE_COLUMNS", "RECIPE_FIELDS", "RUN_SETTINGS", "SIDE_KINDS",
+    "STAT_NAMES", "Comparison", "Definitions", "Metric", "Side", "Stats", "available_sides", "cell_attributes",
+    "change_words", "choose", "compare", "describe", "environment_info", "environment_rank", "frame",
+    "geometric_mean", "get_metric", "judge_pair", "latest", "metric_stats", "not_comparable", "one_sided",
+    "options_label", "pair_cells", "pair_stats", "precision_index", "precision_rank", "precision_ratios",
+    "precision_recipes", "precision_summary", "quality_flags", "recipe", "recipe_differences", "recipe_text",
+    "scaling", "select_side", "settings_text", "side_stats", "status_summary", "summarize", "t_half_width",
+    "verdict", "welch_p_from_stats",
 ]

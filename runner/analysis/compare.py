@@ -21,7 +21,10 @@ from runner.analysis.frame import (
     latest,
     precision_rank,
 )
+from runner.analysis.identity import Definitions, choose
 from runner.analysis.stats import _join_unique, cell_attributes, metric_stats
+from runner.decide import significance
+from runner.decide.verdict import Verdict
 from runner.errors import ConfigError
 from runner.results import Status
 
@@ -33,39 +36,55 @@ SIDE_KINDS = ("env", "tag", "backend", "run")
 
 @dataclass(frozen=True)
 class Side:
-    """The rows one side of a comparison selects, and how the reference was understood."""
+    """The rows one side of a comparison selects, and how the reference was understood.
+
+    `frame` holds every definition the side selected; what is compared (`chosen`) is, per pair of params,
+    the newest definition, or with `pool` all of them (runner/analysis/identity.py)."""
 
     ref: str
     kind: str       # env | tag | backend | run
     value: str
     frame: pd.DataFrame
+    pool: bool = False
     _cache: dict[str, pd.DataFrame] = field(default_factory=dict, compare=False, repr=False)
+    _defs: list[Definitions] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def label(self) -> str:
         return self.ref
 
+    @property
+    def definitions(self) -> Definitions:
+        """Per pair key (the params), the definition compared and the ones left out (or pooled)."""
+        if not self._defs:
+            self._defs.append(choose(self.frame, PARAM_KEYS, self.pool))
+        return self._defs[0]
+
+    @property
+    def chosen(self) -> pd.DataFrame:
+        return self.definitions.frame
+
     def stats(self, metric: str) -> pd.DataFrame:
         """This side's cells keyed on params (computed once: a report compares the baseline many times)."""
         if metric not in self._cache:
-            self._cache[metric] = side_stats(self.frame, metric)
+            self._cache[metric] = side_stats(self.chosen, metric)
         return self._cache[metric]
 
     def precision_ratios(self, label: str) -> pd.DataFrame:
         key = "ratios"
         if key not in self._cache:
-            self._cache[key] = precision_ratios(self.frame)
+            self._cache[key] = precision_ratios(self.chosen)
         return self._cache[key].assign(side=label)
 
     def info(self, label: str) -> pd.DataFrame:
         key = "info"
         if key not in self._cache:
-            self._cache[key] = environment_info(self.frame)
+            self._cache[key] = environment_info(self.chosen)
         return self._cache[key].assign(side=label)
 
     @property
     def environments(self) -> list[str]:
-        return list(dict.fromkeys(self.frame["environment"]))
+        return list(dict.fromkeys(self.chosen["environment"]))
 
 
 def available_sides(df: pd.DataFrame) -> dict[str, list[str]]:
@@ -78,10 +97,11 @@ def available_sides(df: pd.DataFrame) -> dict[str, list[str]]:
     }
 
 
-def select_side(df: pd.DataFrame, ref: str) -> Side:
+def select_side(df: pd.DataFrame, ref: str, pool: bool = False) -> Side:
     """Rows matching `ref`: an environment name, else a tag, else a backend kind, else a run id prefix.
 
-    `env:`, `tag:`, `backend:` or `run:` in front of the name chooses the kind when names clash.
+    `env:`, `tag:`, `backend:` or `run:` in front of the name chooses the kind when names clash. `pool`:
+    pool every definition the side holds for a pair of params, instead of comparing the newest.
     """
     kind, sep, value = ref.partition(":")
     kinds: Sequence[str] = SIDE_KINDS
@@ -102,7 +122,7 @@ def select_side(df: pd.DataFrame, ref: str) -> Side:
                 raise ConfigError(f"run id prefix {value!r} is ambiguous: {', '.join(run_ids)}")
             mask = df["run_id"].isin(run_ids)
         if bool(mask.any()):
-            return Side(ref, k, value, latest(df[mask]))
+            return Side(ref, k, value, latest(df[mask]), pool)
     sides = available_sides(df)
     listed = "; ".join(f"{k}: {', '.join(v) if v else '(none)'}" for k, v in sides.items())
     raise ConfigError(f"{ref!r} matches no result in the store. Sides that exist: {listed}")
@@ -120,36 +140,62 @@ def change_words(ratio: float, metric: Metric) -> str:
 
 def welch_p_from_stats(mean_a: Any, std_a: Any, n_a: Any, mean_b: Any, std_b: Any, n_b: Any) -> np.ndarray:
     """Welch's two-sided p-value from each side's mean, std (ddof=1) and n, for whole columns at once
-    (scipy's ttest_ind_from_stats); NaN where a side has fewer than two values or neither has spread."""
+    (scipy's ttest_ind_from_stats); NaN where a side has fewer than two values. Neither side with any
+    spread (std 0, n >= 2 each) is certain, as in significance.difference: p = 0 when the means differ,
+    1 when they are equal."""
     from scipy import stats
 
     ma, sa, na = (np.asarray(x, dtype=float) for x in (mean_a, std_a, n_a))
     mb, sb, nb = (np.asarray(x, dtype=float) for x in (mean_b, std_b, n_b))
     with np.errstate(invalid="ignore"):
-        valid = (na >= 2) & (nb >= 2) & ((sa > 0) | (sb > 0))
+        enough = (na >= 2) & (nb >= 2)
+        flat = enough & (sa == 0) & (sb == 0)
+        valid = enough & ~flat
+    exact = np.where(ma != mb, 0.0, 1.0)
     if not np.any(valid):
-        return np.full(np.broadcast(ma, mb).shape, math.nan)
+        return np.where(flat, exact, math.nan) * np.ones(np.broadcast(ma, mb).shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = stats.ttest_ind_from_stats(ma, sa, np.where(valid, na, 2), mb, sb, np.where(valid, nb, 2),
                                        equal_var=False).pvalue
-    return np.where(valid, p, math.nan)
+    return np.where(valid, p, np.where(flat, exact, math.nan))
+
+
+def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha: float = ALPHA,
+               min_effect: float = MIN_EFFECT) -> tuple[bool, str, Verdict]:
+    """(significant, words, decision) for a pair measured on both sides. The decision answers "is B the
+    same as A?": pass (no significant change of at least `min_effect`), fail (a significant change, either
+    way) or undecided (too few repeats to test: never called "not significant"). `p` is the p-value the
+    decision uses (compare passes it adjusted for the pairs' false discovery rate)."""
+    if n_a == 0 or n_b == 0 or math.isnan(ratio):
+        return False, "no result", Verdict.UNDECIDED
+    if n_a < 2 or n_b < 2:
+        return False, f"undecided: {significance.too_few(n_a, n_b)}", Verdict.UNDECIDED
+    if math.isnan(p):
+        return False, "undecided: no p-value", Verdict.UNDECIDED
+    if p >= alpha:
+        return False, "not significant", Verdict.PASS
+    gain = ratio if metric.higher_is_better else 1 / ratio
+    if max(gain, 1 / gain) - 1 < min_effect:
+        return False, f"not significant (change < {min_effect:.0%})", Verdict.PASS
+    return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
 
 
 def verdict(ratio: float, p: float, n_a: int, n_b: int, metric: Metric,
             alpha: float = ALPHA, min_effect: float = MIN_EFFECT) -> tuple[bool, str]:
     """(significant, words): a change counts only when p < alpha AND it is at least `min_effect`."""
-    if n_a == 0 or n_b == 0 or math.isnan(ratio):
-        return False, "no result"
-    if n_a < 2 or n_b < 2:
-        return False, "not tested (needs 2+ repeats per side)"
-    if math.isnan(p):
-        return False, "not tested (no spread)"
-    if p >= alpha:
-        return False, "not significant"
-    gain = ratio if metric.higher_is_better else 1 / ratio
-    if max(gain, 1 / gain) - 1 < min_effect:
-        return False, f"not significant (change < {min_effect:.0%})"
-    return True, metric.better if gain > 1 else metric.worse
+    significant, words, _ = judge_pair(ratio, p, n_a, n_b, metric, alpha, min_effect)
+    return significant, words
+
+
+def not_comparable(settings_a: str, settings_b: str) -> str:
+    """Why two sides' cells measured different things although their params match ('' when they did not):
+    other iterations, warmup or seed (as asv calls results of another benchmark version not comparable)."""
+    a, b = str(settings_a or ""), str(settings_b or "")
+    if not a or not b:
+        return ""  # a side without a bench result: nothing measured, nothing to compare anyway
+    if ", " in a or ", " in b:
+        return f"not comparable: run settings differ within a pooled side ({a} | {b})"
+    return f"not comparable: run settings differ ({a} vs {b})" if a != b else ""
 
 
 # A side that ran but measured nothing, for a reason that is the environment's fault (not "unsupported").
@@ -169,6 +215,11 @@ def one_sided(n_a: int, n_b: int, statuses_a: str, statuses_b: str) -> tuple[boo
     return None
 
 
+def _only_unsupported(statuses: str) -> bool:
+    parts = [p for p in str(statuses).split(", ") if p]
+    return bool(parts) and all(p.split(" ", 1)[-1] == Status.UNSUPPORTED.value for p in parts)
+
+
 def geometric_mean(ratios: Iterable[float]) -> float:
     """exp(mean(log r)) over the positive, finite ratios; NaN when there are none."""
     vals = np.asarray([r for r in ratios if r is not None and np.isfinite(r) and r > 0], dtype=float)
@@ -184,12 +235,14 @@ class Comparison:
     metric: Metric
     alpha: float
     min_effect: float
-    pairs: pd.DataFrame             # PARAM_KEYS + a_*/b_* stats, ratio, change, p_value, significant, verdict
+    pairs: pd.DataFrame             # PARAM_KEYS + a_*/b_* stats, ratio, change, p_value, p_adjusted,
+                                    # significant, verdict (words), decision (pass/fail/undecided)
     unpaired: pd.DataFrame          # side, PARAM_KEYS, environment(s), statuses
     precision_ratios: pd.DataFrame  # side, PARAM_KEYS - precision, precision, fp32_mean, mean, ratio
     environments: pd.DataFrame      # side, environment, backend, hardware and versions
     geomean: float
     recipes: pd.DataFrame = field(default_factory=pd.DataFrame)  # precision, a, b: ran differently
+    correction: str = significance.CORRECTION
 
     @property
     def geomean_words(self) -> str:
@@ -207,28 +260,39 @@ class Comparison:
     def n_significant(self) -> int:
         return int(self.pairs["significant"].sum()) if not self.pairs.empty else 0
 
+    def n_decision(self, decision: Verdict) -> int:
+        return int((self.pairs["decision"] == decision.value).sum()) if not self.pairs.empty else 0
+
+    @property
+    def n_tested(self) -> int:
+        """Pairs with a p-value: the family the false discovery rate is controlled over."""
+        return int(self.pairs["p_value"].notna().sum()) if not self.pairs.empty else 0
+
 
 def side_stats(df: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """One side's cells keyed on their params: statuses, environments pooled, and the metric's statistics."""
-    attrs, gid = cell_attributes(df.rename(columns={"environment": "environments"}), PARAM_KEYS,
-                                 ["environments"])
+    """One side's cells keyed on their params: statuses, environments, run settings and cell keys (more than
+    one only when the side was pooled on purpose), and the metric's statistics."""
+    attrs, gid = cell_attributes(df.rename(columns={"environment": "environments", "cell_key": "cell_keys"}),
+                                 PARAM_KEYS, ["environments", "settings", "cell_keys"])
     st = metric_stats(df, gid, len(attrs), [metric])
     st.columns = [c[len(metric) + 1:] for c in st.columns]
-    return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "_first"]], st], axis=1)
+    return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "settings", "cell_keys", "_first"]], st],
+                     axis=1)
 
 
 def pair_cells(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Pair A's and B's cells (long frames) on their params; returns (pairs, unpaired)."""
+    """Pair A's and B's cells (long frames, one definition per params) on their params: (pairs, unpaired)."""
     return pair_stats(side_stats(a, metric.name), side_stats(b, metric.name), metric, alpha, min_effect)
 
 
 def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p, verdict; and the unpaired."""
-    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments"]
+    """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p (and adjusted for the false
+    discovery rate over the pairs tested), verdict and decision; and the unpaired cells."""
+    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys"]
     pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in stat_cols),
-                 "ratio", "change", "p_value", "significant", "verdict"]
+                 "ratio", "change", "p_value", "p_adjusted", "significant", "verdict", "decision"]
     unpaired_cols = ["side", *PARAM_KEYS, "environments", "statuses"]
     merged = sa.add_prefix("a_").rename(columns={f"a_{k}": k for k in PARAM_KEYS}).merge(
         sb.add_prefix("b_").rename(columns={f"b_{k}": k for k in PARAM_KEYS}),
@@ -241,15 +305,33 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         am, bm = both["a_mean"].to_numpy(dtype=float), both["b_mean"].to_numpy(dtype=float)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where((an_ > 0) & (bn_ > 0) & (am != 0), bm / am, math.nan)
-        p = welch_p_from_stats(am, both["a_std"], an_, bm, both["b_std"], bn_)
-        judged = [one_sided(x, y, sa_, sb_) or verdict(r, q, x, y, metric, alpha, min_effect)
-                  for r, q, x, y, sa_, sb_ in zip(ratio, p, an_, bn_, both["a_statuses"], both["b_statuses"],
-                                                  strict=True)]
+        # Every repeat equal (min == max): no spread at all, whatever rounding left in the std.
+        sda, sdb = (np.where(both[f"{s}_min"] == both[f"{s}_max"], 0.0, both[f"{s}_std"].to_numpy(dtype=float))
+                    for s in "ab")
+        apart = [not_comparable(x, y) for x, y in zip(both["a_settings"], both["b_settings"], strict=True)]
+        p = welch_p_from_stats(am, sda, an_, bm, sdb, bn_)
+        p = np.where([bool(w) for w in apart], math.nan, p)
+        p_adj = significance.adjust(p)
+        judged = []
+        for r, q, x, y, sa_, sb_, why in zip(ratio, p_adj, an_, bn_, both["a_statuses"], both["b_statuses"], apart,
+                                             strict=True):
+            if why:
+                judged.append((False, why, Verdict.UNDECIDED))
+                continue
+            gap = one_sided(x, y, sa_, sb_)
+            if gap:
+                judged.append((*gap, Verdict.FAIL))
+            elif _only_unsupported(sa_) and _only_unsupported(sb_):
+                judged.append((False, "unsupported on both sides", Verdict.PASS))  # as the gate says
+            else:
+                judged.append(judge_pair(r, q, x, y, metric, alpha, min_effect))
         both["a_n"], both["b_n"] = an_, bn_
-        both["ratio"], both["p_value"] = ratio, p
-        both["change"] = [change_words(r, metric) for r in ratio]
+        both["ratio"] = np.where([bool(w) for w in apart], math.nan, ratio)
+        both["p_value"], both["p_adjusted"] = p, p_adj
+        both["change"] = [change_words(r, metric) for r in both["ratio"]]
         both["significant"] = [j[0] for j in judged]
         both["verdict"] = [j[1] for j in judged]
+        both["decision"] = [j[2].value for j in judged]
         both["_first"] = both["a__first"]
         pairs = _sorted(both)[pair_cols]
     rows = []
@@ -350,5 +432,5 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
         precision_ratios=pd.concat([a.precision_ratios("A"), b.precision_ratios("B")], ignore_index=True),
         environments=pd.concat([a.info("A"), b.info("B")], ignore_index=True),
         geomean=geometric_mean(pairs["ratio"]) if not pairs.empty else math.nan,
-        recipes=recipe_differences(a.frame, b.frame),
+        recipes=recipe_differences(a.chosen, b.chosen),
     )

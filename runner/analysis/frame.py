@@ -80,8 +80,12 @@ STAT_NAMES = ("n", "mean", "std", "cv", "min", "max", "median", "ci_low", "ci_hi
 RECIPE_FIELDS = ("math", "loss_scale", "tf32", "flags", "optimizer")
 RECIPE_COLUMNS = tuple(f"recipe_{f}" for f in RECIPE_FIELDS)
 
+# The run settings that are part of a cell's definition (runner/spec.py Cell.key) besides its params; the
+# store keeps them in each bench result, so a repeat that produced none leaves them unknown ("").
+RUN_SETTINGS = ("iterations", "warmup", "seed")
+
 FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
-                 "status", "reason", "log_tail", "started_at", "finished_at", *METRICS, "hardware",
+                 "settings", "status", "reason", "log_tail", "started_at", "finished_at", *METRICS, "hardware",
                  *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe")
 
 
@@ -127,6 +131,14 @@ def _phase_throughput(metrics: Mapping[str, Any], phase: str) -> float:
     seconds = _num(breakdown.get(f"{phase}_s")) if isinstance(breakdown, Mapping) else math.nan
     images = _num(metrics.get("images"))
     return images / seconds if seconds > 0 and not math.isnan(images) else math.nan
+
+
+def settings_text(raw: Mapping[str, Any] | None) -> str:
+    """'iterations=20 warmup=5 seed=0' from a stored bench result; '' when the repeat produced none."""
+    params = (raw or {}).get("params") if isinstance(raw, Mapping) else None
+    if not isinstance(params, Mapping):
+        return ""
+    return " ".join(f"{k}={params[k]}" for k in RUN_SETTINGS if params.get(k) is not None)
 
 
 def _hardware(env: Mapping[str, Any]) -> str:
@@ -215,7 +227,7 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             "model": str(params.get("model", "")), "precision": str(params.get("precision", "")),
             "batch_size": int(params.get("batch_size") or 0), "dataset": str(params.get("dataset", "")),
             "gpus": int(params.get("gpus") or 1), "nodes": int(params.get("nodes") or 1),
-            "options": options_label(params),
+            "options": options_label(params), "settings": settings_text(r.get("raw")),
             "status": str(r.get("status", "")), "reason": str(r.get("reason") or ""),
             "log_tail": str(r.get("log_tail") or ""),
             "started_at": _num(r.get("started_at")), "finished_at": _num(r.get("finished_at")),

@@ -176,16 +176,22 @@ def metric_stats(df: pd.DataFrame, gid: np.ndarray, ngroups: int, metrics: Seque
 
 def summarize(df: pd.DataFrame, keys: Sequence[str] = CELL_KEYS,
               metrics: Sequence[str] = tuple(METRICS)) -> pd.DataFrame:
-    """One row per cell: status counts, then `<metric>_<stat>` for every metric over the ok repeats."""
+    """One row per cell: status counts, then `<metric>_<stat>` for every metric over the ok repeats.
+
+    A cell is its definition: rows of different cell keys are never pooled, even under one name (pass
+    runner.analysis.identity.choose's frame to show one definition per name)."""
     keys = list(keys)
+    if "cell_key" in df and "cell_key" not in keys:
+        keys.append("cell_key")
     stat_cols = [f"{m}_{s}" for m in metrics for s in STAT_NAMES]
     env_cols = [f"env_{f}" for f in ENV_FIELDS]
-    base_cols = [*keys, "n", "n_ok", "status", "statuses", "backend", "tags", "hardware", "run_ids",
+    settings = ["settings"] if "settings" in df else []
+    base_cols = [*keys, "n", "n_ok", "status", "statuses", "backend", "tags", "hardware", "run_ids", *settings,
                  "reason", "log_tail", *env_cols]
     if df.empty:
         return pd.DataFrame(columns=base_cols + stat_cols)
     attrs, gid = cell_attributes(df.rename(columns={"run_id": "run_ids"}), keys,
-                                 ["backend", "tags", "hardware", "run_ids", *env_cols])
+                                 ["backend", "tags", "hardware", "run_ids", *settings, *env_cols])
     out = pd.concat([attrs, metric_stats(df, gid, len(attrs), metrics)], axis=1)
     sort = out.assign(
         _env=out["environment"].map(environment_rank(df)) if "environment" in out else 0,

@@ -11,34 +11,39 @@ import pandas as pd
 from runner import analysis as an
 from runner.decide import gate, present, references, schedule
 from runner.decide.adaptive import Stop
+from runner.decide.verdict import Verdict, exit_status, parse_policy
 from runner.errors import ConfigError, StoreError
+from runner.exitcodes import Exit
 from runner.matrix import Matrix
 from runner.spec import Cell
 from runner.store import Store
 
 CHECK_FORMATS = ("json",)
-EXIT_FAILED = 1  # `matrix check` and `compare --fail-on`: the decision failed (`matrix run` says 4: see execute)
+EXIT_FAILED = Exit.FAILED  # `matrix check` and `compare --fail-on`: the decision failed (`matrix run` says 4)
 
 
 def _frame(store: Store) -> pd.DataFrame:
     return an.frame(store.rows())
 
 
-def verdicts(m: Matrix, cells: Sequence[Cell], store: Store) -> list[references.Verdict]:
+def verdicts(m: Matrix, cells: Sequence[Cell], store: Store) -> list[references.Judgement]:
     """The verdicts of the matrix's references over the selected cells, from what the store holds."""
     return references.judge(m.references, cells, _frame(store))
 
 
-def check_text(vs: Sequence[references.Verdict], fmt: str | None = None) -> str:
+def check_text(js: Sequence[references.Judgement], fmt: str | None = None, policy: str | None = None) -> str:
     if fmt == "json":
-        return references.to_json(vs)
+        return references.to_json(js, policy)
     if fmt is not None:
         raise ConfigError(f"--format {fmt!r}: allowed: {', '.join(CHECK_FORMATS)} (default: a table)")
-    return present.terminal(present.verdict_table(vs), references.summary_line(vs), titles=["References"])
+    return present.terminal(present.verdict_table(js), references.summary_line(js, policy), titles=["References"])
 
 
-def check_command(m: Matrix, cells: Sequence[Cell], db: Path, fmt: str | None = None) -> tuple[str, bool]:
-    """`matrix check`: (text, failed). A matrix without references is a mistake worth one line."""
+def check_command(m: Matrix, cells: Sequence[Cell], db: Path, fmt: str | None = None,
+                  undecided: str | None = None) -> tuple[str, Exit]:
+    """`matrix check`: (text, exit status: 0 passed, 1 failed, 5 undecided). `undecided` (--undecided)
+    overrides the entries' own `undecided:` settings. A matrix without references is a mistake."""
+    policy = parse_policy(undecided) if undecided is not None else None
     if not m.references:
         where = m.path or "the matrix"
         raise ConfigError(f"{where}: no `references:` to check; add e.g. references: [{{match: {{model: wrn}}, "
@@ -46,13 +51,14 @@ def check_command(m: Matrix, cells: Sequence[Cell], db: Path, fmt: str | None = 
     if not db.exists():
         raise StoreError(f"no result store at {db}: run `matrix run` first, or pass --db PATH")
     with Store(db, readonly=True) as store:
-        vs = verdicts(m, cells, store)
-    return check_text(vs, fmt), references.failed(vs)
+        js = verdicts(m, cells, store)
+    return check_text(js, fmt, policy), references.exit_status(js, policy)
 
 
-def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, bool]:
+def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, Exit]:
     """What `matrix run` prints after its summary: the adaptive cells' stopping points and the reference
-    verdicts; failed when a reference failed."""
+    verdicts; and its exit status for them: 4 when a reference failed, 5 when one is undecided (unless its
+    entry's `undecided:` counts it as passed or failed), else 0."""
     parts: list[present.Table | str] = []
     titles = []
     states = schedule.states(cells, store)
@@ -63,47 +69,55 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
         if at_max:
             parts.append(f"{at_max} of {len(states)} cells reached max repeats with the interval still wider "
                          "than the target: their numbers are noisier than asked.")
-    failed = False
+    status = Exit.OK
     if m.references:
-        vs = references.judge(m.references, cells, _frame(store))
-        parts += [present.verdict_table(vs), references.summary_line(vs)]
-        titles.append("References")
-        failed = references.failed(vs)
-    return (present.terminal(*parts, titles=titles) if parts else ""), failed
+        js = references.judge(m.references, cells, _frame(store))
+        if js:  # a selection (--only) that no reference covers decides nothing
+            parts += [present.verdict_table(js), references.summary_line(js)]
+            titles.append("References")
+            decided = references.exit_status(js)
+            status = Exit.REFERENCE_FAILED if decided is Exit.FAILED else decided
+    return (present.terminal(*parts, titles=titles) if parts else ""), status
 
 
-def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str]
+def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str], pool: bool = False
                 ) -> tuple[list[gate.Rule], list[gate.Check]]:
     rules = gate.parse_rules(specs)
-    side_a, side_b = an.select_side(df, a), an.select_side(df, b)
-    return rules, gate.evaluate(side_a.frame, side_b.frame, rules)
+    side_a, side_b = an.select_side(df, a, pool), an.select_side(df, b, pool)
+    return rules, gate.evaluate(side_a.frame, side_b.frame, rules, pool=pool)
 
 
-def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.Check], fmt: str | None) -> str:
+def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.Check], fmt: str | None,
+              policy: str = "error") -> str:
     if fmt == "json":
-        return gate.to_json(a, b, rules, checks)
+        return gate.to_json(a, b, rules, checks, policy=policy)
     lines: list[present.Table | str] = []
-    if gate.tripped(checks):
+    if gate.rows(checks):
         lines.append(present.gate_table(checks))
-    lines.append(gate.summary_line(rules, checks))
-    return present.terminal(*lines, titles=["Gate: pairs that tripped it"])
+    lines.append(gate.summary_line(rules, checks, policy))
+    return present.terminal(*lines, titles=["Gate: checks that failed or could not be decided"])
 
 
-def gate_command(db: Path, a: str, b: str, specs: Sequence[str], fmt: str | None) -> tuple[str, bool]:
-    """`matrix compare A B --fail-on ...`: (the gate's text, whether it tripped)."""
+def gate_command(db: Path, a: str, b: str, specs: Sequence[str], fmt: str | None, undecided: str | None = None,
+                 pool: bool = False) -> tuple[str, Exit]:
+    """`matrix compare A B --fail-on ...`: (the gate's text, exit status: 0 passed, 1 tripped, 5 undecided
+    unless `undecided` (--undecided fail|pass) counts undecided checks otherwise)."""
     gate.parse_rules(specs)  # a wrong rule is one line before the store is read
+    policy = parse_policy(undecided)
     with Store(db, readonly=True) as store:
         df = an.frame(store.rows(latest_only=False))
     if df.empty:
         raise StoreError(f"no results in {db}: run `matrix run` first")
-    rules, checks = gate_result(df, a, b, specs)
+    rules, checks = gate_result(df, a, b, specs, pool)
+    verdicts = [c.verdict for c in checks] or [Verdict.UNDECIDED]  # no pair checked: nothing was decided
+    status = exit_status(verdicts, policy)
     if fmt == "md":
         from runner.report.fmt import md_table
-        table = f"{md_table(present.gate_table(checks))}\n\n" if gate.tripped(checks) else ""
-        text = f"## Gate\n\n{table}**{gate.summary_line(rules, checks)}**\n"
+        table = f"{md_table(present.gate_table(checks))}\n\n" if gate.rows(checks) else ""
+        text = f"## Gate\n\n{table}**{gate.summary_line(rules, checks, policy)}**\n"
     else:
-        text = gate_text(a, b, rules, checks, fmt)
-    return text, bool(gate.tripped(checks))
+        text = gate_text(a, b, rules, checks, fmt, policy)
+    return text, status
 
 
 def with_gate(compare_text: str, gate_out: str, fmt: str | None) -> str:

@@ -1,9 +1,14 @@
-"""The regression gate of `matrix compare A B --fail-on slower:3%`: exit 1 only for a change that is both
-larger than its threshold and significant, and say which pairs tripped it.
+"""The regression gate of `matrix compare A B --fail-on slower:3%`: every pair under every rule gets a
+verdict (runner/decide/verdict.py): fail (the change is beyond the threshold and significant), pass, or
+undecided (the data cannot tell: fewer than two ok repeats on a side, a metric not measured, run settings
+that differ). Exit 1 on a fail; undecided fails closed (exit 5) unless `--undecided` says otherwise.
 
 Rules: `slower:X` (B's throughput below A's: A/B - 1 > X, the compare table's "1.03x slower" is 3%),
 `faster:X` (B/A - 1 > X in throughput), `memory:X` (B's peak memory over A's by more than X). A cell that
-has ok repeats on A and none on B trips `slower` and `memory` (it newly fails, as in asv).
+has ok repeats on A and none on B fails `slower` and `memory` (it newly fails, as in asv). Sides that have
+no spread at all (every repeat equal, as GPU peak memory usually is) are judged by the size of the change.
+The p-values of one rule's pairs are adjusted together (Benjamini-Hochberg) before they are compared with
+alpha, so that a gate over a hundred pairs does not trip on five by chance.
 """
 
 from __future__ import annotations
@@ -11,18 +16,19 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from runner.analysis import PARAM_KEYS
+from runner.analysis import PARAM_KEYS, choose, not_comparable
 from runner.decide import significance
+from runner.decide.verdict import Verdict, counts, counts_text, overall, policy_note
 from runner.errors import ConfigError
 from runner.spec import percentage
 
-GATE_SCHEMA = 1
+GATE_SCHEMA = 2  # 2: a verdict per check (pass, fail, undecided), adjusted p-values, counts
 RULES = {"slower": "throughput", "faster": "throughput", "memory": "peak_mem"}
 
 
@@ -78,116 +84,184 @@ class Check:
     a_mean: float
     b_mean: float
     change: float        # in the rule's direction, as a fraction
-    p_value: float
-    tripped: bool
-    reason: str          # why it tripped, or why not
+    p_value: float       # the test's (NaN: undecided; 0 or 1 when neither side has spread)
+    verdict: Verdict
+    reason: str          # why it failed, passed or is undecided
+    p_adjusted: float = math.nan  # p_value adjusted over the rule's pairs: what is compared with alpha
+
+    @property
+    def tripped(self) -> bool:
+        return self.verdict is Verdict.FAIL
 
     def as_json(self) -> dict[str, Any]:
         def num(x: float) -> float | None:
             return None if math.isnan(x) else float(f"{x:.6g}")
         return {"rule": self.rule.text, "metric": self.rule.metric, **{k: self.params[k] for k in PARAM_KEYS},
                 "a_n": self.a_n, "b_n": self.b_n, "a_mean": num(self.a_mean), "b_mean": num(self.b_mean),
-                "change": num(self.change), "p_value": num(self.p_value), "tripped": self.tripped,
-                "reason": self.reason}
+                "change": num(self.change), "p_value": num(self.p_value), "p_adjusted": num(self.p_adjusted),
+                "verdict": self.verdict.value, "tripped": self.tripped, "reason": self.reason}
 
 
-def _ok_values(frame: pd.DataFrame, metric: str) -> dict[tuple[Any, ...], tuple[np.ndarray, int]]:
-    """Each cell's ok values of `metric` and its count of ok repeats, keyed on the params that pair cells
-    across sides (a metric a backend does not measure, e.g. peak memory on a CPU, has no values)."""
-    out: dict[tuple[Any, ...], tuple[np.ndarray, int]] = {}
+@dataclass(frozen=True)
+class _Cell:
+    """One side's cell for one metric: its measured values, ok repeats, statuses and run settings."""
+
+    values: np.ndarray
+    ok: int
+    statuses: tuple[str, ...]
+    settings: str
+
+
+def _cells(frame: pd.DataFrame, metric: str, pool: bool) -> dict[tuple[Any, ...], _Cell]:
+    """Each cell's ok values of `metric` (a metric a backend does not measure, e.g. peak memory on a CPU,
+    has none), keyed on the params that pair cells across sides; one definition per params unless pooled."""
+    out: dict[tuple[Any, ...], _Cell] = {}
     if frame.empty:
         return out
-    for key, g in frame.groupby(list(PARAM_KEYS), sort=False, dropna=False):
+    for key, g in choose(frame, PARAM_KEYS, pool).frame.groupby(list(PARAM_KEYS), sort=False, dropna=False):
         ok = g[g["status"] == "ok"][metric].to_numpy(dtype=float)
-        out[tuple(key)] = (ok[~np.isnan(ok)], int(ok.size))
+        settings = ", ".join(sorted({s for s in g["settings"] if s})) if "settings" in g else ""
+        out[tuple(key)] = _Cell(ok[~np.isnan(ok)], int(ok.size), tuple(g["status"]), settings)
     return out
 
 
 def evaluate(a: pd.DataFrame, b: pd.DataFrame, rules: Sequence[Rule], alpha: float = significance.ALPHA,
-             test: significance.PValue = significance.TEST) -> list[Check]:
-    """Every pair of cells (params equal on both sides) under every rule, in A's cell order."""
+             test: significance.PValue = significance.TEST, pool: bool = False) -> list[Check]:
+    """Every pair of cells (params equal on both sides) under every rule, in A's cell order. Each side
+    contributes its newest definition of a cell (runner/analysis/identity.py), all of them with `pool`."""
     checks = []
     for rule in rules:
-        va, vb = _ok_values(a, rule.metric), _ok_values(b, rule.metric)
-        for key, (xa, ok_a) in va.items():
-            if key not in vb:
-                continue
-            xb, ok_b = vb[key]
-            params = dict(zip(PARAM_KEYS, key, strict=True))
-            checks.append(_check(rule, params, xa, xb, alpha, test, (ok_a, ok_b)))
+        ca, cb = _cells(a, rule.metric, pool), _cells(b, rule.metric, pool)
+        raw = [_check(rule, dict(zip(PARAM_KEYS, key, strict=True)), cell, cb[key], test)
+               for key, cell in ca.items() if key in cb]
+        adjusted = significance.adjust([c.p_value for c in raw])
+        checks += [_decide(c, q, alpha) for c, q in zip(raw, adjusted, strict=True)]
     return checks
 
 
-def _check(rule: Rule, params: dict[str, Any], xa: np.ndarray, xb: np.ndarray, alpha: float,
-           test: significance.PValue, ok_repeats: tuple[int, int] | None = None) -> Check:
+def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: significance.PValue) -> Check:
+    """The check before the false-discovery adjustment: decided here when the data says so without a test
+    (a side without ok repeats, a metric not measured, settings that differ), else its p-value."""
+    xa, xb = a.values, b.values
     ma = float(xa.mean()) if xa.size else math.nan
     mb = float(xb.mean()) if xb.size else math.nan
-    ok_a, ok_b = ok_repeats or (xa.size, xb.size)
-    if (ok_a and ok_b) and not (xa.size and xb.size):
-        return Check(rule, params, xa.size, xb.size, ma, mb, math.nan, math.nan, False,
-                     f"{rule.metric} not measured on {'either side' if not (xa.size or xb.size) else 'one side'}")
-    if xa.size and not ok_b:
-        newly = rule.kind != "faster"
-        return Check(rule, params, xa.size, 0, ma, mb, math.nan, math.nan, newly,
-                     "B has no ok repeat (A has)" if newly else "no ok repeat on B")
-    if not xa.size:
-        return Check(rule, params, 0, xb.size, ma, mb, math.nan, math.nan, False, "no ok repeat on A")
+
+    def done(verdict: Verdict, why: str, change: float = math.nan) -> Check:
+        return Check(rule, params, xa.size, xb.size, ma, mb, change, math.nan, verdict, why)
+
+    apart = not_comparable(a.settings, b.settings)
+    if apart:
+        return done(Verdict.UNDECIDED, apart)
+    if not a.ok and not b.ok:
+        if set(a.statuses) | set(b.statuses) == {"unsupported"}:
+            return done(Verdict.PASS, "unsupported on both sides: nothing to compare")
+        return done(Verdict.UNDECIDED, "no ok repeat on either side")
+    if a.ok and not b.ok:
+        if rule.kind == "faster":
+            return done(Verdict.PASS, "no ok repeat on B: not faster")
+        return done(Verdict.FAIL, "B has no ok repeat (A has)")
+    if b.ok and not a.ok:
+        if rule.kind == "faster":
+            return done(Verdict.UNDECIDED, "no ok repeat on A to compare B with")
+        return done(Verdict.PASS, "A has no ok repeat, B has: not a regression")
+    if not (xa.size and xb.size):
+        where = "either side" if not (xa.size or xb.size) else ("A" if not xa.size else "B")
+        return done(Verdict.UNDECIDED, f"{rule.metric} not measured on {where}")
     change = rule.change(ma, mb)
-    p = test(xa, xb)
-    if math.isnan(p):
-        why = "not tested (needs 2+ ok repeats per side)" if min(xa.size, xb.size) < 2 else "not tested (no spread)"
-        return Check(rule, params, xa.size, xb.size, ma, mb, change, p, False, why)
-    big = change > rule.threshold
-    significant = p < alpha
-    tripped = big and significant
-    if tripped:
-        reason = f"{rule.kind} by {change:.1%} > {rule.threshold:.1%}, p={p:.3g}"
-    elif big:
-        reason = f"{change:+.1%} but not significant (p={p:.3g})"
+    diff = significance.difference(xa, xb, test)
+    if not diff.decided:
+        return done(Verdict.UNDECIDED, f"not tested: {diff.why}", change)
+    return Check(rule, params, xa.size, xb.size, ma, mb, change, diff.p_value, Verdict.PASS,
+                 _EXACT if diff.exact else "")
+
+
+_EXACT = "no spread on either side"
+
+
+def _decide(c: Check, p_adj: float, alpha: float) -> Check:
+    """The verdict of a tested check from its adjusted p-value; a check decided without a test is kept."""
+    if math.isnan(c.p_value):
+        return c
+    big = c.change > c.rule.threshold
+    significant = p_adj < alpha
+    exact = c.reason == _EXACT  # every repeat equal on both sides: the change is certain
+    p_text = _EXACT if exact else f"p={p_adj:.3g}"
+    if big and significant:
+        return replace(c, verdict=Verdict.FAIL, p_adjusted=p_adj,
+                       reason=f"{c.rule.kind} by {c.change:.1%} > {c.rule.threshold:.1%}, {p_text}")
+    if big:
+        reason = f"{c.change:+.1%} but not significant ({p_text})"
     else:
-        reason = f"{change:+.1%} is within {rule.threshold:.1%}" + (" (significant)" if significant else "")
-    return Check(rule, params, xa.size, xb.size, ma, mb, change, p, tripped, reason)
+        reason = f"{c.change:+.1%} is within {c.rule.threshold:.1%}" + (
+            f" ({p_text})" if exact else " (significant)" if significant else "")
+    return replace(c, verdict=Verdict.PASS, p_adjusted=p_adj, reason=reason)
 
 
 def tripped(checks: Iterable[Check]) -> list[Check]:
     return [c for c in checks if c.tripped]
 
 
-def to_json(a: str, b: str, rules: Sequence[Rule], checks: Sequence[Check], alpha: float = significance.ALPHA
-            ) -> str:
+def undecided(checks: Iterable[Check]) -> list[Check]:
+    return [c for c in checks if c.verdict is Verdict.UNDECIDED]
+
+
+def verdict_of(checks: Sequence[Check]) -> Verdict:
+    """The gate's verdict before any `--undecided` policy: no pair to check is undecided, not a pass."""
+    return overall([c.verdict for c in checks])
+
+
+def to_json(a: str, b: str, rules: Sequence[Rule], checks: Sequence[Check], alpha: float = significance.ALPHA,
+            policy: str = "error") -> str:
     """Stable JSON for CI: sorted keys per record, checks in rule then pair order, no NaN."""
+    verdicts = [c.verdict for c in checks]
     doc = {"schema": GATE_SCHEMA, "a": a, "b": b, "test": significance.TEST_NAME, "alpha": alpha,
-           "rules": [r.text for r in rules], "tripped": bool(tripped(checks)),
-           "n_tripped": len(tripped(checks)), "checks": [c.as_json() for c in checks]}
+           "correction": significance.CORRECTION, "rules": [r.text for r in rules],
+           "verdict": verdict_of(checks).value, "undecided_policy": policy, "counts": counts(verdicts),
+           "tripped": bool(tripped(checks)), "n_tripped": len(tripped(checks)),
+           "checks": [c.as_json() for c in checks]}
     return json.dumps(doc, indent=2, allow_nan=False)
 
 
 def rows(checks: Sequence[Check]) -> list[dict[str, str]]:
-    """The tripped checks as table rows of text."""
+    """The checks that failed or could not be decided, as table rows of text."""
     out = []
-    for c in tripped(checks):
+    for c in checks:
+        if c.verdict is Verdict.PASS:
+            continue
         cell = " ".join(f"{k}={c.params[k]}" for k in ("model", "precision", "batch_size"))
         extra = [f"{k}={c.params[k]}" for k in ("dataset", "gpus", "nodes") if str(c.params[k]) not in
                  ("synthetic", "1")]
         opts = c.params.get("options") or ""
-        out.append({"rule": c.rule.text, "cell": " ".join([cell, *extra, opts]).strip(),
+        p = c.p_value if math.isnan(c.p_adjusted) else c.p_adjusted
+        out.append({"verdict": c.verdict.value, "rule": c.rule.text, "cell": " ".join([cell, *extra, opts]).strip(),
                     "A": _num(c.a_mean), "B": _num(c.b_mean),
                     "change": "—" if math.isnan(c.change) else f"{c.change:+.1%}",
-                    "p": "—" if math.isnan(c.p_value) else f"{c.p_value:.3g}", "why": c.reason})
+                    "p": "—" if math.isnan(p) else f"{p:.3g}", "why": c.reason})
     return out
 
 
-def summary_line(rules: Sequence[Rule], checks: Sequence[Check]) -> str:
-    n = len(tripped(checks))
-    tested = len({(tuple(c.params.values())) for c in checks})
+def summary_line(rules: Sequence[Rule], checks: Sequence[Check], policy: str = "error") -> str:
+    """One line that says the gate's verdict and how many checks passed, failed and were undecided; a gate
+    with undecided checks never says "passed" unless `--undecided pass` asked for it, and then says so."""
+    verdicts = [c.verdict for c in checks]
+    n_pairs = len({tuple(c.params.values()) for c in checks})
     rule_text = ", ".join(r.text for r in rules)
-    pairs = f"{tested} pair{'s' if tested != 1 else ''}"
-    if n:
-        return f"Gate tripped ({rule_text}): {n} of {len(checks)} checks over {pairs}."
-    return f"Gate passed ({rule_text}): no change beyond its threshold and significant, {pairs} checked."
+    pairs = f"{n_pairs} pair{'s' if n_pairs != 1 else ''}"
+    if not checks:
+        return (f"Gate undecided ({rule_text}): no cell of B has a partner in A, nothing was checked"
+                + ("" if policy == "error" else f"; counted as {'passed' if policy == 'pass' else 'failed'} "
+                   f"(--undecided {policy})") + ".")
+    tally = f"{counts_text(verdicts)} of {len(checks)} check{'s' if len(checks) != 1 else ''} over {pairs}"
+    correction = f" (p adjusted over each rule's pairs: {significance.CORRECTION})" if n_pairs > 1 else ""
+    word = {Verdict.PASS: "passed", Verdict.FAIL: "tripped", Verdict.UNDECIDED: "undecided"}[overall(verdicts)]
+    note = policy_note(verdicts, policy)
+    counted_as = ""
+    if word == "undecided" and policy != "error":
+        word, counted_as = ("passed" if policy == "pass" else "failed"), f", with {note}"
+    elif note:
+        tally += f"; {note}"
+    return f"Gate {word} ({rule_text}){counted_as}: {tally}{correction}."
 
 
 def _num(x: float) -> str:
     return "—" if math.isnan(x) else (f"{x:.1f}" if abs(x) >= 100 else f"{x:.3g}")
-
-

@@ -1,14 +1,19 @@
-"""A cell's throughput across runs over time, with a marker where a significant step happened.
+"""A cell's throughput across measurements over time, with a marker where a significant step happened.
 
-A cell is its key (environment identity, params, iterations): the same measurement on different dates,
-e.g. a `latest` image measured every night with `matrix run --force`. Each run that stored ok repeats of
-the cell is one point; a point is a step when it differs from the previous point by at least
-`min_effect` and the chosen test (runner/decide/significance.py) says the difference is significant.
+A cell is its key (environment definition, params, iterations, warmup, seed): the same measurement on
+different dates, e.g. a `latest` image measured every night with `matrix run --force`. A point is one
+measurement of the cell: the runs that stored its repeats until a run measured a repeat again. A run that
+only adds repeats the cell did not have yet (a resume after Ctrl-C or a crash, `--rerun-failed` filling a
+repeat that did not end ok, adaptive repeats or a larger `repeats:` in a later run) continues the point;
+a run that stores an ok repeat whose number already has one (`--force`) starts the next point. A point
+is a step when it differs from the previous point by at least `min_effect` and the chosen test
+(runner/decide/significance.py) says the difference is significant.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -16,40 +21,66 @@ import pandas as pd
 from runner.analysis import CELL_KEYS, METRICS, MIN_EFFECT, change_words, describe
 from runner.decide import significance
 
-COLUMNS = ["cell_key", *CELL_KEYS, "point", "run_id", "date", "n", "mean", "std", "ci_low", "ci_high",
-           "ratio", "p_value", "step", "change"]
+COLUMNS = ["cell_key", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "mean", "std", "ci_low", "ci_high",
+           "ratio", "p_value", "step", "change", "undecided"]
+
+
+def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
+    """One cell's ok rows split into measurements: (the runs in it, its rows), oldest first. Runs in the order
+    of their first stored row; a run continues the current point unless it stores an ok repeat whose number
+    the point already has (a re-measurement, as `--force` does)."""
+    first_id = cell.groupby("run_id", sort=False)["id"].min().sort_values(kind="stable")
+    runs: list[str] = []
+    have: set[int] = set()
+    parts: list[pd.DataFrame] = []
+    for run_id in first_id.index:
+        g = cell[cell["run_id"] == run_id]
+        repeats = set(g["repeat"].astype(int))
+        if parts and repeats & have:
+            yield runs, pd.concat(parts)
+            runs, have, parts = [], set(), []
+        runs.append(str(run_id))
+        have |= repeats
+        parts.append(g)
+    if parts:
+        yield runs, pd.concat(parts)
 
 
 def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float = MIN_EFFECT,
             alpha: float = significance.ALPHA, test: significance.PValue = significance.TEST,
             min_points: int = 2) -> pd.DataFrame:
-    """One row per (cell, run) over every stored row (not only each repeat's newest: a re-run with --force
-    supersedes older repeats in the other views, here it is the next point). Cells with fewer than
-    `min_points` runs are left out. `ratio` is this point's mean over the previous point's."""
+    """One row per (cell, measurement) over every stored row (not only each repeat's newest: a re-run with
+    --force supersedes older repeats in the other views, here it is the next point). Cells with fewer than
+    `min_points` measurements are left out. `ratio` is this point's mean over the previous point's; `run_id`
+    the point's first run, `runs` every run it spans (a resumed run is one point); `undecided` why a point
+    could not be tested against the previous one (never a silent "no step")."""
     m = METRICS[metric]
     ok = frame[(frame["status"] == "ok") & frame[metric].notna()] if len(frame) else frame
     rows = []
     for key, cell in ok.groupby("cell_key", sort=False):
-        runs = cell.groupby("run_id", sort=False)
-        if runs.ngroups < min_points:
+        measured = list(points(cell))
+        if len(measured) < min_points:
             continue
-        points = sorted(runs, key=lambda kv: float(kv[1]["started_at"].min()))
         prev: np.ndarray | None = None
         first = cell.iloc[0]
-        for i, (run_id, g) in enumerate(points):
+        for i, (runs, g) in enumerate(measured):
             values = g[metric].to_numpy(dtype=float)
             st = describe(values)
             ratio = p = math.nan
             step = False
+            why = ""
             if prev is not None:
                 ratio = st.mean / float(prev.mean()) if prev.mean() else math.nan
-                p = test(prev, values)
+                diff = significance.difference(prev, values, test)
+                p = diff.p_value
                 gain = ratio if m.higher_is_better else 1 / ratio
-                step = bool(p < alpha and abs(gain - 1) >= min_effect) if not math.isnan(p) else False
-            rows.append({"cell_key": key, **{k: first[k] for k in CELL_KEYS}, "point": i, "run_id": run_id,
-                         "date": float(g["started_at"].min()), "n": st.n, "mean": st.mean, "std": st.std,
-                         "ci_low": st.ci_low, "ci_high": st.ci_high, "ratio": ratio, "p_value": p,
-                         "step": step, "change": change_words(ratio, m) if step else ""})
+                step = bool(diff.decided and p < alpha and abs(gain - 1) >= min_effect)
+                why = diff.why.replace(" on A", " before").replace(" on B", " here")
+            rows.append({"cell_key": key, **{k: first[k] for k in CELL_KEYS}, "point": i, "run_id": runs[0],
+                         "runs": ", ".join(runs), "date": float(g["started_at"].min()), "n": st.n,
+                         "mean": st.mean, "std": st.std, "ci_low": st.ci_low, "ci_high": st.ci_high,
+                         "ratio": ratio, "p_value": p, "step": step,
+                         "change": change_words(ratio, m) if step else "", "undecided": why})
             prev = values
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -14,26 +14,32 @@ import pandas as pd
 from runner.decide import gate, references
 from runner.decide.adaptive import Stop
 from runner.decide.schedule import CellState
+from runner.decide.verdict import Verdict
 from runner.report.fmt import Cell, Table, number, p_value
 
-_OUTCOME_CLS = {references.Outcome.PASS: "good", references.Outcome.FAIL: "bad",
-                references.Outcome.NO_DATA: "status"}
+VERDICT_CLS = {Verdict.PASS.value: "good", Verdict.FAIL.value: "bad", Verdict.UNDECIDED.value: "status"}
 
 
-def verdict_table(verdicts: Sequence[references.Verdict]) -> Table:
-    t = Table(["verdict", "cell", "metric", "reference", "measured", "margin", "repeats"],
-              align=["l", "l", "l", "l", "r", "r", "l"])
-    for v, row in zip(verdicts, references.rows(verdicts), strict=True):
-        t.add(Cell(row["verdict"], _OUTCOME_CLS[v.outcome]), row["cell"], row["metric"], row["reference"],
-              Cell(row["measured"], "num"), Cell(row["margin"], "num"), row["repeats"])
+def verdict_table(judgements: Sequence[references.Judgement]) -> Table:
+    rows = references.rows(judgements)
+    why = any(r["why"] for r in rows)
+    t = Table(["verdict", "cell", "metric", "reference", "measured", "margin", "repeats", *(["why"] if why else [])],
+              align=["l", "l", "l", "l", "r", "r", "l", *(["l"] if why else [])])
+    for row in rows:
+        t.add(Cell(row["verdict"], VERDICT_CLS[row["verdict"]]), row["cell"], row["metric"], row["reference"],
+              Cell(row["measured"], "num"), Cell(row["margin"], "num"), row["repeats"],
+              *([Cell(row["why"], "muted")] if why else []))
     return t
 
 
 def gate_table(checks: Sequence[gate.Check]) -> Table:
-    t = Table(["rule", "cell", "A", "B", "change", "p", "why"], align=["l", "l", "r", "r", "r", "r", "l"])
+    """The checks that failed or could not be decided (the passed ones are counted in the summary line)."""
+    t = Table(["verdict", "rule", "cell", "A", "B", "change", "p", "why"],
+              align=["l", "l", "l", "r", "r", "r", "r", "l"])
     for row in gate.rows(checks):
-        t.add(row["rule"], row["cell"], Cell(row["A"], "num"), Cell(row["B"], "num"),
-              Cell(row["change"], "bad"), Cell(row["p"], "num"), row["why"])
+        t.add(Cell(row["verdict"], VERDICT_CLS[row["verdict"]]), row["rule"], row["cell"], Cell(row["A"], "num"),
+              Cell(row["B"], "num"), Cell(row["change"], "bad" if row["verdict"] == "fail" else "num"),
+              Cell(row["p"], "num"), row["why"])
     return t
 
 
@@ -58,20 +64,29 @@ def _date(ts: Any) -> str:
 
 
 def history_table(hist: pd.DataFrame, unit: str = "img/s") -> Table:
-    """One row per point; the cell in words on its first row; a step in bold."""
-    t = Table(["cell", "date (UTC)", "run", "repeats", f"mean ± std ({unit})", "vs previous", "p", "step"],
+    """One row per point (a measurement: a run, with the runs that resumed it); the cell in words on its first
+    row, with its key when another definition of the same name has a history too; a step in bold."""
+    t = Table(["cell", "date (UTC)", "runs", "repeats", f"mean ± std ({unit})", "vs previous", "p", "step"],
               align=["l", "l", "l", "r", "r", "r", "r", "l"])
+    name_cols = ["environment", "model", "precision", "batch_size", "dataset", "gpus", "nodes", "options"]
+    names = hist.groupby([c for c in name_cols if c in hist], sort=False, dropna=False)["cell_key"].transform(
+        "nunique") if len(hist) else pd.Series(dtype=int)
     last = None
-    for r in hist.itertuples(index=False):
+    for r, n_defs in zip(hist.itertuples(index=False), names, strict=True):
+        why = r.undecided if isinstance(getattr(r, "undecided", ""), str) else ""
         label = " ".join(str(getattr(r, k)) for k in ("environment", "model", "precision", "batch_size"))
         if getattr(r, "options", ""):
             label += f" {r.options}"
+        if n_defs > 1:
+            label += f" (definition {r.cell_key})"
         first = r.cell_key != last
         last = r.cell_key
         ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
         mean = number(r.mean) if math.isnan(r.std) else f"{number(r.mean, 1)} ± {number(r.std, 1)}"
-        t.add(label if first else "", _date(r.date), r.run_id, str(r.n), Cell(mean, "num"), Cell(ratio, "num"),
-              Cell(p_value(r.p_value), "num"), Cell(f"step: {r.change}" if r.step else "", "bad" if r.step else ""),
+        t.add(label if first else "", _date(r.date), r.runs, str(r.n), Cell(mean, "num"), Cell(ratio, "num"),
+              Cell(p_value(r.p_value), "num"),
+              Cell(f"step: {r.change}" if r.step else f"undecided: {why}" if why else "",
+                   "bad" if r.step else "status" if why else ""),
               row_class="group" if first else "")
     return t
 

@@ -7,9 +7,12 @@ references:
     memory: "<= 40960"                           # in the metric's display unit: img/s, ms, s, MiB, %
 ```
 
-A cell's value is the mean of its ok repeats in the metric's display unit; the verdict is pass, fail or
-no data (nothing measured), with the margin: how far inside (+) or outside (-) the bound the mean is,
-relative to the reference.
+A cell's value is the mean of its ok repeats in the metric's display unit; the verdict
+(runner/decide/verdict.py) is pass or fail by that mean, with the margin: how far inside (+) or outside (-)
+the bound it is, relative to the reference. A cell without an ok repeat fails when its repeats ended
+failed, oom, timeout or unsupported (it does not deliver), and is undecided when nothing was measured
+(nothing stored, cancelled, not started) or the metric is not measured there (peak memory on a CPU).
+An entry's `undecided: error | fail | pass` says how its undecided verdicts count (default error: exit 5).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -27,11 +29,15 @@ import pandas as pd
 from pydantic import ValidationError, field_validator, model_validator
 
 from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric
+from runner.decide import verdict as verdicts_
+from runner.decide.verdict import UNDECIDED_POLICIES, Verdict
 from runner.errors import ConfigError
+from runner.exitcodes import Exit
 from runner.matrix import MATCH_KEYS, _coerce, _same, _show, _value
 from runner.spec import AXIS_NAMES, Cell, Scalar, Strict, percentage
 
-VERDICT_SCHEMA = 1
+VERDICT_SCHEMA = 2  # 2: verdict pass/fail/undecided with a reason (1 had outcome pass/fail/no data)
+ENTRY_KEYS = ("match", "undecided")  # the keys of an entry that are not metrics
 Locate = Callable[[Sequence[Any]], str]  # a field path -> "file: references[0].throughput (line N)"
 
 
@@ -139,6 +145,7 @@ class Reference:
     index: int
     match: Mapping[str, tuple[Scalar, ...]]  # values in the axis's type, alternatives per key
     bounds: Mapping[str, Bound]       # metric name (canonical) -> bound
+    undecided: str = "error"          # how its undecided verdicts count: error (exit 5), fail or pass
 
     def matches(self, cell: Cell) -> bool:
         return all(any(_same(_value(cell, k), v) for v in values) for k, values in self.match.items())
@@ -186,8 +193,14 @@ def parse(raw: Any, locate: Locate) -> tuple[Reference, ...]:
                 why = str(e.errors()[0]["msg"]).removeprefix("Value error, ")
                 problems.append(f"{locate(('references', i, 'match', key))}: {why}")
         bounds: dict[str, Bound] = {}
+        policy = entry.get("undecided", "error")
+        if policy not in UNDECIDED_POLICIES:
+            problems.append(f"{locate(('references', i, 'undecided'))}: {policy!r} is not allowed; allowed: "
+                            f"{', '.join(UNDECIDED_POLICIES)} (how this entry's undecided verdicts count; "
+                            "default error: exit status 5)")
+            policy = "error"
         for key, value in entry.items():
-            if key == "match":
+            if key in ENTRY_KEYS:
                 continue
             try:
                 metric = get_metric(str(key))
@@ -204,10 +217,10 @@ def parse(raw: Any, locate: Locate) -> tuple[Reference, ...]:
                              for err in e.errors()]
             except ValueError as e:
                 problems.append(f"{locate(('references', i, key))}: {e}")
-        if not any(key != "match" for key in entry):
+        if not any(key not in ENTRY_KEYS for key in entry):
             problems.append(f"{locate(('references', i))}: no metric to check; add e.g. throughput: '>= 100' "
                             f"(metrics: {known})")
-        refs.append(Reference(i, match, bounds))
+        refs.append(Reference(i, match, bounds, str(policy)))
     if problems:
         raise ConfigError("\n".join(problems))
     return tuple(refs)
@@ -231,14 +244,8 @@ def check_matches(refs: Iterable[Reference], cells: Sequence[Cell], locate: Loca
 
 # Verdicts ---------------------------------------------------------------------------------------
 
-class Outcome(str, Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    NO_DATA = "no data"
-
-
 @dataclass(frozen=True)
-class Verdict:
+class Judgement:
     """One cell against one metric's reference; numbers in the metric's display unit."""
 
     reference: int
@@ -247,36 +254,39 @@ class Verdict:
     metric: str
     unit: str
     expected: str              # the reference, e.g. '>= 3000'
-    outcome: Outcome
-    measured: float            # mean of the ok repeats (NaN with no data)
+    verdict: Verdict
+    measured: float            # mean of the ok repeats (NaN without one)
     n: int
     ci_low: float
     ci_high: float
-    margin: float              # + inside the bound, - outside, relative to the reference (NaN: no data)
+    margin: float              # + inside the bound, - outside, relative to the reference (NaN: no value)
     statuses: str = ""         # the cell's stored repeats by status, e.g. '3 ok' or '2 oom'
+    reason: str = ""           # why it failed or is undecided without a value ('' when judged on the mean)
+    undecided_policy: str = "error"  # the entry's `undecided:` setting
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["outcome"] = self.outcome.value
+        d["verdict"] = self.verdict.value
         for k in ("measured", "ci_low", "ci_high", "margin"):
             d[k] = None if math.isnan(d[k]) else round(float(d[k]), 6)
         return d
 
 
-def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame) -> list[Verdict]:
+def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame) -> list[Judgement]:
     """Every (reference, matched cell, metric) in the order of the file and the cells, from the long frame
-    (runner.analysis.frame of the store's rows; each repeat's newest row)."""
+    (runner.analysis.frame of the store's rows; each repeat's newest row). A cell is its key: repeats
+    stored under another definition of the same name (another `env`, image or iterations) are not its."""
     by_key: dict[str, pd.DataFrame] = dict(iter(frame.groupby("cell_key", sort=False))) if len(frame) else {}
     varying = varying_keys([c for c in cells if any(r.matches(c) for r in refs)])
-    verdicts = []
+    out = []
     for ref in refs:
         for cell in cells:
             if not ref.matches(cell):
                 continue
             rows = by_key.get(cell.key, frame.iloc[0:0])
             for name, bound in ref.bounds.items():
-                verdicts.append(_verdict(ref, cell, rows, METRICS[name], bound, varying))
-    return verdicts
+                out.append(_judgement(ref, cell, rows, METRICS[name], bound, varying))
+    return out
 
 
 def varying_keys(cells: Sequence[Cell]) -> list[str]:
@@ -290,48 +300,74 @@ def cell_words(cell: Cell, keys: Sequence[str]) -> str:
     return " ".join([cell.env_name, *(f"{k}={_show(cell.params[k])}" for k in keys if k in cell.params)])
 
 
-def _verdict(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, bound: Bound,
-             keys: Sequence[str]) -> Verdict:
+# A cell whose repeats ended this way does not deliver what its reference asks for: a fail, not a shrug.
+DID_NOT_DELIVER = frozenset({"failed", "oom", "timeout", "unsupported"})
+
+
+def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, bound: Bound,
+               keys: Sequence[str]) -> Judgement:
     ok = rows[rows["status"] == "ok"] if len(rows) else rows
     values = ok[metric.name].to_numpy(dtype=float) * metric.scale if len(ok) else np.array([])
     st = describe(values)
     counts = rows["status"].value_counts() if len(rows) else pd.Series(dtype=int)
     statuses = ", ".join(f"{n} {s}" for s, n in counts.items()) or "nothing stored"
-    if st.n == 0:
-        outcome, margin = Outcome.NO_DATA, math.nan
-    else:
+    margin, reason = math.nan, ""
+    if st.n:
         inside = bound.low <= st.mean <= bound.high
-        outcome, margin = (Outcome.PASS if inside else Outcome.FAIL), bound.margin(st.mean)
-    return Verdict(ref.index, cell.key, cell_words(cell, keys), metric.name, metric.unit, bound.text(), outcome,
-                   st.mean, st.n, st.ci_low, st.ci_high, margin, statuses)
+        verdict, margin = (Verdict.PASS if inside else Verdict.FAIL), bound.margin(st.mean)
+    elif len(ok):
+        verdict, reason = Verdict.UNDECIDED, f"{metric.name} not measured in its ok repeats"
+    elif set(counts.index) & DID_NOT_DELIVER:
+        verdict, reason = Verdict.FAIL, f"no ok repeat ({statuses})"
+    else:
+        verdict, reason = Verdict.UNDECIDED, f"nothing measured ({statuses})"
+    return Judgement(ref.index, cell.key, cell_words(cell, keys), metric.name, metric.unit, bound.text(), verdict,
+                     st.mean, st.n, st.ci_low, st.ci_high, margin, statuses, reason, ref.undecided)
 
 
-def failed(verdicts: Iterable[Verdict]) -> bool:
-    """Whether a command should exit non-zero: a reference failed, or a cell it covers has no data."""
-    return any(v.outcome is not Outcome.PASS for v in verdicts)
+def counted(judgements: Iterable[Judgement], policy: str | None = None) -> list[Verdict]:
+    """What each verdict counts as: an undecided one by `policy` when given (`--undecided`), else by its
+    entry's `undecided:` setting."""
+    return [verdicts_.counted(j.verdict, policy or j.undecided_policy) for j in judgements]
 
 
-def to_json(verdicts: Sequence[Verdict]) -> str:
-    """Stable JSON for pipelines: schema, counts per outcome, the verdicts in file order."""
-    counts = {o.value: sum(v.outcome is o for v in verdicts) for o in Outcome}
-    doc = {"schema": VERDICT_SCHEMA, "passed": not failed(verdicts), "counts": counts,
-           "verdicts": [v.as_json() for v in verdicts]}
+def exit_status(judgements: Sequence[Judgement], policy: str | None = None) -> Exit:
+    """0 every verdict passes (or counts as passed), 1 one failed (or an undecided one counts as failed),
+    5 one is undecided under the default policy; nothing to judge is undecided."""
+    if not judgements:
+        return Exit.UNDECIDED if (policy or "error") == "error" else verdicts_.exit_status(
+            [Verdict.UNDECIDED], policy or "error")
+    return verdicts_.exit_status(counted(judgements, policy))
+
+
+def failed(judgements: Iterable[Judgement], policy: str | None = None) -> bool:
+    """Whether a reference failed, counting undecided verdicts as their policy says."""
+    return Verdict.FAIL in counted(judgements, policy)
+
+
+def to_json(judgements: Sequence[Judgement], policy: str | None = None) -> str:
+    """Stable JSON for pipelines: schema, the verdict over all, counts per verdict, the verdicts in file order."""
+    verdicts = [j.verdict for j in judgements]
+    status = exit_status(judgements, policy)
+    doc = {"schema": VERDICT_SCHEMA, "verdict": verdicts_.overall(verdicts).value,
+           "passed": status is Exit.OK, "exit_status": int(status), "undecided_policy": policy,
+           "counts": verdicts_.counts(verdicts), "verdicts": [j.as_json() for j in judgements]}
     return json.dumps(doc, indent=2, sort_keys=False, allow_nan=False)
 
 
-def rows(verdicts: Sequence[Verdict]) -> list[dict[str, str]]:
+def rows(judgements: Sequence[Judgement]) -> list[dict[str, str]]:
     """The verdicts as table rows of text (the CLI prints them as a table)."""
     out = []
-    for v in verdicts:
+    for v in judgements:
         measured = "—" if v.n == 0 else _num(v.measured)
         if v.n >= 2 and not math.isnan(v.ci_low):
             measured += f" (95% CI {_num(v.ci_low)}–{_num(v.ci_high)}, n={v.n})"
         elif v.n == 1:
             measured += " (n=1)"
-        out.append({"verdict": v.outcome.value, "cell": v.cell, "metric": f"{v.metric} ({v.unit})" if v.unit
+        out.append({"verdict": v.verdict.value, "cell": v.cell, "metric": f"{v.metric} ({v.unit})" if v.unit
                     else v.metric, "reference": v.expected, "measured": measured,
                     "margin": "—" if math.isnan(v.margin) else f"{v.margin:+.1%}",
-                    "repeats": v.statuses})
+                    "repeats": v.statuses, "why": v.reason})
     return out
 
 
@@ -341,10 +377,22 @@ def _num(x: float) -> str:
     return f"{x:.3g}"
 
 
-def summary_line(verdicts: Sequence[Verdict]) -> str:
-    counts = {o: sum(v.outcome is o for v in verdicts) for o in Outcome}
-    parts = [f"{counts[o]} {o.value}" for o in Outcome if counts[o]]
-    word = "References met" if not failed(verdicts) else "References NOT met"
-    return f"{word}: {', '.join(parts) or 'nothing to check'} ({len(verdicts)} checks)."
-
-
+def summary_line(judgements: Sequence[Judgement], policy: str | None = None) -> str:
+    """'References met: 3 passed (3 checks).', '... NOT met: ...', or 'References undecided: ...'; undecided
+    verdicts counted otherwise by a policy are said to be."""
+    verdicts = [j.verdict for j in judgements]
+    if not judgements:
+        return "References undecided: no reference covers the selected cells (0 checks)."
+    status = exit_status(judgements, policy)
+    word = {Exit.OK: "References met", Exit.FAILED: "References NOT met",
+            Exit.UNDECIDED: "References undecided"}[status]
+    tally = f"{verdicts_.counts_text(verdicts)} ({len(judgements)} check{'s' if len(judgements) != 1 else ''})"
+    n_und = verdicts.count(Verdict.UNDECIDED)
+    if n_und:
+        as_what = counted([j for j in judgements if j.verdict is Verdict.UNDECIDED], policy)
+        policies = {f"{'passed' if v is Verdict.PASS else 'failed' if v is Verdict.FAIL else 'undecided'}"
+                    for v in as_what}
+        if policies != {"undecided"}:
+            how = "--undecided " + policy if policy else "the entries' `undecided:` setting"
+            tally += f"; undecided counted as {' or '.join(sorted(policies))} by {how}"
+    return f"{word}: {tally}."

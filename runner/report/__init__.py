@@ -80,11 +80,12 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
 
 
 def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: str = "throughput",
-                    min_effect: float = an.MIN_EFFECT, alpha: float = an.ALPHA) -> str:
+                    min_effect: float = an.MIN_EFFECT, alpha: float = an.ALPHA, pool: bool = False) -> str:
     """`matrix compare A B`: the comparison as text (md, csv, json, or rich tables for the terminal if None).
 
     A and B are environment names, tags, backend kinds or run id prefixes (`env:`/`tag:`/`backend:`/`run:`
-    in front picks the kind when names clash).
+    in front picks the kind when names clash). A side that holds more than one definition of a cell compares
+    the newest and lists the others; `pool` pools them.
     """
     from runner.report import render
 
@@ -95,7 +96,7 @@ def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: st
     if not rows:
         raise StoreError(f"no results in {db}: run `matrix run` first")
     df = an.frame(rows)
-    comparison = an.compare(an.select_side(df, a), an.select_side(df, b), m, alpha, min_effect)
+    comparison = an.compare(an.select_side(df, a, pool), an.select_side(df, b, pool), m, alpha, min_effect)
     if fmt_ == "md":
         return render.compare_markdown(comparison)
     if fmt_ == "csv":

@@ -98,3 +98,15 @@ def iso(ts: Any) -> str:
         return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(ts)))
     except (TypeError, ValueError, OverflowError):
         return DASH
+
+
+def definitions_sentence(n_names: int, pooled: bool = False, where: str = "") -> str:
+    """What a table does with names measured under more than one definition, in one sentence."""
+    cells = f"{n_names} cell{'s' if n_names != 1 else ''}{f' of {where}' if where else ''}"
+    was = "was" if n_names == 1 else "were"
+    if pooled:
+        return (f"{cells} {was} measured under more than one definition (another environment definition or run "
+                "settings under the same name) and their repeats are pooled, as asked (--pool).")
+    return (f"{cells} {was} measured under more than one definition (another environment definition or run "
+            "settings under the same name): the tables show each one's newest definition, never a mix; the "
+            "definitions are listed with their repeats.")

@@ -248,16 +248,18 @@ def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None
     if hist is None or hist.empty:
         return None
     groups = list(hist.groupby("cell_key", sort=False))[:MAX_SCALING_LINES]
+    names = [f"{g.iloc[0]['environment']} · {g.iloc[0]['model']} · {g.iloc[0]['precision']} · "
+             f"batch {g.iloc[0]['batch_size']}" for _, g in groups]
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, ax = plt.subplots()
         _layout(fig, 1, 1, legend_rows=0, axes_size=(4.6, 3.0))
-        for i, (_key, g) in enumerate(groups):
+        for i, (key, g) in enumerate(groups):
             dates = pd.to_datetime(g["date"], unit="s")
-            first = g.iloc[0]
             half = (g["ci_high"] - g["mean"]).fillna(0).to_numpy()
+            # Two definitions of one name are two lines: the key tells them apart.
+            name = names[i] + (f" · {key}" if names.count(names[i]) > 1 else "")
             (line,) = ax.plot(dates, g["mean"], marker=MARKERS[i % len(MARKERS)], markersize=5,
-                              label=_plain(f"{first['environment']} · {first['model']} · {first['precision']} · "
-                                           f"batch {first['batch_size']}"))
+                              label=_plain(name))
             ax.errorbar(dates, g["mean"], yerr=half, fmt="none", ecolor=line.get_color(), capsize=3,
                         linewidth=1)
             step = g["step"].to_numpy(dtype=bool)

@@ -17,13 +17,16 @@ import jinja2
 import pandas as pd
 
 from runner import analysis as an
+from runner.decide.verdict import Verdict
 from runner.report import fmt, labels, views
 from runner.report.fmt import Cell, MdSafe, Table
 
 if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
     from runner.report.plots import Plot
 
-JSON_SCHEMA = 1  # of report.json and `compare --format json`; bump when a field changes meaning
+JSON_SCHEMA = 2  # of report.json and `compare --format json`; bump when a field changes meaning
+# 2: cells carry their definition (cell_key, run settings); names with more than one definition are listed;
+# pairs carry a decision (pass/fail/undecided) and p adjusted for the false discovery rate.
 
 
 # --- Jinja ------------------------------------------------------------------------------------
@@ -87,7 +90,7 @@ def report_json(model: views.ReportModel) -> str:
         "units": {m.name: m.stored_unit for m in an.METRICS.values() if m.stored_unit},
         "statuses": {k: int(v) for k, v in sorted(counts.items())},
         "runs": [{k: v for k, v in r.items()} for r in model.run_records],
-        "environments": records(an.environment_info(model.frame).drop(columns="side")),
+        "environments": records(an.environment_info(model.shown).drop(columns="side")),
         "cells": records(model.summary),
         "recipes": records(model.recipes_df.drop(columns="side")),
         "comparisons": [comparison_doc(c) for _, _, c in model.comparisons],
@@ -95,6 +98,7 @@ def report_json(model: views.ReportModel) -> str:
         "scaling": records(model.scaling_df),
         "history": records(model.history_df),
         "flags": records(an.quality_flags(model.summary)),
+        "definitions": records(model.definitions_df),
     }
     return dumps(doc)
 
@@ -105,11 +109,15 @@ def comparison_doc(c: an.Comparison) -> dict[str, Any]:
         "metric": c.metric.name, "unit": c.metric.stored_unit,
         "a": {"ref": c.a.ref, "kind": c.a.kind, "environments": c.a.environments},
         "b": {"ref": c.b.ref, "kind": c.b.kind, "environments": c.b.environments},
-        "test": {"name": "welch-t", "alpha": c.alpha, "min_effect": c.min_effect},
+        "test": {"name": "welch-t", "alpha": c.alpha, "min_effect": c.min_effect, "correction": c.correction,
+                 "tested": c.n_tested},
         "pairs": records(c.pairs),
         "geomean_ratio": None if math.isnan(c.geomean) else round(c.geomean, 10),
         "geomean_change": c.geomean_words,
         "significant": c.n_significant,
+        "decisions": {v.value: c.n_decision(v) for v in Verdict},
+        "definitions": {"pooled": c.a.pool or c.b.pool,
+                        "a": records(c.a.definitions.several), "b": records(c.b.definitions.several)},
         "unpaired": records(c.unpaired),
         "precision_ratios": records(c.precision_ratios),
         "environments": records(c.environments),
@@ -183,6 +191,8 @@ class CompareView:
     precision: Table | None
     unpaired: Table | None
     recipes: Table | None = None
+    definitions: Table | None = None
+    definitions_note: str = ""
 
 
 def compare_view(c: an.Comparison) -> CompareView:
@@ -191,16 +201,17 @@ def compare_view(c: an.Comparison) -> CompareView:
     headers = [f"{side}: {env}" for side, env in zip(info["side"], info["environment"], strict=True)]
     env_table = views.environments_table(info.assign(environment=headers))
     method = (f"Metric: {m.heading}, mean ± std over the repeats that ended ok; the ratio is {b}/{a}. "
-              f"A change counts as significant when Welch's t-test gives p < {c.alpha:g} and the change is "
-              f"at least {c.min_effect:.0%}.")
+              f"A change counts as significant when Welch's t-test gives p < {c.alpha:g}, adjusted for the "
+              f"false discovery rate over the pairs tested ({c.correction.replace('-', '–').title()}), and the "
+              f"change is at least {c.min_effect:.0%}. A pair with fewer than two ok repeats on a side, or run "
+              "settings that differ, is undecided, never 'not significant'.")
     a_kind, b_kind = c.a.kind, c.b.kind
     title = f"{a} ({a_kind}) vs {b} ({b_kind})"
     pairs = views.pairs_table(c, a, b)
     if c.pairs.empty:
         summary = f"No cell of {b} has a partner in {a}: nothing to compare."
     else:
-        n = len(c.pairs)
-        summary = f"{views.geomean_sentence(c, a, b)}. {c.n_significant} of {n} pairs significant."
+        summary = f"{views.geomean_sentence(c, a, b)}. {views.decisions_sentence(c)}"
     precision = None
     if not c.precision_ratios.empty:
         side_names = {"A": a, "B": b}
@@ -223,7 +234,18 @@ def compare_view(c: an.Comparison) -> CompareView:
         recipes = Table(["precision", a, b])
         for r in c.recipes.to_dict("records"):
             recipes.add(Cell(r["precision"], "key"), r["a"], r["b"])
-    return CompareView(title, method, env_table, pairs, summary, precision, unpaired, recipes)
+    definitions, note = None, ""
+    several = [d.several.assign(side=side) for side, d in (("A", c.a.definitions), ("B", c.b.definitions))
+               if not d.several.empty]
+    if several:
+        both = pd.concat(several, ignore_index=True)
+        pooled = c.a.pool or c.b.pool
+        n_names = sum(d.n_names for d in (c.a.definitions, c.b.definitions))
+        definitions = views.definitions_table(both, ["side", *an.PARAM_KEYS], pooled, {"A": a, "B": b})
+        note = labels.definitions_sentence(n_names, pooled, "the pairs").replace(
+            "the tables show each one's newest definition", "the pairs use each one's newest definition (--pool "
+            "to pool them)")
+    return CompareView(title, method, env_table, pairs, summary, precision, unpaired, recipes, definitions, note)
 
 
 def compare_markdown(c: an.Comparison) -> str:
@@ -251,6 +273,9 @@ def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | N
     console.print(Text(v.title, style="bold"))
     console.print(Text(v.method, style="dim"))
     console.print(rich_table(v.environments, "Environments"))
+    if v.definitions is not None:
+        console.print(Text(v.definitions_note, style="bold"))
+        console.print(rich_table(v.definitions, "Cells measured under more than one definition"))
     if v.pairs.rows:
         console.print(rich_table(v.pairs, "Pairs"))
     console.print(Text(v.summary, style="bold"))

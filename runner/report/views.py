@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
+from runner.decide.verdict import Verdict
 from runner.report import fmt
 from runner.report.fmt import DASH, Cell, Table
 from runner.report.labels import (
@@ -20,6 +21,7 @@ from runner.report.labels import (
     cell_label,
     cell_value,
     constants_note,
+    definitions_sentence,
     iso,
     key_text,
     not_ok,
@@ -79,6 +81,9 @@ class ReportModel:
     run_records: list[dict[str, Any]] = field(default_factory=list)
     history: list[Section] = field(default_factory=list)
     history_df: pd.DataFrame = field(default_factory=pd.DataFrame)
+    definitions: Section | None = None          # names measured under more than one definition
+    definitions_df: pd.DataFrame = field(default_factory=pd.DataFrame)
+    shown: pd.DataFrame = field(default_factory=pd.DataFrame)  # the rows the tables show (`frame`: every row)
 
 
 # --- views ------------------------------------------------------------------------------------
@@ -215,30 +220,83 @@ def comparison_note(c: an.Comparison, a: str, b: str) -> str:
     n = len(c.pairs)
     if not n:
         return f"No cell of {b} has a partner in {a}."
-    sig = c.n_significant
-    text = (f"{geomean_sentence(c, a, b)}; {sig} of {n} significant "
-            f"(Welch's t-test p < {c.alpha:g} and a change of at least {c.min_effect:.0%}).")
+    text = f"{geomean_sentence(c, a, b)}; {decisions_sentence(c)}"
     if not c.unpaired.empty:
         text += f" Unpaired: {len(c.unpaired)} cell{'s' if len(c.unpaired) != 1 else ''}."
     return text
 
 
+def decisions_sentence(c: an.Comparison) -> str:
+    """'5 of 8 pairs significant (Welch's p < 0.05 adjusted by Benjamini–Hochberg over the 7 tested pairs,
+    and a change of at least 2%).', with the undecided pairs counted: the table footer."""
+    n, tested = len(c.pairs), c.n_tested
+    text = f"{c.n_significant} of {n} pair{'s' if n != 1 else ''} significant"
+    und = c.n_decision(Verdict.UNDECIDED)
+    if und:
+        text += f", {und} undecided"
+    if tested > 1:
+        how = (f"Welch's p < {c.alpha:g} adjusted by {c.correction.replace('-', '–').title()} over the {tested} "
+               f"tested pairs, and a change of at least {c.min_effect:.0%}")
+    else:
+        how = (f"Welch's p < {c.alpha:g} and a change of at least {c.min_effect:.0%}; "
+               f"{'one pair tested, nothing to adjust' if tested else 'no pair could be tested'}")
+    return f"{text} ({how})."
+
+
 def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
-    """Per pair: both sides' mean ± std, B/A, the change in words, p and the verdict."""
+    """Per pair: both sides' mean ± std, B/A, the change in words, p (adjusted for the false discovery rate
+    over the pairs) and the verdict (undecided when the pair could not be tested)."""
     p = c.pairs
     keys = varying(p, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
     m = c.metric
     unit = f" ({m.unit})" if m.unit else ""
-    table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit}", f"{b}{unit}", f"{b}/{a}", "change", "p",
+    p_head = "p (BH)" if c.n_tested > 1 else "p"
+    table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit}", f"{b}{unit}", f"{b}/{a}", "change", p_head,
                    "verdict"], align=["l"] * len(keys) + ["r", "r", "r", "l", "r", "l"])
     for r in p.to_dict("records"):
-        cls = ("good" if r["verdict"] == m.better or str(r["verdict"]).startswith("fixed") else "bad"
-               ) if r["significant"] else "muted"
+        if r["decision"] == Verdict.UNDECIDED.value:
+            cls = "status"
+        elif r["significant"]:
+            cls = "good" if r["verdict"] == m.better or str(r["verdict"]).startswith("fixed") else "bad"
+        else:
+            cls = "muted"
         table.add(*(key_text(k, r[k]) for k in keys),
                   side_cell(r, "a", m), side_cell(r, "b", m),
                   Cell(fmt.number(r["ratio"], 3), "num"), Cell(r["change"] or DASH),
-                  Cell(fmt.p_value(r["p_value"]), "num"), Cell(r["verdict"], cls))
+                  Cell(fmt.p_value(r["p_adjusted"]), "num"), Cell(r["verdict"], cls))
     return table
+
+
+def definitions_table(several: pd.DataFrame, keys: Sequence[str], pooled: bool = False,
+                      sides: dict[str, str] | None = None) -> Table:
+    """Names measured under more than one definition: one row per definition, with what tells them apart,
+    their repeats and runs, and whether the tables show it."""
+    cols = [c for c in keys if c != "options" or several[c].astype(bool).any()]
+    label_keys = [k for k in cols if k != "side"]
+    table = Table([*(["side"] if sides else []), "cell", "definition (key)", "shown", "run settings", "repeats",
+                   "runs", "measured (UTC)", "differs in"])
+    previous = None
+    for r in several.to_dict("records"):
+        name = tuple(r[k] for k in label_keys)
+        first = name != previous
+        previous = name
+        start, end = iso(r["first_at"]), iso(r["last_at"])
+        when = start if start == end else f"{start} – {end}"
+        shown = "pooled" if pooled else "shown" if r["shown"] else "not shown"
+        table.add(*([sides.get(str(r["side"]), str(r["side"]))] if sides else []),
+                  Cell(cell_label(r, label_keys) if first else "", "key"), Cell(r["cell_key"], "num"),
+                  Cell(shown, "good" if r["shown"] else "muted"), r["settings"] or DASH, Cell(r["statuses"], "num"),
+                  r["runs"], when, Cell(r["differs"] if first else "", "muted"),
+                  row_class="group" if first else "")
+    return table
+
+
+def definitions_section(defs: an.Definitions) -> Section | None:
+    if defs.several.empty:
+        return None
+    return Section("Cells measured under more than one definition",
+                   definitions_table(defs.several, defs.keys, defs.pooled),
+                   definitions_sentence(defs.n_names, defs.pooled))
 
 
 def side_cell(r: Any, side: str, m: an.Metric) -> Cell:
@@ -352,35 +410,49 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
 
 
 def history_sections(hist: pd.DataFrame) -> list[Section]:
-    """One table of every cell measured in two or more runs (runner/decide/history.py)."""
+    """One table of every cell measured more than once (runner/decide/history.py)."""
     if hist.empty:
         return []
     from runner.decide.present import history_table
 
     n_cells, n_steps = hist["cell_key"].nunique(), int(hist["step"].sum())
-    note = (f"{n_cells} cell{'s' if n_cells != 1 else ''} measured in more than one run; "
-            f"{n_steps} significant step{'s' if n_steps != 1 else ''} (a change of at least "
-            f"{an.MIN_EFFECT:.0%} from the previous run with Welch's p < {an.ALPHA}).")
+    note = (f"{n_cells} cell{'s' if n_cells != 1 else ''} measured more than once (a run resumed after an "
+            "interruption is one measurement; a run that measures stored repeats again, as --force does, is "
+            f"the next); {n_steps} significant step{'s' if n_steps != 1 else ''} (a change of at least "
+            f"{an.MIN_EFFECT:.0%} from the previous measurement with Welch's p < {an.ALPHA}).")
     return [Section("History", history_table(hist), note)]
 
 
 def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
           history: pd.DataFrame | None = None) -> ReportModel:
     """All views of one report from the long frame and the runs it came from; `history` is
-    runner.decide.history over every stored row (not only each repeat's newest)."""
+    runner.decide.history over every stored row (not only each repeat's newest).
+
+    A name (environment and params) measured under more than one definition shows its newest definition in
+    every table; the others are listed in their own section and counted in the totals, never averaged in."""
     hist = history if history is not None else pd.DataFrame()
-    summary = an.summarize(df)
-    info = an.environment_info(df)
-    comparison, comparisons = comparison_sections(df, summary)
+    defs = an.choose(df, an.CELL_KEYS)
+    shown = defs.frame
+    summary = an.summarize(shown)
+    info = an.environment_info(shown)
+    comparison, comparisons = comparison_sections(shown, summary)
     prec = an.precision_summary(summary)
     scale = an.scaling(summary)
-    recipes = an.precision_recipes(df)
-    counts = df["status"].value_counts().to_dict()
+    recipes = an.precision_recipes(shown)
+    counts = shown["status"].value_counts().to_dict()
     n_cells = len(summary)
-    totals = (f"{len(df)} repeat{'s' if len(df) != 1 else ''} in {n_cells} cell{'s' if n_cells != 1 else ''}, "
+    totals = (f"{len(shown)} repeat{'s' if len(shown) != 1 else ''} in {n_cells} cell{'s' if n_cells != 1 else ''}, "
               f"{len(info)} environment{'s' if len(info) != 1 else ''}: {an.status_summary(counts)}")
+    if len(shown) != len(df):
+        hidden = len(df) - len(shown)
+        totals += (f"; {hidden} more repeat{'s' if hidden != 1 else ''} of older definitions of "
+                   f"{defs.n_names} of these cells, not in the tables")
+    notes = warnings(an.quality_flags(summary))
+    definitions = definitions_section(defs)
+    if definitions is not None:
+        notes.insert(0, definitions.note)
     return ReportModel(
-        name=name, totals=totals, hardware=hardware_lines(info), warnings=warnings(an.quality_flags(summary)),
+        name=name, totals=totals, hardware=hardware_lines(info), warnings=notes,
         runs=runs_table(run_records),
         environments=environments_table(info), recipes=recipes_section(recipes),
         grid=grid_sections(summary), comparison=comparison,
@@ -388,4 +460,5 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
         failures=failures(summary), frame=df, summary=summary, comparisons=comparisons,
         precision_df=prec, scaling_df=scale, recipes_df=recipes, run_records=run_records,
         history=history_sections(hist), history_df=hist,
+        definitions=definitions, definitions_df=defs.several, shown=shown,
     )

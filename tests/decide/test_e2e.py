@@ -41,22 +41,61 @@ references:
     run = cli("run", "-m", str(right), "--db", "r.db", cwd=tmp_path)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
-    assert "References met: 2 pass" in run.stdout and ">= 1" in run.stdout
+    assert "References met: 2 passed" in run.stdout and ">= 1" in run.stdout
     # The same cells (same keys): nothing is measured again, the verdict comes from the store.
     again = cli("run", "-m", str(high), "--db", "r.db", cwd=tmp_path)
     assert again.returncode == 4, again.stdout + again.stderr  # measured, but a reference failed
-    assert "Nothing to run" in again.stdout and "References NOT met: 1 fail" in again.stdout
+    assert "Nothing to run" in again.stdout and "References NOT met: 1 failed" in again.stdout
     assert "-100.0%" in again.stdout  # the margin: nowhere near ten million img/s
     check = cli("check", "-m", str(high), "--db", "r.db", "--format", "json", cwd=tmp_path)
     assert check.returncode == 1
     doc = json.loads(check.stdout)
     (verdict,) = doc["verdicts"]
-    assert doc["passed"] is False and verdict["outcome"] == "fail" and verdict["n"] == 2
+    assert doc["passed"] is False and verdict["verdict"] == "fail" and verdict["n"] == 2
     assert 0 < verdict["measured"] < 10_000_000 and verdict["expected"] == ">= 1e+07"
     ok = cli("check", "-m", str(right), "--db", "r.db", cwd=tmp_path)
     assert ok.returncode == 0 and ok.stdout.count("pass") >= 2, ok.stdout + ok.stderr
     empty = cli("check", "-m", str(right), "--db", "other.db", cwd=tmp_path)
     assert empty.returncode == 1 and "no result store" in empty.stderr
+
+
+def test_one_repeat_and_an_unmeasured_metric_are_undecided_never_passed(tmp_path: Path) -> None:
+    """`repeats: 1` gives Welch no p-value and a CPU measures no peak memory: the gate, the references and
+    `matrix run` say undecided and exit 5, unless --undecided (or the entry's `undecided:`) says otherwise."""
+    m = write(tmp_path / "one.yaml", CELLS.format(repeats=1) + """
+references:
+  - {match: {model: mnist_cnn}, memory: "<= 100000"}
+""")
+    run = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
+    assert run.returncode == 5, run.stdout + run.stderr
+    assert "References undecided: 1 undecided" in run.stdout and "peak_mem not measured" in run.stdout
+    counted = write(tmp_path / "counted.yaml", CELLS.format(repeats=1) + """
+references:
+  - {match: {model: mnist_cnn}, memory: "<= 100000", undecided: pass}
+""")
+    again = cli("run", "-m", str(counted), "--db", "r.db", cwd=tmp_path)
+    assert again.returncode == 0 and "undecided counted as passed" in again.stdout, again.stdout + again.stderr
+    check = cli("check", "-m", str(m), "--db", "r.db", "--undecided", "pass", cwd=tmp_path)
+    assert check.returncode == 0 and "1 undecided" in check.stdout, check.stdout + check.stderr
+    assert cli("check", "-m", str(m), "--db", "r.db", cwd=tmp_path).returncode == 5
+    assert cli("check", "-m", str(m), "--db", "r.db", "--undecided", "fail", cwd=tmp_path).returncode == 1
+    # The same cell measured again (--force): two runs of one repeat each, compared by run id.
+    assert cli("run", "-m", str(counted), "--db", "r.db", "--force", cwd=tmp_path).returncode == 0
+    with Store(tmp_path / "r.db", create=False) as store:
+        first, second = (r.run_id for r in store.runs()[:2])
+    gate = cli("compare", first, second, "--db", "r.db", "--fail-on", "slower:3%", cwd=tmp_path)
+    assert gate.returncode == 5, gate.stdout + gate.stderr
+    assert "Gate undecided (slower:3%): 1 undecided of 1 check over 1 pair" in gate.stdout
+    assert "Gate passed" not in gate.stdout and "a test needs 2+ per side" in gate.stdout
+    passed = cli("compare", first, second, "--db", "r.db", "--fail-on", "slower:3%", "--undecided", "pass",
+                 "--format", "json", cwd=tmp_path)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    doc = json.loads(passed.stdout)
+    assert doc["gate"]["verdict"] == "undecided" and doc["gate"]["undecided_policy"] == "pass"
+    assert doc["pairs"][0]["decision"] == "undecided" and doc["pairs"][0]["verdict"].startswith("undecided")
+    failing = cli("compare", first, second, "--db", "r.db", "--fail-on", "slower:3%", "--undecided", "fail",
+                  cwd=tmp_path)
+    assert failing.returncode == 1 and "counted as failed" in failing.stdout
 
 
 def test_adaptive_repeats_stop_at_max_and_resume_counts_stored_repeats(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from runner.decide import gate, significance
+from runner.decide.verdict import Verdict, exit_status
 from runner.errors import ConfigError
+from runner.exitcodes import Exit
 from tests.decide.helpers import long_frame, rows_for
 
 RNG = np.random.default_rng(1)
@@ -59,9 +61,9 @@ def test_faster_and_memory_rules_look_the_other_way() -> None:
     assert not slower.tripped and faster.tripped
     a, b = (long_frame(rows_for("k", [1.0] * 4, environment="A", peak=100.0)),
             long_frame(rows_for("k", [1.0] * 4, environment="B", peak=100.0, run_id="r2", start=5.0)))
-    # Peak memory with no spread at all cannot be tested: reported, not tripped.
+    # Peak memory with no spread at all is certain: the same on both sides passes.
     (mem,) = gate.evaluate(a, b, gate.parse_rules(["memory:5%"]))
-    assert not mem.tripped and mem.reason.startswith("not tested")
+    assert mem.verdict is Verdict.PASS and mem.reason == "+0.0% is within 5.0% (no spread on either side)"
 
 
 def test_memory_growth_trips() -> None:
@@ -92,7 +94,10 @@ def test_json_is_stable_and_lists_every_check() -> None:
     checks = gate.evaluate(a, b, rules)
     text = gate.to_json("A", "B", rules, checks)
     doc = json.loads(text)
-    assert doc["schema"] == 1 and doc["tripped"] is True and doc["n_tripped"] == 1
+    assert doc["schema"] == 2 and doc["tripped"] is True and doc["n_tripped"] == 1
+    assert doc["verdict"] == "fail" and doc["counts"] == {"pass": 1, "fail": 1, "undecided": 0}
+    assert [c["verdict"] for c in doc["checks"]] == ["fail", "pass"]
+    assert doc["correction"] == "benjamini-hochberg"
     assert doc["test"] == significance.TEST_NAME
     assert [c["rule"] for c in doc["checks"]] == ["slower:3%", "faster:3%"]
     assert text == gate.to_json("A", "B", rules, gate.evaluate(a, b, rules))
@@ -100,7 +105,115 @@ def test_json_is_stable_and_lists_every_check() -> None:
     assert gate.summary_line(rules, checks).startswith("Gate tripped")
 
 
-def test_a_metric_not_measured_is_said_and_does_not_trip() -> None:
+def test_a_metric_not_measured_is_undecided_not_passed() -> None:
     a, b = sides(list(BASE), list(BASE))  # no peak memory stored (a CPU)
     (c,) = gate.evaluate(a, b, gate.parse_rules(["memory:5%"]))
-    assert not c.tripped and c.reason == "peak_mem not measured on either side"
+    assert c.verdict is Verdict.UNDECIDED and c.reason == "peak_mem not measured on either side"
+
+
+# Verdicts that claim no more than was tested (issue 18) -----------------------------------------
+
+def test_one_repeat_a_side_is_undecided_even_ten_times_slower() -> None:
+    """With `repeats: 1` Welch has no p-value: the gate once said "Gate passed ... 1 pair checked"."""
+    a, b = sides([100.0], [10.0])
+    rules = gate.parse_rules(["slower:3%"])
+    (c,) = gate.evaluate(a, b, rules)
+    assert c.verdict is Verdict.UNDECIDED and not c.tripped
+    assert c.reason == "not tested: 1 ok repeat on A and 1 ok repeat on B (a test needs 2+ per side)"
+    line = gate.summary_line(rules, [c])
+    assert line.startswith("Gate undecided (slower:3%): 1 undecided of 1 check over 1 pair")
+    assert "passed" not in line
+    assert exit_status([c.verdict], "error") is Exit.UNDECIDED
+    assert exit_status([c.verdict], "fail") is Exit.FAILED
+    assert exit_status([c.verdict], "pass") is Exit.OK
+    passed = gate.summary_line(rules, [c], "pass")
+    assert passed.startswith("Gate passed (slower:3%), with 1 undecided counted as passed (--undecided pass):")
+    assert "1 undecided" in passed
+    assert [r["verdict"] for r in gate.rows([c])] == ["undecided"]
+
+
+def test_one_side_with_one_repeat_is_undecided_with_the_reason() -> None:
+    a, b = sides(list(BASE), [50.0])
+    (c,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]))
+    assert c.verdict is Verdict.UNDECIDED
+    assert c.reason == "not tested: 1 ok repeat on B (a test needs 2+ per side)"
+
+
+def test_memory_without_spread_is_judged_by_its_size() -> None:
+    """GPU peak memory: 4096 MiB on every repeat of A, 8192 on every repeat of B. Welch has no p-value, yet
+    the difference is certain: the memory gate must trip (it never could)."""
+    a = long_frame(rows_for("k", list(BASE[:4]), environment="A", peak=4096.0))
+    b = long_frame(rows_for("k", list(BASE[:4]), environment="B", peak=8192.0, run_id="r2", start=2000.0))
+    (mem,) = gate.evaluate(a, b, gate.parse_rules(["memory:5%"]))
+    assert mem.verdict is Verdict.FAIL and mem.change == pytest.approx(1.0)
+    assert mem.reason == "memory by 100.0% > 5.0%, no spread on either side"
+    small = long_frame(rows_for("k", list(BASE[:4]), environment="B", peak=4100.0, run_id="r2", start=2000.0))
+    (ok,) = gate.evaluate(a, small, gate.parse_rules(["memory:5%"]))
+    assert ok.verdict is Verdict.PASS and "within 5.0%" in ok.reason
+
+
+def test_the_summary_counts_passed_failed_and_undecided() -> None:
+    a = long_frame(rows_for("k1", list(BASE), environment="A", batch_size=32),
+                   rows_for("k2", [100.0], environment="A", batch_size=64, start=3000.0),
+                   rows_for("k3", list(BASE), environment="A", batch_size=128, start=4000.0))
+    b = long_frame(rows_for("k4", list(BASE), environment="B", batch_size=32, run_id="r2", start=5000.0),
+                   rows_for("k5", [90.0], environment="B", batch_size=64, run_id="r2", start=6000.0),
+                   rows_for("k6", list(BASE / 1.5), environment="B", batch_size=128, run_id="r2", start=7000.0))
+    rules = gate.parse_rules(["slower:3%"])
+    checks = gate.evaluate(a, b, rules)
+    assert [c.verdict for c in checks] == [Verdict.PASS, Verdict.UNDECIDED, Verdict.FAIL]
+    assert gate.summary_line(rules, checks).startswith(
+        "Gate tripped (slower:3%): 1 passed, 1 failed, 1 undecided of 3 checks over 3 pairs")
+    assert [r["verdict"] for r in gate.rows(checks)] == ["undecided", "fail"]
+
+
+def test_no_pair_to_check_is_undecided() -> None:
+    a = long_frame(rows_for("k1", list(BASE), environment="A", batch_size=32))
+    b = long_frame(rows_for("k2", list(BASE), environment="B", batch_size=64, run_id="r2", start=9.0))
+    rules = gate.parse_rules(["slower:3%"])
+    assert gate.evaluate(a, b, rules) == [] and gate.verdict_of([]) is Verdict.UNDECIDED
+    assert gate.summary_line(rules, []).startswith("Gate undecided")
+
+
+def test_many_pairs_are_adjusted_for_the_false_discovery_rate() -> None:
+    """One pair at p = 0.03 trips; the same p in each of 20 pairs of one comparison does not (BH)."""
+    xa, xb = [100.0, 101.0, 102.0, 103.0], [103.0, 104.0, 105.0, 106.5]
+    p = significance.welch(xa, xb)
+    assert 0.01 < p < 0.05
+    rules = gate.parse_rules(["faster:1%"])
+    one_a, one_b = sides(xa, xb)
+    (single,) = gate.evaluate(one_a, one_b, rules)
+    assert single.tripped and single.p_adjusted == pytest.approx(p)
+    many_a = long_frame(*(rows_for(f"a{i}", xa, environment="A", batch_size=i + 1, start=100.0 * i)
+                          for i in range(20)))
+    quiet = [100.0, 101.0, 102.0, 103.0]
+    many_b = long_frame(rows_for("b0", xb, environment="B", batch_size=1, run_id="r2", start=5000.0),
+                        *(rows_for(f"b{i}", quiet, environment="B", batch_size=i + 1, run_id="r2",
+                                   start=5000.0 + 100 * i) for i in range(1, 20)))
+    checks = gate.evaluate(many_a, many_b, rules)
+    assert len(checks) == 20 and not gate.tripped(checks)
+    assert checks[0].p_value == pytest.approx(p) and checks[0].p_adjusted == pytest.approx(min(1.0, p * 20))
+    assert "not significant" in checks[0].reason
+
+
+def test_a_name_with_two_definitions_is_judged_by_its_newest_not_a_mix() -> None:
+    """B's environment was redefined (another key, same name and params): its older repeats (at A's speed)
+    must not be averaged with the newer ones (10% slower)."""
+    a = long_frame(rows_for("ka", list(BASE), environment="A"))
+    b = long_frame(rows_for("kb-old", list(BASE), environment="B", run_id="r2", start=2000.0),
+                   rows_for("kb-new", list(BASE / 1.10), environment="B", run_id="r3", start=3000.0))
+    (c,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]))
+    assert c.tripped and c.change == pytest.approx(0.10) and c.b_n == len(BASE)
+    (pooled,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]), pool=True)
+    assert pooled.b_n == 2 * len(BASE) and pooled.change == pytest.approx(0.05, abs=0.003)
+
+
+def test_pairs_whose_run_settings_differ_are_not_comparable() -> None:
+    def with_settings(rows: list[dict], iterations: int) -> list[dict]:
+        return [{**r, "raw": {"params": {"iterations": iterations, "warmup": 5, "seed": 0}}} for r in rows]
+    a = long_frame(with_settings(rows_for("ka", list(BASE), environment="A"), 20))
+    b = long_frame(with_settings(rows_for("kb", list(BASE / 2), environment="B", run_id="r2", start=2000.0), 200))
+    (c,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]))
+    assert c.verdict is Verdict.UNDECIDED
+    assert c.reason == ("not comparable: run settings differ (iterations=20 warmup=5 seed=0 vs "
+                        "iterations=200 warmup=5 seed=0)")

@@ -59,3 +59,54 @@ def test_the_report_has_a_history_section_table_plot_and_json(tmp_path: object) 
     assert [p["step"] for p in doc["history"]] == [False, True]
     plain = views.build(df[df["run_id"] == "night-1"], [], "one run", history=history(df[df["run_id"] == "night-1"]))
     assert plain.history == []
+
+
+def _repeats(rows: list[dict], first: int) -> list[dict]:
+    return [{**r, "repeat": first + i} for i, r in enumerate(rows)]
+
+
+def test_a_resumed_run_is_one_measurement_and_force_is_the_next() -> None:
+    """Interrupted after two repeats (run a), resumed for the other two (run b): one point, so no step can
+    come from the resume alone even when the machine got slower in between (it used to be marked one).
+    `--force` (run c re-measures repeats 0-3) is the next point."""
+    df = long_frame(
+        rows_for("k", [100.0, 100.4], run_id="a", start=1000.0),
+        _repeats(rows_for("k", [80.0, 80.3], run_id="b", start=2000.0), 2),
+        rows_for("k", [90.0, 90.3, 89.8, 90.1], run_id="c", start=3000.0),
+    )
+    resumed_only = df[df["run_id"] != "c"]
+    assert history(resumed_only).empty  # one measurement: no history, no step
+    h = history(df)
+    assert list(h["runs"]) == ["a, b", "c"] and list(h["n"]) == [4, 4] and list(h["run_id"]) == ["a", "c"]
+
+
+def test_rerun_failed_and_more_repeats_continue_the_measurement() -> None:
+    df = long_frame(
+        rows_for("k", [100.0, 100.5], run_id="a", start=1000.0),
+        _repeats(rows_for("k", [float("nan")], run_id="a", start=1100.0, status="failed"), 2),
+        _repeats(rows_for("k", [99.5], run_id="b", start=2000.0), 2),   # --rerun-failed fills repeat 3
+        _repeats(rows_for("k", [100.2, 99.9], run_id="c", start=3000.0), 3),  # repeats: 5 in a later run
+    )
+    assert history(df).empty
+
+
+def test_two_definitions_of_one_name_are_two_histories_labelled_by_key() -> None:
+    from runner.decide.present import history_table
+
+    df = long_frame(rows_for("old", [100.0, 100.2], run_id="a", start=1000.0),
+                    rows_for("old", [100.1, 100.3], run_id="b", start=2000.0),
+                    rows_for("new", [200.0, 200.2], run_id="c", start=3000.0),
+                    rows_for("new", [200.1, 200.3], run_id="d", start=4000.0))
+    h = history(df)
+    assert list(h["cell_key"]) == ["old", "old", "new", "new"] and not h["step"].any()
+    labels = [row[0].text for row in history_table(h).rows if row[0].text]
+    assert labels == ["cpu mnist_cnn fp32 32 (definition old)", "cpu mnist_cnn fp32 32 (definition new)"]
+
+
+def test_a_point_that_cannot_be_tested_says_undecided_not_no_step() -> None:
+    from runner.decide.present import history_table
+
+    df = long_frame(rows_for("k", [100.0], run_id="a", start=1000.0), rows_for("k", [50.0], run_id="b", start=2000.0))
+    h = history(df)
+    assert not h["step"].any() and h["undecided"].iloc[1].startswith("1 ok repeat before and 1 ok repeat here")
+    assert history_table(h).rows[1][-1].text.startswith("undecided: 1 ok repeat before")

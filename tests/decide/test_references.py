@@ -11,7 +11,9 @@ import pytest
 
 from runner import matrix
 from runner.decide import references as ref
+from runner.decide.verdict import Verdict
 from runner.errors import ConfigError
+from runner.exitcodes import Exit
 from tests.decide.helpers import long_frame, rows_for
 
 BASE = """
@@ -99,7 +101,7 @@ def cells_and_frame(values_wrn: list[float], status: str = "ok") -> tuple[matrix
 def test_verdict_pass_with_measured_value_reference_and_margin() -> None:
     m, df = cells_and_frame([110.0, 112.0, 108.0])
     (v,) = ref.judge(m.references, m.cells(), df)
-    assert v.outcome is ref.Outcome.PASS
+    assert v.verdict is Verdict.PASS
     assert v.measured == pytest.approx(110.0)
     assert v.margin == pytest.approx(0.10)
     assert v.expected == ">= 100" and v.n == 3 and v.ci_low < 110 < v.ci_high
@@ -109,20 +111,54 @@ def test_verdict_pass_with_measured_value_reference_and_margin() -> None:
 def test_verdict_fail_has_a_negative_margin() -> None:
     m, df = cells_and_frame([90.0, 91.0, 89.0])
     (v,) = ref.judge(m.references, m.cells(), df)
-    assert v.outcome is ref.Outcome.FAIL
+    assert v.verdict is Verdict.FAIL
     assert v.margin == pytest.approx(-0.10)
-    assert ref.failed([v])
+    assert ref.failed([v]) and ref.exit_status([v]) is Exit.FAILED
     assert ref.rows([v])[0]["margin"] == "-10.0%"
 
 
-def test_verdict_no_data_when_nothing_ok_is_stored() -> None:
+def test_a_cell_whose_repeats_failed_fails_and_one_never_measured_is_undecided() -> None:
+    """'no data' used to be one outcome that failed: a cell that went out of memory does not deliver (fail),
+    a cell never measured says nothing either way (undecided: exit 5, not 1, unless a policy says)."""
     m, df = cells_and_frame([math.nan, math.nan], status="oom")
     (v,) = ref.judge(m.references, m.cells(), df)
-    assert v.outcome is ref.Outcome.NO_DATA and v.statuses == "2 oom" and math.isnan(v.margin)
-    assert ref.failed([v])
+    assert v.verdict is Verdict.FAIL and v.statuses == "2 oom" and math.isnan(v.margin)
+    assert v.reason == "no ok repeat (2 oom)" and ref.exit_status([v]) is Exit.FAILED
     m2, empty = cells_and_frame([])
     (v2,) = ref.judge(m2.references, m2.cells(), empty)
-    assert v2.outcome is ref.Outcome.NO_DATA and v2.statuses == "nothing stored"
+    assert v2.verdict is Verdict.UNDECIDED and v2.statuses == "nothing stored"
+    assert v2.reason == "nothing measured (nothing stored)"
+    assert ref.exit_status([v2]) is Exit.UNDECIDED and not ref.failed([v2])
+    assert ref.exit_status([v2], "fail") is Exit.FAILED and ref.failed([v2], "fail")
+    assert ref.exit_status([v2], "pass") is Exit.OK
+    assert ref.summary_line([v2]).startswith("References undecided: 1 undecided (1 check)")
+    assert "counted as passed by --undecided pass" in ref.summary_line([v2], "pass")
+    m3, cancelled = cells_and_frame([math.nan], status="not_started")
+    (v3,) = ref.judge(m3.references, m3.cells(), cancelled)
+    assert v3.verdict is Verdict.UNDECIDED and v3.reason == "nothing measured (1 not_started)"
+    assert ref.exit_status([]) is Exit.UNDECIDED  # nothing covered: nothing was checked
+
+
+def test_a_metric_not_measured_is_undecided() -> None:
+    m = parse("references:\n  - {match: {model: mnist_cnn, precision: fp32}, memory: '<= 100'}\n")
+    cell = m.cells()[0]
+    (v,) = ref.judge(m.references, m.cells(), long_frame(rows_for(cell.key, [10.0, 11.0])))  # a CPU
+    assert v.verdict is Verdict.UNDECIDED and v.reason == "peak_mem not measured in its ok repeats"
+
+
+def test_an_entry_says_how_its_undecided_verdicts_count() -> None:
+    m = parse("""
+        references:
+          - {match: {model: wrn, precision: fp32}, throughput: ">= 100", undecided: pass}
+          - {match: {model: mnist_cnn, precision: fp32}, throughput: ">= 100"}
+    """)
+    assert [r.undecided for r in m.references] == ["pass", "error"]
+    js = ref.judge(m.references, m.cells(), long_frame([]))
+    assert [j.verdict for j in js] == [Verdict.UNDECIDED] * 2
+    assert ref.exit_status(js[:1]) is Exit.OK and ref.exit_status(js) is Exit.UNDECIDED
+    assert ref.exit_status(js, "fail") is Exit.FAILED  # --undecided overrides the entries
+    err = error_of("references:\n  - {throughput: '>= 1', undecided: maybe}\n")
+    assert "references[0].undecided (line 5): 'maybe' is not allowed; allowed: error, fail, pass" in err
 
 
 @pytest.mark.parametrize(("bound", "measured", "outcome", "margin"), [
@@ -142,18 +178,21 @@ def test_memory_reference_is_in_mib() -> None:
     cell = m.cells()[0]
     df = long_frame(rows_for(cell.key, [10.0, 11.0], peak=120.0))
     (v,) = ref.judge(m.references, m.cells(), df)
-    assert (v.metric, v.unit, v.outcome) == ("peak_mem", "MiB", ref.Outcome.FAIL)
+    assert (v.metric, v.unit, v.verdict) == ("peak_mem", "MiB", Verdict.FAIL)
     assert v.measured == pytest.approx(120.0)
 
 
 def test_verdict_json_is_stable_and_has_no_nan() -> None:
     m, df = cells_and_frame([110.0])
     doc = json.loads(ref.to_json(ref.judge(m.references, m.cells(), df)))
-    assert doc["schema"] == 1 and doc["passed"] is True
-    assert doc["counts"] == {"pass": 1, "fail": 0, "no data": 0}
+    assert doc["schema"] == 2 and doc["passed"] is True and doc["verdict"] == "pass" and doc["exit_status"] == 0
+    assert doc["counts"] == {"pass": 1, "fail": 0, "undecided": 0}
     assert doc["verdicts"][0]["ci_low"] is None  # one repeat: no interval
-    assert list(doc["verdicts"][0]) == ["reference", "cell_key", "cell", "metric", "unit", "expected", "outcome",
-                                        "measured", "n", "ci_low", "ci_high", "margin", "statuses"]
+    assert list(doc["verdicts"][0]) == ["reference", "cell_key", "cell", "metric", "unit", "expected", "verdict",
+                                        "measured", "n", "ci_low", "ci_high", "margin", "statuses", "reason",
+                                        "undecided_policy"]
+    undecided = json.loads(ref.to_json(ref.judge(m.references, m.cells(), long_frame([]))))
+    assert undecided["verdict"] == "undecided" and undecided["passed"] is False and undecided["exit_status"] == 5
 
 
 def test_match_values_take_the_axis_type() -> None:
@@ -167,3 +206,16 @@ def test_match_values_take_the_axis_type() -> None:
     assert [c.params["channels_last"] for c in m.cells() if r.matches(c)] == [True]
     err = error_of("references:\n  - {match: {batch_size: many}, throughput: '>= 1'}\n")
     assert "references[0].match.batch_size (line 5)" in err
+
+
+def test_the_table_shows_a_why_column_only_when_a_verdict_has_a_reason() -> None:
+    from runner.decide import present
+
+    m, df = cells_and_frame([110.0, 112.0])
+    plain = present.verdict_table(ref.judge(m.references, m.cells(), df))
+    assert plain.columns[-1] == "repeats" and len(plain.aligns()) == len(plain.columns)
+    m2, empty = cells_and_frame([])
+    why = present.verdict_table(ref.judge(m2.references, m2.cells(), empty))
+    assert why.columns[-1] == "why" and why.rows[0][-1].text == "nothing measured (nothing stored)"
+    assert "References undecided" in present.terminal(why, ref.summary_line(ref.judge(m2.references, m2.cells(),
+                                                                                      empty)))

@@ -13,6 +13,7 @@ import pytest
 from scipy import stats
 
 from runner import analysis as an
+from runner.decide.verdict import Verdict
 from runner.errors import ConfigError
 from runner.store import Store
 
@@ -104,7 +105,9 @@ def test_welch_p_value_matches_the_formula() -> None:
     p = an.welch_p_from_stats(np.mean(A), np.std(A, ddof=1), len(A), np.mean(B), np.std(B, ddof=1), len(B))
     assert float(p) == pytest.approx(welch_by_formula(A, B), rel=1e-9)
     assert math.isnan(float(an.welch_p_from_stats(1.0, math.nan, 1, np.mean(B), np.std(B, ddof=1), len(B))))
-    assert math.isnan(float(an.welch_p_from_stats(5.0, 0.0, 3, 5.0, 0.0, 3)))  # no spread: not tested
+    # No spread on either side is certain, not untestable: equal means p = 1, different means p = 0.
+    assert float(an.welch_p_from_stats(5.0, 0.0, 3, 5.0, 0.0, 3)) == 1.0
+    assert float(an.welch_p_from_stats(5.0, 0.0, 3, 6.0, 0.0, 3)) == 0.0
 
 
 def test_geometric_mean() -> None:
@@ -138,8 +141,12 @@ def test_verdicts_say_not_significant_plainly() -> None:
     assert an.verdict(1.2, 0.2, 3, 3, m) == (False, "not significant")
     assert an.verdict(1.01, 0.0001, 3, 3, m) == (False, "not significant (change < 2%)")
     assert an.verdict(0.9, 0.001, 3, 3, m) == (True, "slower")
-    assert an.verdict(1.2, math.nan, 1, 3, m)[1].startswith("not tested")
+    assert an.verdict(1.2, math.nan, 1, 3, m) == (
+        False, "undecided: 1 ok repeat on A (a test needs 2+ per side)")
     assert an.verdict(math.nan, math.nan, 0, 3, m) == (False, "no result")
+    assert an.judge_pair(1.2, math.nan, 1, 3, m)[2] is Verdict.UNDECIDED
+    assert an.judge_pair(1.2, 0.2, 3, 3, m)[2] is Verdict.PASS
+    assert an.judge_pair(0.9, 0.001, 3, 3, m)[2] is Verdict.FAIL
 
 
 def test_sides_by_tag_backend_and_run_prefix() -> None:
@@ -218,7 +225,7 @@ def test_vectorised_welch_matches_scipy_ttest() -> None:
         expected = stats.ttest_ind(a, b, equal_var=False).pvalue
         got = an.welch_p_from_stats(a.mean(), a.std(ddof=1), n_a, b.mean(), b.std(ddof=1), n_b)
         assert float(got) == pytest.approx(expected, rel=1e-9)
-    assert math.isnan(float(an.welch_p_from_stats(1.0, 0.0, 3, 1.0, 0.0, 3)))   # no spread: no test
+    assert float(an.welch_p_from_stats(1.0, 0.0, 3, 1.0, 0.0, 3)) == 1.0   # no spread, same: certain
 
 
 def _record(**kw: Any) -> dict[str, Any]:
@@ -342,3 +349,16 @@ def test_cell_labels_call_cpu_ranks_ranks_and_gpu_ranks_gpus() -> None:
 
     assert constants_note(pd.DataFrame([in_options, in_options]), ["gpus", "nodes"]) == "2 ranks"
     assert constants_note(pd.DataFrame([gpu]), ["gpus"]) == "8 GPUs"
+
+
+def test_pair_decisions_undecided_with_one_repeat_and_pass_when_unsupported_on_both_sides() -> None:
+    rows = [row("a", 0, 100.0), row("b", 0, 50.0, run_id="run-2")]                       # one repeat a side
+    rows += [row("a", i, None, precision="bf16", status="unsupported") for i in range(2)]
+    rows += [row("b", i, None, precision="bf16", status="unsupported", run_id="run-2") for i in range(2)]
+    df = an.frame(rows)
+    c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
+    by_prec = {r["precision"]: r for r in c.pairs.to_dict("records")}
+    assert by_prec["fp32"]["decision"] == "undecided" and not by_prec["fp32"]["significant"]
+    assert by_prec["fp32"]["verdict"] == "undecided: 1 ok repeat on A and 1 ok repeat on B (a test needs 2+ per side)"
+    assert (by_prec["bf16"]["decision"], by_prec["bf16"]["verdict"]) == ("pass", "unsupported on both sides")
+    assert c.n_decision(Verdict.UNDECIDED) == 1 and c.n_tested == 0

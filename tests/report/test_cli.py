@@ -87,3 +87,19 @@ def test_report_errors(matrix_cmd: list[str], db: Path, tmp_path: Path) -> None:
         report_command(tmp_path / "none.db")
     with pytest.raises(MatrixError, match="'1999' not found"):
         report_command(db, ["1999"])
+
+
+def test_gate_command_exit_statuses_and_the_undecided_policy(db: Path) -> None:
+    """On the fixture (GPU numbers, 3 repeats a cell; one cell with a single repeat has no partner): the OOM
+    on B fails slower; a memory gate is decided on every pair; an unknown policy is one line."""
+    from runner.decide.commands import gate_command
+    from runner.exitcodes import Exit
+
+    text, status = gate_command(db, "ngc-18.07", "cluster-pt041", ["slower:50%"], "json")
+    doc = json.loads(text)
+    assert status is Exit.FAILED and doc["verdict"] == "fail" and doc["counts"]["undecided"] == 0
+    assert [c["reason"] for c in doc["checks"] if c["verdict"] == "fail"] == ["B has no ok repeat (A has)"]
+    text, status = gate_command(db, "ngc-18.07", "cluster-pt041", ["faster:50%"], None)
+    assert status is Exit.OK and "Gate passed (faster:50%): 8 passed of 8 checks over 8 pairs" in text
+    with pytest.raises(MatrixError, match="--undecided 'maybe': allowed: error, fail, pass"):
+        gate_command(db, "ngc-18.07", "cluster-pt041", ["slower:3%"], None, "maybe")

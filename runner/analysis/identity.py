@@ -1,0 +1,95 @@
+"""What a cell is: its key, never its name.
+
+A cell's key (runner/spec.py `Cell.key`) hashes the environment's definition (name, backend, python, `env`,
+image, `setup`, ...), the params and the run's iterations, warmup and seed: the store and resume key on it,
+`matrix check` judges by it. The name a table shows a cell under (its environment and params, or only its
+params across the two sides of a comparison) can cover several definitions: the same environment name
+with another `env` or image, the same matrix run with other iterations. Their repeats are never pooled by
+accident: each name shows its newest definition (the one with the newest stored row), and the others are
+listed with their repeats so that a report can say so. Pooling is a choice (`pool=True`, `compare --pool`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from runner.analysis.stats import status_summary
+
+DEFINITION_COLUMNS = ["cell_key", "environment", "settings", "n", "statuses", "runs", "first_at", "last_at",
+                      "differs", "shown"]
+# What a definition's stored repeats can tell about it, besides its key: the run settings and what the
+# environment turned out to be. A change to `env`, `setup` or an image tag that moved nowhere else is
+# only in the key.
+_TELLING = ("settings", *(f"env_{f}" for f in ("image", "image_id", "repo_digest", "torch", "cuda", "cudnn",
+                                                 "python", "driver", "device_name", "hostname")))
+_TELLING_WORDS = {"settings": "run settings", "env_image": "image", "env_image_id": "image id",
+                  "env_repo_digest": "image digest", "env_torch": "torch", "env_cuda": "CUDA", "env_cudnn": "cuDNN",
+                  "env_python": "Python", "env_driver": "driver", "env_device_name": "device",
+                  "env_hostname": "host"}
+UNSEEN = ("the environment's definition (env, image, setup or python), which only the cell key records")
+
+
+@dataclass(frozen=True)
+class Definitions:
+    """The rows a view shows, and the names that were measured under more than one definition."""
+
+    frame: pd.DataFrame                 # the rows shown: each name's newest definition (all when pooled)
+    several: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DEFINITION_COLUMNS))
+    keys: tuple[str, ...] = ()          # the columns that make a name
+    pooled: bool = False
+
+    @property
+    def n_names(self) -> int:
+        """How many names have more than one definition."""
+        if self.several.empty:
+            return 0
+        return int(self.several.groupby(list(self.keys), sort=False, dropna=False).ngroups)
+
+
+def choose(df: pd.DataFrame, keys: Sequence[str], pool: bool = False) -> Definitions:
+    """Per name (the `keys` columns), the rows of its newest definition; with `pool`, every definition's.
+    `several` lists, per name with more than one definition, each definition: key, environment, run
+    settings, repeats by status, runs, first and last time measured, what tells them apart, and whether
+    the rows shown include it."""
+    keys = tuple(keys)
+    if df.empty or "cell_key" not in df:
+        return Definitions(df, keys=keys, pooled=pool)
+    defs = df.groupby("cell_key", sort=False).agg(_last=("id", "max"))
+    names = df.drop_duplicates("cell_key").set_index("cell_key")[list(keys)]
+    defs = defs.join(names)
+    count = defs.groupby(list(keys), sort=False, dropna=False)["_last"].transform("size")
+    if not (count > 1).any():
+        return Definitions(df, keys=keys, pooled=pool)
+    newest = defs.groupby(list(keys), sort=False, dropna=False)["_last"].transform("max") == defs["_last"]
+    shown_keys = set(defs.index) if pool else set(defs.index[newest])
+    frame = df if pool else df[df["cell_key"].isin(shown_keys)]
+    several = _table(df[df["cell_key"].isin(set(defs.index[count > 1]))], keys, shown_keys)
+    return Definitions(frame, several, keys, pool)
+
+
+def _table(df: pd.DataFrame, keys: tuple[str, ...], shown: set[str]) -> pd.DataFrame:
+    rows = []
+    for cell_key, g in df.groupby("cell_key", sort=False):
+        settings = next((s for s in g["settings"] if s), "") if "settings" in g else ""
+        rows.append({**{k: g[k].iloc[0] for k in keys}, "cell_key": cell_key,
+                     "environment": ", ".join(dict.fromkeys(map(str, g["environment"]))), "settings": settings,
+                     "n": len(g), "statuses": status_summary(g["status"].value_counts().to_dict()),
+                     "runs": ", ".join(dict.fromkeys(map(str, g.sort_values("id")["run_id"]))),
+                     "first_at": float(g["started_at"].min()), "last_at": float(g["started_at"].max()),
+                     "_last": int(g["id"].max()), "shown": cell_key in shown,
+                     **{c: ", ".join(sorted({str(v) for v in g[c] if str(v)})) for c in _TELLING if c in g}})
+    out = pd.DataFrame(rows)
+    differs = {}
+    for name, g in out.groupby(list(keys), sort=False, dropna=False):
+        told = [_TELLING_WORDS[c] for c in _TELLING if c in g and g[c].nunique() > 1]
+        if len(set(g["environment"])) > 1:
+            told.insert(0, "environment")
+        differs[name if isinstance(name, tuple) else (name,)] = ", ".join(told) or UNSEEN
+    out["differs"] = [differs[tuple(r[k] for k in keys)] for r in out.to_dict("records")]
+    # Each name's definitions together, oldest first, in the order the names were first measured.
+    out["_name_first"] = out.groupby(list(keys), sort=False, dropna=False)["_last"].transform("min")
+    out = out.sort_values(["_name_first", "_last"], kind="stable")
+    return out[[*keys, *(c for c in DEFINITION_COLUMNS if c not in keys)]].reset_index(drop=True)
