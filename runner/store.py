@@ -292,12 +292,14 @@ class Store:
 
     def _connect_readonly(self) -> sqlite3.Connection:
         uri = self.path.resolve().as_uri()
-        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        db = None
         try:
+            db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
             db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
             return db
         except sqlite3.OperationalError:
-            db.close()
+            if db is not None:
+                db.close()
         # A WAL store whose -shm cannot be created here (its folder or filesystem is read-only): SQLite can
         # read it only as immutable, without locks and without its write-ahead log. That is right only when
         # nothing is in the log and nothing writes meanwhile: refuse the first, say the second, check at close.

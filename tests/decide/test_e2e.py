@@ -56,7 +56,7 @@ references:
     ok = cli("check", "-m", str(right), "--db", "r.db", cwd=tmp_path)
     assert ok.returncode == 0 and ok.stdout.count("pass") >= 2, ok.stdout + ok.stderr
     empty = cli("check", "-m", str(right), "--db", "other.db", cwd=tmp_path)
-    assert empty.returncode == 1 and "no result store" in empty.stderr
+    assert empty.returncode == 6 and "no result store" in empty.stderr  # a store error (exitcodes.Exit.STORE)
 
 
 def test_adaptive_repeats_stop_at_max_and_resume_counts_stored_repeats(tmp_path: Path) -> None:
