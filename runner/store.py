@@ -252,7 +252,7 @@ class Store:
         if not readonly:
             self.import_journals()
         else:
-            waiting = [p for p in self.journal_paths() if p.exists()]
+            waiting = [p for p in self.journal_paths() if p.exists() and p.stat().st_size]
             if waiting:
                 _note(f"{self.path}: results kept in {waiting[0]} after a full disk are not in the store yet; "
                       "the next `matrix run` on it stores them")
@@ -726,9 +726,16 @@ class Store:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with _locked(path, "a") as f:
-                    f.write(line)
-                    f.flush()
-                    os.fsync(f.fileno())
+                    size = f.seek(0, os.SEEK_END)
+                    try:
+                        f.write(line)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    except OSError:
+                        f.truncate(size)  # no half line; and no empty journal left behind
+                        if size == 0:
+                            path.unlink()
+                        raise
                 return path
             except OSError:
                 continue

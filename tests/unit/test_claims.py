@@ -16,7 +16,8 @@ from typing import ClassVar
 import pytest
 from rich.console import Console
 
-from runner import execute, matrix, store as store_mod
+from runner import execute, matrix
+from runner import store as store_mod
 from runner.backends.base import SequentialBackend
 from runner.backends.local import LocalEnvironment
 from runner.results import Outcome, Status
