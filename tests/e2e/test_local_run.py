@@ -120,6 +120,8 @@ def test_sigint_keeps_stored_repeats_and_the_next_run_completes_only_what_is_mis
     with Store(db) as store:
         (first_run, *_) = [r.run_id for r in store.runs()]
         assert store.runs()[0].status == "interrupted"
+        assert store.claims([r["cell_key"] for r in before]) == {}, "Ctrl-C gives back every claim"
+        assert store.db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
     cli("run", "-m", str(m), "--db", str(db), cwd=tmp_path)
     after = rows(db)
     assert len(after) == 6 and {r["status"] for r in after} == {"ok"}
