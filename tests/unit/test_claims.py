@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from runner import execute, matrix
-from runner import store as store_mod
+from runner.store import liveness as store_mod
 from runner.backends.base import SequentialBackend
 from runner.backends.local import LocalEnvironment
 from runner.results import Outcome, Status

@@ -7,16 +7,11 @@ cannot take (a full disk) is kept in a journal beside it and imported by the nex
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import sys
-import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -28,14 +23,12 @@ from typing import Any
 from runner.errors import BusyError, StoreError
 from runner.results import Outcome, Status
 from runner.spec import Task
+from runner.store import journal
+from runner.store.liveness import HEARTBEAT_S, LEASE_S, Heartbeat, Holder, Process, this_process
 
 SCHEMA = 1
 DEFAULT_DB = Path("results/matrix.db")
 BUSY_TIMEOUT_S = 30.0
-# A holder on another host (or in another container) is alive while its heartbeat is younger than this;
-# one on this host is alive while its process is.
-LEASE_S = 60.0
-HEARTBEAT_S = 10.0
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -74,7 +67,6 @@ JOBS_SCHEMA = 1
 # holders: the process behind each run, with its heartbeat; claims: the repeats a live run is measuring
 # (deleted when stored or released). Coordination, not results: a store from before them gains them.
 HOLDERS_SCHEMA = 1
-JOURNAL_SCHEMA = 1
 _TABLES = {"meta", "runs", "results"}
 
 
@@ -104,34 +96,6 @@ class BatchJob:
 
 
 @dataclass(frozen=True)
-class Holder:
-    """The process behind a run, as `holders` keeps it."""
-
-    run_id: str
-    host: str
-    ident: str
-    pid: int
-    pid_start: str | None
-    started_at: float
-    heartbeat: float
-    ended_at: float | None
-
-    def alive(self, now: float | None = None) -> bool:
-        """On this host (same kernel boot and process namespace): while its process lives. Elsewhere:
-        while its heartbeat is younger than LEASE_S."""
-        if self.ended_at is not None:
-            return False
-        me = this_process()
-        if self.host == me.host and self.ident == me.ident and self.ident:
-            return _pid_alive(self.pid, self.pid_start)
-        return (now if now is not None else time.time()) - self.heartbeat < LEASE_S
-
-    def describe(self) -> str:
-        return (f"run {self.run_id} (pid {self.pid} on {self.host}, started "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.started_at))})")
-
-
-@dataclass(frozen=True)
 class Claim:
     """The answer to a claim: `mine`, or held by a live `holder`, or neither (no longer needed). `taken`: the
     dead run whose claim this one took over."""
@@ -139,69 +103,6 @@ class Claim:
     mine: bool
     holder: Holder | None = None
     taken: Holder | None = None
-
-
-@dataclass(frozen=True)
-class Process:
-    host: str
-    ident: str    # kernel boot and pid namespace: a pid means the same process only where these match
-    pid: int
-    start: str | None
-
-
-def this_process() -> Process:
-    pid = os.getpid()
-    return Process(socket.gethostname(), _IDENT, pid, _proc_start(pid))
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def _ident() -> str:
-    try:
-        ns = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        ns = ""
-    boot = _read("/proc/sys/kernel/random/boot_id")
-    return f"{boot}/{ns}" if boot or ns else ""
-
-
-_IDENT = _ident()
-
-
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state, start time in clock ticks since boot) of a process, from /proc; None where there is none."""
-    text = _read(f"/proc/{pid}/stat")
-    if ")" not in text:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
-    return (fields[0], fields[19]) if len(fields) > 19 else None
-
-
-def _proc_start(pid: int) -> str | None:
-    stat = _proc_stat(pid)
-    return stat[1] if stat else None
-
-
-def _pid_alive(pid: int, start: str | None) -> bool:
-    """Whether that process still runs: it exists, is not a zombie, and started when it did (not a reused pid)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    except OSError:
-        return False
-    stat = _proc_stat(pid)
-    if stat is None:
-        return True
-    return stat[0] not in ("Z", "X") and (start is None or stat[1] == start)
 
 
 def new_run_id() -> str:
@@ -232,7 +133,7 @@ class Store:
         results file shared read-only (or on a read-only mount) reads as well as one's own."""
         self.path = Path(path)
         self.readonly = readonly
-        self._heartbeats: dict[str, _Heartbeat] = {}
+        self._heartbeats: dict[str, Heartbeat] = {}
         self._snapshot: tuple[int, int, bool] | None = None  # what an unlocked read saw at open
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a folder, not a result store: pass --db FILE (e.g. {self.path / 'matrix.db'})")
@@ -252,7 +153,7 @@ class Store:
         if not readonly:
             self.import_journals()
         else:
-            waiting = [p for p in self.journal_paths() if p.exists() and p.stat().st_size]
+            waiting = journal.waiting(self.path)
             if waiting:
                 _note(f"{self.path}: results kept in {waiting[0]} after a full disk are not in the store yet; "
                       "the next `matrix run` on it stores them")
@@ -443,7 +344,7 @@ class Store:
                 "INSERT OR REPLACE INTO holders (run_id, schema, host, ident, pid, pid_start, started_at, heartbeat)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, HOLDERS_SCHEMA, me.host, me.ident, me.pid, me.start, now, now))
-        beat = _Heartbeat(self.path, run_id)
+        beat = Heartbeat(self.path, run_id)
         beat.start()
         self._heartbeats[run_id] = beat
 
@@ -573,7 +474,7 @@ class Store:
 
     def _import_waiting(self) -> None:
         """Import a journal a full disk left (its results count before anything is claimed or stored)."""
-        if any(p.exists() for p in self.journal_paths()):
+        if journal.waiting(self.path):
             self.import_journals()
 
     def claims(self, keys: Iterable[str], run_id: str | None = None) -> dict[tuple[str, int], Holder]:
@@ -713,33 +614,11 @@ class Store:
 
     # the journal of results a full disk kept out -------------------------------------------------------
     def journal_paths(self) -> list[Path]:
-        """Where a result that the store cannot take is kept, in the order tried: beside the store, then in
-        the user's state folder and the temporary folder (named after the store's absolute path)."""
-        digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:16]
-        state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "matrix" / "journal"
-        name = f"{self.path.name}-{digest}.journal"
-        return [self.path.with_name(self.path.name + ".journal"), state / name, Path(tempfile.gettempdir()) / name]
+        return journal.paths(self.path)
 
     def _keep(self, entry: dict[str, Any]) -> Path | None:
-        line = json.dumps({"journal": JOURNAL_SCHEMA, "db": str(self.path.resolve()), **entry}, default=str) + "\n"
-        for path in self.journal_paths():
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with _locked(path, "a") as f:
-                    size = f.seek(0, os.SEEK_END)
-                    try:
-                        f.write(line)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    except OSError:
-                        f.truncate(size)  # no half line; and no empty journal left behind
-                        if size == 0:
-                            path.unlink()
-                        raise
-                return path
-            except OSError:
-                continue
-        return None
+        return journal.keep(self.path, json.dumps({"journal": journal.JOURNAL_SCHEMA, "db": str(self.path.resolve()),
+                                                   **entry}, default=str) + "\n")
 
     def import_journals(self) -> int:
         """Store what a full disk kept out (results, a run's end), once; a journal is removed when its
@@ -749,7 +628,7 @@ class Store:
             if not path.exists():
                 continue
             try:
-                with _locked(path, "r+") as f:
+                with journal.locked(path, "r+") as f:
                     entries = [json.loads(line) for line in f.read().splitlines() if line.strip()]
                     imported += self._import(path, entries)
                     path.unlink()
@@ -766,7 +645,7 @@ class Store:
         try:
             with self._tx():
                 for e in entries:
-                    if e.get("journal") != JOURNAL_SCHEMA or e.get("db") != mine:
+                    if e.get("journal") != journal.JOURNAL_SCHEMA or e.get("db") != mine:
                         raise StoreError(f"{path} holds an entry of another store or journal version "
                                          f"({e.get('db')}, journal {e.get('journal')}): move it away")
                     if e["kind"] == "result":
@@ -843,60 +722,6 @@ _COLUMNS = ("schema", "run_id", "cell_key", "repeat", "environment", "backend", 
             "reason", "metrics", "env", "raw", "log_tail", "started_at", "finished_at")
 
 
-class _Heartbeat:
-    """Tells other hosts that a run is alive: its holder row's heartbeat, every HEARTBEAT_S, on its own
-    connection (a repeat may take longer than the lease)."""
-
-    def __init__(self, path: Path, run_id: str) -> None:
-        self.path, self.run_id = path, run_id
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _beat(self) -> None:
-        try:
-            db = sqlite3.connect(self.path, timeout=HEARTBEAT_S / 2, isolation_level=None)
-        except sqlite3.Error:
-            return
-        with closing(db):
-            while not self._stop.wait(HEARTBEAT_S):
-                try:
-                    db.execute("UPDATE holders SET heartbeat=? WHERE run_id=?", (time.time(), self.run_id))
-                except sqlite3.Error:
-                    continue  # busy or full: the next beat tries again; the lease is several beats long
-
-
-@contextmanager
-def _locked(path: Path, mode: str) -> Iterator[Any]:
-    """A journal file under an exclusive lock: writers append and importers read-and-remove it one at a time.
-    A writer that waited while an importer removed the file opens it again (its own copy would be lost)."""
-    while True:
-        f = open(path, mode)
-        try:
-            try:
-                import fcntl
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            except ImportError:  # not on POSIX: no lock
-                pass
-            try:
-                same = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                yield f
-                return
-        finally:
-            f.close()
-        if "a" not in mode:
-            raise FileNotFoundError(errno.ENOENT, "removed meanwhile", str(path))
-
-
 def _file_state(path: Path) -> tuple[int, int, bool]:
     try:
         st = path.stat()
@@ -916,4 +741,5 @@ def _note(text: str) -> None:
     print(f"note: {text}", file=sys.stderr, flush=True)
 
 
-__all__ = ["DEFAULT_DB", "SCHEMA", "BatchJob", "Claim", "Holder", "RunInfo", "Store", "StoreFull", "new_run_id"]
+__all__ = ["DEFAULT_DB", "HEARTBEAT_S", "LEASE_S", "SCHEMA", "BatchJob", "Claim", "Holder", "Process", "RunInfo", "Store",
+           "StoreFull", "new_run_id", "this_process"]
