@@ -37,7 +37,7 @@ def measured(db: Path) -> Counter[tuple[str, int]]:
 
 def test_collect_leaves_the_jobs_a_live_run_waits_for_to_that_run(bare_python: str, tmp_path: Path) -> None:
     m = tmp_path / "m.yaml"
-    m.write_text(MATRIX.format(python=bare_python, batch=23, iterations=3000))
+    m.write_text(MATRIX.format(python=bare_python, batch=23, iterations=1000))
     run = subprocess.Popen(matrix_cmd("run", "-m", str(m), "--db", "r.db", "--workdir", "w"), cwd=tmp_path,
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

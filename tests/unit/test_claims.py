@@ -17,12 +17,12 @@ import pytest
 from rich.console import Console
 
 from runner import execute, matrix
-from runner.store import liveness as store_mod
 from runner.backends.base import SequentialBackend
 from runner.backends.local import LocalEnvironment
 from runner.results import Outcome, Status
 from runner.spec import Task
 from runner.store import Store
+from runner.store import liveness as store_mod
 
 M = matrix.parse("""
 name: claims
