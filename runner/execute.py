@@ -196,6 +196,7 @@ class RunPrinter:
         self.last_said: dict[str, str] = {}
         self.same_again: Counter[str] = Counter()
         self.waited: set[str] = set()
+        self.machine_waited: set[str] = set()
         self.taken: set[str] = set()
 
     def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path) -> None:
@@ -221,7 +222,7 @@ class RunPrinter:
 
     def started(self, run_id: str, n: int, stored: int, store: Path, run: RunSettings | None = None,
                 force: bool = False, others: dict[tuple[str, int], Holder] | None = None,
-                keys: Collection[str] = ()) -> None:
+                mine: Collection[tuple[str, int]] = ()) -> None:
         self.progress.update(self.bar, total=n)
         if run is not None and run.adaptive:
             a = run.adaptive
@@ -233,8 +234,8 @@ class RunPrinter:
                 ", measured again with --force)" if force and stored else ")")
         self.err.print(f"run [bold]{run_id}[/]: {said} -> {escape(str(store))}")
         by_run: dict[str, list[Holder]] = defaultdict(list)
-        for (k, _), h in (others or {}).items():
-            if not keys or k in keys:
+        for repeat, h in (others or {}).items():
+            if repeat in mine:
                 by_run[h.run_id].append(h)
         for hs in by_run.values():
             self.err.print(f"{len(hs)} of them {_are(len(hs))} being measured by {escape(hs[0].describe())}: this "
@@ -250,6 +251,13 @@ class RunPrinter:
                 self.waited.add(run_id)
                 self.progress.console.print(f"waiting for {len(hs)} repeat{_s(len(hs))} that "
                                             f"{escape(hs[0].describe())} is measuring")
+
+    def machine_busy(self, h: Holder) -> None:
+        """Said once per run: this machine measures one repeat at a time, so this run waits for its turn."""
+        if h.run_id not in self.machine_waited:
+            self.machine_waited.add(h.run_id)
+            self.progress.console.print(f"{escape(h.describe())} is measuring on this machine: the two runs take "
+                                        "turns, so that no measurement shares the processors with another")
 
     def taken_over(self, h: Holder) -> None:
         if h.run_id not in self.taken:
@@ -368,16 +376,21 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
     store.start_run(run_id, str(matrix.path) if matrix.path else None, matrix.name, list(argv))
     report = RunReport(run_id, planned=len(tasks))
     printer.started(run_id, len(tasks), stored_before, store.path, matrix.run, force,
-                    store.claims(keys, run_id), {t.cell.key for t in tasks})
+                    store.claims(keys, run_id), {(t.cell.key, t.repeat) for t in tasks})
     reported: set[str] = set()   # stored by this run
     gone: set[str] = set()       # stored by another run meanwhile, or no longer needed
     held: dict[str, tuple[Task, Holder]] = {}  # held by another live run
 
-    def claim(some: Sequence[Task]) -> list[Task]:
-        answers = store.claim(run_id, some, want.needs)
+    def claim(some: Sequence[Task], here: bool = False) -> list[Task]:
+        answers = store.claim(run_id, some, want.needs, here)
         mine = []
         for t in some:
             answer = answers[t.id]
+            while answer.machine is not None:
+                # Another run measures on this machine now: wait for its turn (one measurement at a time).
+                printer.machine_busy(answer.machine)
+                time.sleep(poll_s)
+                answer = store.claim(run_id, [t], want.needs, here)[t.id]
             if answer.mine:
                 held.pop(t.id, None)
                 if answer.taken is not None:
@@ -403,7 +416,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
             printer.not_stored(task, outcome)
 
     ctx = RunContext(run_id=run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
-                     on_start=printer.task_started, store=store, claim=lambda task: bool(claim([task])))
+                     on_start=printer.task_started, store=store, claim=lambda task: bool(claim([task], here=True)))
     cannot_start: dict[str, str] = {}  # environments whose session could not open, with why: not tried again
     running: list[str] = []  # the environment whose backend is running (it speaks for itself if interrupted)
 

@@ -24,7 +24,7 @@ from runner.errors import BusyError, StoreError
 from runner.results import Outcome, Status
 from runner.spec import Task
 from runner.store import journal
-from runner.store.liveness import HEARTBEAT_S, LEASE_S, Heartbeat, Holder, Process, this_process
+from runner.store.liveness import HEARTBEAT_S, LEASE_S, MACHINE, Heartbeat, Holder, Process, this_process
 
 SCHEMA = 1
 DEFAULT_DB = Path("results/matrix.db")
@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS holders (
     pid INTEGER NOT NULL, pid_start TEXT, started_at REAL NOT NULL, heartbeat REAL NOT NULL, ended_at REAL);
 CREATE TABLE IF NOT EXISTS claims (
     cell_key TEXT NOT NULL, repeat INTEGER NOT NULL, run_id TEXT NOT NULL, claimed_at REAL NOT NULL,
-    PRIMARY KEY (cell_key, repeat));
+    machine TEXT, PRIMARY KEY (cell_key, repeat));
 CREATE INDEX IF NOT EXISTS claims_run ON claims (run_id);
 """
 # batch_jobs: tasks handed to a batch scheduler and not yet collected. A submission appends a row;
@@ -98,11 +98,13 @@ class BatchJob:
 @dataclass(frozen=True)
 class Claim:
     """The answer to a claim: `mine`, or held by a live `holder`, or neither (no longer needed). `taken`: the
-    dead run whose claim this one took over."""
+    dead run whose claim this one took over. `machine`: the live run measuring on this machine now (a claim
+    `here` waits for it, so that two measurements never share the processors)."""
 
     mine: bool
     holder: Holder | None = None
     taken: Holder | None = None
+    machine: Holder | None = None
 
 
 def new_run_id() -> str:
@@ -441,10 +443,13 @@ class Store:
                               (key, repeat)).fetchone()
         return (None, 0) if row is None else (self._status(row[1], row[0]), row[0])
 
-    def claim(self, run_id: str, tasks: Iterable[Task], needs: Callable[[Status | None, int], bool]) -> dict[str, Claim]:
+    def claim(self, run_id: str, tasks: Iterable[Task], needs: Callable[[Status | None, int], bool],
+              here: bool = False) -> dict[str, Claim]:
         """Claim repeats for `run_id`, in one transaction: a repeat is this run's when it already holds it, or
         when no live run holds it and `needs(current status, its row id)` says it is still to be measured.
-        A claim of a dead run is taken over. Returns each task's answer by task id."""
+        A claim of a dead run is taken over. `here`: the repeats are measured on this machine, which measures
+        one repeat at a time: while another live run measures here, the answer is `machine` (try again).
+        Returns each task's answer by task id."""
         answers: dict[str, Claim] = {}
         tasks = list(tasks)
         if not tasks:
@@ -467,10 +472,24 @@ class Store:
                 if not needs(status, row_id):
                     answers[task.id] = Claim(False)
                     continue
-                self.db.execute("INSERT OR REPLACE INTO claims (cell_key, repeat, run_id, claimed_at) VALUES (?, ?, ?, ?)",
-                                (key, r, run_id, now))
+                busy = self._measuring_here(run_id, now) if here else None
+                if busy is not None:
+                    answers[task.id] = Claim(False, machine=busy)
+                    continue
+                self.db.execute("INSERT OR REPLACE INTO claims (cell_key, repeat, run_id, claimed_at, machine) "
+                                "VALUES (?, ?, ?, ?, ?)", (key, r, run_id, now, MACHINE if here else None))
                 answers[task.id] = Claim(True, taken=h)
         return answers
+
+    def _measuring_here(self, run_id: str, now: float) -> Holder | None:
+        """The live run, other than `run_id`, that measures a repeat on this machine now (dead ones are reaped)."""
+        for (other,) in self.db.execute("SELECT DISTINCT run_id FROM claims WHERE machine=? AND run_id<>?",
+                                        (MACHINE, run_id)).fetchall():
+            h = self._holders(" WHERE run_id=?", (other,)).get(other)
+            if h is not None and h.alive(now):
+                return h
+            self._reap_in_tx(h or Holder(other, "", "", 0, None, 0.0, 0.0, 0.0))
+        return None
 
     def _import_waiting(self) -> None:
         """Import a journal a full disk left (its results count before anything is claimed or stored)."""
@@ -741,5 +760,5 @@ def _note(text: str) -> None:
     print(f"note: {text}", file=sys.stderr, flush=True)
 
 
-__all__ = ["DEFAULT_DB", "HEARTBEAT_S", "LEASE_S", "SCHEMA", "BatchJob", "Claim", "Holder", "Process", "RunInfo", "Store",
+__all__ = ["DEFAULT_DB", "HEARTBEAT_S", "LEASE_S", "MACHINE", "SCHEMA", "BatchJob", "Claim", "Holder", "Process", "RunInfo", "Store",
            "StoreFull", "new_run_id", "this_process"]

@@ -77,6 +77,9 @@ def _ident() -> str:
 
 
 IDENT = _ident()
+# The machine whose processors a measurement uses: the kernel's boot id, which containers on one host share
+# (their host names and pid namespaces differ); the host name where there is no boot id.
+MACHINE = _read("/proc/sys/kernel/random/boot_id") or socket.gethostname()
 
 
 def _proc_stat(pid: int) -> tuple[str, str] | None:

@@ -88,7 +88,11 @@ def test_two_runs_share_the_work_and_a_killed_one_strands_nothing(tmp_path: Path
         runs = {r.run_id: r.status for r in store.runs()}
         (key, repeat), = claimed
         (taken,) = [r for r in store.rows() if r["cell_key"] == key and r["repeat"] == repeat]
+        spans = sorted((float(r["started_at"]), float(r["finished_at"]), r["run_id"]) for r in store.rows())
     run_b = next(r for r in runs if r != run_a)
+    # One machine measures one repeat at a time: the two runs took turns, no measurement overlapped another.
+    for (_, end, _), (start_next, _, _) in zip(spans, spans[1:], strict=False):
+        assert start_next >= end, f"measurements overlap: {spans}"
     assert by_run[run_a] >= 1 and by_run[run_b] >= 1, f"both runs measured: {by_run}"
     assert taken["run_id"] == run_b and taken["status"] == "ok", "the repeat A held when it died was measured by B"
     assert runs == {run_a: "killed", run_b: "complete"}

@@ -48,7 +48,7 @@ def other_run(store: Store, run_id: str, *, host: str = "elsewhere", ident: str 
 
 
 def hold(store: Store, run_id: str, task: Task) -> None:
-    store.db.execute("INSERT INTO claims VALUES (?, ?, ?, ?)", (task.cell.key, task.repeat, run_id, time.time()))
+    store.db.execute("INSERT INTO claims (cell_key, repeat, run_id, claimed_at) VALUES (?, ?, ?, ?)", (task.cell.key, task.repeat, run_id, time.time()))
 
 
 NEEDS = execute.Want().needs
@@ -245,3 +245,92 @@ run: {iterations: 1, warmup: 0, repeats: {min: 3, max: 8, target_ci: 1%}}
         shared = schedule.more_tasks([cell], store)
     assert 3 not in state.free and state.in_flight == 1
     assert [t.repeat for t in shared] == [r for r in range(4, 8)][:len(alone) - 1]
+
+
+def test_one_machine_measures_one_repeat_at_a_time(tmp_path: Path, quick: list[str],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Another run measuring on this machine (a container: another host name, the same kernel) makes this one
+    wait for its turn; one measuring on another machine does not."""
+    cells = M.cells()
+    released: list[float] = []
+    with Store(tmp_path / "r.db") as store:
+        other_run(store, "here-too", host="container-2")
+        other_run(store, "far", host="node-9")
+        for run_id, machine, repeat in (("here-too", store_mod.MACHINE, 7), ("far", "another-boot-id", 8)):
+            store.db.execute("INSERT INTO claims (cell_key, repeat, run_id, claimed_at, machine) VALUES (?, ?, ?, ?, ?)",
+                             (cells[0].key, repeat, run_id, time.time(), machine))
+
+    def other_finishes() -> None:
+        time.sleep(0.5)
+        with Store(tmp_path / "r.db") as other:
+            released.append(time.time())
+            other.release("here-too", [Task(cells[0], 7)])
+
+    started: list[float] = []
+    finisher = threading.Thread(target=other_finishes)
+    finisher.start()
+    with Store(tmp_path / "r.db") as store:
+        original = Quick.run_one
+        Quick.run_one = lambda self, task: (started.append(time.time()), original(self, task))[1]  # type: ignore[method-assign]
+        try:
+            report = execute.run_matrix(M, cells, store, workdir=tmp_path, console=Console(quiet=True), poll_s=0.05)
+        finally:
+            Quick.run_one = original  # type: ignore[method-assign]
+    finisher.join()
+    assert report.exit_code == 0 and len(quick) == 4
+    assert released and min(started) >= released[0], "nothing was measured while the other run measured here"
+    err = " ".join(capsys.readouterr().err.split())
+    assert "run here-too (pid 4242 on container-2" in err and "is measuring on this machine" in err
+    assert "run far" not in err
+
+
+PARENT = """
+import sys
+from pathlib import Path
+from runner import matrix
+from runner.backends.local import LocalBackend
+from runner.spec import RunContext, Task
+(cell,) = matrix.parse(
+    "environments: [{name: slow, backend: local, python: '%s'}]\\n"
+    "axes: {model: [mlp], precision: [fp32], batch_size: [8], device: [cpu]}\\n" % sys.argv[1]).cells()
+with LocalBackend(cell.environment, RunContext(run_id="r", workdir=Path(sys.argv[2]))) as backend:
+    backend.run_one(Task(cell, 0))
+"""
+
+
+def test_a_bench_process_dies_with_the_run_that_started_it(tmp_path: Path) -> None:
+    """A SIGKILLed `matrix run` leaves no orphan measuring beside the run that takes its repeat over: the
+    local backend's bench process (here an interpreter that only sleeps) dies with it."""
+    import os
+    import signal
+    import sys
+    slow = tmp_path / "slow-python"
+    slow.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(120)\n")
+    slow.chmod(0o755)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(slow), str(tmp_path)],
+                              cwd=Path(__file__).parents[2])
+
+    def sleepers() -> list[int]:
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                if pid.isdigit() and int(pid) != parent.pid and str(slow) in Path(f"/proc/{pid}/cmdline").read_text():
+                    found.append(int(pid))
+            except OSError:
+                continue
+        return found
+
+    deadline = time.time() + 60
+    while not sleepers():
+        assert time.time() < deadline and parent.poll() is None, "the backend never started its process"
+        time.sleep(0.05)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 10
+    try:
+        while sleepers():
+            assert time.time() < deadline, "the bench process outlived the run that started it"
+            time.sleep(0.05)
+    finally:
+        for pid in sleepers():
+            os.kill(pid, signal.SIGKILL)

@@ -290,7 +290,7 @@ def test_batch_tasks_another_run_holds_are_neither_submitted_nor_collected(
     with Store(tmp_path / "r.db") as store:
         store.db.execute("INSERT INTO holders (run_id, schema, host, ident, pid, started_at, heartbeat) "
                          "VALUES ('other', 1, 'login2', 'x', 7, 0, ?)", (__import__("time").time(),))
-        store.db.execute("INSERT INTO claims VALUES (?, 0, 'other', 0)", (cells[0].key,))
+        store.db.execute("INSERT INTO claims (cell_key, repeat, run_id, claimed_at) VALUES (?, 0, 'other', 0)", (cells[0].key,))
         report = execute.run_matrix(m, cells, store, workdir=tmp_path, wait=False, console=Console(quiet=True))
         assert handed == [Task(cells[0], 1).id] and report.exit_code == execute.EXIT_BUSY
         # Both are waiting as jobs now; collect gathers only the one no live run holds.
