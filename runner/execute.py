@@ -220,18 +220,19 @@ class RunPrinter:
                            f"{_are(len(queued))} not waiting as jobs (never submitted, or lost): `matrix run` "
                            "submits them.")
 
-    def started(self, run_id: str, n: int, stored: int, store: Path, run: RunSettings | None = None,
-                force: bool = False, others: dict[tuple[str, int], Holder] | None = None,
+    def started(self, run_id: str, n: int, stored: int, again: int, store: Path, run: RunSettings | None = None,
+                others: dict[tuple[str, int], Holder] | None = None,
                 mine: Collection[tuple[str, int]] = ()) -> None:
+        """`stored`: the selected repeats stored and not measured again; `again`: the stored ones this run
+        measures again (--rerun-failed, --force)."""
         self.progress.update(self.bar, total=n)
+        kept = f"{stored} already stored" + (f", {again} measured again" if again else "")
         if run is not None and run.adaptive:
             a = run.adaptive
-            said = (f"{n} repeat{_s(n)} to run now ({stored} already stored; more while a cell's 95% interval is "
-                    f"wider than ±{a.target_ci * 100:g}%, at most {a.max} per cell)")
+            said = (f"{n} repeat{_s(n)} to run now ({kept}; more while a cell's 95% interval is wider than "
+                    f"±{a.target_ci * 100:g}%, at most {a.max} per cell)")
         else:
-            total = n if force else n + stored
-            said = f"{n} of {total} repeats to run ({stored} already stored" + (
-                ", measured again with --force)" if force and stored else ")")
+            said = f"{n} of {n + stored} repeats to run ({kept})"
         self.err.print(f"run [bold]{run_id}[/]: {said} -> {escape(str(store))}")
         by_run: dict[str, list[Holder]] = defaultdict(list)
         for repeat, h in (others or {}).items():
@@ -372,10 +373,11 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
         report.unsuccessful = _unsuccessful(cells, store)
         return report
     run_id = new_run_id()
-    stored_before = _stored(cells, store)
+    final = _stored(cells, store)
+    again = len(final & {(t.cell.key, t.repeat) for t in tasks})  # --rerun-failed, --force: measured again
     store.start_run(run_id, str(matrix.path) if matrix.path else None, matrix.name, list(argv))
     report = RunReport(run_id, planned=len(tasks))
-    printer.started(run_id, len(tasks), stored_before, store.path, matrix.run, force,
+    printer.started(run_id, len(tasks), len(final) - again, again, store.path, matrix.run,
                     store.claims(keys, run_id), {(t.cell.key, t.repeat) for t in tasks})
     reported: set[str] = set()   # stored by this run
     gone: set[str] = set()       # stored by another run meanwhile, or no longer needed
@@ -509,10 +511,10 @@ def _collectable(tasks: Sequence[Task], store: Store) -> tuple[list[Task], list[
     return take, [t for t in tasks if t.id not in chosen]
 
 
-def _stored(cells: Sequence[Cell], store: Store) -> int:
-    """How many of the selected repeats are stored with a final status."""
+def _stored(cells: Sequence[Cell], store: Store) -> set[tuple[str, int]]:
+    """The selected repeats stored with a final status."""
     most = {c.key: c.run.most_repeats for c in cells}
-    return sum(1 for (k, r), s in store.latest_statuses(most).items() if s.final and r < most[k])
+    return {(k, r) for (k, r), s in store.latest_statuses(most).items() if s.final and r < most[k]}
 
 
 def _steps(tasks: Sequence[Task], ctx: RunContext, interleave: bool, wait: bool, submit: bool) -> list[Step]:

@@ -224,6 +224,13 @@ run: {iterations: 1, warmup: 0, repeats: {min: 3, max: 6, target_ci: 1%}}
     err = " ".join(capsys.readouterr().err.split())
     assert "(3 already stored;" in err and "at most 6 per cell" in err and "0 already stored" not in err
     assert quick and all(int(t.rsplit("-r", 1)[1]) >= 3 for t in quick)
+    cells = M.cells()
+    with Store(tmp_path / "fixed.db") as store:
+        store.add("old", Task(cells[0], 0), ok())
+        store.add("old", Task(cells[0], 1), Outcome(Status.OOM, reason="out of memory"))
+        execute.run_matrix(M, cells, store, workdir=tmp_path, rerun_failed=True, console=Console(quiet=True))
+    err = " ".join(capsys.readouterr().err.split())
+    assert "3 of 4 repeats to run (1 already stored, 1 measured again)" in err, err
 
 
 def test_adaptive_repeats_leave_out_the_numbers_another_run_measures(tmp_path: Path) -> None:
