@@ -153,7 +153,11 @@ class Store:
             raise
         self.db.row_factory = sqlite3.Row
         if not readonly:
-            self.import_journals()
+            try:
+                self.import_journals()
+            except BaseException:
+                self.db.close()
+                raise
         else:
             waiting = journal.waiting(self.path)
             if waiting:
