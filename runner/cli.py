@@ -10,12 +10,14 @@ from types import FrameType
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from runner import backends, execute
 from runner import console as consoles
 from runner import matrix as matrix_mod
 from runner.errors import MatrixError
 from runner.report.fmt import Cell, Table
+from runner.results import RERUN_FAILED_TEXT
 from runner.spec import shown_params
 from runner.store import DEFAULT_DB, Store
 
@@ -73,7 +75,7 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
         image: Annotated[str | None, typer.Option("--image", help="run the axes in this one image "
                                                      "(an ad-hoc docker environment)")] = None,
         gpus: Annotated[str | None, typer.Option("--gpus", help="with --image: all, N or 0,1")] = None,
-        rerun_failed: Annotated[bool, typer.Option("--rerun-failed", help="run failed and timed-out "
+        rerun_failed: Annotated[bool, typer.Option("--rerun-failed", help=f"run {RERUN_FAILED_TEXT} "
                                                    "repeats again")] = False,
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
@@ -98,7 +100,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
             workdir: Annotated[Path, typer.Option("--workdir", help="logs; the jobs to gather are found in "
                                                   "--db")] = Path("results")) -> None:
-    """Gather results of batch jobs submitted earlier (`run --no-wait`); submits nothing.
+    """Gather results of batch jobs submitted earlier (`run --no-wait`); submits and starts nothing
+    (repeats of environments that run here are left to `matrix run`).
 
     Exit status as `matrix run`: 0, 1, 3 (a repeat did not end ok or unsupported), 4 (a reference
     failed), 130.
@@ -287,8 +290,8 @@ def main() -> None:
     except MatrixError as e:
         if state["verbose"]:
             traceback.print_exc()
-        consoles.stderr().print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(execute.EXIT_ERROR)
+        consoles.stderr().print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        sys.exit(int(e.exit_code))
     except KeyboardInterrupt:
         consoles.stderr().print("interrupted")
         sys.exit(execute.EXIT_INTERRUPTED)

@@ -29,20 +29,22 @@ from rich.progress import (
 from runner import backends
 from runner import console as consoles
 from runner.decide import schedule as adaptive
-from runner.errors import MatrixError
+from runner.errors import BusyError, MatrixError, StoreError
+from runner.exitcodes import Exit
 from runner.matrix import Matrix
 from runner.report.fmt import Cell as TableCell
 from runner.report.fmt import Table
-from runner.results import RERUN_FAILED, Outcome, Status
-from runner.spec import Cell, RunContext, Task
-from runner.store import Store, new_run_id
+from runner.results import RERUN_FAILED, RERUN_FAILED_TEXT, Outcome, Status
+from runner.spec import Cell, RunContext, RunSettings, Task
+from runner.store import Holder, Store, new_run_id
 
-# Exit statuses of `matrix run` and `matrix collect` (also in their --help and the README).
-EXIT_OK = 0            # every selected repeat is ok or unsupported (or still queued with --no-wait)
-EXIT_ERROR = 1         # nothing ran: bad matrix file, store or option (one line on stderr)
-EXIT_NOT_MEASURED = 3  # some repeat ended failed, oom, timeout, cancelled or not_started
-EXIT_REFERENCE_FAILED = 4  # everything was measured, but a reference in the matrix file failed
-EXIT_INTERRUPTED = 130
+# Exit statuses of `matrix run` and `matrix collect` (runner/exitcodes.py has the one table).
+EXIT_OK = Exit.OK                    # every selected repeat is ok or unsupported (or still queued with --no-wait)
+EXIT_ERROR = Exit.USAGE              # nothing ran: bad matrix file or option (one line on stderr)
+EXIT_NOT_MEASURED = Exit.NOT_MEASURED  # some repeat ended failed, oom, timeout, cancelled or not_started
+EXIT_REFERENCE_FAILED = Exit.REFERENCE_FAILED  # everything was measured, but a reference in the matrix file failed
+EXIT_BUSY = Exit.BUSY                # --no-wait or collect: another live run holds some of the selected repeats
+EXIT_INTERRUPTED = Exit.INTERRUPTED
 
 
 @dataclass
@@ -53,24 +55,41 @@ class RunReport:
     interrupted: bool = False
     pending: int = 0
     unsuccessful: Counter[str] = field(default_factory=Counter)  # current statuses of selected repeats, not ok
+    busy: dict[str, Holder] = field(default_factory=dict)  # runs that held selected repeats this one did not wait for
 
     @property
     def exit_code(self) -> int:
         if self.interrupted:
             return EXIT_INTERRUPTED
-        return EXIT_NOT_MEASURED if self.unsuccessful else EXIT_OK
+        if self.unsuccessful:
+            return EXIT_NOT_MEASURED
+        return EXIT_BUSY if self.busy else EXIT_OK
+
+
+@dataclass(frozen=True)
+class Want:
+    """Which repeats a run measures: missing and unfinished ones, failed ones with --rerun-failed, all with
+    --force; `since` is the newest result id when the run began, so a repeat stored after it (by this run or
+    by another run on the same store) is not measured again."""
+
+    rerun_failed: bool = False
+    force: bool = False
+    since: int = 0
+
+    def needs(self, status: Status | None, row_id: int = 0) -> bool:
+        if status is None or not status.final:
+            return True
+        if row_id > self.since:
+            return False
+        return self.force or (self.rerun_failed and status in RERUN_FAILED)
 
 
 def todo(cells: Sequence[Cell], store: Store, rerun_failed: bool = False, force: bool = False) -> list[Task]:
     """The repeats to run now: missing ones, interrupted or never started ones, and failed ones when asked."""
-    current = store.latest_statuses(c.key for c in cells)
-    tasks = []
-    for cell in cells:
-        for r in range(cell.run.repeats):
-            status = current.get((cell.key, r))
-            if force or status is None or not status.final or (rerun_failed and status in RERUN_FAILED):
-                tasks.append(Task(cell, r))
-    return tasks
+    want = Want(rerun_failed, force, store.last_id())
+    current = store.latest(c.key for c in cells)
+    return [Task(cell, r) for cell in cells for r in range(cell.run.repeats)
+            if want.needs(*current.get((cell.key, r), (None, 0)))]
 
 
 # Scheduling ---------------------------------------------------------------------------------------
@@ -176,15 +195,86 @@ class RunPrinter:
         self.bar = self.progress.add_task("starting", total=0)
         self.last_said: dict[str, str] = {}
         self.same_again: Counter[str] = Counter()
+        self.waited: set[str] = set()
+        self.machine_waited: set[str] = set()
+        self.taken: set[str] = set()
 
     def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path) -> None:
         self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {store}. "
                        "Use --rerun-failed or --force to measure again; `matrix show` lists them.")
 
-    def started(self, run_id: str, n: int, total: int, store: Path) -> None:
+    def nothing_to_collect(self, store: Path) -> None:
+        self.out.print(f"Nothing to collect: no batch job of these cells is waiting in {store}.")
+
+    def left_out(self, tasks: Sequence[Task]) -> None:
+        """`matrix collect` starts nothing: say what it leaves to `matrix run`."""
+        here = [t for t in tasks if not backends.get(t.cell.environment.backend).queued]
+        queued = [t for t in tasks if backends.get(t.cell.environment.backend).queued]
+        if here:
+            envs = ", ".join(dict.fromkeys(t.cell.env_name for t in here))
+            self.err.print(f"collect starts nothing: {len(here)} repeat{_s(len(here))} of environments that run "
+                           f"here ({escape(envs)}) {_are(len(here))} left to `matrix run`.")
+        if queued:
+            envs = ", ".join(dict.fromkeys(t.cell.env_name for t in queued))
+            self.err.print(f"{len(queued)} repeat{_s(len(queued))} of batch environments ({escape(envs)}) "
+                           f"{_are(len(queued))} not waiting as jobs (never submitted, or lost): `matrix run` "
+                           "submits them.")
+
+    def started(self, run_id: str, n: int, stored: int, again: int, store: Path, run: RunSettings | None = None,
+                others: dict[tuple[str, int], Holder] | None = None,
+                mine: Collection[tuple[str, int]] = ()) -> None:
+        """`stored`: the selected repeats stored and not measured again; `again`: the stored ones this run
+        measures again (--rerun-failed, --force)."""
         self.progress.update(self.bar, total=n)
-        self.err.print(f"run [bold]{run_id}[/]: {n} of {total} repeats to run ({total - n} already stored) "
-                       f"-> {store}")
+        kept = f"{stored} already stored" + (f", {again} measured again" if again else "")
+        if run is not None and run.adaptive:
+            a = run.adaptive
+            said = (f"{n} repeat{_s(n)} to run now ({kept}; more while a cell's 95% interval is wider than "
+                    f"±{a.target_ci * 100:g}%, at most {a.max} per cell)")
+        else:
+            said = f"{n} of {n + stored} repeats to run ({kept})"
+        self.err.print(f"run [bold]{run_id}[/]: {said} -> {escape(str(store))}")
+        by_run: dict[str, list[Holder]] = defaultdict(list)
+        for repeat, h in (others or {}).items():
+            if repeat in mine:
+                by_run[h.run_id].append(h)
+        for hs in by_run.values():
+            self.err.print(f"{len(hs)} of them {_are(len(hs))} being measured by {escape(hs[0].describe())}: this "
+                           "run measures the others and then waits for those.")
+
+    def waiting(self, held: dict[str, tuple[Task, Holder]]) -> None:
+        """Said once per holder: this run waits for the repeats another live run holds."""
+        by_run: dict[str, list[Holder]] = defaultdict(list)
+        for _, h in held.values():
+            by_run[h.run_id].append(h)
+        for run_id, hs in by_run.items():
+            if run_id not in self.waited:
+                self.waited.add(run_id)
+                self.progress.console.print(f"waiting for {len(hs)} repeat{_s(len(hs))} that "
+                                            f"{escape(hs[0].describe())} is measuring")
+
+    def machine_busy(self, h: Holder) -> None:
+        """Said once per run: this machine measures one repeat at a time, so this run waits for its turn."""
+        if h.run_id not in self.machine_waited:
+            self.machine_waited.add(h.run_id)
+            self.progress.console.print(f"{escape(h.describe())} is measuring on this machine: the two runs take "
+                                        "turns, so that no measurement shares the processors with another")
+
+    def taken_over(self, h: Holder) -> None:
+        if h.run_id not in self.taken:
+            self.taken.add(h.run_id)
+            self.progress.console.print(f"[yellow]{escape(h.describe())} ended without storing its repeats[/]: "
+                                        "this run measures them")
+
+    def elsewhere_done(self, task: Task) -> None:
+        """A repeat another run stored meanwhile: not measured again; the bar counts it."""
+        self.progress.advance(self.bar)
+
+    def not_stored(self, task: Task, outcome: Outcome) -> None:
+        self.progress.advance(self.bar)
+        if outcome.status is Status.OK:
+            self.progress.console.print(f"[yellow]not stored[/] {escape(task.cell.label())} repeat {task.repeat + 1}: "
+                                        "another run stored this repeat meanwhile (one result per repeat)")
 
     def task_started(self, task: Task) -> None:
         # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal.
@@ -231,44 +321,104 @@ class RunPrinter:
             self.err.print(f"{left_queued} repeats this run submitted to a batch scheduler were not waited for "
                            "and keep running there; that command (or `matrix collect`) gathers them.")
 
-    def summary(self, cells: Sequence[Cell], rows: Sequence[dict[str, Any]], report: RunReport) -> None:
+    def summary(self, cells: Sequence[Cell], rows: Sequence[dict[str, Any]], report: RunReport,
+                held: dict[str, tuple[Task, Holder]] | None = None) -> None:
         consoles.print_table(self.out, summary_table(cells, rows), "matrix run summary")
         if report.pending:
             self.out.print(f"{report.pending} repeats were submitted and are not finished yet: "
                            "`matrix collect` (same -m and --db) gathers them.")
+        by_run = Counter(h.run_id for _, h in (held or {}).values())
+        for run_id, n in by_run.items():
+            self.out.print(f"{n} repeat{_s(n)} {_are(n)} being measured by {escape(report.busy[run_id].describe())}; "
+                           "this command did not wait for them (exit status 7): `matrix run` without --no-wait does.")
         if report.unsuccessful:
             counts = ", ".join(f"{n} {s}" for s, n in sorted(report.unsuccessful.items()))
             self.out.print(f"Not measured: {counts} (`matrix show` has the reasons and log tails; "
-                           "`matrix run --rerun-failed` tries them again).")
+                           f"`matrix run --rerun-failed` runs {RERUN_FAILED_TEXT} repeats again, and a plain "
+                           "`matrix run` the cancelled and not started ones).")
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _are(n: int) -> str:
+    return "is" if n == 1 else "are"
 
 
 # Running --------------------------------------------------------------------------------------------
 def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: Path,
                rerun_failed: bool = False, force: bool = False, wait: bool = True, submit: bool = True,
-               argv: Sequence[str] = (), console: Console | None = None, verbose: bool = False) -> RunReport:
+               argv: Sequence[str] = (), console: Console | None = None, verbose: bool = False,
+               poll_s: float = 2.0) -> RunReport:
+    """Measure what the selected cells still need and store it. Every repeat is claimed in the store before
+    it runs, so runs that share the store share the work: a repeat another live run holds is waited for
+    (taken over if that run dies); `--no-wait` and `matrix collect` do not wait and exit 7 (busy) instead.
+    `submit` False (`matrix collect`) only gathers batch jobs submitted earlier; it starts nothing."""
     printer = RunPrinter(console or consoles.stdout(), consoles.stderr(), cells, verbose)
+    want = Want(rerun_failed, force, store.last_id())
     tasks = todo(cells, store, rerun_failed, force)
-    if not tasks and not force:
+    if not submit:
+        tasks, left_out = _collectable(tasks, store)
+        printer.left_out(left_out)
+    elif not tasks and not force:
         tasks = adaptive.more_tasks(cells, store)  # an adaptive cell whose interval is still too wide
-    if not tasks:
-        printer.nothing_to_run(cells, matrix.run.repeats_text, store.path)
+    keys = {c.key for c in cells}
+    if not tasks and not (wait and submit and store.claims(keys)):
+        if submit:
+            printer.nothing_to_run(cells, matrix.run.repeats_text, store.path)
+        else:
+            printer.nothing_to_collect(store.path)
         report = RunReport(None)
         report.unsuccessful = _unsuccessful(cells, store)
         return report
     run_id = new_run_id()
+    final = _stored(cells, store)
+    again = len(final & {(t.cell.key, t.repeat) for t in tasks})  # --rerun-failed, --force: measured again
     store.start_run(run_id, str(matrix.path) if matrix.path else None, matrix.name, list(argv))
     report = RunReport(run_id, planned=len(tasks))
-    printer.started(run_id, len(tasks), len(cells) * matrix.run.repeats, store.path)
-    ctx = RunContext(run_id=run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
-                     on_start=printer.task_started, store=store)
-    reported: set[str] = set()
+    printer.started(run_id, len(tasks), len(final) - again, again, store.path, matrix.run,
+                    store.claims(keys, run_id), {(t.cell.key, t.repeat) for t in tasks})
+    reported: set[str] = set()   # stored by this run
+    gone: set[str] = set()       # stored by another run meanwhile, or no longer needed
+    held: dict[str, tuple[Task, Holder]] = {}  # held by another live run
+
+    def claim(some: Sequence[Task], here: bool = False) -> list[Task]:
+        answers = store.claim(run_id, some, want.needs, here)
+        mine = []
+        for t in some:
+            answer = answers[t.id]
+            while answer.machine is not None:
+                # Another run measures on this machine now: wait for its turn (one measurement at a time).
+                printer.machine_busy(answer.machine)
+                time.sleep(poll_s)
+                answer = store.claim(run_id, [t], want.needs, here)[t.id]
+            if answer.mine:
+                held.pop(t.id, None)
+                if answer.taken is not None:
+                    printer.taken_over(answer.taken)
+                mine.append(t)
+            elif answer.holder is not None:
+                held[t.id] = (t, answer.holder)
+            else:
+                held.pop(t.id, None)
+                if t.id not in gone:
+                    gone.add(t.id)
+                    printer.elsewhere_done(t)
+        return mine
 
     def sink(task: Task, outcome: Outcome) -> None:
-        store.add(run_id, task, outcome)
-        reported.add(task.id)
-        report.stored[outcome.status.value] += 1
-        printer.outcome(task, outcome)
+        left = report.planned - len(reported) - len(gone) - 1
+        if store.record(run_id, task, outcome, want.needs, remaining=max(left, 0)):
+            reported.add(task.id)
+            report.stored[outcome.status.value] += 1
+            printer.outcome(task, outcome)
+        elif task.id not in gone:
+            gone.add(task.id)
+            printer.not_stored(task, outcome)
 
+    ctx = RunContext(run_id=run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
+                     on_start=printer.task_started, store=store, claim=lambda task: bool(claim([task], here=True)))
     cannot_start: dict[str, str] = {}  # environments whose session could not open, with why: not tried again
     running: list[str] = []  # the environment whose backend is running (it speaks for itself if interrupted)
 
@@ -277,25 +427,60 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
         for i, step in enumerate(steps):
             step_ctx = replace(ctx, wait=False, back_later=True) if step.submit_only else ctx
             env_name = step.work.tasks[0].cell.env_name
+            mine = [t for t in step.work.tasks if t.id not in reported and t.id not in gone]
+            if backends.get(step.work.tasks[0].cell.environment.backend).claims_each_task:
+                # It claims each task as it starts it; leave out now what another run holds (no session for it).
+                others = store.claims({t.cell.key for t in mine}, run_id)
+                for t in mine:
+                    if (t.cell.key, t.repeat) in others:
+                        held[t.id] = (t, others[(t.cell.key, t.repeat)])
+                mine = [t for t in mine if t.id not in held]
+            else:
+                mine = claim(mine)
             running[:] = [env_name]
-            _run_environment([t for t in step.work.tasks if t.id not in reported], step_ctx, sink, cannot_start)
+            _run_environment(mine, step_ctx, sink, cannot_start)
             running.pop()
             if last_step[env_name] == i:
                 printer.environment_done(env_name)
 
+    def settle() -> None:
+        """Wait for the repeats other live runs hold; run those whose holder died without storing them."""
+        while held and wait and submit:
+            printer.waiting(held)
+            time.sleep(poll_s)
+            live = store.claims({t.cell.key for t, _ in held.values()}, run_id)
+            free = [t for t, _ in held.values() if (t.cell.key, t.repeat) not in live]
+            for t, _ in list(held.values()):
+                if (t.cell.key, t.repeat) in live:
+                    held[t.id] = (t, live[(t.cell.key, t.repeat)])
+            for t in free:
+                held.pop(t.id)  # stored by its holder meanwhile, or its holder died: claim() tells
+            if free:
+                drive(_steps(free, ctx, matrix.run.interleave, wait, submit))
+
     steps = _steps(tasks, ctx, matrix.run.interleave, wait, submit)
+    by_key = {c.key: c for c in cells}
     try:
         with printer.progress:
             drive(steps)
-            # Adaptive repeats: rounds of more repeats for the cells whose interval is still too wide.
+            settle()
+            # Adaptive repeats: rounds of more repeats for the cells whose interval is still too wide; and
+            # what other runs add to these cells is waited for before deciding again.
             while wait and submit:
-                extra = adaptive.more_tasks(cells, store, run_id if force else None)
-                if not extra or any(t.id in reported for t in extra):
-                    break  # nothing more, or a repeat this run already ran would run again
-                tasks += extra
-                report.planned = len(tasks)
-                printer.more(len(tasks))
-                drive(_steps(extra, ctx, matrix.run.interleave, wait, submit))
+                extra = [t for t in adaptive.more_tasks(cells, store, run_id if force else None)
+                         if t.id not in reported and t.id not in gone]
+                if extra:
+                    tasks += extra
+                    report.planned = len(tasks)
+                    printer.more(len(tasks))
+                    drive(_steps(extra, ctx, matrix.run.interleave, wait, submit))
+                    settle()
+                    continue
+                busy = store.claims([c.key for c in cells if c.run.adaptive], run_id)
+                if not busy:
+                    break
+                held.update({f"{k}-r{r}": (Task(by_key[k], r), h) for (k, r), h in busy.items()})
+                settle()
     except KeyboardInterrupt:
         report.interrupted = True
         store.finish_run(run_id, "interrupted")
@@ -304,13 +489,32 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
         printer.interrupted(run_id, sum(report.stored.values()), store.path, left)
         return report
     except BaseException:
-        store.finish_run(run_id, "failed")  # a controller crash: the run says so; its results stay
+        try:
+            store.finish_run(run_id, "failed")  # a controller crash: the run says so; its results stay
+        except StoreError:
+            pass  # the store cannot take it (a full disk): the error being raised says what to do
         raise
-    report.pending = len(tasks) - len(reported)
+    report.busy = {h.run_id: h for _, h in held.values()}
+    report.pending = len({t.id for t in tasks} - reported - gone - set(held))
     report.unsuccessful = _unsuccessful(cells, store)
     store.finish_run(run_id, "complete" if not report.pending else "submitted")
-    printer.summary(cells, _cell_rows(cells, store), report)
+    printer.summary(cells, _cell_rows(cells, store), report, held)
     return report
+
+
+def _collectable(tasks: Sequence[Task], store: Store) -> tuple[list[Task], list[Task]]:
+    """`matrix collect`: the tasks of batch jobs submitted earlier and not yet gathered, and the rest
+    (collect starts nothing: a local or docker repeat, or one never submitted, is left to `matrix run`)."""
+    waiting = store.open_task_ids()
+    take = [t for t in tasks if backends.get(t.cell.environment.backend).queued and t.id in waiting]
+    chosen = {t.id for t in take}
+    return take, [t for t in tasks if t.id not in chosen]
+
+
+def _stored(cells: Sequence[Cell], store: Store) -> set[tuple[str, int]]:
+    """The selected repeats stored with a final status."""
+    most = {c.key: c.run.most_repeats for c in cells}
+    return {(k, r) for (k, r), s in store.latest_statuses(most).items() if s.final and r < most[k]}
 
 
 def _steps(tasks: Sequence[Task], ctx: RunContext, interleave: bool, wait: bool, submit: bool) -> list[Step]:
@@ -353,6 +557,8 @@ def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Any, cannot_s
     try:
         with backends.get(env.backend)(env, ctx) as backend:
             backend.run(tasks, once)
+    except (StoreError, BusyError):
+        raise  # the store, not the environment: the run stops and says what to do
     except MatrixError as e:
         cannot_start[env.name] = str(e)
         now = time.time()

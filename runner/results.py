@@ -37,7 +37,9 @@ class Status(str, Enum):
         return self in (Status.OK, Status.UNSUPPORTED, Status.SKIPPED)
 
 
-RERUN_FAILED = frozenset({Status.FAILED, Status.TIMEOUT, Status.CANCELLED})
+# What `matrix run --rerun-failed` measures again besides what a plain run does (cancelled, not_started).
+RERUN_FAILED = frozenset({Status.FAILED, Status.OOM, Status.TIMEOUT, Status.CANCELLED})
+RERUN_FAILED_TEXT = "failed, oom and timed-out"  # tests/unit/test_results.py checks it against RERUN_FAILED
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,9 @@ class Interrupted(KeyboardInterrupt):
 class Backend(abc.ABC):
     """Runs the tasks of one environment and always cleans up after itself.
 
-    `run` reports every task through `sink` exactly once. A task that cannot run is an outcome
-    with the reason, not an exception: `not_started` when the environment could not start,
+    `run` reports every task through `sink` exactly once (a backend that `claims_each_task` skips, without
+    a report, a task whose claim `ctx.claim` refuses: another run measures it). A task that cannot run is
+    an outcome with the reason, not an exception: `not_started` when the environment could not start,
     `failed` when the repeat itself failed. On KeyboardInterrupt a backend stops
     the task in flight, reports it `cancelled` and re-raises; `__exit__` still cleans up.
     """
@@ -59,6 +60,9 @@ class Backend(abc.ABC):
     # A batch scheduler: `run` with ctx.wait False submits and returns, and a later `run` of the same
     # tasks collects them. `matrix run` submits such environments first, then runs the others.
     queued: ClassVar[bool] = False
+    # Claims each task in the store (ctx.claim) just before it starts it, so that runs sharing the store
+    # share its tasks; for a backend that does not, the executor claims all its tasks before `run`.
+    claims_each_task: ClassVar[bool] = False
 
     def __init__(self, env: EnvironmentBase, ctx: RunContext) -> None:
         self.env = env
@@ -92,12 +96,17 @@ class Backend(abc.ABC):
 
 
 class SequentialBackend(Backend):
-    """A backend that runs its tasks one after another, each a fresh process (local, docker)."""
+    """A backend that runs its tasks one after another, each a fresh process (local, docker); each is
+    claimed just before it starts, so two runs on one store take turns at the tasks they share."""
+
+    claims_each_task = True
 
     def run(self, tasks: Sequence[Task], sink: Sink) -> None:
         for task in tasks:
             if self.ctx.stop.is_set():
                 return
+            if self.ctx.claim is not None and not self.ctx.claim(task):
+                continue
             if self.ctx.on_start:
                 self.ctx.on_start(task)
             try:

@@ -20,7 +20,8 @@ from runner.store import Store
 class CellState:
     cell: Cell
     assessment: Assessment
-    free: tuple[int, ...]     # the repeat numbers to use for the next repeats (not stored as final)
+    free: tuple[int, ...]     # the repeat numbers to use for the next repeats (not stored as final, not claimed)
+    in_flight: int = 0        # repeats of this cell another live run is measuring now
 
 
 def states(cells: Sequence[Cell], store: Store, run_id: str | None = None) -> list[CellState]:
@@ -40,6 +41,7 @@ def states(cells: Sequence[Cell], store: Store, run_id: str | None = None) -> li
             tput = (row["metrics"] or {}).get("throughput")
             if isinstance(tput, int | float):
                 values[row["cell_key"]].append(float(tput))
+    busy = store.claims(keys, run_id)  # what other live runs are measuring: not free, and counted as coming
     out = []
     for cell in adaptive:
         rule = cell.run.adaptive
@@ -48,8 +50,9 @@ def states(cells: Sequence[Cell], store: Store, run_id: str | None = None) -> li
         # An interrupted repeat is simply run again; any other status ends the cell's extra repeats.
         all_ok = all(st in (Status.OK, Status.CANCELLED) for (k, _), st in statuses.items() if k == cell.key)
         a = assess(values[cell.key], rule, stored=len(final), all_ok=all_ok)
-        free = tuple(r for r in range(rule.max) if r not in final)
-        out.append(CellState(cell, a, free))
+        coming = {r for (k, r) in busy if k == cell.key and r not in final}
+        free = tuple(r for r in range(rule.max) if r not in final and r not in coming)
+        out.append(CellState(cell, a, free, len(coming)))
     return out
 
 
@@ -57,5 +60,5 @@ def more_tasks(cells: Sequence[Cell], store: Store, run_id: str | None = None) -
     """The repeats to run now for cells whose interval is still wider than their target."""
     tasks = []
     for st in states(cells, store, run_id):
-        tasks += [Task(st.cell, r) for r in st.free[:st.assessment.more]]
+        tasks += [Task(st.cell, r) for r in st.free[:max(0, st.assessment.more - st.in_flight)]]
     return tasks

@@ -264,3 +264,40 @@ run: {iterations: 1, warmup: 0, repeats: 3, interleave: true}
     assert opened == ["a", "b", "broken", "a", "b", "a", "b"]  # broken: tried in the first round only
     assert stored == [(e, r, "ok" if e != "broken" else "not_started") for r in range(3) for e in ("a", "b", "broken")]
     assert report.unsuccessful == {"not_started": 3}
+
+
+def test_batch_tasks_another_run_holds_are_neither_submitted_nor_collected(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor claims a batch environment's tasks before handing them over: a task another live run
+    holds (submitting or gathering it) is left to that run, by `run --no-wait` and by `collect` alike."""
+    from runner.store import BatchJob
+
+    events: list[tuple[str, str]] = []
+    registry = fakes(events, elsewhere=True)
+    registry["slurm"].submitted = {}
+    handed: list[str] = []
+
+    class Watching(registry["slurm"]):  # type: ignore[valid-type, misc]
+        def run(self, tasks: Sequence[Task], sink: Any) -> None:
+            handed.extend(t.id for t in tasks)
+            super().run(tasks, sink)
+
+    registry["slurm"] = Watching
+    monkeypatch.setattr(execute.backends, "get", lambda kind: registry[kind])
+    m = matrix_mod.parse(MATRIX, tmp_path / "m.yaml")
+    cells = matrix_mod.select(m.cells(), ["cluster-a"], ())
+    theirs = Task(cells[0], 0)
+    with Store(tmp_path / "r.db") as store:
+        store.db.execute("INSERT INTO holders (run_id, schema, host, ident, pid, started_at, heartbeat) "
+                         "VALUES ('other', 1, 'login2', 'x', 7, 0, ?)", (__import__("time").time(),))
+        store.db.execute("INSERT INTO claims (cell_key, repeat, run_id, claimed_at) VALUES (?, 0, 'other', 0)", (cells[0].key,))
+        report = execute.run_matrix(m, cells, store, workdir=tmp_path, wait=False, console=Console(quiet=True))
+        assert handed == [Task(cells[0], 1).id] and report.exit_code == execute.EXIT_BUSY
+        # Both are waiting as jobs now; collect gathers only the one no live run holds.
+        store.add_jobs("slurm", [BatchJob(f"k{r}", Task(cells[0], r).id, "x", "1", r, str(tmp_path), 0.0)
+                                 for r in (0, 1)])
+        handed.clear()
+        report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, submit=False, console=Console(quiet=True))
+        assert handed == [Task(cells[0], 1).id] and theirs.id not in handed
+        assert events[-1] == ("wait", "cluster-a") and ("run", "here") not in events, "collect starts nothing here"
+        assert report.exit_code == execute.EXIT_BUSY and list(report.busy) == ["other"]

@@ -37,3 +37,13 @@ def test_tail_keeps_the_end() -> None:
     text = "\n".join(f"line {i}" for i in range(2000))
     t = tail(text, 100)
     assert t.endswith("line 1999") and len(t) <= 100 and t.startswith("line")
+
+
+def test_rerun_failed_says_what_it_reruns() -> None:
+    """The option's help and the run summary print RERUN_FAILED_TEXT: it names every status that
+    --rerun-failed adds to what a plain run measures again (cancelled and not_started)."""
+    from runner.results import RERUN_FAILED, RERUN_FAILED_TEXT
+    words = {"failed": Status.FAILED, "oom": Status.OOM, "timed-out": Status.TIMEOUT}
+    named = {status for word, status in words.items() if word in RERUN_FAILED_TEXT}
+    assert named == {s for s in RERUN_FAILED if s.final}
+    assert {s for s in RERUN_FAILED if not s.final} <= {Status.CANCELLED, Status.NOT_STARTED}

@@ -59,8 +59,9 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path) -> None:
         store.add("r1", Task(cells[1], 0), Outcome(Status.CANCELLED, reason="Ctrl-C"))
         store.add("r1", Task(cells[1], 1), Outcome(Status.OOM, reason="oom"))
         assert [t.id for t in execute.todo(cells, store)] == [f"{cells[1].key}-r0"]
+        # --rerun-failed runs failed, oom and timed-out repeats again, as its help and the summary say.
         assert [t.id for t in execute.todo(cells, store, rerun_failed=True)] == [
-            f"{cells[0].key}-r1", f"{cells[1].key}-r0"]
+            f"{cells[0].key}-r1", f"{cells[1].key}-r0", f"{cells[1].key}-r1"]
         assert len(execute.todo(cells, store, force=True)) == 4
         # A newer row wins, and the old one is still there.
         store.add("r2", Task(cells[0], 1), ok(2.0))
@@ -102,7 +103,7 @@ def test_reading_writes_nothing_and_works_on_a_store_that_cannot_be_written(tmp_
     before = path.read_bytes()
     with Store(path, readonly=True) as store:
         assert [r.run_id for r in store.runs()] == ["r1"] and len(list(store.rows())) == 1
-        with pytest.raises(sqlite3.OperationalError):
+        with pytest.raises(StoreError, match="opened read-only"):
             store.start_run("r2", None, "m", [])
     assert path.read_bytes() == before
     # A file and folder nobody may write (root included: the immutable attribute), as a shared results file.
