@@ -1,33 +1,140 @@
-"""The `matrix` command line: parse options, call one function per command."""
+"""The `matrix` command line: parse options, call one function per command; one error boundary for all."""
 
 from __future__ import annotations
 
+import errno
+import math
 import signal
+import sqlite3
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+from rich.text import Text
+from typer.core import TyperGroup
+from typer.exceptions import Abort, TyperException
 
-from runner import backends, execute
+from runner import backends, execute, exitcodes
 from runner import console as consoles
 from runner import matrix as matrix_mod
-from runner.errors import MatrixError
+from runner.errors import ConfigError, MatrixError
+from runner.exitcodes import Exit
 from runner.report.fmt import Cell, Table
 from runner.spec import shown_params
 from runner.store import DEFAULT_DB, Store
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class Boundary(TyperGroup):
+    """The one error boundary: a MatrixError exits with its class's status, a filesystem or SQLite error with 6,
+    anything else with 70, each as one line on stderr (`--verbose`: the traceback first). Usage errors stay
+    Typer's (2). Messages are printed as text, never as console markup."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, Abort, TyperException):
+            raise
+        except KeyboardInterrupt:
+            _fail("interrupted", Exit.INTERRUPTED, label="")
+        except MatrixError as e:
+            _fail(str(e), e.exit_code)
+        except OSError as e:
+            if e.errno == errno.EPIPE:
+                raise
+            _fail(os_error_line(e), Exit.STORE)
+        except sqlite3.Error as e:
+            _fail(f"result store: {e} (SQLite); check the --db file, or pass another --db", Exit.STORE)
+        except Exception as e:  # noqa: BLE001 (the boundary: a bug is one line and exit 70, not a traceback)
+            _fail(f"internal error: {type(e).__name__}: {e}. This is a bug in matrix; `matrix -v ...` shows the "
+                  "traceback", Exit.INTERNAL)
+
+
+def _fail(message: str, code: Exit, label: str = "error: ") -> NoReturn:
+    if state["verbose"]:
+        traceback.print_exc()
+    consoles.stderr().print(Text.assemble((label, "bold red"), message), soft_wrap=True)
+    raise typer.Exit(int(code))
+
+
+WHAT_TO_DO = {
+    errno.ENOSPC: "the disk is full: free space there (what was measured is stored) and run the command again",
+    errno.EDQUOT: "the disk quota is used up: free space there and run the command again",
+    errno.EACCES: "permission denied: make it writable for this user, or pass another path",
+    errno.EPERM: "not permitted: make it writable for this user, or pass another path",
+    errno.EROFS: "a read-only filesystem: pass a path on a writable one",
+    errno.ENOTDIR: "a part of this path is a file, not a folder: pass another path",
+    errno.EISDIR: "is a folder where a file is needed: pass a file path",
+    errno.EEXIST: "exists and is not a folder: pass another path",
+    errno.ENOENT: "no such file or folder",
+    errno.ENAMETOOLONG: "the name is too long: pass a shorter path",
+}
+
+
+def os_error_line(e: OSError) -> str:
+    """An OSError as one line: the file, what went wrong and what to do."""
+    names = " -> ".join(str(n) for n in (e.filename, e.filename2) if n is not None)
+    what = WHAT_TO_DO.get(e.errno or 0, e.strerror or str(e))
+    return f"{names}: {what}" if names else f"{e.strerror or e}: {what}"
+
+
+app = typer.Typer(cls=Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning training across environments and precisions.")
 state = {"verbose": False}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exits(command: str) -> Callable[[F], F]:
+    """Append the command's exit statuses (runner/exitcodes.py) to its --help."""
+    def add(fn: F) -> F:
+        fn.__doc__ = f"{(fn.__doc__ or '').rstrip()}\n\n{exitcodes.help_text(command)}\n"
+        return fn
+    return add
+
+
+def _store_path(db: Path) -> Path:
+    """--db names a file whose folders are folders: one line (exit 2) before anything opens it."""
+    if db.is_dir():
+        raise ConfigError(f"--db {db}: is a folder; pass a file such as {db / 'matrix.db'}")
+    for parent in db.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"--db {db}: {parent} is a file, not a folder; pass a path in a folder")
+            break
+    return db
+
+
+def _folder_path(path: Path | None, option: str) -> Path | None:
+    """--out and --workdir name a folder (made if missing): one line (exit 2) when a file is in the way."""
+    if path is None:
+        return None
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "is a file" if p == path else f"is under {p}, which is a file"
+                raise ConfigError(f"{option} {path}: {what}; pass a folder")
+            break
+    return path
+
+
+def _workdir_path(path: Path) -> Path:
+    return _folder_path(path, "--workdir") or path
+
+
+def _out_path(path: Path | None) -> Path | None:
+    return _folder_path(path, "--out")
+
 
 MatrixOpt = Annotated[Path | None, typer.Option("--matrix", "-m", help="matrix file (default: ./matrix.yaml, "
                                                    "else the embedded quickstart)")]
-DbOpt = Annotated[Path, typer.Option("--db", help="SQLite result store")]
+DbOpt = Annotated[Path, typer.Option("--db", help="SQLite result store", callback=_store_path)]
 EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="only these environments (name, tag or backend)")]
 OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="only cells with KEY=VALUE (repeatable)")]
+MaxCellsOpt = Annotated[int, typer.Option("--max-cells", min=1, help="refuse a matrix of more cells than this "
+                                          "(a typo in an axis multiplies)")]
 
 
 @app.callback()
@@ -42,11 +149,16 @@ def _matrix_path(path: Path | None) -> Path | None:
     return path
 
 
+def _load(matrix: Path | None, max_cells: int) -> matrix_mod.Matrix:
+    return matrix_mod.load(_matrix_path(matrix), max_cells=max_cells)
+
+
 @app.command()
+@exits("plan")
 def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
-         db: DbOpt = DEFAULT_DB) -> None:
+         db: DbOpt = DEFAULT_DB, max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
     """Validate the matrix file and list its cells; nothing runs."""
-    m = matrix_mod.load(_matrix_path(matrix))
+    m = _load(matrix, max_cells)
     cells = matrix_mod.select(m.cells(), env or (), only or ())
     stored = {}
     if db.exists():
@@ -69,40 +181,40 @@ def param_columns(cells: list[Any]) -> list[str]:
 
 
 @app.command()
+@exits("run")
 def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
         image: Annotated[str | None, typer.Option("--image", help="run the axes in this one image "
                                                      "(an ad-hoc docker environment)")] = None,
-        gpus: Annotated[str | None, typer.Option("--gpus", help="with --image: all, N or 0,1")] = None,
+        gpus: Annotated[str | None, typer.Option("--gpus", help="with --image only: all, N or 0,1 (matrix "
+                                                    "file environments say `gpus:` themselves)")] = None,
         rerun_failed: Annotated[bool, typer.Option("--rerun-failed", help="run failed and timed-out "
                                                    "repeats again")] = False,
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
         workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files (submitted "
-                                              "jobs are kept in --db)")] = Path("results"),
+                                              "jobs are kept in --db)", callback=_workdir_path)
+                           ] = Path("results"),
+        max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS,
         ) -> None:
-    """Run every repeat that is not stored yet (resume is the default).
-
-    Exit status: 0 when every selected repeat is ok or unsupported (or still queued with --no-wait);
-    1 when nothing could run (bad matrix file, store or option); 3 when a repeat ended failed, oom,
-    timeout, cancelled or not_started (its environment could not start); 4 when everything was
-    measured but a reference of the matrix file failed; 130 when interrupted.
-    """
-    m = matrix_mod.load(_matrix_path(matrix))
-    if image:
+    """Run every repeat that is not stored yet (resume is the default)."""
+    if gpus is not None and image is None:
+        raise ConfigError(f"--gpus {gpus}: applies to --image only; an environment of the matrix file says its "
+                          "own GPUs (`gpus:` of a docker environment, `gpus_per_node:` of a slurm one, the gpus axis)")
+    m = _load(matrix, max_cells)
+    if image is not None:
         m = _with_image(m, image, gpus)
     _run(m, db, env, only, workdir, rerun_failed=rerun_failed, force=force, wait=not no_wait, submit=True)
 
 
 @app.command()
+@exits("collect")
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
             workdir: Annotated[Path, typer.Option("--workdir", help="logs; the jobs to gather are found in "
-                                                  "--db")] = Path("results")) -> None:
-    """Gather results of batch jobs submitted earlier (`run --no-wait`); submits nothing.
-
-    Exit status as `matrix run`: 0, 1, 3 (a repeat did not end ok or unsupported), 4 (a reference
-    failed), 130.
-    """
-    m = matrix_mod.load(_matrix_path(matrix))
+                                                  "--db", callback=_workdir_path)
+                               ] = Path("results"),
+            max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
+    """Gather results of batch jobs submitted earlier (`run --no-wait`); submits nothing."""
+    m = _load(matrix, max_cells)
     _run(m, db, env, only, workdir, submit=False)
 
 
@@ -133,9 +245,9 @@ def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] 
             if text:
                 typer.echo(text, nl=False)
     if report.exit_code:
-        raise typer.Exit(report.exit_code)
+        raise typer.Exit(int(report.exit_code))
     if failed:
-        raise typer.Exit(execute.EXIT_REFERENCE_FAILED)
+        raise typer.Exit(int(Exit.REFERENCE_FAILED))
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
@@ -143,6 +255,7 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 @app.command("ls")
+@exits("ls")
 def ls(db: DbOpt = DEFAULT_DB) -> None:
     """List the runs in the store."""
     from datetime import datetime
@@ -158,6 +271,7 @@ def ls(db: DbOpt = DEFAULT_DB) -> None:
 
 
 @app.command()
+@exits("show")
 def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run id or prefix "
                                                           "(default: latest)")] = None,
          db: DbOpt = DEFAULT_DB) -> None:
@@ -177,6 +291,7 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
 
 
 @app.command()
+@exits("compare")
 def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, backend or run id")],
             b: Annotated[str, typer.Argument(help="side B: environment, tag, backend or run id")],
             db: DbOpt = DEFAULT_DB,
@@ -195,6 +310,8 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
     significantly; the output lists the pairs that tripped it (in JSON: the `gate` member).
     """
     from runner.report import compare_command
+    if not (math.isfinite(min_effect) and 0 <= min_effect < 1):
+        raise ConfigError(f"--min-effect {min_effect}: a fraction from 0 to below 1 (0.02 = 2%)")
     gate_out, tripped = "", False
     if fail_on:
         from runner.decide import commands as decide
@@ -207,33 +324,36 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
     if text:
         typer.echo(text, nl=not text.endswith("\n"))
     if tripped:
-        raise typer.Exit(decide.EXIT_FAILED)
+        raise typer.Exit(int(Exit.FAILED))
 
 
 @app.command()
+@exits("check")
 def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-          fmt: Annotated[str | None, typer.Option("--format", help="json (default: a table)")] = None) -> None:
+          fmt: Annotated[str | None, typer.Option("--format", help="json (default: a table)")] = None,
+          max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
     """Hold the stored results against the matrix file's `references:`; runs nothing.
 
     Per cell and metric: pass, fail or no data, with the measured mean, the reference and the margin.
-    Exit status 1 when a reference fails or a cell it covers has no ok repeat.
     """
     from runner.decide import commands as decide
-    m = matrix_mod.load(_matrix_path(matrix))
+    m = _load(matrix, max_cells)
     cells = matrix_mod.select(m.cells(), env or (), only or ())
     text, failed = decide.check_command(m, cells, db, fmt)
     typer.echo(text, nl=not text.endswith("\n"))
     if failed:
-        raise typer.Exit(decide.EXIT_FAILED)
+        raise typer.Exit(int(Exit.FAILED))
 
 
 @app.command()
+@exits("report")
 def report(db: DbOpt = DEFAULT_DB,
            run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs")] = None,
            fmt: Annotated[list[str] | None, typer.Option("--format", help="md, html, csv, json "
                                                             "(repeatable; default: md and html)")] = None,
-           out: Annotated[Path | None, typer.Option("--out", help="output folder "
-                                                       "(default: results/reports/<name>/, untracked)")] = None) -> None:
+           out: Annotated[Path | None, typer.Option("--out", help="output folder (default: results/reports/<name>/, "
+                                                       "untracked)", callback=_out_path)
+                          ] = None) -> None:
     """Write the report views (tables and plots) from the store."""
     from runner.report import report_command
     for path in report_command(db, run_refs or None, fmt or ["md", "html"], out):
@@ -241,6 +361,7 @@ def report(db: DbOpt = DEFAULT_DB,
 
 
 @app.command()
+@exits("doctor")
 def doctor() -> None:
     """What this host offers: Docker engine and GPU runtime, Slurm, GPUs, Python and torch."""
     table = Table(["backend", "check", "", "detail"])
@@ -252,6 +373,7 @@ def doctor() -> None:
 
 
 @app.command()
+@exits("clean")
 def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this run's leftovers "
                                                          "(id or prefix)")] = None,
           db: DbOpt = DEFAULT_DB) -> None:
@@ -264,17 +386,8 @@ def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this r
 
 
 def main() -> None:
-    """Entry point: a MatrixError is one line on stderr and exit status 1 (--verbose: the traceback)."""
-    try:
-        app(prog_name="matrix")
-    except MatrixError as e:
-        if state["verbose"]:
-            traceback.print_exc()
-        consoles.stderr().print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(execute.EXIT_ERROR)
-    except KeyboardInterrupt:
-        consoles.stderr().print("interrupted")
-        sys.exit(execute.EXIT_INTERRUPTED)
+    """Entry point; errors become one line and their exit status in Boundary."""
+    app(prog_name="matrix")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from runner import backends
 from runner import console as consoles
 from runner.decide import schedule as adaptive
 from runner.errors import MatrixError
+from runner.exitcodes import Exit
 from runner.matrix import Matrix
 from runner.report.fmt import Cell as TableCell
 from runner.report.fmt import Table
@@ -37,12 +38,12 @@ from runner.results import RERUN_FAILED, Outcome, Status
 from runner.spec import Cell, RunContext, Task
 from runner.store import Store, new_run_id
 
-# Exit statuses of `matrix run` and `matrix collect` (also in their --help and the README).
-EXIT_OK = 0            # every selected repeat is ok or unsupported (or still queued with --no-wait)
-EXIT_ERROR = 1         # nothing ran: bad matrix file, store or option (one line on stderr)
-EXIT_NOT_MEASURED = 3  # some repeat ended failed, oom, timeout, cancelled or not_started
-EXIT_REFERENCE_FAILED = 4  # everything was measured, but a reference in the matrix file failed
-EXIT_INTERRUPTED = 130
+# Exit statuses of `matrix run` and `matrix collect`: names kept for importers, values from runner/exitcodes.py.
+EXIT_OK = Exit.OK
+EXIT_ERROR = Exit.USAGE
+EXIT_NOT_MEASURED = Exit.NOT_MEASURED
+EXIT_REFERENCE_FAILED = Exit.REFERENCE_FAILED
+EXIT_INTERRUPTED = Exit.INTERRUPTED
 
 
 @dataclass
@@ -178,20 +179,20 @@ class RunPrinter:
         self.same_again: Counter[str] = Counter()
 
     def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path) -> None:
-        self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {store}. "
+        self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {escape(str(store))}. "
                        "Use --rerun-failed or --force to measure again; `matrix show` lists them.")
 
     def started(self, run_id: str, n: int, total: int, store: Path) -> None:
         self.progress.update(self.bar, total=n)
         self.err.print(f"run [bold]{run_id}[/]: {n} of {total} repeats to run ({total - n} already stored) "
-                       f"-> {store}")
+                       f"-> {escape(str(store))}")
 
     def task_started(self, task: Task) -> None:
         # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal.
         shown = " ".join(f"{task.cell.params[k]}" for k in self.varying if k in task.cell.params)
         rule = task.cell.run.adaptive
         most = f"{rule.max} at most" if rule else str(task.cell.run.repeats)
-        self.progress.update(self.bar, description=f"{task.cell.env_name} {shown} [dim]repeat "
+        self.progress.update(self.bar, description=f"{escape(task.cell.env_name)} {escape(shown)} [dim]repeat "
                                                    f"{task.repeat + 1}/{most}[/]")
 
     def more(self, n: int) -> None:
@@ -221,11 +222,11 @@ class RunPrinter:
     def environment_done(self, env_name: str) -> None:
         n = self.same_again.pop(env_name, 0)
         if n:
-            self.progress.console.print(f"[yellow]{n} more repeat{'s' if n != 1 else ''}[/] of {env_name} ended "
+            self.progress.console.print(f"[yellow]{n} more repeat{'s' if n != 1 else ''}[/] of {escape(env_name)} ended "
                                         "the same way (`matrix show` lists them)")
 
     def interrupted(self, run_id: str, done: int, store: Path, left_queued: int) -> None:
-        self.err.print(f"\n[bold]Interrupted.[/] {done} repeats of run {run_id} are stored in {store}; "
+        self.err.print(f"\n[bold]Interrupted.[/] {done} repeats of run {run_id} are stored in {escape(str(store))}; "
                        "run the same `matrix run` command again to measure only what is missing.")
         if left_queued:
             self.err.print(f"{left_queued} repeats this run submitted to a batch scheduler were not waited for "

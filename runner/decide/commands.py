@@ -12,12 +12,13 @@ from runner import analysis as an
 from runner.decide import gate, present, references, schedule
 from runner.decide.adaptive import Stop
 from runner.errors import ConfigError, StoreError
+from runner.exitcodes import Exit
 from runner.matrix import Matrix
 from runner.spec import Cell
 from runner.store import Store
 
 CHECK_FORMATS = ("json",)
-EXIT_FAILED = 1  # `matrix check` and `compare --fail-on`: the decision failed (`matrix run` says 4: see execute)
+EXIT_FAILED = Exit.FAILED  # `matrix check` and `compare --fail-on`: the decision failed (runner/exitcodes.py)
 
 
 def _frame(store: Store) -> pd.DataFrame:

@@ -56,7 +56,7 @@ references:
     ok = cli("check", "-m", str(right), "--db", "r.db", cwd=tmp_path)
     assert ok.returncode == 0 and ok.stdout.count("pass") >= 2, ok.stdout + ok.stderr
     empty = cli("check", "-m", str(right), "--db", "other.db", cwd=tmp_path)
-    assert empty.returncode == 1 and "no result store" in empty.stderr
+    assert empty.returncode == 6 and "no result store" in empty.stderr
 
 
 def test_adaptive_repeats_stop_at_max_and_resume_counts_stored_repeats(tmp_path: Path) -> None:
@@ -96,4 +96,4 @@ def test_the_gate_trips_on_a_real_slowdown_and_stays_quiet_on_a_a(tmp_path: Path
     assert [c["rule"] for c in doc["gate"]["checks"] if c["tripped"]] == ["slower:3%"]
     assert "\x1b[" not in slow.stdout  # no colour when not a terminal
     bad = cli("compare", "one", "no-simd", "--db", "g.db", "--fail-on", "slow:3%", cwd=tmp_path)
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "--fail-on 'slow:3%'" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--fail-on 'slow:3%'" in bad.stderr

@@ -139,13 +139,13 @@ def test_two_local_processes_report_one_global_throughput(tmp_path: Path) -> Non
 def test_config_error_is_one_line_and_verbose_shows_the_traceback(tmp_path: Path) -> None:
     m = write(tmp_path, SMALL.format(iterations=3, repeats=1, timeout=300).replace("fp32, bf16", "fp32, fp64"))
     proc = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "m.yaml: axes.precision[1] (line 4)" in proc.stderr and "'fp32', 'tf32'" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "r.db").exists()
     verbose = cli("--verbose", "plan", "-m", str(m), cwd=tmp_path, check=False)
-    assert verbose.returncode == 1 and "Traceback" in verbose.stderr
+    assert verbose.returncode == 2 and "Traceback" in verbose.stderr
     missing = cli("plan", "-m", "nope.yaml", cwd=tmp_path, check=False)
-    assert missing.returncode == 1 and "nope.yaml: no such matrix file" in missing.stderr
+    assert missing.returncode == 2 and "nope.yaml: no such matrix file" in missing.stderr
 
 
 def test_a_missing_python_is_not_started_not_a_crash(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def test_compare_formats(matrix_cmd: list[str], db: Path) -> None:
 
 def test_compare_unknown_side_is_one_line_that_lists_the_sides(matrix_cmd: list[str], db: Path) -> None:
     proc = matrix(matrix_cmd, "compare", "ngc-99.99", "slurm", "--db", str(db))
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a misspelt side is a usage error, not a decision (1)
     assert "Traceback" not in proc.stderr
     assert "'ngc-99.99' matches no result" in proc.stderr and "cluster-pt041" in proc.stderr
     assert "container" in proc.stderr
@@ -82,7 +82,7 @@ def test_report_default_folder_is_named_after_the_matrix(matrix_cmd: list[str], 
 
 def test_report_errors(matrix_cmd: list[str], db: Path, tmp_path: Path) -> None:
     bad_format = matrix(matrix_cmd, "report", "--db", str(db), "--format", "pdf", "--out", str(tmp_path))
-    assert bad_format.returncode == 1 and "unknown report format 'pdf'" in bad_format.stderr
+    assert bad_format.returncode == 2 and "unknown report format 'pdf'" in bad_format.stderr
     with pytest.raises(MatrixError, match="no result store"):
         report_command(tmp_path / "none.db")
     with pytest.raises(MatrixError, match="'1999' not found"):
