@@ -61,7 +61,7 @@ def _fail(message: str, code: Exit, label: str = "error: ") -> NoReturn:
 
 
 WHAT_TO_DO = {
-    errno.ENOSPC: "the disk is full: free space there (what was measured is stored) and run the command again",
+    errno.ENOSPC: "the disk is full: free space there and run the command again",
     errno.EDQUOT: "the disk quota is used up: free space there and run the command again",
     errno.EACCES: "permission denied: make it writable for this user, or pass another path",
     errno.EPERM: "not permitted: make it writable for this user, or pass another path",

@@ -226,6 +226,11 @@ def _format(where: str, text: str, err: ValidationError, prefix: tuple[Any, ...]
             msg = f"{e['input']!r} is not allowed; allowed: {(e.get('ctx') or {}).get('expected', '')}"
         elif e["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
+        elif e["type"] == "string_type":
+            given = e["input"]
+            kind = "a list" if isinstance(given, list) else "a mapping" if isinstance(given, dict) else \
+                type(given).__name__
+            msg = f"expected text, not {kind}; write one value, in quotes if YAML would read it otherwise"
         lines.append(_line(where, text, full) + f": {msg}")
     return "\n".join(lines)
 

@@ -193,7 +193,7 @@ def csv_text(df: pd.DataFrame) -> str:
         series = out.iloc[:, col]
         if not (is_numeric_dtype(series) or is_bool_dtype(series)):
             out[out.columns[col]] = series.astype(object).map(csv_cell)
-    raw = out.to_csv(index=False, lineterminator="\n")
+    raw = out.to_csv(index=False, lineterminator="\r\n")  # so a field holding a CR or LF is quoted
     lines = []
     for row in csv.reader(io.StringIO(raw, newline="")):
         lines.append(",".join(_csv_field(v) for v in row))
