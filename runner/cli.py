@@ -47,7 +47,8 @@ class Boundary(TyperGroup):
                 raise
             _fail(os_error_line(e), Exit.STORE)
         except sqlite3.Error as e:
-            _fail(f"result store: {e} (SQLite); check the --db file, or pass another --db", Exit.STORE)
+            _fail(f"{state['db'] or 'the result store'}: cannot be read or written ({e}); the file may be damaged: "
+                  "restore it from a copy, or pass another --db", Exit.STORE)
         except Exception as e:  # noqa: BLE001 (the boundary: a bug is one line and exit 70, not a traceback)
             _fail(f"internal error: {type(e).__name__}: {e}. This is a bug in matrix; `matrix -v ...` shows the "
                   "traceback", Exit.INTERNAL)
@@ -83,7 +84,7 @@ def os_error_line(e: OSError) -> str:
 
 app = typer.Typer(cls=Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning training across environments and precisions.")
-state = {"verbose": False}
+state: dict[str, Any] = {"verbose": False, "db": None}
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -97,6 +98,7 @@ def exits(command: str) -> Callable[[F], F]:
 
 def _store_path(db: Path) -> Path:
     """--db names a file whose folders are folders: one line (exit 2) before anything opens it."""
+    state["db"] = db
     if db.is_dir():
         raise ConfigError(f"--db {db}: is a folder; pass a file such as {db / 'matrix.db'}")
     for parent in db.parents:
@@ -386,7 +388,9 @@ def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this r
 
 
 def main() -> None:
-    """Entry point; errors become one line and their exit status in Boundary."""
+    """Entry point; errors become one line and their exit status in Boundary. SIGTERM interrupts every command
+    as Ctrl-C does (130)."""
+    signal.signal(signal.SIGTERM, _sigterm)
     app(prog_name="matrix")
 
 

@@ -192,6 +192,9 @@ def typed_rule(rule: Mapping[str, Scalar]) -> dict[str, Scalar]:
 def _check_rule(where: str, text: str, field_name: str, i: int, rule: dict[str, Scalar],
                 env_names: set[str]) -> list[str]:
     problems = []
+    if not rule:
+        problems.append(_line(where, text, (field_name, i)) + f": an empty rule matches every cell; name at least "
+                        f"one of {', '.join(MATCH_KEYS)}")
     for key in rule:
         if key not in MATCH_KEYS:
             problems.append(_line(where, text, (field_name, i, key))

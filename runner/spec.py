@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -123,6 +124,17 @@ class EnvironmentBase(Strict):
 
     # Fields that change what is measured, besides name/backend/python/env: part of a cell's key.
     measured_fields: ClassVar[tuple[str, ...]] = ()
+
+    @field_validator("name", "tags")
+    @classmethod
+    def _printable(cls, value: Any) -> Any:
+        """Names and tags are written into tables, CSV, job manifests (tab-separated) and file names: one line."""
+        for text in value if isinstance(value, list) else [value]:
+            if not text.strip():
+                raise ValueError("a name or tag cannot be blank")
+            if any(unicodedata.category(c) == "Cc" for c in text):
+                raise ValueError(f"{text!r}: a name or tag cannot hold a tab, newline or other control character")
+        return value
 
     @field_validator("env", mode="before")
     @classmethod

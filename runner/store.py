@@ -78,6 +78,9 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
+JSON_COLUMNS: dict[str, type] = {"tags": list, "params": dict, "metrics": dict, "env": dict, "raw": dict}
+
+
 class Store:
     """Opens (and creates) the database; every write is its own short transaction."""
 
@@ -193,7 +196,11 @@ class Store:
             for row in self.db.execute(
                     f"SELECT cell_key, repeat, status FROM results WHERE id IN (SELECT MAX(id) FROM results"
                     f" WHERE cell_key IN ({marks}) GROUP BY cell_key, repeat)", chunk):
-                found[(row[0], row[1])] = Status(row[2])
+                try:
+                    found[(row[0], row[1])] = Status(row[2])
+                except ValueError:
+                    raise StoreError(f"{self.path}: repeat {row[1]} of cell {row[0]} has the unknown status "
+                                     f"{row[2]!r}; the file is corrupt or written by a newer matrix") from None
         return found
 
     def rows(self, run_ids: Iterable[str] | None = None, latest_only: bool = True) -> Iterator[dict[str, Any]]:
@@ -210,9 +217,23 @@ class Store:
         with closing(self.db.execute(sql + " ORDER BY id", args)) as cur:
             for row in cur:
                 d = dict(row)
-                for col in ("tags", "params", "metrics", "env", "raw"):
-                    d[col] = json.loads(d[col]) if d[col] is not None else None
+                for col, kind in JSON_COLUMNS.items():
+                    d[col] = self._decoded(d, col, kind)
                 yield d
+
+    def _decoded(self, row: dict[str, Any], col: str, kind: type) -> Any:
+        """One JSON column of a results row; damaged text or the wrong shape is a StoreError naming the row."""
+        if row[col] is None:
+            return None
+        try:
+            value = json.loads(row[col])
+        except (TypeError, ValueError) as e:
+            raise StoreError(f"{self.path}: results row {row.get('id')} has a damaged {col} ({e}); the file is "
+                             "corrupt: restore it from a copy, or run into another --db") from e
+        if value is not None and not isinstance(value, kind):
+            raise StoreError(f"{self.path}: results row {row.get('id')}: {col} is a {type(value).__name__}, not "
+                             f"a {kind.__name__}; the file is corrupt or not written by matrix")
+        return value
 
     # batch jobs -----------------------------------------------------------------------------
     def add_jobs(self, backend: str, jobs: Iterable[BatchJob]) -> None:

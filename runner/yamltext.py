@@ -75,8 +75,9 @@ def refuse_duplicates(root: yaml.Node) -> None:
 
 def load(text: str, where: str) -> tuple[Any, yaml.Node | None]:
     """(data, its node tree) from YAML text; any YAML mistake is one ConfigError naming file and line."""
-    loader = MatrixLoader(text)
+    loader = None
     try:
+        loader = MatrixLoader(text)  # reading checks the characters: a control character is a ReaderError
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except DuplicateKey as e:
@@ -93,7 +94,8 @@ def load(text: str, where: str) -> tuple[Any, yaml.Node | None]:
     except RecursionError:
         raise ConfigError(f"{where}: not a matrix file: nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return data, node
 
 

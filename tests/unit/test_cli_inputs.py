@@ -106,3 +106,27 @@ def test_a_store_that_is_not_a_store_is_one_line_and_status_6(tmp_path: Path) ->
     con.close()
     code, out = invoke("ls", "--db", str(other))
     assert code == 6 and "is not a matrix result store" in out
+
+
+@pytest.mark.parametrize(("column", "value", "says"), [
+    ("params", '{"model": ', "has a damaged params"),
+    ("metrics", "[1, 2]", ": metrics is a list, not a dict"),
+    ("status", "exploded", "has the unknown status 'exploded'"),
+])
+def test_a_damaged_row_is_one_line_naming_it(tmp_path: Path, column: str, value: str, says: str) -> None:
+    from tests.report.conftest import fill_store, load_results
+
+    db = fill_store(tmp_path / "r.db", load_results())
+    key = cli.matrix_mod.load(None).cells()[0].key  # a cell of the quickstart, which `plan` asks the store about
+    with sqlite3.connect(db) as con:  # the store is append-only: the damaged row is the newest of its repeat
+        cols = [r[1] for r in con.execute("PRAGMA table_info(results)") if r[1] != "id"]
+        picked = ", ".join("?" if c in (column, "cell_key") else c for c in cols)
+        row_id = con.execute(f"INSERT INTO results ({', '.join(cols)}) SELECT {picked} FROM results WHERE id = 3",
+                             [value if c == column else key for c in cols if c in (column, "cell_key")]).lastrowid
+    con.close()
+    commands = [["compare", "ngc-18.07", "cluster-pt041"], ["report", "--format", "json", "--out", str(tmp_path)],
+                ["plan", "-m", str(Path(cli.matrix_mod.DEFAULT_MATRIX))]]
+    for command in commands[2:] if column == "status" else commands[:2]:
+        code, out = invoke(*command, "--db", str(db))
+        assert code == 6 and says in out and out.count("\n") == 1, (command, out)
+        assert column == "status" or f"results row {row_id}" in out
