@@ -320,9 +320,12 @@ def expand(m: Matrix) -> list[Cell]:
                 rows.append({**{k: v[0] for k, v in axes.items()}, **inc, "environment": env_name})
     cells: list[Cell] = []
     seen: set[str] = set()
+    by_name = {e.name: e for e in m.environments}
     for row in rows:
-        env = m.environment(str(row.pop("environment")))
-        params = {k: _coerce(k, row[k]) for k in AXIS_NAMES if k in row}
+        name = str(row.pop("environment"))
+        env = by_name.get(name) or m.environment(name)
+        # Typed already: axis values by Axes, include values by typed_rule when the file was read.
+        params = {k: row[k] for k in AXIS_NAMES if k in row}
         cell = Cell(env, params, m.run)
         if cell.key not in seen:
             seen.add(cell.key)
