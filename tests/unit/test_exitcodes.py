@@ -108,3 +108,15 @@ def test_messages_are_not_console_markup() -> None:
     result = CliRunner().invoke(boom(ConfigError("--only model=[/x]: no [red]cell[/red] here")), ["go"])
     assert result.exit_code == 2
     assert "--only model=[/x]: no [red]cell[/red] here" in result.output
+
+
+def test_a_gate_trip_and_a_misspelt_side_exit_differently(tmp_path: Path) -> None:
+    from tests.report.conftest import fill_store, load_results
+
+    db = str(fill_store(tmp_path / "r.db", load_results()))
+    runner = CliRunner()
+    # cluster-pt041 has OOM repeats where ngc-18.07 has ok ones: a regression the gate trips on.
+    tripped = runner.invoke(cli.app, ["compare", "ngc-18.07", "cluster-pt041", "--db", db, "--fail-on", "slower:5%"])
+    typo = runner.invoke(cli.app, ["compare", "ngc-18.07", "cluster-pt04l", "--db", db, "--fail-on", "slower:5%"])
+    assert tripped.exit_code in (Exit.FAILED, Exit.UNDECIDED), tripped.output
+    assert typo.exit_code == Exit.USAGE and "'cluster-pt04l' matches no result" in typo.output
