@@ -122,6 +122,20 @@ def _folder_path(path: Path | None, option: str) -> Path | None:
     return path
 
 
+def _run_refs(refs: list[str] | None) -> list[str] | None:
+    """--run / RUN: a blank one (an unset shell variable) must not mean every run."""
+    for ref in refs or []:
+        if not ref.strip():
+            raise ConfigError(f"run {ref!r}: give a run id or a prefix of one (`matrix ls` lists them); a blank one "
+                              "would mean every run")
+    return refs
+
+
+def _run_ref(ref: str | None) -> str | None:
+    _run_refs([ref] if ref is not None else None)
+    return ref
+
+
 def _workdir_path(path: Path) -> Path:
     return _folder_path(path, "--workdir") or path
 
@@ -275,7 +289,7 @@ def ls(db: DbOpt = DEFAULT_DB) -> None:
 @app.command()
 @exits("show")
 def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run id or prefix "
-                                                          "(default: latest)")] = None,
+                                                          "(default: latest)", callback=_run_ref)] = None,
          db: DbOpt = DEFAULT_DB) -> None:
     """The cells of one run with their statuses and throughput."""
     with Store(db, readonly=True) as store:
@@ -350,7 +364,8 @@ def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, 
 @app.command()
 @exits("report")
 def report(db: DbOpt = DEFAULT_DB,
-           run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs")] = None,
+           run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs",
+                                                              callback=_run_refs)] = None,
            fmt: Annotated[list[str] | None, typer.Option("--format", help="md, html, csv, json "
                                                             "(repeatable; default: md and html)")] = None,
            out: Annotated[Path | None, typer.Option("--out", help="output folder (default: results/reports/<name>/, "
@@ -377,7 +392,7 @@ def doctor() -> None:
 @app.command()
 @exits("clean")
 def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this run's leftovers "
-                                                         "(id or prefix)")] = None,
+                                                         "(id or prefix)", callback=_run_ref)] = None,
           db: DbOpt = DEFAULT_DB) -> None:
     """Remove containers and batch jobs left by interrupted runs."""
     if run_ref and db.exists():

@@ -130,3 +130,10 @@ def test_a_damaged_row_is_one_line_naming_it(tmp_path: Path, column: str, value:
         code, out = invoke(*command, "--db", str(db))
         assert code == 6 and says in out and out.count("\n") == 1, (command, out)
         assert column == "status" or f"results row {row_id}" in out
+
+
+def test_a_blank_run_id_never_means_every_run(tmp_path: Path) -> None:
+    """`matrix clean --run "$RUN"` with RUN unset would have removed every run's containers, live ones too."""
+    for args in (["clean", "--run", ""], ["show", " "], ["report", "--run", "", "--out", str(tmp_path)]):
+        code, out = invoke(*args, "--db", str(tmp_path / "r.db"))
+        assert code == 2 and "a blank one would mean every run" in out, (args, out)
