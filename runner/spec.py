@@ -128,7 +128,7 @@ class EnvironmentBase(Strict):
     @field_validator("name", "tags")
     @classmethod
     def _printable(cls, value: Any) -> Any:
-        """Names and tags are written into tables, CSV, job manifests (tab-separated) and file names: one line."""
+        """Names and tags are written into tables, CSV, Markdown and batch-job keys (tab-separated): one line."""
         for text in value if isinstance(value, list) else [value]:
             if not text.strip():
                 raise ValueError("a name or tag cannot be blank")
