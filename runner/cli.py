@@ -1,35 +1,151 @@
-"""The `matrix` command line: parse options, call one function per command."""
+"""The `matrix` command line: parse options, call one function per command; one error boundary for all."""
 
 from __future__ import annotations
 
+import errno
+import math
 import signal
+import sqlite3
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
-from rich.markup import escape
+from rich.text import Text
+from typer.core import TyperGroup
+from typer.exceptions import Abort, TyperException
 
-from runner import backends, execute
+from runner import backends, execute, exitcodes
 from runner import console as consoles
 from runner import matrix as matrix_mod
-from runner.errors import MatrixError
+from runner.errors import ConfigError, MatrixError
+from runner.exitcodes import Exit
 from runner.report.fmt import Cell, Table
 from runner.results import RERUN_FAILED_TEXT
 from runner.spec import shown_params
 from runner.store import DEFAULT_DB, Store
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class Boundary(TyperGroup):
+    """The one error boundary: a MatrixError exits with its class's status, a filesystem or SQLite error with 6,
+    anything else with 70, each as one line on stderr (`--verbose`: the traceback first). Usage errors stay
+    Typer's (2). Messages are printed as text, never as console markup."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, Abort, TyperException):
+            raise
+        except KeyboardInterrupt:
+            _fail("interrupted", Exit.INTERRUPTED, label="")
+        except MatrixError as e:
+            _fail(str(e), e.exit_code)
+        except OSError as e:
+            if e.errno == errno.EPIPE:
+                raise
+            _fail(os_error_line(e), Exit.STORE)
+        except sqlite3.Error as e:
+            _fail(f"{state['db'] or 'the result store'}: cannot be read or written ({e}); the file may be damaged: "
+                  "restore it from a copy, or pass another --db", Exit.STORE)
+        except Exception as e:  # noqa: BLE001 (the boundary: a bug is one line and exit 70, not a traceback)
+            _fail(f"internal error: {type(e).__name__}: {e}. This is a bug in matrix; `matrix -v ...` shows the "
+                  "traceback", Exit.INTERNAL)
+
+
+def _fail(message: str, code: Exit, label: str = "error: ") -> NoReturn:
+    if state["verbose"]:
+        traceback.print_exc()
+    consoles.stderr().print(Text.assemble((label, "bold red"), message), soft_wrap=True)
+    raise typer.Exit(int(code))
+
+
+WHAT_TO_DO = {
+    errno.ENOSPC: "the disk is full: free space there and run the command again",
+    errno.EDQUOT: "the disk quota is used up: free space there and run the command again",
+    errno.EACCES: "permission denied: make it writable for this user, or pass another path",
+    errno.EPERM: "not permitted: make it writable for this user, or pass another path",
+    errno.EROFS: "a read-only filesystem: pass a path on a writable one",
+    errno.ENOTDIR: "a part of this path is a file, not a folder: pass another path",
+    errno.EISDIR: "is a folder where a file is needed: pass a file path",
+    errno.EEXIST: "exists and is not a folder: pass another path",
+    errno.ENOENT: "no such file or folder",
+    errno.ENAMETOOLONG: "the name is too long: pass a shorter path",
+}
+
+
+def os_error_line(e: OSError) -> str:
+    """An OSError as one line: the file, what went wrong and what to do."""
+    names = " -> ".join(str(n) for n in (e.filename, e.filename2) if n is not None)
+    what = WHAT_TO_DO.get(e.errno or 0, e.strerror or str(e))
+    return f"{names}: {what}" if names else f"{e.strerror or e}: {what}"
+
+
+app = typer.Typer(cls=Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning training across environments and precisions.")
-state = {"verbose": False}
+state: dict[str, Any] = {"verbose": False, "db": None}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exits(command: str) -> Callable[[F], F]:
+    """Append the command's exit statuses (runner/exitcodes.py) to its --help."""
+    def add(fn: F) -> F:
+        fn.__doc__ = f"{(fn.__doc__ or '').rstrip()}\n\n{exitcodes.help_text(command)}\n"
+        return fn
+    return add
+
+
+def _store_path(db: Path) -> Path:
+    """--db: remembered for the error boundary; a path the store cannot use (a folder, a file in the way) is the
+    store's StoreError (exit 6), said in one line when it is opened."""
+    state["db"] = db
+    return db
+
+
+def _folder_path(path: Path | None, option: str) -> Path | None:
+    """--out and --workdir name a folder (made if missing): one line (exit 2) when a file is in the way."""
+    if path is None:
+        return None
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "is a file" if p == path else f"is under {p}, which is a file"
+                raise ConfigError(f"{option} {path}: {what}; pass a folder")
+            break
+    return path
+
+
+def _run_refs(refs: list[str] | None) -> list[str] | None:
+    """--run / RUN: a blank one (an unset shell variable) must not mean every run."""
+    for ref in refs or []:
+        if not ref.strip():
+            raise ConfigError(f"run {ref!r}: give a run id or a prefix of one (`matrix ls` lists them); a blank one "
+                              "would mean every run")
+    return refs
+
+
+def _run_ref(ref: str | None) -> str | None:
+    _run_refs([ref] if ref is not None else None)
+    return ref
+
+
+def _workdir_path(path: Path) -> Path:
+    return _folder_path(path, "--workdir") or path
+
+
+def _out_path(path: Path | None) -> Path | None:
+    return _folder_path(path, "--out")
+
 
 MatrixOpt = Annotated[Path | None, typer.Option("--matrix", "-m", help="matrix file (default: ./matrix.yaml, "
                                                    "else the embedded quickstart)")]
-DbOpt = Annotated[Path, typer.Option("--db", help="SQLite result store")]
+DbOpt = Annotated[Path, typer.Option("--db", help="SQLite result store", callback=_store_path)]
 EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="only these environments (name, tag or backend)")]
 OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="only cells with KEY=VALUE (repeatable)")]
+MaxCellsOpt = Annotated[int, typer.Option("--max-cells", min=1, help="refuse a matrix of more cells than this "
+                                          "(a typo in an axis multiplies)")]
 
 
 @app.callback()
@@ -44,11 +160,16 @@ def _matrix_path(path: Path | None) -> Path | None:
     return path
 
 
+def _load(matrix: Path | None, max_cells: int) -> matrix_mod.Matrix:
+    return matrix_mod.load(_matrix_path(matrix), max_cells=max_cells)
+
+
 @app.command()
+@exits("plan")
 def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
-         db: DbOpt = DEFAULT_DB) -> None:
+         db: DbOpt = DEFAULT_DB, max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
     """Validate the matrix file and list its cells; nothing runs."""
-    m = matrix_mod.load(_matrix_path(matrix))
+    m = _load(matrix, max_cells)
     cells = matrix_mod.select(m.cells(), env or (), only or ())
     stored = {}
     if db.exists():
@@ -71,42 +192,41 @@ def param_columns(cells: list[Any]) -> list[str]:
 
 
 @app.command()
+@exits("run")
 def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
         image: Annotated[str | None, typer.Option("--image", help="run the axes in this one image "
                                                      "(an ad-hoc docker environment)")] = None,
-        gpus: Annotated[str | None, typer.Option("--gpus", help="with --image: all, N or 0,1")] = None,
+        gpus: Annotated[str | None, typer.Option("--gpus", help="with --image only: all, N or 0,1 (matrix "
+                                                    "file environments say `gpus:` themselves)")] = None,
         rerun_failed: Annotated[bool, typer.Option("--rerun-failed", help=f"run {RERUN_FAILED_TEXT} "
                                                    "repeats again")] = False,
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
         workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files (submitted "
-                                              "jobs are kept in --db)")] = Path("results"),
+                                              "jobs are kept in --db)", callback=_workdir_path)
+                           ] = Path("results"),
+        max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS,
         ) -> None:
-    """Run every repeat that is not stored yet (resume is the default).
-
-    Exit status: 0 when every selected repeat is ok or unsupported (or still queued with --no-wait);
-    1 when nothing could run (bad matrix file, store or option); 3 when a repeat ended failed, oom,
-    timeout, cancelled or not_started (its environment could not start); 4 when everything was
-    measured but a reference of the matrix file failed; 5 when a reference is undecided (no value to
-    judge; an entry's `undecided: pass|fail` counts it otherwise); 130 when interrupted.
-    """
-    m = matrix_mod.load(_matrix_path(matrix))
-    if image:
+    """Run every repeat that is not stored yet (resume is the default)."""
+    if gpus is not None and image is None:
+        raise ConfigError(f"--gpus {gpus}: applies to --image only; an environment of the matrix file says its "
+                          "own GPUs (`gpus:` of a docker environment, `gpus_per_node:` of a slurm one, the gpus axis)")
+    m = _load(matrix, max_cells)
+    if image is not None:
         m = _with_image(m, image, gpus)
     _run(m, db, env, only, workdir, rerun_failed=rerun_failed, force=force, wait=not no_wait, submit=True)
 
 
 @app.command()
+@exits("collect")
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
             workdir: Annotated[Path, typer.Option("--workdir", help="logs; the jobs to gather are found in "
-                                                  "--db")] = Path("results")) -> None:
+                                                  "--db", callback=_workdir_path)
+                               ] = Path("results"),
+            max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
     """Gather results of batch jobs submitted earlier (`run --no-wait`); submits and starts nothing
-    (repeats of environments that run here are left to `matrix run`).
-
-    Exit status as `matrix run`: 0, 1, 3 (a repeat did not end ok or unsupported), 4 (a reference
-    failed), 130.
-    """
-    m = matrix_mod.load(_matrix_path(matrix))
+    (repeats of environments that run here are left to `matrix run`)."""
+    m = _load(matrix, max_cells)
     _run(m, db, env, only, workdir, submit=False)
 
 
@@ -137,9 +257,9 @@ def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] 
             if text:
                 typer.echo(text, nl=False)
     if report.exit_code:
-        raise typer.Exit(report.exit_code)
+        raise typer.Exit(int(report.exit_code))
     if decided:
-        raise typer.Exit(decided)
+        raise typer.Exit(int(decided))
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
@@ -147,6 +267,7 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 @app.command("ls")
+@exits("ls")
 def ls(db: DbOpt = DEFAULT_DB) -> None:
     """List the runs in the store."""
     from datetime import datetime
@@ -162,8 +283,9 @@ def ls(db: DbOpt = DEFAULT_DB) -> None:
 
 
 @app.command()
+@exits("show")
 def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run id or prefix "
-                                                          "(default: latest)")] = None,
+                                                          "(default: latest)", callback=_run_ref)] = None,
          db: DbOpt = DEFAULT_DB) -> None:
     """The cells of one run with their statuses and throughput."""
     with Store(db, readonly=True) as store:
@@ -186,6 +308,7 @@ UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an un
 
 
 @app.command()
+@exits("compare")
 def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, backend or run id")],
             b: Annotated[str, typer.Argument(help="side B: environment, tag, backend or run id")],
             db: DbOpt = DEFAULT_DB,
@@ -209,12 +332,13 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
     the pairs that failed or were undecided (in JSON: the `gate` member).
     """
     from runner.report import compare_command
+    if not (math.isfinite(min_effect) and 0 <= min_effect < 1):
+        raise ConfigError(f"--min-effect {min_effect}: a fraction from 0 to below 1 (0.02 = 2%)")
     gate_out, status = "", 0
     if fail_on:
         from runner.decide import commands as decide
         gate_out, status = decide.gate_command(db, a, b, fail_on, fmt, undecided, pool)
     elif undecided is not None:
-        from runner.errors import ConfigError
         raise ConfigError("--undecided applies to the gate: add --fail-on (e.g. --fail-on slower:3%)")
     text = compare_command(db, a, b, fmt, metric, min_effect=min_effect, pool=pool)
     if gate_out:
@@ -228,18 +352,19 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
 
 
 @app.command()
+@exits("check")
 def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
           fmt: Annotated[str | None, typer.Option("--format", help="json (default: a table)")] = None,
-          undecided: UndecidedOpt = None) -> None:
+          undecided: UndecidedOpt = None, max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
     """Hold the stored results against the matrix file's `references:`; runs nothing.
 
     Per cell and metric: pass, fail or undecided, with the measured mean, the reference and the margin.
-    Exit status 1 when a reference fails (a cell it covers has no value: its repeats failed), 5 when one
-    is undecided (nothing measured, or the metric is not measured there) unless --undecided (or the
-    entry's `undecided:`) counts it as fail or pass.
+    A reference fails when a cell it covers has no value because its repeats failed; it is undecided when
+    nothing was measured or the metric is not measured there, unless --undecided (or the entry's
+    `undecided:`) counts it as fail or pass.
     """
     from runner.decide import commands as decide
-    m = matrix_mod.load(_matrix_path(matrix))
+    m = _load(matrix, max_cells)
     cells = matrix_mod.select(m.cells(), env or (), only or ())
     text, status = decide.check_command(m, cells, db, fmt, undecided)
     typer.echo(text, nl=not text.endswith("\n"))
@@ -248,12 +373,15 @@ def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, 
 
 
 @app.command()
+@exits("report")
 def report(db: DbOpt = DEFAULT_DB,
-           run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs")] = None,
+           run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs",
+                                                              callback=_run_refs)] = None,
            fmt: Annotated[list[str] | None, typer.Option("--format", help="md, html, csv, json "
                                                             "(repeatable; default: md and html)")] = None,
-           out: Annotated[Path | None, typer.Option("--out", help="output folder "
-                                                       "(default: results/reports/<name>/, untracked)")] = None) -> None:
+           out: Annotated[Path | None, typer.Option("--out", help="output folder (default: results/reports/<name>/, "
+                                                       "untracked)", callback=_out_path)
+                          ] = None) -> None:
     """Write the report views (tables and plots) from the store."""
     from runner.report import report_command
     for path in report_command(db, run_refs or None, fmt or ["md", "html"], out):
@@ -261,6 +389,7 @@ def report(db: DbOpt = DEFAULT_DB,
 
 
 @app.command()
+@exits("doctor")
 def doctor() -> None:
     """What this host offers: Docker engine and GPU runtime, Slurm, GPUs, Python and torch."""
     table = Table(["backend", "check", "", "detail"])
@@ -272,8 +401,9 @@ def doctor() -> None:
 
 
 @app.command()
+@exits("clean")
 def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this run's leftovers "
-                                                         "(id or prefix)")] = None,
+                                                         "(id or prefix)", callback=_run_ref)] = None,
           db: DbOpt = DEFAULT_DB) -> None:
     """Remove containers and batch jobs left by interrupted runs."""
     if run_ref and db.exists():
@@ -284,17 +414,10 @@ def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this r
 
 
 def main() -> None:
-    """Entry point: a MatrixError is one line on stderr and exit status 1 (--verbose: the traceback)."""
-    try:
-        app(prog_name="matrix")
-    except MatrixError as e:
-        if state["verbose"]:
-            traceback.print_exc()
-        consoles.stderr().print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-        sys.exit(int(e.exit_code))
-    except KeyboardInterrupt:
-        consoles.stderr().print("interrupted")
-        sys.exit(execute.EXIT_INTERRUPTED)
+    """Entry point; errors become one line and their exit status in Boundary. SIGTERM interrupts every command
+    as Ctrl-C does (130)."""
+    signal.signal(signal.SIGTERM, _sigterm)
+    app(prog_name="matrix")
 
 
 if __name__ == "__main__":

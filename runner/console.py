@@ -49,10 +49,12 @@ def stderr() -> Console:
 
 
 def rich_table(t: Table, title: str = "") -> Any:
-    """A report Table as a rich table, its cells styled by their class."""
-    rt = RichTable(title=title or None, title_justify="left", header_style="bold", show_lines=False)
+    """A report Table as a rich table, its cells styled by their class. Title, headers and cells are Text, never
+    console markup: an environment named `[red]` or a value `[/x]` is printed as written."""
+    rt = RichTable(title=Text(title, style="table.title") if title else None, title_justify="left", header_style="bold",
+                   show_lines=False)
     for col, align in zip(t.columns, t.aligns(), strict=True):
-        rt.add_column(col, justify="right" if align == "r" else "left", overflow="fold")
+        rt.add_column(Text(col), justify="right" if align == "r" else "left", overflow="fold")
     for row in t.rows:
         rt.add_row(*(Text(c.text, style=STYLES.get(c.cls, "")) for c in row))
     return rt

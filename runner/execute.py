@@ -200,7 +200,7 @@ class RunPrinter:
         self.taken: set[str] = set()
 
     def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path) -> None:
-        self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {store}. "
+        self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {escape(str(store))}. "
                        "Use --rerun-failed or --force to measure again; `matrix show` lists them.")
 
     def nothing_to_collect(self, store: Path) -> None:
@@ -281,7 +281,7 @@ class RunPrinter:
         shown = " ".join(f"{task.cell.params[k]}" for k in self.varying if k in task.cell.params)
         rule = task.cell.run.adaptive
         most = f"{rule.max} at most" if rule else str(task.cell.run.repeats)
-        self.progress.update(self.bar, description=f"{task.cell.env_name} {shown} [dim]repeat "
+        self.progress.update(self.bar, description=f"{escape(task.cell.env_name)} {escape(shown)} [dim]repeat "
                                                    f"{task.repeat + 1}/{most}[/]")
 
     def more(self, n: int) -> None:
@@ -311,11 +311,11 @@ class RunPrinter:
     def environment_done(self, env_name: str) -> None:
         n = self.same_again.pop(env_name, 0)
         if n:
-            self.progress.console.print(f"[yellow]{n} more repeat{'s' if n != 1 else ''}[/] of {env_name} ended "
+            self.progress.console.print(f"[yellow]{n} more repeat{'s' if n != 1 else ''}[/] of {escape(env_name)} ended "
                                         "the same way (`matrix show` lists them)")
 
     def interrupted(self, run_id: str, done: int, store: Path, left_queued: int) -> None:
-        self.err.print(f"\n[bold]Interrupted.[/] {done} repeats of run {run_id} are stored in {store}; "
+        self.err.print(f"\n[bold]Interrupted.[/] {done} repeats of run {run_id} are stored in {escape(str(store))}; "
                        "run the same `matrix run` command again to measure only what is missing.")
         if left_queued:
             self.err.print(f"{left_queued} repeats this run submitted to a batch scheduler were not waited for "

@@ -13,7 +13,7 @@ from enum import IntEnum
 
 class Exit(IntEnum):
     OK = 0                # done; every selected repeat ok or unsupported; every decision passed
-    FAILED = 1            # a decision failed: the gate tripped, a reference failed (check), bisect found no change
+    FAILED = 1            # a decision failed: the gate tripped, a reference failed (check)
     USAGE = 2             # bad command line, matrix file or option value (one line names the file and field)
     NOT_MEASURED = 3      # run/collect: a repeat ended failed, oom, timeout, cancelled or not_started
     REFERENCE_FAILED = 4  # run/collect: everything was measured, but a `references:` entry failed
@@ -35,15 +35,14 @@ class Meaning:
 MEANINGS: tuple[Meaning, ...] = (
     Meaning(Exit.OK, "all", "done: every selected repeat is `ok` or `unsupported` (or still queued after "
             "`--no-wait`); every decision passed"),
-    Meaning(Exit.FAILED, "check, compare --fail-on, bisect",
-            "a decision failed: a reference failed, the gate tripped, or bisect found no change"),
+    Meaning(Exit.FAILED, "check, compare --fail-on", "a decision failed: a reference failed or the gate tripped"),
     Meaning(Exit.USAGE, "all", "bad command line, matrix file or option value; nothing ran (one line on stderr "
             "names the file, the field and what is allowed)"),
     Meaning(Exit.NOT_MEASURED, "run, collect", "a selected repeat ended `failed`, `oom`, `timeout`, `cancelled` "
             "or `not_started`; the summary counts them and `matrix show` has the reasons"),
     Meaning(Exit.REFERENCE_FAILED, "run, collect",
             "everything was measured, but a `references:` entry of the matrix file failed"),
-    Meaning(Exit.UNDECIDED, "check, compare --fail-on, run, bisect",
+    Meaning(Exit.UNDECIDED, "check, compare --fail-on, run",
             "a decision was undecided (too few repeats, or no spread to test against); never reported as "
             "passed unless `--undecided pass` asks for it"),
     Meaning(Exit.STORE, "all", "the result store or its filesystem: a corrupt or unknown store, a folder that "
@@ -53,3 +52,32 @@ MEANINGS: tuple[Meaning, ...] = (
     Meaning(Exit.INTERNAL, "all", "a bug in matrix: one line; `matrix -v ...` shows the traceback"),
     Meaning(Exit.INTERRUPTED, "all", "interrupted (Ctrl-C or SIGTERM); what was measured is stored"),
 )
+
+
+def commands_of(meaning: Meaning) -> list[str]:
+    """The commands a status applies to, as written: 'all', 'run', 'compare --fail-on', ..."""
+    return [c.strip() for c in meaning.commands.split(",")]
+
+
+def for_command(command: str) -> list[tuple[Meaning, str]]:
+    """The statuses `command` can exit with, each with the option it needs ('' or '--fail-on')."""
+    out = []
+    for m in MEANINGS:
+        for name in commands_of(m):
+            word, _, option = name.partition(" ")
+            if word in ("all", command):
+                out.append((m, option))
+                break
+    return out
+
+
+def help_text(command: str) -> str:
+    """The `Exit status` paragraph of a command's --help, from MEANINGS."""
+    lines = [f"{int(m.code)}: {'with ' + option + ', ' if option else ''}{m.text}" for m, option in for_command(command)]
+    return "Exit status (runner/exitcodes.py):\n\n" + "\n\n".join(lines)
+
+
+def markdown_table() -> str:
+    """The README's exit-status table, from MEANINGS."""
+    rows = [f"| {int(m.code)} | {m.commands} | {m.text} |" for m in MEANINGS]
+    return "\n".join(["| status | commands | means |", "| --- | --- | --- |", *rows])

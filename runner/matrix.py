@@ -1,8 +1,9 @@
-"""matrix.yaml: load with safe_load, validate with pydantic, expand into cells."""
+"""matrix.yaml: load with safe_load's constructors, validate with pydantic, expand into cells."""
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,11 +13,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from runner import backends, contract
+from runner import yamltext as yt
 from runner.errors import ConfigError
 from runner.spec import AXIS_NAMES, Axes, Cell, EnvironmentBase, Mount, RunSettings, Scalar, Strict
 
 DEFAULT_MATRIX = Path(__file__).with_name("examples") / "quickstart.yaml"
 MATCH_KEYS = ("environment", *AXIS_NAMES)
+MAX_CELLS = 10_000  # more cells than this is most likely a typo in an axis: refused unless --max-cells says so
 
 
 class MatrixFile(Strict):
@@ -50,33 +53,51 @@ class Matrix:
         raise ConfigError(f"no environment {name!r}; environments: {', '.join(e.name for e in self.environments)}")
 
     def cells(self) -> list[Cell]:
-        return expand(self)
+        cells = expand(self)
+        if not cells:
+            where = self.path or "the matrix"
+            raise ConfigError(f"{where}: exclude: the rules remove every cell; nothing would run")
+        return cells
+
+    def size(self) -> int:
+        """How many cells expansion can give at most: environments x every axis's values, plus includes."""
+        lengths = [len(v) for v in self.axes.model_dump().values() if v is not None]
+        return len(self.environments) * (math.prod(lengths) + len(self.include))
+
+    def size_text(self) -> str:
+        """'2 environments x batch_size 1000 x lr 500': the factors of size(), the axes with several values."""
+        envs = len(self.environments)
+        parts = [f"{envs} environment{'s' if envs != 1 else ''}"]
+        parts += [f"{k} {len(v)}" for k, v in self.axes.model_dump().items() if v is not None and len(v) > 1]
+        return " x ".join(parts) + (f" + {len(self.include)} include rules" if self.include else "")
 
 
 # Loading and errors -----------------------------------------------------------------------------
-def load(path: Path | str | None) -> Matrix:
+def load(path: Path | str | None, max_cells: int = MAX_CELLS) -> Matrix:
     """Read and validate a matrix file; every mistake becomes one ConfigError naming file and field."""
     path = Path(path) if path else DEFAULT_MATRIX
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such matrix file (try `-m examples/quickstart.yaml`)") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder; -m takes a matrix file such as examples/quickstart.yaml") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a matrix file: byte {e.start} is not UTF-8 text") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from e
-    return parse(text, path)
+    return parse(text, path, max_cells=max_cells)
 
 
-def parse(text: str, path: Path | None = None, name: str | None = None) -> Matrix:
+def parse(text: str, path: Path | None = None, name: str | None = None, max_cells: int = MAX_CELLS) -> Matrix:
     where = str(path) if path else "<matrix>"
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" (line {mark.line + 1})" if mark else ""
-        raise ConfigError(f"{where}{line}: not valid YAML: {getattr(e, 'problem', None) or e}") from e
+    data, root = yt.load(text, where)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with `environments` and `axes` at the top level")
     problems: list[str] = []
+    data = _as_written(data, root, lambda loc: _line(where, text, loc), problems)
+    if problems:
+        raise ConfigError("\n".join(problems))
     try:
         top = MatrixFile.model_validate(data)
     except ValidationError as e:
@@ -109,6 +130,7 @@ def parse(text: str, path: Path | None = None, name: str | None = None) -> Matri
     stem = path.stem if path else "matrix"
     m = Matrix(path, name or top.name or stem, tuple(envs), top.axes, tuple(map(typed_rule, top.include)),
                tuple(map(typed_rule, top.exclude)), top.run)
+    check_size(m, max_cells)
     problems = [_line(where, text, loc) + f": {why}" for loc, why in _bench_refuses_together(m)]
     if problems:
         raise ConfigError("\n".join(problems))
@@ -164,6 +186,47 @@ def _bench_refuses_together(m: Matrix) -> list[tuple[tuple[Any, ...], str]]:
                                           if r.get(option) == value), ("axes", option)))
             found.setdefault(loc, why)
     return list(found.items())
+def check_size(m: Matrix, max_cells: int) -> None:
+    """Refuse a matrix larger than max_cells before expanding it (a typo such as `batch_size: [1..1000]` written
+    out, or two long axes, multiplies), naming the factors."""
+    size = m.size()
+    if size > max_cells:
+        where = m.path or "the matrix"
+        raise ConfigError(f"{where}: axes: up to {size:,} cells ({m.size_text()}), more than the limit of "
+                          f"{max_cells:,}; check the axes for a typo, or pass --max-cells {size} to mean it")
+
+
+def _as_written(data: dict[str, Any], root: yaml.Node | None, locate: yt.Locate, problems: list[str]
+                ) -> dict[str, Any]:
+    """The file's data with every text field as the user typed it (an `env:` value `yes` stays "yes", not
+    "True") and numbers YAML 1.1 reads otherwise than they look (010, 1:30) refused: runner/yamltext.py."""
+    walk = yt.Walk(locate)
+    items = {a: yt.list_item(f.annotation) for a, f in Axes.model_fields.items()}
+    rule = {"environment": str, **items}
+    shape: yt.Shape = {name: f.annotation for name, f in MatrixFile.model_fields.items()}
+    shape.update(environments=Any, include=list[rule], exclude=list[rule], references=Any)  # type: ignore[valid-type]
+    out = walk.value(data, root, shape, ())
+    envs, envs_node = out.get("environments"), yt.child(root, "environments")
+    if isinstance(envs, list) and isinstance(envs_node, yaml.SequenceNode) and len(envs) == len(envs_node.value):
+        out["environments"] = [walk.value(raw, node, _environment_model(raw) or Any, ("environments", i))
+                               for i, (raw, node) in enumerate(zip(envs, envs_node.value, strict=True))]
+    if out.get("references"):
+        from runner.decide.references import Bound  # pandas: only for files that have references
+
+        match = {"environment": str | list[str], **{a: t | list[t] for a, t in items.items()}}  # type: ignore[valid-type]
+        entry = {"match": match, "*": str | Bound}
+        out["references"] = walk.value(out["references"], yt.child(root, "references"), list[entry], ("references",))  # type: ignore[valid-type]
+    problems += walk.problems
+    return out
+
+
+def _environment_model(raw: Any) -> type[BaseModel] | None:
+    """The pydantic model of one raw environment entry (its backend's), or None for an unknown backend."""
+    kind = raw.get("backend", "local") if isinstance(raw, dict) else None
+    try:
+        return backends.get(str(kind)).config
+    except ConfigError:
+        return None
 
 
 def typed_rule(rule: Mapping[str, Scalar]) -> dict[str, Scalar]:
@@ -175,6 +238,9 @@ def typed_rule(rule: Mapping[str, Scalar]) -> dict[str, Scalar]:
 def _check_rule(where: str, text: str, field_name: str, i: int, rule: dict[str, Scalar],
                 env_names: set[str]) -> list[str]:
     problems = []
+    if not rule:
+        problems.append(_line(where, text, (field_name, i)) + f": an empty rule matches every cell; name at least "
+                        f"one of {', '.join(MATCH_KEYS)}")
     for key in rule:
         if key not in MATCH_KEYS:
             problems.append(_line(where, text, (field_name, i, key))
@@ -209,6 +275,11 @@ def _format(where: str, text: str, err: ValidationError, prefix: tuple[Any, ...]
             msg = f"{e['input']!r} is not allowed; allowed: {(e.get('ctx') or {}).get('expected', '')}"
         elif e["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
+        elif e["type"] == "string_type":
+            given = e["input"]
+            kind = "a list" if isinstance(given, list) else "a mapping" if isinstance(given, dict) else \
+                type(given).__name__
+            msg = f"expected text, not {kind}; write one value, in quotes if YAML would read it otherwise"
         lines.append(_line(where, text, full) + f": {msg}")
     return "\n".join(lines)
 
@@ -295,9 +366,12 @@ def expand(m: Matrix) -> list[Cell]:
                 rows.append({**{k: v[0] for k, v in axes.items()}, **inc, "environment": env_name})
     cells: list[Cell] = []
     seen: set[str] = set()
+    by_name = {e.name: e for e in m.environments}
     for row in rows:
-        env = m.environment(str(row.pop("environment")))
-        params = {k: _coerce(k, row[k]) for k in AXIS_NAMES if k in row}
+        name = str(row.pop("environment"))
+        env = by_name.get(name) or m.environment(name)
+        # Typed already: axis values by Axes, include values by typed_rule when the file was read.
+        params = {k: row[k] for k in AXIS_NAMES if k in row}
         cell = Cell(env, params, m.run)
         if cell.key not in seen:
             seen.add(cell.key)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -15,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from runner.contract import AMP_IMPLS, DATASET_FORMS, DATASET_KINDS, DEVICES, MODELS, PRECISIONS
 
 Scalar = str | int | float | bool
+MOST_REPEATS = 1000  # repeats per cell, fixed or adaptive: more is a typo (each is a fresh process)
+LONGEST_TIMEOUT = 30 * 86400.0  # seconds per repeat: 30 days; a Slurm time limit is derived from it
 
 
 class Strict(BaseModel):
@@ -45,8 +49,8 @@ class AdaptiveRepeats(Strict):
     """`repeats: {min: 3, max: 20, target_ci: 1%}`: add repeats until the 95% confidence interval of the
     mean throughput is within ±target_ci of the mean, or `max` repeats are stored (runner/decide/adaptive.py)."""
 
-    min: int = Field(3, ge=2)
-    max: int = Field(20, ge=2)
+    min: int = Field(3, ge=2, le=MOST_REPEATS)
+    max: int = Field(20, ge=2, le=MOST_REPEATS)
     target_ci: float = Field(0.01, gt=0, lt=1)
 
     _pct = field_validator("target_ci", mode="before")(percentage)
@@ -59,11 +63,11 @@ class AdaptiveRepeats(Strict):
 
 
 class RunSettings(Strict):
-    iterations: int = Field(50, ge=0)
-    warmup: int = Field(10, ge=0)
-    repeats: int = Field(3, ge=1, description="repeats every cell gets (the minimum when adaptive)")
-    timeout: float = Field(600, gt=0, description="seconds per repeat")
-    seed: int = 0
+    iterations: int = Field(50, ge=0, le=10**9)
+    warmup: int = Field(10, ge=0, le=10**9)
+    repeats: int = Field(3, ge=1, le=MOST_REPEATS, description="repeats every cell gets (the minimum when adaptive)")
+    timeout: float = Field(600, gt=0, le=LONGEST_TIMEOUT, allow_inf_nan=False, description="seconds per repeat")
+    seed: int = Field(0, description="seeds random, numpy and torch in bench.py (its range: runner/bench/contract.py)")
     interleave: bool = Field(False, description="run repeat 1 of every cell, then repeat 2, ... so that drift in "
                              "the machine falls on every cell alike (environments that run here; a batch "
                              "scheduler orders its own jobs)")
@@ -120,11 +124,35 @@ class EnvironmentBase(Strict):
     # Fields that change what is measured, besides name/backend/python/env: part of a cell's key.
     measured_fields: ClassVar[tuple[str, ...]] = ()
 
+    @field_validator("name", "tags")
+    @classmethod
+    def _printable(cls, value: Any) -> Any:
+        """Names and tags are written into tables, CSV, Markdown and batch-job keys (tab-separated): one line."""
+        for text in value if isinstance(value, list) else [value]:
+            if not text.strip():
+                raise ValueError("a name or tag cannot be blank")
+            if any(unicodedata.category(c) == "Cc" for c in text):
+                raise ValueError(f"{text!r}: a name or tag cannot hold a tab, newline or other control character")
+        return value
+
     @field_validator("env", mode="before")
     @classmethod
     def _env_values_are_strings(cls, value: Any) -> Any:
+        """A number given in code becomes its text and null an empty value; a list or mapping is refused (its
+        Python spelling is not what anyone means). matrix.yaml's values arrive as written (runner/matrix.py)."""
         if isinstance(value, Mapping):
-            return {str(k): ("" if v is None else str(v)) for k, v in value.items()}
+            return {str(k): ("" if v is None else str(v) if isinstance(v, str | int | float) else v)
+                    for k, v in value.items()}
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_are_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"{name!r} cannot be an environment variable name (empty, or with '=' or NUL)")
+            if "\0" in text:
+                raise ValueError(f"{name}: a value cannot hold a NUL character")
         return value
 
     def identity(self) -> dict[str, Any]:
@@ -185,6 +213,13 @@ class Axes(Strict):
                 raise ValueError(f"unknown dataset {d!r}; allowed: {', '.join(DATASET_FORMS)}")
         return value
 
+    @field_validator("*")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        if value is not None and not value:
+            raise ValueError("an empty list gives no cells; give at least one value, or leave the axis out")
+        return value
+
     @field_validator("batch_size", "gpus", "nodes")
     @classmethod
     def _positive(cls, value: list[int]) -> list[int]:
@@ -219,8 +254,10 @@ class Cell:
     def env_name(self) -> str:
         return self.environment.name
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """Computed once: the hash of the environment's identity, params and run settings (expansion, plan,
+        todo and the store ask for it again and again)."""
         return stable_hash({
             "environment": self.environment.identity(),
             "params": dict(sorted(self.params.items())),

@@ -52,11 +52,32 @@ class Bound(Strict):
     @field_validator("tolerance", mode="before")
     @classmethod
     def _tolerance(cls, v: Any) -> Any:
-        # '5%' is relative; a plain number is absolute, in the metric's display unit.
+        # '5%' is relative; a plain number is absolute, in the metric's display unit. Checked here, when the
+        # file is read: a tolerance that cannot be used must not wait for the end of a measured run.
         if isinstance(v, str):
-            if not v.strip().endswith("%"):
+            text = v.strip()
+            try:
+                number = float(text[:-1]) if text.endswith("%") else math.nan
+            except ValueError:
+                number = math.nan
+            if not text.endswith("%") or not math.isfinite(number):
                 raise ValueError(f"tolerance {v!r}: write a percentage such as 5% or a number in the metric's unit")
-            return v.strip()
+            if number < 0:
+                raise ValueError(f"tolerance {v!r}: a tolerance is a distance, 0 or more (5% means ± 5%)")
+            return text
+        if isinstance(v, bool):
+            raise ValueError(f"tolerance {v!r}: write a percentage such as 5% or a number in the metric's unit")
+        if isinstance(v, int | float) and (not math.isfinite(v) or v < 0):
+            raise ValueError(f"tolerance {v!r}: a tolerance is a finite distance, 0 or more")
+        return v
+
+    @field_validator("min", "max", "value", mode="before")
+    @classmethod
+    def _finite(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            raise ValueError(f"{v!r} is not a number")
+        if isinstance(v, int | float) and not math.isfinite(v):
+            raise ValueError(f"{v!r}: a reference is a finite number")
         return v
 
     @model_validator(mode="after")
@@ -132,6 +153,9 @@ def parse_bound(raw: Any) -> Bound:
                 return Bound(**{key: float(m["bound"])})
             tol: float | str = m["tol"] if m["tol"].endswith("%") else float(m["tol"])
             return Bound(value=float(m["value"]), tolerance=tol)
+        except ValidationError as e:
+            why = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
+            raise ValueError(f"{raw!r} is not a reference ({why})") from None
         except ValueError as e:
             raise ValueError(f"{raw!r} is not a reference ({e})") from None
     raise ValueError(f"{raw!r} is not a reference; write '>= 3000', '<= 2048', '2790 ± 5%' "

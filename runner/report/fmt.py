@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+import pandas as pd
 
 from runner.analysis import Metric
 
@@ -162,3 +166,42 @@ def md_table(table: Table) -> MdSafe:
     rule = "| " + " | ".join(("-" * (w - 1) + ":") if a == "r" else "-" * w
                              for w, a in zip(widths, aligns, strict=True)) + " |"
     return MdSafe("\n".join([line(head), rule, *(line(r) for r in body)]))
+
+
+# --- CSV ---------------------------------------------------------------------------------------
+
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP, "CSV Injection").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def csv_cell(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula, neutralised with a leading single quote (OWASP);
+    anything else, numbers included, unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_text(df: pd.DataFrame) -> str:
+    """A frame as CSV for spreadsheets: every CSV the tool writes goes through here. Text cells (and headers)
+    that would start a formula get a leading quote and are quoted; numbers stay numbers."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    out = df.copy()
+    out.columns = [csv_cell(str(c)) for c in out.columns]
+    for col in range(out.shape[1]):
+        series = out.iloc[:, col]
+        if not (is_numeric_dtype(series) or is_bool_dtype(series)):
+            out[out.columns[col]] = series.astype(object).map(csv_cell)
+    raw = out.to_csv(index=False, lineterminator="\r\n")  # so a field holding a CR or LF is quoted
+    lines = []
+    for row in csv.reader(io.StringIO(raw, newline="")):
+        lines.append(",".join(_csv_field(v) for v in row))
+    return "".join(line + "\n" for line in lines)
+
+
+def _csv_field(value: str) -> str:
+    """Quoted when neutralised (OWASP: quote such a cell too) or when CSV needs it, as csv.QUOTE_MINIMAL."""
+    if value.startswith("'") or any(c in value for c in ',"\r\n'):
+        return '"' + value.replace('"', '""') + '"'
+    return value

@@ -158,8 +158,8 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) ->
         svgs = [{"title": p.title, "name": p.name, "svg": trusted_svg(p)} for p in plots if p.svg]
         written.append(_write(out / "report.html", render_template("report.html.j2", r=model, plots=svgs)))
     if "csv" in formats:
-        written.append(_write(out / "summary.csv", model.summary.to_csv(index=False)))
-        written.append(_write(out / "repeats.csv", repeats_frame(model.frame).to_csv(index=False)))
+        written.append(_write(out / "summary.csv", fmt.csv_text(model.summary)))
+        written.append(_write(out / "repeats.csv", fmt.csv_text(repeats_frame(model.frame))))
     if "json" in formats:
         written.append(_write(out / "report.json", report_json(model)))
     return written
@@ -253,7 +253,7 @@ def compare_markdown(c: an.Comparison) -> str:
 
 
 def compare_csv(c: an.Comparison) -> str:
-    return c.pairs.assign(a=c.a.ref, b=c.b.ref, metric=c.metric.name).to_csv(index=False)
+    return fmt.csv_text(c.pairs.assign(a=c.a.ref, b=c.b.ref, metric=c.metric.name))
 
 
 def compare_json(c: an.Comparison) -> str:

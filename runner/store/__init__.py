@@ -107,6 +107,9 @@ class Claim:
     machine: Holder | None = None
 
 
+JSON_COLUMNS: dict[str, type] = {"tags": list, "params": dict, "metrics": dict, "env": dict, "raw": dict}
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
@@ -627,12 +630,16 @@ class Store:
             raise StoreError(f"{self.path}: result {d['id']} has row schema {d['schema']!r}; this matrix reads "
                              f"{SCHEMA}: it was written by another matrix version; use that version")
         self._status(d["status"], d["id"])
-        for col in ("tags", "params", "metrics", "env", "raw"):
+        for col, kind in JSON_COLUMNS.items():
             try:
                 d[col] = json.loads(d[col]) if d[col] is not None else None
             except (TypeError, ValueError):
                 raise StoreError(f"{self.path} is damaged: column {col} of result {d['id']} is not JSON; restore "
                                  "the store from a copy, or start a new store with --db") from None
+            if d[col] is not None and not isinstance(d[col], kind):
+                raise StoreError(f"{self.path} is damaged: column {col} of result {d['id']} is a "
+                                 f"{type(d[col]).__name__}, not a {kind.__name__}; restore the store from a copy, or "
+                                 "start a new store with --db")
         return d
 
     # the journal of results a full disk kept out -------------------------------------------------------

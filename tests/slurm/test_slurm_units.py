@@ -128,8 +128,11 @@ def test_newlines_cannot_reach_an_sbatch_line() -> None:
         SlurmEnvironment(name="x", sbatch_options=["--constraint=a\n#SBATCH --x"])
     with pytest.raises(ConfigError, match="one line"):
         sbatch_quote("a\nb")
-    # A name with a newline is made harmless rather than refused: it only labels the job.
-    env = SlurmEnvironment(name="two\nlines", gpus_per_node=0)
+    # A name with a newline is refused when the file is read (names are one line everywhere); the job name
+    # would still be made harmless.
+    with pytest.raises(ValidationError, match="control character"):
+        SlurmEnvironment(name="two\nlines", gpus_per_node=0)
+    env = SlurmEnvironment.model_construct(name="two\nlines", gpus_per_node=0)  # defaults, unvalidated
     job = array_job(env, count=1, gpus=1, nodes=1, time="1", run_id="r", results_dir=Path("/r"), manifest="m", bench_name="b.pyz")
     assert "#SBATCH --job-name=\"matrix-two?lines\"" in render_script(job)
 

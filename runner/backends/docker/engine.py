@@ -182,7 +182,7 @@ class Engine:
         from runner.console import stderr
 
         layers: dict[str, tuple[int, int]] = {}
-        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        with Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                       console=stderr(), transient=False) as progress:
             bar = progress.add_task(f"pulling {ref}", total=None)
             try:
