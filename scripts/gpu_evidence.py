@@ -28,15 +28,20 @@ def missing() -> list[str]:
 
 
 def with_wheels() -> None:
-    """Install .whl/*.whl into a private folder and run this script again with it first on the path, so the
-    versions this project was tested with win over whatever the machine has (bench's processes inherit it)."""
+    """Where a dependency is missing, install .whl/*.whl into a private folder and run this script again with
+    it first on the path, so the versions this project was tested with win over the machine's (bench's
+    processes inherit the path too)."""
     wheels = sorted(str(p) for p in WHEELS.glob("*.whl"))
-    if not wheels or os.environ.get(MARK):
+    if not wheels or os.environ.get(MARK) or not missing():
         return
     site = Path(tempfile.gettempdir()) / "matrix-kit-site"
-    print(f"[gpu-evidence] installing {len(wheels)} wheels from .whl/ into {site}", flush=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                    "--no-cache-dir", "--upgrade", "--target", str(site), *wheels], check=True)
+    print(f"[gpu-evidence] {', '.join(missing())} missing: installing {len(wheels)} wheels from .whl/ into {site}",
+          flush=True)
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                          "--no-cache-dir", "--upgrade", "--target", str(site), *wheels])
+    if pip.returncode != 0:
+        sys.exit(f"gpu_evidence: error: pip could not install .whl/ for this Python ({sys.version.split()[0]}): "
+                 "scripts/gpu_evidence_wheels.py --python-version X.Y fetches wheels for another one")
     path = [str(site), str(ROOT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), MARK: str(site)}
     os.execve(sys.executable, [sys.executable, *sys.argv], env)
