@@ -3,8 +3,10 @@ and on, alternating window by window, the NVML it reads substituted by a fake wh
 foreign call that releases the GIL and waits about as long as a real NVML query (ctypes' usleep), so the
 thread does what it does on a GPU machine: wake up, take the GIL, call out, sleep.
 
-Prints each setting's median throughput with the sampler off and on, their ratio with a bootstrap 95%
-interval, and how many samples a window took. The sampler's default rate (bench's SAMPLE_INTERVAL_S) is
+Prints each setting's median throughput with the sampler off and on, the median of the paired on/off
+ratios (one pair per round, the order alternating) with a bootstrap 95% interval, how many samples a window
+took, and the CPU time the sampling thread itself used (its own clock, per sample and as a share of a core):
+the direct figure where the throughput's noise hides a small cost. The sampler's default rate (bench's SAMPLE_INTERVAL_S) is
 measured, then the fastest it allows (MIN_INTERVAL_S), then 1 ms, past that bound, to show what the bound
 keeps out.
 
@@ -90,6 +92,17 @@ def main() -> int:
         samples = stop()["samples"] if stop is not None else 0
         return n * args.batch_size / elapsed, samples
 
+    cpu: list[float] = []
+    run_thread = telemetry.Sampler._run
+
+    def timed_run(self: telemetry.Sampler) -> None:  # the sampling thread's own CPU time
+        start = time.thread_time()
+        try:
+            run_thread(self)
+        finally:
+            cpu.append(time.thread_time() - start)
+
+    telemetry.Sampler._run = timed_run  # type: ignore[method-assign]
     for _ in range(3):  # warm-up
         window(False, telemetry.SAMPLE_INTERVAL_S)
     print(f"{args.model} batch {args.batch_size}, {args.threads} thread(s), {args.window:g} s windows, "
@@ -100,23 +113,30 @@ def main() -> int:
                                    ("fastest rate allowed", bound, bound),
                                    ("1 ms, past the bound", 0.001, 0.001)):
         telemetry.MIN_INTERVAL_S = floor
-        off, on, samples = [], [], []
+        off, on, samples, pairs = [], [], [], []
+        cpu.clear()
         for r in range(args.rounds):
             order = (False, True) if r % 2 == 0 else (True, False)
+            got = {}
             for sampled in order:
                 tput, n = window(sampled, interval)
+                got[sampled] = tput
                 (on if sampled else off).append(tput)
                 if sampled:
                     samples.append(n)
-        ratio = statistics.median(on) / statistics.median(off)
+            pairs.append(got[True] / got[False])
+        ratio = statistics.median(pairs)
         rng = random.Random(0)
-        boot = sorted(statistics.median(rng.choices(on, k=len(on))) / statistics.median(rng.choices(off, k=len(off)))
-                      for _ in range(2000))
+        boot = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(2000))
+        per_sample = sum(cpu) / max(sum(samples), 1)
+        share = sum(cpu) / (args.rounds * args.window)
         print(f"{label} (every {interval * 1000:.0f} ms, {statistics.median(samples):.0f} samples a window): "
-              f"off {statistics.median(off):.1f} img/s, on {statistics.median(on):.1f} img/s, on/off {ratio:.4f} "
-              f"(95% bootstrap interval {boot[50]:.4f}-{boot[1949]:.4f}); "
-              f"CV off {statistics.stdev(off) / statistics.mean(off):.2%}")
+              f"off {statistics.median(off):.1f} img/s, on {statistics.median(on):.1f} img/s, paired on/off "
+              f"{ratio:.4f} (95% bootstrap interval {boot[50]:.4f}-{boot[1949]:.4f}), CV off "
+              f"{statistics.stdev(off) / statistics.mean(off):.2%}; the sampling thread used "
+              f"{per_sample * 1e6:.0f} us of CPU per sample, {share:.3%} of a core")
     telemetry.MIN_INTERVAL_S = bound
+    telemetry.Sampler._run = run_thread  # type: ignore[method-assign]
     print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -314,6 +314,15 @@ class Sampler(object):
             self.error = "%s: %s" % (type(e).__name__, e)
 
     def stop(self):
+        """End sampling and return the window's record; a sampler that breaks says so, never raises."""
+        try:
+            return self._stop()
+        except Exception as e:
+            self.stop_event.set()
+            rec = nothing("the sampler failed: %s: %s" % (type(e).__name__, e), self.source)
+            return rec
+
+    def _stop(self):
         self.t_stop = time.perf_counter()
         self.stop_event.set()
         counter = None

@@ -287,3 +287,24 @@ def test_gpu_window_is_sampled_with_the_real_nvml_or_nvidia_smi() -> None:
     assert rec["samples"] >= 3 and rec["sm_clock_mhz"]["max"] > 100
     assert rec["power_w"]["mean"] > 0 and rec["energy_j"] > 0
     assert rec["throttled"] in (True, False)
+
+
+@pytest.mark.gpu
+def test_gpu_bench_result_records_telemetry_energy_and_what_the_precision_ran_on() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip(GPU_REASON)
+    import subprocess
+
+    from runner import artifact
+    proc = subprocess.run([sys.executable, str(artifact.path()), "--model", "mnist_cnn", "--precision", "amp",
+                           "--batch-size", "256", "--dataset", "synthetic", "--iterations", "200", "--warmup", "20",
+                           "--device", "cuda"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout.splitlines()[-1][len("MATRIX_RESULT "):])
+    m, env = r["metrics"], r["env"]
+    assert m["telemetry"]["source"] in ("nvml", "nvidia-smi") and m["telemetry"]["samples"] >= 2
+    assert m["energy_j"] > 0 and m["images_per_joule"] == pytest.approx(m["images"] / m["energy_j"])
+    assert env["device_features"]["runs"] is True and env["device_features"]["sm"].startswith("sm_")
+    volta = torch.cuda.get_device_capability(0) >= (7, 0)
+    assert r["precision"]["native"] == {"device": "cuda", "unit": "fp16 tensor cores" if volta else
+                                        r["precision"]["native"]["unit"], "native": volta}

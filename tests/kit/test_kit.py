@@ -198,3 +198,22 @@ def test_the_deadline_stops_the_repeat_in_flight(tmp_path: Path) -> None:
     assert code == 130 and k.stopped == "budget"
     assert k.stored()[(c.key, 0)] == "cancelled"
     assert k.missing() and k.missing()[0][0] is c  # it is run again next call
+
+
+@pytest.mark.gpu
+def test_the_kit_on_a_real_gpu(tmp_path: Path) -> None:
+    """One small phase on the GPU: calibrated windows of at least the seconds asked, telemetry, the page."""
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here (CI machines have none; run on a GPU host with `pytest -m gpu`)")
+    run = kit("--state", str(tmp_path / "s"), "--out", str(tmp_path / "r"), "--only", "mnist-tensor-cores",
+              "--writeup-repeats", "2", "--window", "0.5", timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    keys = {matrix.load(p).cells()[0].key for p in (tmp_path / "s" / "matrices").glob("*.yaml")}
+    with Store(tmp_path / "s" / "store.db", readonly=True) as store:
+        ok = [r for r in store.rows() if r["status"] == "ok" and r["cell_key"] in keys]  # a resized cell's newest
+    assert len(ok) == 6
+    assert all(r["metrics"]["window_s"] >= 0.5 * evidence.RESIZE_BELOW for r in ok)
+    assert all(r["metrics"]["telemetry"]["source"] in ("nvml", "nvidia-smi") for r in ok)
+    page = (tmp_path / "r" / "README.md").read_text()
+    assert "Write-up: Tensor Cores with PyTorch" in page and "tensor cores" in page
