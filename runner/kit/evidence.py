@@ -182,7 +182,10 @@ class Kit:
             made = make_image_folder(self.data_dir, per_class=8 if self.args.dry_run else 260)
             if made:
                 self.say(f"wrote {made} JPEG images under {self._rel(self.data_dir)}")
-        self.calibrate()
+        if self.args.plan:
+            self.apply_decided()  # what earlier calls calibrated; the rest is estimated without a probe
+        else:
+            self.calibrate()
         self.write_matrices()
         self.print_plan()
         if self.args.plan:
@@ -206,8 +209,7 @@ class Kit:
 
     def calibrate(self) -> None:
         """Probe the cells not decided yet, in one process, and fix their iterations and warm-up."""
-        todo = [c for c in self.cells if c.id not in self.decided and not c.phase.reference]
-        todo = list({c.id: c for c in todo}.values())
+        todo = list({c.id: c for c in self.cells if c.id not in self.decided}.values())
         if todo:
             probe_in = self.state / "calibrate-cells.json"
             out = self.state / "calibration.jsonl"
@@ -239,6 +241,9 @@ class Kit:
                 if rec is not None:
                     self.decided[c.id] = self._decide(rec)
             self._save_decided()
+        self.apply_decided()
+
+    def apply_decided(self) -> None:
         for c in self.cells:
             d = self.decided.get(c.id)
             if d is not None:
@@ -490,11 +495,10 @@ class Kit:
         path = self._reference_path(c)
         if path.exists():
             return True
-        main = next((m for m in self.cells if m.id == c.id and not m.phase.reference), None)
-        if main is None or main.iterations is None:
-            self.say("reference: its cell is not calibrated (run the resnet50 phase too)")
+        if c.iterations is None:
+            self.say("reference: its cell is not calibrated yet; next call")
             return True
-        need = 2 * c.phase.repeats * self.repeat_estimate(main)
+        need = 2 * c.phase.repeats * self.repeat_estimate(c)
         if need > self.budget.left():
             self.stopped = "budget"
             self.say(f"stopping: the reference loop needs ~{need:.0f} s, {self.budget.text()}")
@@ -502,7 +506,7 @@ class Kit:
         p = c.params
         argv = [sys.executable, str(ROOT / "benchmarks" / "bench_vs_reference.py"), "--model", str(p["model"]),
                 "--batch-size", str(p["batch_size"]), "--precision", str(p["precision"]),
-                "--device", str(p["device"]), "--iterations", str(main.iterations), "--warmup", str(main.warmup),
+                "--device", str(p["device"]), "--iterations", str(c.iterations), "--warmup", str(c.warmup),
                 "--repeats", str(c.phase.repeats), "--json", str(path.with_suffix(".tmp"))]
         argv += ["--channels-last"] if p.get("channels_last") else []
         argv += ["--cudnn-benchmark"] if p.get("cudnn_benchmark") else []
