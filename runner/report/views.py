@@ -342,7 +342,7 @@ def precision_sections(info: pd.DataFrame, prec: pd.DataFrame) -> list[Section]:
     keys = varying(prec, ["model", "batch_size", "dataset", "gpus", "nodes", "options"],
                    always=("model", "batch_size"))
     metric_cols: list[tuple[str, bool]] = [("iter_time", True), ("throughput", True), ("peak_mem", True),
-                                           ("accuracy", False)]
+                                           ("images_per_joule", True), ("accuracy", False)]
     metric_cols = [(m, r) for m, r in metric_cols if (prec[f"{m}_n"] > 0).any()]
     for env, g in prec.groupby("environment", sort=False):
         cols = [KEY_LABELS[k] for k in keys] + ["precision"]
