@@ -177,7 +177,7 @@ class Kit:
         self.state.mkdir(parents=True, exist_ok=True)
         self.say(f"state {self.state}, {len(self.phases)} phases, {len(self.cells)} cells, "
                  f"device {self.args.device}{' (dry run)' if self.args.dry_run else ''}; {self.budget.text()}")
-        if any(p.name == "wrn-apex-levels" for p in self.phases):
+        if any(p.name == "wrn-apex-levels" for p in self.phases) and not self.args.plan:
             from runner.kit.images import make_image_folder
             made = make_image_folder(self.data_dir, per_class=8 if self.args.dry_run else 260)
             if made:
