@@ -8,7 +8,7 @@ MATRIX := $(VENV)/bin/matrix
 DEMO_DB ?= results/demo.db
 DEMO_OUT ?= results/demo-report
 
-.PHONY: demo test services images venv lint bench clean
+.PHONY: demo test services images venv lint bench clean gpu-evidence gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ test: venv services
 lint: venv
 	$(VENV)/bin/ruff check runner tests benchmarks images
 	$(VENV)/bin/mypy runner
+
+# The GPU evidence kit (docs/gpu-evidence.md): on a machine with an NVIDIA GPU and PyTorch, no venv needed;
+# GPU_EVIDENCE_ARGS e.g. "--budget 540 --pack /tmp/state.tgz". gpu-wheels fetches what such a machine lacks.
+gpu-evidence:
+	$(PYTHON) scripts/gpu_evidence.py $(GPU_EVIDENCE_ARGS)
+
+gpu-wheels: venv
+	$(PY) scripts/gpu_evidence_wheels.py
 
 clean:
 	rm -rf results .pytest_cache

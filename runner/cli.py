@@ -298,8 +298,17 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
         tput = (r["metrics"] or {}).get("throughput")
         table.add(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
                   str(r["repeat"] + 1), Cell(r["status"], "" if r["status"] == "ok" else "status"),
-                  f"{tput:.1f}" if isinstance(tput, int | float) else "-", Cell((r["reason"] or "")[:70], "muted"))
+                  f"{tput:.1f}" if isinstance(tput, int | float) else "-", Cell(_show_note(r)[:70], "muted"))
     consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
+
+
+def _show_note(row: dict[str, Any]) -> str:
+    """The reason a repeat did not end ok, and whether the GPU throttled in its window."""
+    note = str(row["reason"] or "")
+    telemetry = (row["metrics"] or {}).get("telemetry")
+    if isinstance(telemetry, dict) and telemetry.get("throttled") is True:
+        note = "throttled: " + str(telemetry.get("throttle_reason") or "") + (f"; {note}" if note else "")
+    return note
 
 
 UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an undecided verdict counts: error "
@@ -315,12 +324,12 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
             fmt: Annotated[str | None, typer.Option("--format", help="md, csv or json "
                                                        "(default: a table)")] = None,
             metric: Annotated[str, typer.Option("--metric", help="throughput, iter_time, time, memory, loss, "
-                                                "accuracy")] = "throughput",
+                                                "accuracy, energy (images per joule)")] = "throughput",
             min_effect: Annotated[float, typer.Option("--min-effect", help="smallest change that counts as "
                                                       "significant (0.02 = 2%)")] = 0.02,
             fail_on: Annotated[list[str] | None, typer.Option("--fail-on", help="exit 1 when B is slower:X%, "
-                                                             "faster:X% or uses memory:X% more than A, beyond X "
-                                                             "and significant (repeatable)")] = None,
+                                                             "faster:X%, uses memory:X% more or energy:X% more per "
+                                                             "image than A, beyond X and significant (repeatable)")] = None,
             undecided: UndecidedOpt = None,
             pool: Annotated[bool, typer.Option("--pool", help="pool every definition a side holds for a cell "
                                                "(default: the newest, the others listed)")] = False) -> None:

@@ -22,7 +22,7 @@ from runner.analysis.frame import (
     precision_rank,
 )
 from runner.analysis.identity import Definitions, choose
-from runner.analysis.stats import _join_unique, cell_attributes, metric_stats
+from runner.analysis.stats import THROTTLED, _join_unique, cell_attributes, metric_stats, throttled_counts
 from runner.decide import significance
 from runner.decide.verdict import Verdict
 from runner.errors import ConfigError
@@ -215,6 +215,19 @@ def one_sided(n_a: int, n_b: int, statuses_a: str, statuses_b: str) -> tuple[boo
     return None
 
 
+def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: int, n_b: int) -> str:
+    """'' unless the pair's difference coincides with throttling on one side only: then which side, and how
+    many of its ok repeats the GPU's telemetry marked throttled (both sides throttled is said too)."""
+    ta = int(throttled_a) if throttled_a == throttled_a and throttled_a is not None else 0
+    tb = int(throttled_b) if throttled_b == throttled_b and throttled_b is not None else 0
+    if not (ta or tb):
+        return ""
+    parts = [f"{side} throttled in {t} of {n}" for side, t, n in (("A", ta, n_a), ("B", tb, n_b)) if t]
+    if ta and tb:
+        return "both throttled: " + ", ".join(parts)
+    return ("coincides with throttling: " if significant else "") + parts[0]
+
+
 def _only_unsupported(statuses: str) -> bool:
     parts = [p for p in str(statuses).split(", ") if p]
     return bool(parts) and all(p.split(" ", 1)[-1] == Status.UNSUPPORTED.value for p in parts)
@@ -276,6 +289,7 @@ def side_stats(df: pd.DataFrame, metric: str) -> pd.DataFrame:
                                  PARAM_KEYS, ["environments", "settings", "cell_keys"])
     st = metric_stats(df, gid, len(attrs), [metric])
     st.columns = [c[len(metric) + 1:] for c in st.columns]
+    st[THROTTLED] = throttled_counts(df, gid, len(attrs))
     return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "settings", "cell_keys", "_first"]], st],
                      axis=1)
 
@@ -290,9 +304,10 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p (and adjusted for the false
     discovery rate over the pairs tested), verdict and decision; and the unpaired cells."""
-    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys"]
+    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys",
+                 THROTTLED]
     pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in stat_cols),
-                 "ratio", "change", "p_value", "p_adjusted", "significant", "verdict", "decision"]
+                 "ratio", "change", "p_value", "p_adjusted", "significant", "verdict", "decision", "throttling"]
     unpaired_cols = ["side", *PARAM_KEYS, "environments", "statuses"]
     merged = sa.add_prefix("a_").rename(columns={f"a_{k}": k for k in PARAM_KEYS}).merge(
         sb.add_prefix("b_").rename(columns={f"b_{k}": k for k in PARAM_KEYS}),
@@ -332,6 +347,8 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         both["significant"] = [j[0] for j in judged]
         both["verdict"] = [j[1] for j in judged]
         both["decision"] = [j[2].value for j in judged]
+        both["throttling"] = [throttling_note(sig, ta, tb, x, y) for sig, ta, tb, x, y in zip(
+            both["significant"], both[f"a_{THROTTLED}"], both[f"b_{THROTTLED}"], an_, bn_, strict=True)]
         both["_first"] = both["a__first"]
         pairs = _sorted(both)[pair_cols]
     rows = []
@@ -347,6 +364,7 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
     pairs = pairs.astype({"significant": bool})
     for side in "ab":
         pairs[f"{side}_n"] = pairs[f"{side}_n"].astype(int)
+        pairs[f"{side}_{THROTTLED}"] = pairs[f"{side}_{THROTTLED}"].fillna(0).astype(int)
     for k in ("batch_size", "gpus", "nodes"):
         pairs[k] = pairs[k].astype(int)
         unpaired[k] = unpaired[k].astype(int)

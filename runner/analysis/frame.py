@@ -70,14 +70,17 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("loss_end", "final loss", "", False, 1.0, "lower", "higher"),
     Metric("accuracy", "accuracy", "", True, 1.0, "higher", "lower"),
     Metric("data_wait", "data wait", "%", False, 100.0, "less waiting", "more waiting", "fraction"),
+    # GPU energy over the measured window (bench's telemetry: NVML's energy counter or sampled power).
+    Metric("images_per_joule", "energy efficiency", "img/J", True, 1.0, "more efficient", "less efficient",
+           "img/J"),
 )}
-METRIC_ALIASES = {"forward": "fwd_throughput", "backward": "bwd_throughput", "time": "window_s", "memory": "peak_mem", "mem": "peak_mem", "loss": "loss_end",
+METRIC_ALIASES = {"energy": "images_per_joule", "efficiency": "images_per_joule", "forward": "fwd_throughput", "backward": "bwd_throughput", "time": "window_s", "memory": "peak_mem", "mem": "peak_mem", "loss": "loss_end",
                   "iter": "iter_time", "acc": "accuracy"}
 STAT_NAMES = ("n", "mean", "std", "cv", "min", "max", "median", "ci_low", "ci_high")
 
 # How a precision ran (from the bench result's "precision" record): the same word can mean different
 # things in different environments (amp: apex in a 2018 image, torch.autocast in a current one).
-RECIPE_FIELDS = ("math", "loss_scale", "tf32", "flags", "optimizer")
+RECIPE_FIELDS = ("math", "units", "loss_scale", "tf32", "flags", "optimizer")
 RECIPE_COLUMNS = tuple(f"recipe_{f}" for f in RECIPE_FIELDS)
 
 # The run settings that are part of a cell's definition (runner/spec.py Cell.key) besides its params; the
@@ -85,7 +88,8 @@ RECIPE_COLUMNS = tuple(f"recipe_{f}" for f in RECIPE_FIELDS)
 RUN_SETTINGS = ("iterations", "warmup", "seed")
 
 FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
-                 "settings", "status", "reason", "log_tail", "started_at", "finished_at", *METRICS, "hardware",
+                 "settings", "status", "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
+                 "hardware",
                  *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe")
 
 
@@ -131,6 +135,12 @@ def _phase_throughput(metrics: Mapping[str, Any], phase: str) -> float:
     seconds = _num(breakdown.get(f"{phase}_s")) if isinstance(breakdown, Mapping) else math.nan
     images = _num(metrics.get("images"))
     return images / seconds if seconds > 0 and not math.isnan(images) else math.nan
+
+
+def throttled(metrics: Mapping[str, Any]) -> bool:
+    """Whether bench's telemetry marked the repeat throttled (False when it says no or does not know)."""
+    telemetry = metrics.get("telemetry")
+    return isinstance(telemetry, Mapping) and telemetry.get("throttled") is True
 
 
 def settings_text(raw: Mapping[str, Any] | None) -> str:
@@ -191,7 +201,9 @@ def recipe(record: Mapping[str, Any] | None, precision: str = "") -> dict[str, s
     optimizer = str(record.get("optimizer") or "")
     impl = optimizer.rsplit("-", 1)[-1] if optimizer.startswith("sgd-") else optimizer
     optimizer_words = {"default": "SGD", "fused": "SGD, fused", "foreach": "SGD, foreach"}.get(impl, optimizer)
-    return {"math": math_words, "loss_scale": scale_words, "tf32": tf32_words,
+    native = record.get("native")
+    units_words = str(native.get("unit") or DASH_WORD) if isinstance(native, Mapping) else DASH_WORD
+    return {"math": math_words, "units": units_words, "loss_scale": scale_words, "tf32": tf32_words,
             "flags": ", ".join(flags) or DASH_WORD, "optimizer": optimizer_words or DASH_WORD}
 
 
@@ -201,7 +213,8 @@ def recipe_text(parts: Mapping[str, str]) -> str:
     if not parts.get("math"):
         return ""
     bits = [parts["math"]]
-    for field_, label in (("loss_scale", "loss scale "), ("tf32", "TF32 "), ("flags", ""), ("optimizer", "")):
+    for field_, label in (("units", "on "), ("loss_scale", "loss scale "), ("tf32", "TF32 "), ("flags", ""),
+                          ("optimizer", "")):
         value = parts.get(field_, "")
         if value and value != DASH_WORD:
             bits.append(label + value)
@@ -237,6 +250,8 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             "window_s": window, "peak_mem": peak, "loss_end": _num(metrics.get("loss_end")),
             "accuracy": _num(metrics.get("accuracy")),
             "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,
+            "images_per_joule": _num(metrics.get("images_per_joule")),
+            "throttled": throttled(metrics),
             "hardware": _hardware(env),
         }
         for f in ENV_FIELDS:

@@ -24,6 +24,7 @@ from runner.results import Status
 
 CONFIDENCE = 0.95
 NOISY_CV = 0.10    # throughput that varies more than this between repeats is flagged
+THROTTLED = "throttled"  # per cell: how many of its ok repeats the GPU's telemetry marked throttled
 DATA_BOUND = 0.10  # a loader that keeps the device waiting more than this share of the window is flagged
 
 
@@ -174,6 +175,14 @@ def metric_stats(df: pd.DataFrame, gid: np.ndarray, ngroups: int, metrics: Seque
     return pd.DataFrame(cols, index=index)
 
 
+def throttled_counts(df: pd.DataFrame, gid: np.ndarray, ngroups: int) -> np.ndarray:
+    """Per group, the ok repeats that bench's telemetry marked throttled."""
+    if THROTTLED not in df or not ngroups:
+        return np.zeros(ngroups, dtype=int)
+    hit = ((df["status"] == Status.OK.value) & df[THROTTLED].astype(bool)).to_numpy()
+    return np.bincount(gid[hit], minlength=ngroups).astype(int) if len(gid) else np.zeros(ngroups, dtype=int)
+
+
 def summarize(df: pd.DataFrame, keys: Sequence[str] = CELL_KEYS,
               metrics: Sequence[str] = tuple(METRICS)) -> pd.DataFrame:
     """One row per cell: status counts, then `<metric>_<stat>` for every metric over the ok repeats.
@@ -186,13 +195,14 @@ def summarize(df: pd.DataFrame, keys: Sequence[str] = CELL_KEYS,
     stat_cols = [f"{m}_{s}" for m in metrics for s in STAT_NAMES]
     env_cols = [f"env_{f}" for f in ENV_FIELDS]
     settings = ["settings"] if "settings" in df else []
-    base_cols = [*keys, "n", "n_ok", "status", "statuses", "backend", "tags", "hardware", "run_ids", *settings,
-                 "reason", "log_tail", *env_cols]
+    base_cols = [*keys, "n", "n_ok", "status", "statuses", THROTTLED, "backend", "tags", "hardware", "run_ids",
+                 *settings, "reason", "log_tail", *env_cols]
     if df.empty:
         return pd.DataFrame(columns=base_cols + stat_cols)
     attrs, gid = cell_attributes(df.rename(columns={"run_id": "run_ids"}), keys,
                                  ["backend", "tags", "hardware", "run_ids", *settings, *env_cols])
     out = pd.concat([attrs, metric_stats(df, gid, len(attrs), metrics)], axis=1)
+    out[THROTTLED] = throttled_counts(df, gid, len(attrs))
     sort = out.assign(
         _env=out["environment"].map(environment_rank(df)) if "environment" in out else 0,
         _prec=precision_rank(out["precision"]) if "precision" in out else 0,
@@ -207,8 +217,8 @@ def precision_summary(summary: pd.DataFrame) -> pd.DataFrame:
     """Per configuration and precision: time, throughput, memory, accuracy and the ratio to fp32."""
     keys = ["environment", "model", "batch_size", "dataset", "gpus", "nodes", "options"]
     cols = [*keys, "precision", "n", "n_ok", "statuses"]
-    ratio_metrics = ("iter_time", "throughput", "peak_mem")
-    for m in ("iter_time", "throughput", "peak_mem", "accuracy", "loss_end"):
+    ratio_metrics = ("iter_time", "throughput", "peak_mem", "images_per_joule")
+    for m in ("iter_time", "throughput", "peak_mem", "images_per_joule", "accuracy", "loss_end"):
         cols += [f"{m}_n", f"{m}_mean", f"{m}_std"]
         if m in ratio_metrics:
             cols.append(f"{m}_vs_fp32")
@@ -233,12 +243,16 @@ def precision_summary(summary: pd.DataFrame) -> pd.DataFrame:
 def quality_flags(summary: pd.DataFrame, noisy_cv: float = NOISY_CV, data_bound: float = DATA_BOUND
                   ) -> pd.DataFrame:
     """Cells whose numbers deserve suspicion: throughput CV above `noisy_cv` across repeats ("noisy"),
-    or the data loader waited on for more than `data_bound` of the timed window ("data-bound")."""
+    the data loader waited on for more than `data_bound` of the timed window ("data-bound"), or ok repeats
+    that the GPU's telemetry marked throttled ("throttled", the value the share of ok repeats)."""
     cols = [*CELL_KEYS, "flag", "value"]
     parts = []
     noisy = summary[summary["throughput_cv"] > noisy_cv]
     parts.append(noisy.assign(flag="noisy", value=noisy["throughput_cv"]))
     bound = summary[summary["data_wait_mean"] > data_bound]
     parts.append(bound.assign(flag="data-bound", value=bound["data_wait_mean"]))
+    if THROTTLED in summary:
+        hot = summary[summary[THROTTLED] > 0]
+        parts.append(hot.assign(flag="throttled", value=hot[THROTTLED] / hot["n_ok"].clip(lower=1)))
     out = pd.concat(parts)
     return out[cols].reset_index(drop=True) if not out.empty else pd.DataFrame(columns=cols)

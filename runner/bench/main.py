@@ -10,7 +10,7 @@ import random
 import sys
 import traceback
 
-from . import compat, data, distributed, envinfo, models, precision, timing, training
+from . import compat, data, distributed, envinfo, models, precision, preflight, telemetry, timing, training
 from .args import min_image_size, parse_args
 from .compat import first_line, log, optional_module
 from .contract import EXIT_BAD_ARGS, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, LOSS_END_WINDOW
@@ -43,6 +43,14 @@ def seed_everything(seed):
         torch.cuda.manual_seed_all(seed)
 
 
+def _precision_record(state, args, extra):
+    """The result's "precision" record, with what the precision's math ran on (preflight.native_units)."""
+    rec = precision.precision_record(state["plan"], state["flags"], args, extra)
+    if state.get("features") is not None:
+        rec["native"] = preflight.native_units(args.precision, state["features"])
+    return rec
+
+
 def benchmark(args, state):
     """Everything between parsed arguments and the result: fills state['result'] as it learns."""
     torch = compat.torch
@@ -52,6 +60,11 @@ def benchmark(args, state):
     device = resolve_device(args.device, local)
     state["device"] = device
     result["env"] = envinfo.capture_env(device)
+    features = preflight.device_features(device)
+    if features is not None:
+        result["env"]["device_features"] = features
+    state["features"] = features
+    preflight.check(features)  # a GPU this torch has no code for: unsupported, before any kernel runs
     if args.threads is not None:
         torch.set_num_threads(args.threads)
         result["env"]["torch_threads"] = torch.get_num_threads()
@@ -61,7 +74,7 @@ def benchmark(args, state):
     state["plan"] = plan
     flags = precision.apply_backend_flags(plan, args, device)
     state["flags"] = flags
-    result["precision"] = precision.precision_record(plan, flags, args, {})
+    result["precision"] = _precision_record(state, args, {})
     dist = None
     if world > 1:
         dist = distributed.init_distributed(rank, world, device)
@@ -81,7 +94,7 @@ def benchmark(args, state):
                               dataset_kind=args.data_kind)
     model.train()
     model, eval_model, steps, extra = training.setup_training(model, plan, args, device, state["dist_info"])
-    result["precision"] = precision.precision_record(plan, flags, args, extra)
+    result["precision"] = _precision_record(state, args, extra)
 
     log("%s %s batch %d on %s%s: %d warm-up + %d measured iterations" % (
         args.model, args.precision, args.batch_size, device, " x%d ranks" % world if world > 1 else "",
@@ -115,8 +128,8 @@ def benchmark(args, state):
         "loss_start": loss_start, "loss_end": (sum(tail) / len(tail)) if tail else None,
         "losses": losses, "breakdown": window.get("breakdown"),
     })
-    if "telemetry" in window:
-        metrics["telemetry"] = window["telemetry"]
+    if "telemetry" in window:  # every rank sampled its own device: combined on every rank
+        metrics.update(telemetry.combine_ranks(window["telemetry"], images, world, dist, device))
     if test_ds is not None:
         prepare = data.make_prepare(plan, args)
         metrics["accuracy"] = training.evaluate(training.make_predict(eval_model, plan), eval_model, test_ds,
@@ -137,7 +150,7 @@ def main(argv=None):
     rank, world, local = distributed.dist_layout()
     channel = ResultChannel()
     state = {"result": new_result(args, world), "device": None, "dist_info": (rank, world, local),
-             "dist": None, "plan": None, "flags": {}}
+             "dist": None, "plan": None, "flags": {}, "features": None}
     result = state["result"]
     code = EXIT_OK
     try:
@@ -170,7 +183,7 @@ def main(argv=None):
             if result["env"] is None:
                 result["env"] = envinfo.capture_env(state["device"])
             if result["precision"] is None:
-                result["precision"] = precision.precision_record(state["plan"], state["flags"], args, {})
+                result["precision"] = _precision_record(state, args, {})
             channel.emit(result_line(result))
     finally:
         channel.close()

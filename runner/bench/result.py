@@ -27,7 +27,8 @@ def empty_metrics(world):
     return {"throughput": None, "window_s": None, "images": None, "iter_times": [],
             "data_wait_s": None, "loss_start": None, "loss_end": None, "accuracy": None,
             "peak_mem_allocated": None, "peak_mem_reserved": None, "device_mem_used": None,
-            "host_peak_rss": None, "breakdown": None, "world_size": world}
+            "host_peak_rss": None, "breakdown": None, "world_size": world,
+            "energy_j": None, "images_per_joule": None}
 
 
 def new_result(args, world):

@@ -4,8 +4,9 @@ undecided (the data cannot tell: fewer than two ok repeats on a side, a metric n
 that differ). Exit 1 on a fail; undecided fails closed (exit 5) unless `--undecided` says otherwise.
 
 Rules: `slower:X` (B's throughput below A's: A/B - 1 > X, the compare table's "1.03x slower" is 3%),
-`faster:X` (B/A - 1 > X in throughput), `memory:X` (B's peak memory over A's by more than X). A cell that
-has ok repeats on A and none on B fails `slower` and `memory` (it newly fails, as in asv). Sides that have
+`faster:X` (B/A - 1 > X in throughput), `memory:X` (B's peak memory over A's by more than X), `energy:X`
+(B's images per joule below A's: A/B - 1 > X, i.e. B spends more energy per image). A cell that has ok
+repeats on A and none on B fails `slower`, `memory` and `energy` (it newly fails, as in asv). Sides that have
 no spread at all (every repeat equal, as GPU peak memory usually is) are judged by the size of the change.
 The p-values of one rule's pairs are adjusted together (Benjamini-Hochberg) before they are compared with
 alpha, so that a gate over a hundred pairs does not trip on five by chance.
@@ -29,7 +30,9 @@ from runner.errors import ConfigError
 from runner.spec import percentage
 
 GATE_SCHEMA = 2  # 2: a verdict per check (pass, fail, undecided), adjusted p-values, counts
-RULES = {"slower": "throughput", "faster": "throughput", "memory": "peak_mem"}
+RULES = {"slower": "throughput", "faster": "throughput", "memory": "peak_mem", "energy": "images_per_joule"}
+# Rules whose metric is better higher: the change they fear is A over B (energy: fewer images per joule on B).
+HIGHER_IS_BETTER = ("slower", "energy")
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Rule:
         """The change in the rule's direction (positive = the way the rule fears), as a fraction."""
         if not (a_mean > 0 and b_mean > 0):
             return math.nan
-        if self.kind == "slower":
+        if self.kind in HIGHER_IS_BETTER:
             return a_mean / b_mean - 1
         return b_mean / a_mean - 1
 

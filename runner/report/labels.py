@@ -61,9 +61,15 @@ def cell_value(row: Any, m: an.Metric) -> Cell:
     if n == 0:
         return Cell(DASH, "muted")
     text = fmt.metric_value(m, row[f"{m.name}_mean"], row[f"{m.name}_std"], n)
+    hot = int(row.get("throttled") or 0) if m.name in THROTTLE_SENSITIVE else 0
+    if hot:
+        text += f" ({hot} throttled)"
     if bad:
         return Cell(f"{text} ({bad})", "num partial")
-    return Cell(text, "num")
+    return Cell(text, "num partial" if hot else "num")
+
+
+THROTTLE_SENSITIVE = ("throughput", "iter_time", "window_s", "images_per_joule")
 
 
 def on_cpu(row: Any) -> bool:

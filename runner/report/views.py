@@ -29,7 +29,7 @@ from runner.report.labels import (
 )
 from runner.results import Status
 
-GRID_METRICS = ("throughput", "iter_time", "peak_mem", "accuracy", "loss_end")
+GRID_METRICS = ("throughput", "iter_time", "peak_mem", "images_per_joule", "accuracy", "loss_end")
 ENV_LABELS = (("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"), ("env_torch", "torch"),
               ("env_cuda", "CUDA"), ("env_cudnn", "cuDNN"), ("env_python", "Python"), ("env_image", "image"),
               ("env_repo_digest", "image digest"), ("env_image_id", "image id"), ("env_hostname", "host"),
@@ -102,7 +102,7 @@ def environments_table(info: pd.DataFrame) -> Table:
     return table
 
 
-RECIPE_LABELS = {"recipe_math": "math", "recipe_loss_scale": "loss scale", "recipe_tf32": "TF32",
+RECIPE_LABELS = {"recipe_math": "math", "recipe_units": "ran on", "recipe_loss_scale": "loss scale", "recipe_tf32": "TF32",
                  "recipe_flags": "flags", "recipe_optimizer": "optimizer"}
 
 
@@ -124,6 +124,9 @@ def recipes_section(recipes: pd.DataFrame) -> Section | None:
     note = ("What each precision meant where it ran, as the benchmark recorded it: autocast is PyTorch's "
             "native mixed precision, apex amp NVIDIA's, and 'fp32 master weights' the hand-made FP16 "
             "recipe with a static loss scale; compare like with like.")
+    if "recipe_units" in cols:
+        note += (" 'Ran on' is what the precision's matrix math used on that device: tensor cores where the GPU "
+                 "has them for the format, else 'no ... tensor cores' (the precision ran, without them).")
     return Section("How each precision ran", table, note)
 
 
@@ -240,7 +243,12 @@ def decisions_sentence(c: an.Comparison) -> str:
     else:
         how = (f"Welch's p < {c.alpha:g} and a change of at least {c.min_effect:.0%}; "
                f"{'one pair tested, nothing to adjust' if tested else 'no pair could be tested'}")
-    return f"{text} ({how})."
+    text = f"{text} ({how})."
+    hot = c.pairs[(c.pairs["throttling"] != "") & c.pairs["significant"]] if "throttling" in c.pairs else c.pairs[:0]
+    if len(hot):
+        text += (f" {len(hot)} significant difference{'s' if len(hot) != 1 else ''} coincide"
+                 f"{'s' if len(hot) == 1 else ''} with throttling (the verdict says on which side).")
+    return text
 
 
 def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
@@ -260,10 +268,11 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
             cls = "good" if r["verdict"] == m.better or str(r["verdict"]).startswith("fixed") else "bad"
         else:
             cls = "muted"
+        words = str(r["verdict"]) + (f" ({r['throttling']})" if r.get("throttling") else "")
         table.add(*(key_text(k, r[k]) for k in keys),
                   side_cell(r, "a", m), side_cell(r, "b", m),
                   Cell(fmt.number(r["ratio"], 3), "num"), Cell(r["change"] or DASH),
-                  Cell(fmt.p_value(r["p_adjusted"]), "num"), Cell(r["verdict"], cls))
+                  Cell(fmt.p_value(r["p_adjusted"]), "num"), Cell(words, cls))
     return table
 
 
@@ -333,7 +342,7 @@ def precision_sections(info: pd.DataFrame, prec: pd.DataFrame) -> list[Section]:
     keys = varying(prec, ["model", "batch_size", "dataset", "gpus", "nodes", "options"],
                    always=("model", "batch_size"))
     metric_cols: list[tuple[str, bool]] = [("iter_time", True), ("throughput", True), ("peak_mem", True),
-                                           ("accuracy", False)]
+                                           ("images_per_joule", True), ("accuracy", False)]
     metric_cols = [(m, r) for m, r in metric_cols if (prec[f"{m}_n"] > 0).any()]
     for env, g in prec.groupby("environment", sort=False):
         cols = [KEY_LABELS[k] for k in keys] + ["precision"]
@@ -396,6 +405,9 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
     out = []
     words = {"noisy": (f"throughput varies by more than {an.NOISY_CV:.0%} (CV) between repeats",
                        "more repeats, a longer window or a quieter machine"),
+             "throttled": ("the GPU throttled in some ok repeats (its SM clock fell, or a power, thermal or "
+                           "hardware slowdown was seen; the share of repeats in brackets)",
+                           "reading the clocks and reasons stored with each repeat, and a GPU with headroom"),
              "data-bound": (f"the data loader kept the device waiting for more than {an.DATA_BOUND:.0%} "
                             "of the timed window", "more loader workers, or synthetic data to measure compute")}
     for flag, (what, fix) in words.items():
