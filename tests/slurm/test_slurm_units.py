@@ -164,8 +164,7 @@ def test_container_goes_through_srun_with_the_results_dir_mounted() -> None:
     assert "--container-image=nvcr.io#nvidia/pytorch:24.10-py3" in text
     assert "'--container-mounts=/shared/r 1:/shared/r 1,/data:/data:ro'" in text
     assert "#SBATCH --gres=gpu:2" in text  # gpus_per_node unset: one GPU per process
-    assert "--container-workdir='/shared/r 1'" in text.replace("'--container-workdir=/shared/r 1'",
-                                                              "--container-workdir='/shared/r 1'")
+    assert "'--container-workdir=/shared/r 1'" in text
     with pytest.raises(ValidationError, match="pyxis cannot bind the path '/a,b'"):
         SlurmEnvironment.model_validate({"name": "c", "container": "img",
                                          "mounts": [{"source": "/a,b", "target": "/x"}]})
