@@ -161,13 +161,19 @@ def test_clean_reaps_containers_of_dead_runs_and_keeps_live_ones(docker_client: 
         run_label_gone(run_id)
 
 
-def test_doctor_reports_engine_runtime_and_test_image(docker_client: Any) -> None:
+def test_doctor_reports_engine_runtime_and_test_image(docker_client: Any, engine_kind: str) -> None:
     checks = {c.name: c for c in DockerBackend.doctor()}
-    engine = checks["docker engine"]
+    engine = checks["docker engine"]  # the engine DOCKER_HOST points at, whichever it is
     assert engine.ok is True and docker_client.version()["ApiVersion"] in engine.detail
-    runtime = checks["docker GPU runtime"]
-    has_nvidia = "nvidia" in (docker_client.info().get("Runtimes") or {})
-    assert (runtime.ok is True) == has_nvidia
-    if not has_nvidia:
-        assert "NVIDIA Container Toolkit" in runtime.detail
+    assert engine.detail.startswith("Podman " if engine_kind == "podman" else "Docker "), engine.detail
+    if engine_kind == "podman":  # GPUs go to Podman as CDI devices: the check looks for a CDI spec
+        assert "CDI" in checks["docker GPUs (CDI)"].detail and "podman engine" not in checks
+    else:
+        runtime = checks["docker GPU runtime"]
+        has_nvidia = "nvidia" in (docker_client.info().get("Runtimes") or {})
+        assert (runtime.ok is True) == has_nvidia
+        if not has_nvidia:
+            assert "NVIDIA Container Toolkit" in runtime.detail
+        podman = checks["podman engine"]  # Podman's API beside Docker, for `engine: podman` environments
+        assert podman.ok is True and podman.detail.startswith("Podman "), podman.detail
     assert checks["docker test image"].ok is True and IMAGE in checks["docker test image"].detail
