@@ -182,7 +182,7 @@ def connect(timeout: int = API_TIMEOUT, kind: str | None = None) -> Engine:
         client = (docker.DockerClient(base_url=podman_address(), timeout=timeout) if kind == "podman"
                   else docker.from_env(timeout=timeout))
         client.ping()
-        session = Engine(client, address)
+        session = Engine(client, address, client.version())
     except ENGINE_ERRORS as e:
         raise EngineUnavailable(f"{engine_hint(kind)} ({e})") from e
     if kind and session.kind != kind:
@@ -196,11 +196,11 @@ def connect(timeout: int = API_TIMEOUT, kind: str | None = None) -> Engine:
 class Engine:
     """One session with the engine: the containers it made are removed by `close`."""
 
-    def __init__(self, client: Any, address: str = "") -> None:
+    def __init__(self, client: Any, address: str = "", version: dict[str, Any] | None = None) -> None:
         self.client = client
         self.address = address
         self.created: list[str] = []
-        version = client.version()
+        version = version or {}
         components = [str(c.get("Name", "")) for c in version.get("Components") or []]
         # Podman's API answers Docker's calls and names itself in the version's components.
         self.kind = "podman" if any(c.startswith("Podman") for c in components) else "docker"
