@@ -252,6 +252,9 @@ def test_a_plain_container_string_is_a_pyxis_image() -> None:
                                                           "executable, options"),
     ({"runtime": "podman", "image": "x", "options": ["--privileged"]}, [], "no privileged containers"),
     ({"runtime": "podman", "image": "x", "options": ["rm -rf /"]}, [], "not a runtime option"),
+    ({"runtime": "podman", "image": "x", "options": ["--cap-add=ALL"]}, [], "no privileged containers"),
+    ({"runtime": "apptainer", "image": "x.sif", "options": ["--add-caps=CAP_SYS_ADMIN"]}, [], "no privileged"),
+    ({"runtime": "podman", "image": "--privileged"}, [], "starts with '-'"),
     ({"runtime": "pyxis", "image": "x", "executable": "/bin/enroot"}, [], "no executable of its own"),
     ({"runtime": "podman", "image": "x\n#SBATCH --uid=0"}, [], "one line"),
     ({"runtime": "charliecloud", "image": "/i"}, [{"source": "/d", "target": "/mnt/1"}],
@@ -343,3 +346,24 @@ def test_facts_of_nodes_that_disagree_are_all_kept() -> None:
     assert got["container_nodes_differ"] == {"node1": {"runtime_version": "podman version 4.3.1", "image_id": "aa"},
                                              "node2": {"runtime_version": "podman version 4.3.1", "image_id": "bb"}}
     assert facts.errors([{"node": "n1", "error": "gone"}, {"node": "n2", "error": "gone"}]) == ["n1, n2: gone"]
+
+
+EVIL = "$(touch /tmp/pwned) `touch /tmp/pwned` 'q' \"d\" ;touch /tmp/pwned #c \\ %j"
+
+
+@pytest.mark.parametrize("runtime", ["podman", "charliecloud", "apptainer"])
+def test_hostile_image_and_options_reach_the_runtime_as_single_words(runtime: str, tmp_path: Path,
+                                                                      results_dir: Path) -> None:
+    image = str(tmp_path / f"img {EVIL}".replace("/", "_")) if runtime != "podman" else f"img {EVIL}"
+    if runtime != "podman":
+        make_image(Path(image), directory=runtime == "charliecloud")
+    env = SlurmEnvironment.model_validate({
+        "name": f"e {EVIL}", "gpus_per_node": 0, "env": {"HOSTILE": EVIL},
+        "container": {"runtime": runtime, "image": image, "options": [f"--opt={EVIL}"]}})
+    argv, proc = run_script(tmp_path, render(env, str(results_dir)), results_dir)
+    assert proc.returncode == 0, proc.stderr
+    _, words = rank_words(argv)
+    assert f"--opt={EVIL}" in words and image in words
+    assert not Path("/tmp/pwned").exists()
+    (node,) = facts.read(results_dir / "out" / "task-r0.runtime")
+    assert "error" not in node, node

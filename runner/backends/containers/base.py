@@ -105,7 +105,8 @@ class Runtime(abc.ABC):
         for option in self.spec.options:
             name = option.split("=", 1)[0]
             if name in self.refused_options:
-                out.append(f"container option {name} is refused: matrix runs no privileged containers")
+                out.append(f"container option {name} is refused: matrix runs no privileged containers "
+                           f"(refused for {self.name}: {', '.join(self.refused_options)})")
         return out
 
     def launch_problems(self, launch: Launch) -> list[str]:

@@ -20,7 +20,7 @@ class Podman(Runtime):
     default_executable = "podman"
     documented = ("podman-run(1) of Podman 4.3: --rm --pull=never --network=host --uts=host --ipc=host "
                   "--volume SRC:DST:ro --workdir --env NAME --timeout --device nvidia.com/gpu=all (CDI)")
-    refused_options = ("--privileged",)
+    refused_options = ("--privileged", "--cap-add", "--device-cgroup-rule")
 
     def command(self, launch: Launch) -> list[str]:
         words = [self.executable, "run", "--rm", "--pull=never", "--network=host", "--uts=host", "--ipc=host",

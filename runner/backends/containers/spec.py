@@ -40,6 +40,8 @@ class ContainerSpec(Strict):
     def _one_line(cls, value: str | None) -> str | None:
         if value is not None and (any(c in value for c in CONTROL) or value != value.strip()):
             raise ValueError(f"{value!r}: one line, without leading or trailing spaces")
+        if value is not None and value.startswith("-"):  # it would be read as an option of the runtime
+            raise ValueError(f"{value!r} starts with '-': an image or command, not an option (use `options`)")
         return value
 
     @field_validator("options")
