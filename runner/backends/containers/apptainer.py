@@ -14,7 +14,7 @@ from runner.backends.containers.base import Launch, Runtime, q
 class Apptainer(Runtime):
     name = "apptainer"
     default_executable = "apptainer"
-    documented = "Apptainer 1.3 user guide: apptainer exec, --bind SRC:DST[:ro], --pwd, --nv"
+    documented = "the Apptainer 1.3 user guide: apptainer exec, --bind, --pwd, --nv"
     refused_options = ("--add-caps", "--allow-setuid", "--keep-privs")
     SCHEMES: ClassVar[tuple[str, ...]] = ("docker://", "docker-archive:", "oras://", "library://", "shub://",
                                           "http://", "https://")

@@ -20,7 +20,7 @@ RESULTS_INSIDE = "/mnt/0"
 class Charliecloud(Runtime):
     name = "charliecloud"
     default_executable = "ch-run"
-    documented = "ch-run(1) of Charliecloud 0.31: ch-run --bind SRC:DST --cd DIR --set-env IMAGE -- CMD"
+    documented = "ch-run(1) of Charliecloud 0.31"
 
     def results_inside(self, launch: Launch) -> str:
         return RESULTS_INSIDE

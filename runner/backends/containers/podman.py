@@ -18,8 +18,7 @@ TIMEOUT_MARGIN_S = 120
 class Podman(Runtime):
     name = "podman"
     default_executable = "podman"
-    documented = ("podman-run(1) of Podman 4.3: --rm --pull=never --network=host --uts=host --ipc=host "
-                  "--volume SRC:DST:ro --workdir --env NAME --timeout --device nvidia.com/gpu=all (CDI)")
+    documented = "podman-run(1) of Podman 4.3 (GPUs as CDI devices: --device nvidia.com/gpu=all)"
     refused_options = ("--privileged", "--cap-add", "--device-cgroup-rule")
 
     def command(self, launch: Launch) -> list[str]:

@@ -12,8 +12,7 @@ from runner.backends.containers.base import Launch, Runtime, q
 class Pyxis(Runtime):
     name = "pyxis"
     default_executable = None
-    documented = ("pyxis 0.17 README and srun --help: --container-image, --container-mounts=SRC:DST[:ro],..., "
-                  "--container-workdir")
+    documented = "the pyxis 0.17 README and srun --help"
     # srun starts the rank wrapper inside the container: it writes the rank's files into the results directory.
     wraps_rank = True
 

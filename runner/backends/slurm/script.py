@@ -48,6 +48,7 @@ class RuntimeCheck:
     """The per-node check of a container job (templates/check.sh.j2)."""
 
     runtime: str
+    documented: str  # the documentation its command line follows
     executable: str
     image: str
     identity: ImageIdentity | None  # of a file or directory image (None: the node reports the identity)
@@ -163,7 +164,7 @@ def array_job(env: SlurmEnvironment, *, count: int, gpus: int, nodes: int, time:
         launch = runtime.command(facts)
         inside = runtime.results_inside(facts)
         bench = None if inside == str(results_dir) else f"{inside}/bench.py"
-        check = RuntimeCheck(runtime=runtime.name, executable=runtime.executable, image=runtime.spec.image,
+        check = RuntimeCheck(runtime=runtime.name, documented=runtime.documented, executable=runtime.executable, image=runtime.spec.image,
                              identity=(identity or ImageIdentity(problem="not hashed by the controller"))
                              if runtime.image_file() else None, lines=tuple(runtime.check_lines(facts)))
     array = f"0-{count - 1}" + (f"%{env.array_parallelism}" if env.array_parallelism else "")

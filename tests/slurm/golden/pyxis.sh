@@ -40,8 +40,8 @@ export MASTER_PORT="$((15000 + SLURM_JOB_ID % 20000))"
 export WORLD_SIZE="$((SLURM_JOB_NUM_NODES * NTASKS_PER_NODE))"
 export PYTHONUNBUFFERED=1
 
-# The container runtime (pyxis): what it needs is checked once per job on every node before any
-# rank starts. A node that lacks it makes this task not_started with its reason; the facts it records
+# The container runtime (pyxis; its command line follows the pyxis 0.17 README and srun --help).
+# What it needs is checked once per job on every node before any rank starts. A node that lacks it makes this task not_started with its reason; the facts it records
 # (the runtime's version, the image's identity) travel with the result (out/TASK.runtime).
 export USER="${USER:-$(id -un)}"
 IFS= read -r -d '' CHECK <<'MATRIX_CHECK' || true
