@@ -190,7 +190,7 @@ def test_an_environment_gets_the_engine_it_names_or_does_not_start(docker_client
     with DockerBackend(mine, run) as backend:
         backend.run(tasks(mine, iterations=1), lambda t, o: got.append(o))
     assert got[0].status is Status.OK, got[0].reason
-    assert got[0].extra["engine"] == engine_kind and got[0].extra["engine_version"]
+    assert got[0].extra["container_runtime"] == engine_kind and got[0].extra["container_runtime_version"][0].isdigit()
     if engine_kind == "podman":  # DOCKER_HOST is Podman's socket here: an environment that asks for Docker
         wrong = DockerEnvironment(name="wrong", image=IMAGE, engine=other)
         with DockerBackend(wrong, ctx(tmp_path)) as backend:

@@ -217,6 +217,7 @@ def test_podman_facts_are_the_image_id_and_digest(tmp_path: Path, results_dir: P
     got = facts.extra(containers.runtime(env.container), [node])  # type: ignore[arg-type]
     assert got["image_id"] == "sha256:0123abcd" and got["repo_digest"] == "sha256:feed"
     assert got["container_runtime"] == "podman" and got["image"] == IMAGES["podman"]
+    assert got["container_runtime_version"] == "9.9"  # from "fake-runtime version 9.9"
 
 
 @pytest.mark.parametrize("case", ["no runtime", "no image"])

@@ -3,6 +3,7 @@ block per node, each starting with `node`), turned into the facts stored with ev
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def extra(runtime: Runtime, nodes: list[dict[str, str]]) -> dict[str, Any]:
         return out
     first = nodes[0]
     if first.get("runtime_version"):
-        out["container_runtime_version"] = first["runtime_version"]
+        out["container_runtime_version"] = version_number(first["runtime_version"])
     if first.get("image_id"):
         out["image_id"] = _sha(first["image_id"])
     elif first.get("image_sha256"):
@@ -62,6 +63,12 @@ def extra(runtime: Runtime, nodes: list[dict[str, str]]) -> dict[str, Any]:
     if len(seen) > 1:
         out["container_nodes_differ"] = {n.get("node", "?"): {k: n[k] for k in IDENTITY if n.get(k)} for n in nodes}
     return out
+
+
+def version_number(said: str) -> str:
+    """'podman version 4.3.1' -> '4.3.1'; what the runtime said when it names no version number."""
+    found = re.search(r"\d+(?:\.\d+)+[^\s,;)]*", said)
+    return found.group(0) if found else said
 
 
 def _sha(value: str) -> str:

@@ -211,8 +211,8 @@ class Engine:
         return f"{'Podman' if self.kind == 'podman' else 'Docker'} {self.version}"
 
     def facts(self) -> dict[str, str]:
-        """Which engine ran a result: stored with it."""
-        return {"engine": self.kind, "engine_version": self.version}
+        """Which engine ran a result: stored with it, in the same words as a Slurm container runtime's."""
+        return {"container_runtime": self.kind, "container_runtime_version": self.version}
 
     def close(self) -> None:
         """Kill and remove every container of this session; safe to call twice."""
