@@ -51,6 +51,12 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+# What these two check is matrix's own (a local environment beside a container; Ctrl-C), not the engine's
+# API: they run against Docker only, to spare CI two minutes (the rest runs against Podman as well).
+DOCKER_ONLY = pytest.mark.parametrize("engine_kind", ["docker"], indirect=True)
+
+
+@DOCKER_ONLY
 def test_container_and_local_run_side_by_side_with_their_own_torch(tmp_path: Path, run_label_gone: Any) -> None:
     m = write_matrix(tmp_path / "m.yaml", f"""
         name: side-by-side
@@ -116,6 +122,7 @@ def test_hung_and_failing_repeats_are_results_and_leave_no_container(tmp_path: P
     assert run_label_gone(str(hung["run_id"])) == []
 
 
+@DOCKER_ONLY
 def test_sigint_mid_repeat_keeps_what_was_stored_and_removes_the_container(tmp_path: Path,
                                                                            run_label_gone: Any) -> None:
     m = write_matrix(tmp_path / "m.yaml", f"""
