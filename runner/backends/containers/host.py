@@ -13,7 +13,6 @@ from runner.backends.base import Check
 # (check name, command, how it says its version, what it is for)
 FOUND = (
     ("apptainer", ("apptainer", "singularity"), ["--version"], "container: {runtime: apptainer}"),
-    ("enroot (pyxis)", ("enroot",), ["version"], "container: {runtime: pyxis}, with srun's pyxis plugin"),
     ("podman", ("podman",), ["--version"], "container: {runtime: podman}, and engine: podman"),
     ("charliecloud", ("ch-run",), ["--version"], "container: {runtime: charliecloud}"),
 )
@@ -43,13 +42,18 @@ def _version(path: str, args: list[str]) -> str:
 
 
 def _pyxis() -> Check:
-    srun = shutil.which("srun")
-    if srun is None:
-        return Check("runtime pyxis", None, "srun not on PATH")
-    try:
-        said = subprocess.run([srun, "--help"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return Check("runtime pyxis", False, f"srun --help failed: {e}")
-    if "--container-image" in said:
-        return Check("runtime pyxis", True, "srun has --container-image (the pyxis plugin)")
-    return Check("runtime pyxis", None, "srun has no --container-image: the pyxis plugin is not installed here")
+    """Pyxis is two pieces: srun's plugin (an option of srun) and enroot on the nodes."""
+    srun, enroot = shutil.which("srun"), shutil.which("enroot")
+    plugin = False
+    if srun is not None:
+        try:
+            plugin = "--container-image" in subprocess.run([srun, "--help"], capture_output=True, text=True,
+                                                          timeout=20).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            plugin = False
+    if plugin and enroot:
+        return Check("runtime pyxis", True, f"srun has --container-image; enroot {_version(enroot, ['version'])}")
+    missing = [what for what, ok in (("srun's pyxis plugin (no --container-image)", plugin),
+                                     ("enroot", enroot is not None)) if not ok]
+    return Check("runtime pyxis", None, f"{' and '.join(missing)} not here (needed for container: {{runtime: "
+                                        "pyxis}; the nodes may differ)")
