@@ -214,3 +214,19 @@ def test_podman_is_found_where_the_user_says(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("CONTAINER_HOST")
     assert engine.podman_address().endswith("/podman/podman.sock")
     assert "podman system service" in engine.engine_hint("podman")
+
+
+def test_an_environment_on_podman_without_its_service_is_not_started_with_the_hint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if engine.SDK_MISSING:
+        pytest.skip(engine.SDK_MISSING)
+    monkeypatch.setenv("MATRIX_PODMAN_HOST", f"unix://{tmp_path}/no-such-podman.sock")
+    env = dk.DockerEnvironment(name="box", image="img:1", engine="podman")
+    cell = Cell(env, {"model": "mnist_cnn"}, RunSettings(iterations=2, warmup=1, repeats=1, timeout=60, seed=0))
+    got: list[Any] = []
+    with dk.DockerBackend(env, RunContext("r1", tmp_path)) as backend:
+        backend.run([Task(cell, 0)], lambda t, o: got.append(o))
+    (outcome,) = got
+    assert outcome.status is Status.NOT_STARTED
+    assert "no Podman API answers" in outcome.reason and "podman system service --time=0" in outcome.reason
+    assert "no-such-podman.sock" in outcome.reason
