@@ -41,8 +41,9 @@ export WORLD_SIZE="$((SLURM_JOB_NUM_NODES * NTASKS_PER_NODE))"
 export PYTHONUNBUFFERED=1
 
 # The container runtime (charliecloud; its command line follows ch-run(1) of Charliecloud 0.31).
-# What it needs is checked once per job on every node before any rank starts. A node that lacks it makes this task not_started with its reason; the facts it records
-# (the runtime's version, the image's identity) travel with the result (out/TASK.runtime).
+# What it needs is checked once per job on every node before any rank starts: a node that lacks it
+# makes this task not_started with its reason; the facts it records (the runtime's version, the
+# image's identity) travel with the result (out/TASK.runtime).
 export USER="${USER:-$(id -un)}"
 IFS= read -r -d '' CHECK <<'MATRIX_CHECK' || true
 out="$1.${SLURM_NODEID:-0}"

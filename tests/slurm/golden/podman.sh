@@ -41,8 +41,9 @@ export WORLD_SIZE="$((SLURM_JOB_NUM_NODES * NTASKS_PER_NODE))"
 export PYTHONUNBUFFERED=1
 
 # The container runtime (podman; its command line follows podman-run(1) of Podman 4.3 (GPUs as CDI devices: --device nvidia.com/gpu=all)).
-# What it needs is checked once per job on every node before any rank starts. A node that lacks it makes this task not_started with its reason; the facts it records
-# (the runtime's version, the image's identity) travel with the result (out/TASK.runtime).
+# What it needs is checked once per job on every node before any rank starts: a node that lacks it
+# makes this task not_started with its reason; the facts it records (the runtime's version, the
+# image's identity) travel with the result (out/TASK.runtime).
 export USER="${USER:-$(id -un)}"
 IFS= read -r -d '' CHECK <<'MATRIX_CHECK' || true
 out="$1.${SLURM_NODEID:-0}"
