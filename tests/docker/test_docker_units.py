@@ -10,7 +10,7 @@ import pytest
 
 from runner.backends import docker as dk
 from runner.backends.base import NotStarted
-from runner.backends.docker import engine, payload
+from runner.backends.docker import engine, payload, podman
 from runner.errors import ConfigError
 from runner.results import Status
 from runner.spec import Cell, RunContext, RunSettings, Task
@@ -203,16 +203,17 @@ def test_gpus_go_to_podman_as_cdi_devices_and_never_as_device_requests(gpus: Any
     assert options["devices"] == devices and "device_requests" not in options
     assert engine.ContainerSpec(**{**spec.__dict__, "cdi": False}).options()["device_requests"] == \
         engine.device_requests(gpus)
+    assert podman.cdi_devices(gpus) == devices
 
 
 def test_podman_is_found_where_the_user_says(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MATRIX_PODMAN_HOST", "unix:///srv/podman.sock")
     monkeypatch.setenv("CONTAINER_HOST", "unix:///other.sock")
-    assert engine.podman_address() == "unix:///srv/podman.sock"
+    assert podman.podman_address() == "unix:///srv/podman.sock"
     monkeypatch.delenv("MATRIX_PODMAN_HOST")
-    assert engine.podman_address() == "unix:///other.sock"  # Podman's own variable
+    assert podman.podman_address() == "unix:///other.sock"  # Podman's own variable
     monkeypatch.delenv("CONTAINER_HOST")
-    assert engine.podman_address().endswith("/podman/podman.sock")
+    assert podman.podman_address().endswith("/podman/podman.sock")
     assert "podman system service" in engine.engine_hint("podman")
 
 
