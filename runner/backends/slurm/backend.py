@@ -263,7 +263,11 @@ class SlurmBackend(Backend):
         if path is None:
             return None
         if self._identity is None:
+            began = time.time()
             self._identity = image_identity(path, cache=self.workdir / "image-ids.json")
+            if time.time() - began > 5:
+                self._say(f"hashed the image {path} in {time.time() - began:.0f} s (kept in "
+                          f"{self.workdir / 'image-ids.json'} while it is unchanged)")
         return self._identity
 
     # -- polling ---------------------------------------------------------------------------------
