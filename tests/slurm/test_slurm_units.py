@@ -286,8 +286,11 @@ def test_missing_slurm_commands_are_one_clear_error(tmp_path: Path, monkeypatch:
     env = SlurmEnvironment(name="u")
     with pytest.raises(NotStarted, match="not on PATH"):
         SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path)).__enter__()
-    checks = SlurmBackend.doctor()
-    assert len(checks) == 1 and checks[0].ok is None and "no Slurm" in checks[0].detail
+    client, *runtimes = SlurmBackend.doctor()
+    assert client.ok is None and "no Slurm" in client.detail
+    # The container runtimes are still named, each not applicable: nothing is on this PATH.
+    assert [c.name for c in runtimes] == ["runtime apptainer", "runtime podman", "runtime charliecloud",
+                                          "runtime pyxis"] and all(c.ok is None for c in runtimes)
 
 
 def test_a_slurm_command_that_hangs_times_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
