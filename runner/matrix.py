@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -291,7 +292,10 @@ def _owner(model: type[BaseModel] | None, loc: Sequence[Any]) -> type[BaseModel]
     for part in loc:
         if isinstance(part, int):
             continue
-        current = known.get(str(part))
+        field = current.model_fields.get(str(part)) if current else None
+        nested = [t for t in (field.annotation, *typing.get_args(field.annotation)) if isinstance(t, type)
+                  and issubclass(t, BaseModel)] if field else []
+        current = nested[0] if nested else known.get(str(part))  # a backend's own nested model, e.g. container
     return current
 
 

@@ -39,6 +39,12 @@ node_addr() { echo "$SUBNET.$((10 + ${1#node}))"; }
 netns() { echo "mx-$1"; }
 host_veth() { echo "mxv$1"; }   # "mxvnode1": 8 characters, well below IFNAMSIZ
 
+stale_binds() {  # NODE's slurmd sees a node-local file through a mount of a deleted one (an older script replaced it)
+    local pid
+    pid="$(slurmd_pid "$1")"
+    [ -n "$pid" ] && grep -q '//deleted ' "/proc/$pid/mountinfo" 2>/dev/null
+}
+
 slurmd_pid() {  # the pid of NODE's slurmd, from its own pid file; empty if not running
     local f="$RUNDIR/$1/slurmd.pid" pid
     [ -s "$f" ] || return 0
@@ -82,8 +88,14 @@ node_net() {  # node_net NODE: its namespace, veth pair and address (idempotent)
     ip -n "$ns" addr replace "$(node_addr "$n")/24" dev eth0
     ip -n "$ns" link set eth0 up
     install -d -m 0755 "/etc/netns/$ns"
+    # Written in place, and only when it changes: the node's /etc/hosts is a bind mount of this file, and
+    # replacing the file (a new inode) would leave that mount on a deleted one, which a container
+    # runtime cannot bind again (ch-run: "can't bind /etc/hosts ...: No such file or directory").
     hosts_file > "/etc/netns/$ns/hosts.tmp"
-    mv -f "/etc/netns/$ns/hosts.tmp" "/etc/netns/$ns/hosts"
+    if ! cmp -s "/etc/netns/$ns/hosts.tmp" "/etc/netns/$ns/hosts"; then
+        cat "/etc/netns/$ns/hosts.tmp" > "/etc/netns/$ns/hosts"
+    fi
+    rm -f "/etc/netns/$ns/hosts.tmp"
     install -d -m 0755 -o slurm -g slurm "$RUNDIR/$n" "$LOGDIR/$n"
     install -d -m 0755 "$STATE/$n"
 }
@@ -130,8 +142,8 @@ cmd_up() {
     bridge_up
     for n in $(node_names); do
         node_net "$n"
-        if [ "$restart" = 1 ] && [ -n "$(slurmd_pid "$n")" ]; then
-            log "restarting slurmd on $n (configuration changed)"
+        if { [ "$restart" = 1 ] || stale_binds "$n"; } && [ -n "$(slurmd_pid "$n")" ]; then
+            log "restarting slurmd on $n (configuration changed, or its /etc/hosts mount went stale)"
             kill "$(slurmd_pid "$n")" 2>/dev/null || true
             for _ in $(seq 1 50); do [ -z "$(slurmd_pid "$n")" ] && break; sleep 0.1; done
         fi

@@ -161,13 +161,40 @@ def test_clean_reaps_containers_of_dead_runs_and_keeps_live_ones(docker_client: 
         run_label_gone(run_id)
 
 
-def test_doctor_reports_engine_runtime_and_test_image(docker_client: Any) -> None:
+def test_doctor_reports_engine_runtime_and_test_image(docker_client: Any, engine_kind: str) -> None:
     checks = {c.name: c for c in DockerBackend.doctor()}
-    engine = checks["docker engine"]
+    engine = checks["docker engine"]  # the engine DOCKER_HOST points at, whichever it is
     assert engine.ok is True and docker_client.version()["ApiVersion"] in engine.detail
-    runtime = checks["docker GPU runtime"]
-    has_nvidia = "nvidia" in (docker_client.info().get("Runtimes") or {})
-    assert (runtime.ok is True) == has_nvidia
-    if not has_nvidia:
-        assert "NVIDIA Container Toolkit" in runtime.detail
+    assert engine.detail.startswith("Podman " if engine_kind == "podman" else "Docker "), engine.detail
+    if engine_kind == "podman":  # GPUs go to Podman as CDI devices: the check looks for a CDI spec
+        assert "CDI" in checks["docker GPUs (CDI)"].detail and "podman engine" not in checks
+    else:
+        runtime = checks["docker GPU runtime"]
+        has_nvidia = "nvidia" in (docker_client.info().get("Runtimes") or {})
+        assert (runtime.ok is True) == has_nvidia
+        if not has_nvidia:
+            assert "NVIDIA Container Toolkit" in runtime.detail
+        podman = checks["podman engine"]  # Podman's API beside Docker, for `engine: podman` environments
+        assert podman.ok is True and podman.detail.startswith("Podman "), podman.detail
     assert checks["docker test image"].ok is True and IMAGE in checks["docker test image"].detail
+
+
+def test_an_environment_gets_the_engine_it_names_or_does_not_start(docker_client: Any, engine_kind: str,
+                                                                  run_label_gone: Any, tmp_path: Path) -> None:
+    """`engine:` picks Podman's API whatever DOCKER_HOST says, and an engine that is not the one named is a
+    reason, not a silent substitute; each result says which engine ran it."""
+    other = "docker" if engine_kind == "podman" else "podman"
+    mine = DockerEnvironment(name="mine", image=IMAGE, engine=engine_kind, env={"OMP_NUM_THREADS": "1"})
+    got: list[Outcome] = []
+    run = ctx(tmp_path)
+    with DockerBackend(mine, run) as backend:
+        backend.run(tasks(mine, iterations=1), lambda t, o: got.append(o))
+    assert got[0].status is Status.OK, got[0].reason
+    assert got[0].extra["container_runtime"] == engine_kind and got[0].extra["container_runtime_version"][0].isdigit()
+    if engine_kind == "podman":  # DOCKER_HOST is Podman's socket here: an environment that asks for Docker
+        wrong = DockerEnvironment(name="wrong", image=IMAGE, engine=other)
+        with DockerBackend(wrong, ctx(tmp_path)) as backend:
+            backend.run(tasks(wrong), lambda t, o: got.append(o))
+        assert got[1].status is Status.NOT_STARTED and "is Podman 4" in got[1].reason, got[1].reason
+        assert "not docker" in got[1].reason and "unset DOCKER_HOST" in got[1].reason
+    assert run_label_gone(run.run_id) == []

@@ -10,7 +10,7 @@ import pytest
 
 from runner.backends import docker as dk
 from runner.backends.base import NotStarted
-from runner.backends.docker import engine, payload
+from runner.backends.docker import engine, payload, podman
 from runner.errors import ConfigError
 from runner.results import Status
 from runner.spec import Cell, RunContext, RunSettings, Task
@@ -68,7 +68,7 @@ def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_doctor_without_engine_says_how_to_start_one(no_engine: None) -> None:
-    sdk, check = dk.DockerBackend.doctor()
+    sdk, check, *podman = dk.DockerBackend.doctor()  # then Podman's API, answering or not
     assert sdk.name == "docker SDK" and sdk.ok is True
     assert check.ok is False and "make services" in check.detail and "no-such-docker.sock" in check.detail
 
@@ -179,3 +179,55 @@ def test_in_container_helpers_run_on_python_3_6(tmp_path: Path) -> None:
     finally:
         victim.kill()
         bystander.kill()
+
+
+def test_naming_an_engine_measures_anew_and_leaving_it_unset_keeps_the_old_keys() -> None:
+    settings = RunSettings()
+    plain = Cell(dk.DockerEnvironment(name="e", image="img:1"), {"model": "mlp"}, settings)
+    docker = Cell(dk.DockerEnvironment(name="e", image="img:1", engine="docker"), {"model": "mlp"}, settings)
+    podman = Cell(dk.DockerEnvironment(name="e", image="img:1", engine="podman"), {"model": "mlp"}, settings)
+    assert "engine" not in plain.environment.identity()  # a key stored before `engine` existed stays valid
+    assert len({plain.key, docker.key, podman.key}) == 3
+
+
+@pytest.mark.parametrize(("gpus", "devices"), [
+    (None, []), (0, []), ("all", ["nvidia.com/gpu=all"]), (2, ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]),
+    ([1, 3], ["nvidia.com/gpu=1", "nvidia.com/gpu=3"]),
+])
+def test_gpus_go_to_podman_as_cdi_devices_and_never_as_device_requests(gpus: Any, devices: list[str]) -> None:
+    if engine.SDK_MISSING:
+        pytest.skip(engine.SDK_MISSING)
+    spec = engine.ContainerSpec(image_id="i", name="n", labels={}, env={}, network="none", mounts=(), gpus=gpus,
+                                cdi=True)
+    options = spec.options()
+    assert options["devices"] == devices and "device_requests" not in options
+    assert engine.ContainerSpec(**{**spec.__dict__, "cdi": False}).options()["device_requests"] == \
+        engine.device_requests(gpus)
+    assert podman.cdi_devices(gpus) == devices
+
+
+def test_podman_is_found_where_the_user_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MATRIX_PODMAN_HOST", "unix:///srv/podman.sock")
+    monkeypatch.setenv("CONTAINER_HOST", "unix:///other.sock")
+    assert podman.podman_address() == "unix:///srv/podman.sock"
+    monkeypatch.delenv("MATRIX_PODMAN_HOST")
+    assert podman.podman_address() == "unix:///other.sock"  # Podman's own variable
+    monkeypatch.delenv("CONTAINER_HOST")
+    assert podman.podman_address().endswith("/podman/podman.sock")
+    assert "podman system service" in engine.engine_hint("podman")
+
+
+def test_an_environment_on_podman_without_its_service_is_not_started_with_the_hint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if engine.SDK_MISSING:
+        pytest.skip(engine.SDK_MISSING)
+    monkeypatch.setenv("MATRIX_PODMAN_HOST", f"unix://{tmp_path}/no-such-podman.sock")
+    env = dk.DockerEnvironment(name="box", image="img:1", engine="podman")
+    cell = Cell(env, {"model": "mnist_cnn"}, RunSettings(iterations=2, warmup=1, repeats=1, timeout=60, seed=0))
+    got: list[Any] = []
+    with dk.DockerBackend(env, RunContext("r1", tmp_path)) as backend:
+        backend.run([Task(cell, 0)], lambda t, o: got.append(o))
+    (outcome,) = got
+    assert outcome.status is Status.NOT_STARTED
+    assert "no Podman API answers" in outcome.reason and "podman system service --time=0" in outcome.reason
+    assert "no-such-podman.sock" in outcome.reason

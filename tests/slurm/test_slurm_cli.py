@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -73,8 +74,16 @@ def queued(jobs: set[str]) -> list[str]:
 
 def test_doctor_sees_slurm_and_accounting(slurm: None) -> None:
     checks = {c.name: c for c in SlurmBackend.doctor()}
-    assert all(c.ok for c in checks.values()), checks
     assert {"sbatch", "sacct", "sinfo", "accounting (sacct)"} <= set(checks)
+    assert all(c.ok for name, c in checks.items() if not name.startswith("runtime ")), checks
+    # The container runtimes it finds here: each found one with its version, the others not applicable.
+    runtimes = {name: c for name, c in checks.items() if name.startswith("runtime ")}
+    assert set(runtimes) == {"runtime apptainer", "runtime pyxis", "runtime podman", "runtime charliecloud"}
+    for name, command in (("runtime podman", "podman"), ("runtime charliecloud", "ch-run")):
+        found = shutil.which(command)
+        assert runtimes[name].ok is (True if found else None), runtimes[name]
+        if found:
+            assert any(ch.isdigit() for ch in runtimes[name].detail) and found in runtimes[name].detail
 
 
 def test_no_wait_submits_collect_gathers_and_a_second_run_has_nothing_to_do(bare_python: str,

@@ -168,7 +168,8 @@ def test_container_goes_through_srun_with_the_results_dir_mounted() -> None:
     assert "--container-image=nvcr.io#nvidia/pytorch:24.10-py3" in text
     assert "'--container-mounts=/shared/r 1:/shared/r 1,/data:/data:ro'" in text
     assert "#SBATCH --gres=gpu:2" in text  # gpus_per_node unset: one GPU per process
-    with pytest.raises(ValidationError, match="container-mounts"):
+    assert "'--container-workdir=/shared/r 1'" in text
+    with pytest.raises(ValidationError, match="pyxis cannot bind the path '/a,b'"):
         SlurmEnvironment.model_validate({"name": "c", "container": "img",
                                          "mounts": [{"source": "/a,b", "target": "/x"}]})
 
@@ -289,8 +290,11 @@ def test_missing_slurm_commands_are_one_clear_error(tmp_path: Path, monkeypatch:
     env = SlurmEnvironment(name="u")
     with pytest.raises(NotStarted, match="not on PATH"):
         SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path)).__enter__()
-    checks = SlurmBackend.doctor()
-    assert len(checks) == 1 and checks[0].ok is None and "no Slurm" in checks[0].detail
+    client, *runtimes = SlurmBackend.doctor()
+    assert client.ok is None and "no Slurm" in client.detail
+    # The container runtimes are still named, each not applicable: nothing is on this PATH.
+    assert [c.name for c in runtimes] == ["runtime apptainer", "runtime podman", "runtime charliecloud",
+                                          "runtime pyxis"] and all(c.ok is None for c in runtimes)
 
 
 def test_a_slurm_command_that_hangs_times_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

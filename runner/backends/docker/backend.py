@@ -71,7 +71,7 @@ class DockerBackend(SequentialBackend):
     def _engine(self) -> engine.Engine:
         if self.engine is None:
             try:
-                self.engine = engine.connect()
+                self.engine = engine.connect(kind=self.denv.engine)
             except engine.EngineUnavailable as e:
                 raise NotStarted(str(e)) from e
         return self.engine
@@ -114,7 +114,7 @@ class DockerBackend(SequentialBackend):
         env = self.denv
         image = session.image(env.image, env.pull)
         self.image_facts = {"image": env.image, "image_id": image.id, "repo_digest": image.repo_digest,
-                            "image_labels": image.labels}
+                            "image_labels": image.labels, **session.facts()}
         spec = engine.ContainerSpec(
             image_id=image.id,
             name=f"matrix-{re.sub(r'[^A-Za-z0-9_.-]+', '-', env.name)[:40]}-{uuid.uuid4().hex[:8]}",
@@ -122,7 +122,7 @@ class DockerBackend(SequentialBackend):
                     engine.LABEL_HOST: socket.gethostname(), engine.LABEL_PID: str(os.getpid())},
             env={**env.env, "PYTHONUNBUFFERED": "1"}, network=env.network,
             mounts=[(str(Path(m.source).expanduser().resolve()), m.target, m.read_only) for m in env.mounts],
-            gpus=env.gpus, shm_size=env.shm_size, ipc=env.ipc, user=env.user)
+            gpus=env.gpus, shm_size=env.shm_size, ipc=env.ipc, user=env.user, cdi=session.kind == "podman")
         return session.start(spec, payload.IDLE_COMMANDS, payload.payload(),
                              what=f"{env.image!r} for environment {env.name!r}")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from runner.errors import ConfigError
 from runner.spec import EnvironmentBase
@@ -25,7 +25,18 @@ class DockerEnvironment(EnvironmentBase):
     network: str = "none"
     user: str | None = None
     pull: Literal["missing", "always", "never"] = "missing"
+    engine: Literal["docker", "podman"] | None = Field(
+        default=None, description="which engine runs the container: docker (DOCKER_HOST or the Docker context), "
+        "podman (its Docker-compatible API: MATRIX_PODMAN_HOST, CONTAINER_HOST or /run/podman/podman.sock); "
+        "unset: whatever DOCKER_HOST or the context points at")
     measured_fields = ("image", "gpus")
+
+    def identity(self) -> dict[str, Any]:
+        """A named engine is part of what is measured; unset keeps the keys cells had before it existed."""
+        ident = super().identity()
+        if self.engine:
+            ident["engine"] = self.engine
+        return ident
 
     @field_validator("gpus")
     @classmethod

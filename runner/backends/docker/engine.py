@@ -3,7 +3,9 @@
 The Docker SDK is an optional extra (`pip install 'matrix-bench[docker]'`); without it this
 module still imports, and `connect` says what to install. The client comes from
 `docker.from_env()`, so DOCKER_HOST and the current Docker context are respected; the `docker`
-CLI is never run. Every container is labelled with the run id so that `matrix clean` can reap
+CLI is never run. Podman's Docker-compatible API (`podman system service`) is the same client at
+Podman's socket (`engine: podman`, or DOCKER_HOST pointing there); which engine answered is read
+from its version, and GPUs go to Podman as CDI devices, since it ignores Docker's device requests. Every container is labelled with the run id so that `matrix clean` can reap
 what a killed run left behind, and a session removes every container it made when it closes.
 """
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from runner.backends.base import NotStarted
+from runner.backends.docker.podman import NO_CDI, NO_RLIMIT, cdi_devices, podman_address
 
 try:
     import docker
@@ -46,12 +49,19 @@ NO_GPU_RUNTIME = (
 )
 
 
+ENGINES = ("docker", "podman")
+
+
 class EngineUnavailable(Exception):
-    """No engine answers (or the SDK is missing): the message says what to do."""
+    """No engine answers (or the SDK is missing, or another engine answers than asked for): the
+    message says what to do."""
 
 
-def engine_address() -> str:
-    """Where the SDK looks for the engine: DOCKER_HOST, else the current Docker context."""
+def engine_address(kind: str | None = None) -> str:
+    """Where the SDK looks for the engine: Podman's socket for `engine: podman`; else DOCKER_HOST, else
+    the current Docker context."""
+    if kind == "podman":
+        return podman_address()
     if os.environ.get("DOCKER_HOST"):
         return os.environ["DOCKER_HOST"]
     try:
@@ -62,8 +72,11 @@ def engine_address() -> str:
         return "unix:///var/run/docker.sock"
 
 
-def engine_hint() -> str:
-    where = engine_address()
+def engine_hint(kind: str | None = None) -> str:
+    where = engine_address(kind)
+    if kind == "podman":
+        return (f"no Podman API answers at {where}: start it with `podman system service --time=0 {where} &` "
+                "(scripts/podman-up.sh, as root), or set MATRIX_PODMAN_HOST to where it listens")
     return (f"no Docker engine answers at {where}: start one with `make services` "
             "(scripts/docker-up.sh, as root) or `sudo dockerd &`, or point DOCKER_HOST at a running engine")
 
@@ -106,15 +119,19 @@ class ContainerSpec:
     ipc: str | None = None
     user: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    cdi: bool = False  # GPUs as CDI devices (Podman), not as Docker's device requests
 
     def options(self) -> dict[str, Any]:
         shared_ipc = bool(self.ipc) and (self.ipc == "host" or str(self.ipc).startswith("container:"))
         options: dict[str, Any] = {
             "labels": self.labels, "environment": self.env, "network_mode": self.network,
             "mounts": [Mount(target=t, source=s, type="bind", read_only=ro) for s, t, ro in self.mounts],
-            "device_requests": device_requests(self.gpus),
             "privileged": False, "detach": True, "stdin_open": False, "tty": False,
         }
+        if self.cdi:
+            options["devices"] = cdi_devices(self.gpus)  # Podman 4 ignores device requests: no silent CPU run
+        else:
+            options["device_requests"] = device_requests(self.gpus)
         if self.shm_size and not shared_ipc:
             options["shm_size"] = self.shm_size
         if self.ipc:
@@ -124,24 +141,47 @@ class ContainerSpec:
         return options
 
 
-def connect(timeout: int = API_TIMEOUT) -> Engine:
-    """A session with the engine DOCKER_HOST or the current context points at; it must answer."""
+def connect(timeout: int = API_TIMEOUT, kind: str | None = None) -> Engine:
+    """A session with an engine that answers: Podman's API for kind "podman", else the one DOCKER_HOST
+    or the current context points at; with a kind, the engine that answers must be that one."""
     if SDK_MISSING:
         raise EngineUnavailable(SDK_MISSING)
+    address = engine_address(kind)
     try:
-        client = docker.from_env(timeout=timeout)
+        client = (docker.DockerClient(base_url=podman_address(), timeout=timeout) if kind == "podman"
+                  else docker.from_env(timeout=timeout))
         client.ping()
+        session = Engine(client, address, client.version())
     except ENGINE_ERRORS as e:
-        raise EngineUnavailable(f"{engine_hint()} ({e})") from e
-    return Engine(client)
+        raise EngineUnavailable(f"{engine_hint(kind)} ({e})") from e
+    if kind and session.kind != kind:
+        session.client.close()
+        raise EngineUnavailable(f"the engine at {address} is {session.describe_kind()}, not {kind}: "
+                                + ("unset DOCKER_HOST, or set engine: podman on the environment" if kind == "docker"
+                                   else "set MATRIX_PODMAN_HOST to Podman's socket"))
+    return session
 
 
 class Engine:
     """One session with the engine: the containers it made are removed by `close`."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, address: str = "", version: dict[str, Any] | None = None) -> None:
         self.client = client
+        self.address = address
         self.created: list[str] = []
+        version = version or {}
+        components = [str(c.get("Name", "")) for c in version.get("Components") or []]
+        # Podman's API answers Docker's calls and names itself in the version's components.
+        self.kind = "podman" if any(c.startswith("Podman") for c in components) else "docker"
+        self.version = str(version.get("Version", "?"))
+        self.api_version = str(version.get("ApiVersion", "?"))
+
+    def describe_kind(self) -> str:
+        return f"{'Podman' if self.kind == 'podman' else 'Docker'} {self.version}"
+
+    def facts(self) -> dict[str, str]:
+        """Which engine ran a result: stored with it, in the same words as a Slurm container runtime's."""
+        return {"container_runtime": self.kind, "container_runtime_version": self.version}
 
     def close(self) -> None:
         """Kill and remove every container of this session; safe to call twice."""
@@ -217,8 +257,11 @@ class Engine:
             try:
                 container = self.client.containers.create(spec.image_id, list(command), name=spec.name, **options)
             except ENGINE_ERRORS as e:
-                raise NotStarted(f"cannot create a container of {what}: "
-                                 f"{getattr(e, 'explanation', None) or e}") from e
+                text = str(getattr(e, "explanation", None) or e)
+                if spec.cdi and "nvidia.com/gpu" in text:
+                    raise NotStarted(NO_CDI.format(env=spec.labels.get(LABEL_ENV), gpus=spec.gpus, detail=text,
+                                                   devices=", ".join(cdi_devices(spec.gpus)))) from e
+                raise NotStarted(f"cannot create a container of {what}: {text}") from e
             # containers.run(remove=True) leaves a container behind when start fails: track and remove ourselves.
             self.created.append(str(container.id))
             try:
@@ -234,7 +277,8 @@ class Engine:
                 if "executable file not found" in text or "no such file or directory" in text:
                     last = e
                     continue
-                raise NotStarted(f"cannot start a container of {what}: {text}") from e
+                hint = NO_RLIMIT if "setting rlimit" in text else ""
+                raise NotStarted(f"cannot start a container of {what}: {text}{hint}") from e
             except BaseException:
                 self.remove(str(container.id))
                 raise

@@ -25,11 +25,14 @@ from typing import Any
 
 from runner import artifact
 from runner.backends import register
+from runner.backends import containers, register
 from runner.backends.base import Backend, NotStarted, Sink, not_started
+from runner.backends.containers import ImageIdentity
+from runner.backends.containers.identity import image_identity
 from runner.backends.slurm import commands, host, outcomes, pending
 from runner.backends.slurm.commands import SacctRow, SlurmError
 from runner.backends.slurm.config import CONTROL, TASK_ID_RE, SlurmEnvironment
-from runner.backends.slurm.script import array_job, render_script, time_limit
+from runner.backends.slurm.script import array_job, container_launch, render_script, time_limit
 from runner.backends.slurm.state import SubmittedJobs, Watched, state_key
 from runner.errors import BackendError
 from runner.results import Outcome, Status
@@ -65,6 +68,7 @@ class SlurmBackend(Backend):
         self.state = SubmittedJobs(ctx.store)
         self._sacct_failing_since: float | None = None
         self._reported: set[str] = set()  # state keys reported by this instance
+        self._identity: ImageIdentity | None = None  # of a file or directory image, taken once per session
 
     def __enter__(self) -> SlurmBackend:
         for command in ["sacct"] + (["sbatch"] if self.ctx.submit else []):
@@ -72,6 +76,12 @@ class SlurmBackend(Backend):
                 raise NotStarted(f"environment {self.env.name!r}: `{command}` is not on PATH. Run matrix "
                                  "on a Slurm login node (or install slurm-client); `make services` starts "
                                  "a one-node Slurm here")
+        container = container_launch(self.env, gpus=0, run_id=self.ctx.run_id, results_dir=self.results_dir,
+                                     time_s=None)
+        if container is not None:
+            problems = container[0].launch_problems(container[1])
+            if problems:
+                raise NotStarted(f"environment {self.env.name!r}: " + "; ".join(problems))
         if self.ctx.store is not None:
             legacy = self.workdir / "slurm" / "submitted.json"
             if legacy.exists() and self.state.import_legacy(legacy):
@@ -219,7 +229,8 @@ class SlurmBackend(Backend):
         limit = time_limit(self.env, max(t.cell.run.timeout for t in runnable))
         script.write_text(render_script(array_job(
             self.env, count=len(runnable), gpus=gpus, nodes=nodes, time=limit, run_id=self.ctx.run_id,
-            results_dir=self.results_dir, manifest=manifest, bench_name=artifact.name())))
+            results_dir=self.results_dir, manifest=manifest, bench_name=artifact.name(),
+            identity=self._image_identity())))
         facts = {"slurm_script": str(script)}
         try:
             job = commands.sbatch(script, say=self._say)
@@ -243,6 +254,21 @@ class SlurmBackend(Backend):
             self._say(f"submitted job {job}: {len(runnable)} tasks, {nodes} node(s) x {gpus} "
                       f"process(es), time limit {limit} ({script})")
         return None
+
+    def _image_identity(self) -> ImageIdentity | None:
+        """The hash of the container's image file or directory, taken once per session (cached on disk)."""
+        if self.env.container is None:
+            return None
+        path = containers.runtime(self.env.container).image_file()
+        if path is None:
+            return None
+        if self._identity is None:
+            began = time.time()
+            self._identity = image_identity(path, cache=self.workdir / "image-ids.json")
+            if time.time() - began > 5:
+                self._say(f"hashed the image {path} in {time.time() - began:.0f} s (kept in "
+                          f"{self.workdir / 'image-ids.json'} while it is unchanged)")
+        return self._identity
 
     # -- polling ---------------------------------------------------------------------------------
 
@@ -285,7 +311,7 @@ class SlurmBackend(Backend):
                 self._started(w)
             if f"{w.task.id}.done" in listings[w.results_dir]:
                 outcome = outcomes.from_files(w, row, self._extra(w, row))
-                if outcome.result is None and outcome.status is not Status.OK:
+                if outcome.result is None and outcome.status not in (Status.OK, Status.NOT_STARTED):
                     # Killed before it printed a result (time limit, scancel, a node lost): the batch
                     # script still publishes its marker, so the Slurm state, once final, says why.
                     if row is not None and outcomes.decided_by_state(row.state):

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from runner.backends import containers
+from runner.backends.containers import Bind, ContainerSpec
 from runner.spec import EnvironmentBase
 
 TIME_RE = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$|^UNLIMITED$|^INFINITE$", re.IGNORECASE)
@@ -49,7 +51,9 @@ class SlurmEnvironment(EnvironmentBase):
                                       "--constraint=a100, --exclusive, --reservation=x")
     setup: list[str] = Field(default=[], description="shell lines run before the benchmark (module load ..., "
                              "source venv/bin/activate): shell by design, inserted as written")
-    container: str | None = Field(default=None, description="pyxis/enroot image: srun --container-image")
+    container: ContainerSpec | None = Field(default=None, description="run the ranks in a container: {runtime: "
+                                            "apptainer|pyxis|podman|charliecloud, image: ...}; a plain string is a "
+                                            "pyxis image")
     results_dir: str | None = Field(default=None, description="a directory every node sees (shared filesystem); "
                                     "each run gets <results_dir>/<run_id>; default <workdir>/slurm")
     poll_interval: float = Field(default=10.0, gt=0, description="seconds between two sacct polls")
@@ -77,7 +81,7 @@ class SlurmEnvironment(EnvironmentBase):
             raise ValueError(f"not an sbatch --mem value: {value!r}; use a number with K, M, G or T")
         return value
 
-    @field_validator("partition", "account", "qos", "container", "results_dir")
+    @field_validator("partition", "account", "qos", "results_dir")
     @classmethod
     def _one_line(cls, value: str | None) -> str | None:
         return no_control(value, "the value")
@@ -107,9 +111,10 @@ class SlurmEnvironment(EnvironmentBase):
     def _container_mounts(self) -> SlurmEnvironment:
         if self.container:
             for m in self.mounts:
-                for part in (m.source, m.target):
-                    if any(c in part for c in ",:") or any(c in part for c in CONTROL):
-                        raise ValueError(f"mount path {part!r}: pyxis --container-mounts cannot take "
-                                         "',' or ':' in a path")
+                if any(c in part for part in (m.source, m.target) for c in CONTROL):
+                    raise ValueError(f"mount {m.source!r}: one line, no newline or NUL")
+            problems = containers.runtime(self.container).problems(
+                [Bind(m.source, m.target, m.read_only) for m in self.mounts])
+            if problems:
+                raise ValueError("; ".join(problems))
         return self
-

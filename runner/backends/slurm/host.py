@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 from runner.backends.base import Check
+from runner.backends.containers import host as runtimes
 from runner.backends.slurm.commands import scancel, slurm
 from runner.errors import BackendError
 
@@ -12,7 +13,8 @@ from runner.errors import BackendError
 def doctor() -> list[Check]:
     if not any(shutil.which(c) for c in ("sbatch", "sinfo", "sacct")):
         return [Check("slurm client", None, "sbatch/sinfo/sacct not on PATH: no Slurm here "
-                      "(needed only for slurm environments; `make services` starts a one-node Slurm)")]
+                      "(needed only for slurm environments; `make services` starts a one-node Slurm)"),
+                *runtimes.doctor()]
     checks = [Check(c, bool(shutil.which(c)), shutil.which(c) or "not on PATH: install slurm-client")
               for c in ("sbatch", "sacct")]
     for name, args, what in (
@@ -25,7 +27,7 @@ def doctor() -> list[Check]:
             checks.append(Check(name, True, f"{what}: {detail}" if what else "answers"))
         except BackendError as e:
             checks.append(Check(name, False, str(e)))
-    return checks
+    return checks + runtimes.doctor()
 
 
 def clean(run_id: str | None = None) -> list[str]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from runner.backends import ranks
+from runner.backends import containers, ranks
+from runner.backends.containers import facts
 from runner.backends.slurm.commands import SacctRow
 from runner.backends.slurm.config import SlurmEnvironment
 from runner.backends.slurm.state import Watched
@@ -24,10 +26,16 @@ def extra(env: SlurmEnvironment, run_id: str, w: Watched, row: SacctRow | None) 
     if env.partition:
         out["slurm_partition"] = env.partition
     if env.container:
-        out["container"] = env.container
+        # The runtime and the image as the job's per-node check found them (version, image id or hash).
+        out.update(facts.extra(containers.runtime(env.container), facts.read(runtime_file(w))))
     if w.run_id and w.run_id != run_id:
         out["submitted_by_run"] = w.run_id
     return out
+
+
+def runtime_file(w: Watched) -> Path:
+    """What the container runtime's check recorded on each node of the task's job."""
+    return w.results_dir / "out" / f"{w.task.id}.runtime"
 
 
 def job_log(w: Watched) -> str:
@@ -42,17 +50,30 @@ def from_files(w: Watched, row: SacctRow | None, facts: dict[str, Any]) -> Outco
     try:
         done = json.loads(ranks.read_text(out_dir / f"{w.task.id}.done"))
         rc, srun_rc = int(done["returncode"]), int(done["srun_returncode"])
+        check_rc = int(done.get("check_returncode", 0))
         started, finished = float(done["started_at"]), float(done["finished_at"])
     except (ValueError, KeyError, TypeError) as e:
         now = time.time()
         return Outcome(Status.FAILED, None, job_log(w), f"unreadable result marker {w.task.id}.done: {e}",
                        now, now, facts)
+    if check_rc != 0:
+        return not_started_by_check(w, check_rc, started, finished, facts)
     stdout = ranks.read_text(out_dir / f"{w.task.id}.out")
     log = ranks.read_text(out_dir / f"{w.task.id}.err") + job_log(w)
     outcome = outcome_from_process(stdout, log, rc, started, finished, facts)
     if outcome.status is Status.OK and srun_rc != 0:
         return replace(outcome, status=Status.FAILED, reason=f"a rank exited with status {srun_rc} (srun)")
     return outcome
+
+
+def not_started_by_check(w: Watched, check_rc: int, started: float, finished: float,
+                         facts_: dict[str, Any]) -> Outcome:
+    """The container runtime's check failed on a node: nothing ran, so the task is not_started."""
+    why = facts.errors(facts.read(runtime_file(w)))
+    reason = ("the container runtime cannot start on " + "; ".join(why) if why else
+              f"the container runtime's check did not complete on every node of Slurm job {w.job_id} "
+              f"(srun exit status {check_rc}); see the job's log")
+    return Outcome(Status.NOT_STARTED, None, tail(job_log(w).strip()), reason, started, finished, facts_)
 
 
 # Slurm states that decide the outcome by themselves, whatever the task printed.

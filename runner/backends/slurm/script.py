@@ -10,6 +10,8 @@ from pathlib import Path
 
 import jinja2
 
+from runner.backends import containers
+from runner.backends.containers import Bind, ImageIdentity, Launch, Runtime
 from runner.backends.slurm.config import BARE_SBATCH_RE, CONTROL, OPTION_RE, SlurmEnvironment
 from runner.errors import ConfigError
 
@@ -35,6 +37,24 @@ def sbatch_quote(value: object) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+# The variables a container's bench process must see: podman passes only those it is told to (a trailing
+# `*` names a prefix); the other runtimes pass the job's environment through.
+CONTAINER_ENV = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "PYTHONUNBUFFERED", "MATRIX_TASK", "CUDA_VISIBLE_DEVICES", "SLURM_*", "NCCL_*", "GLOO_*")
+
+
+@dataclass(frozen=True)
+class RuntimeCheck:
+    """The per-node check of a container job (templates/check.sh.j2)."""
+
+    runtime: str
+    documented: str  # the documentation its command line follows
+    executable: str
+    image: str
+    identity: ImageIdentity | None  # of a file or directory image (None: the node reports the identity)
+    lines: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class ArrayJob:
     """Everything one rendered array script says; built by `array_job`, rendered by `render_script`."""
@@ -53,6 +73,9 @@ class ArrayJob:
     env: tuple[tuple[str, str], ...]
     setup: tuple[str, ...]
     srun_args: tuple[str, ...]
+    launch: tuple[str, ...] = ()        # the container runtime's words before python on each rank
+    bench: str | None = None            # the zipapp's path inside the container, when not "$RESULTS/$BENCH_NAME"
+    check: RuntimeCheck | None = None   # what the runtime needs on every node, checked before the ranks
 
 
 def _jinja() -> jinja2.Environment:
@@ -98,17 +121,56 @@ def sbatch_options(env: SlurmEnvironment, gpus: int) -> list[tuple[str, str | No
     return options
 
 
+def container_launch(env: SlurmEnvironment, *, gpus: int, run_id: str, results_dir: Path,
+                     time_s: int | None) -> tuple[Runtime, Launch] | None:
+    """The environment's container runtime and what its ranks need, or None for bare metal."""
+    if env.container is None:
+        return None
+    runtime = containers.runtime(env.container)
+    per_node = gpus if env.gpus_per_node is None else env.gpus_per_node
+    launch = Launch(results_dir=str(results_dir), gpus_per_node=per_node, run_id=run_id, time_limit_s=time_s,
+                    binds=tuple(Bind(m.source, m.target, m.read_only) for m in env.mounts),
+                    env_names=(*CONTAINER_ENV, *sorted(env.env)))
+    return runtime, launch
+
+
+def time_seconds(limit: str) -> int | None:
+    """A Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]) in seconds; None when unlimited."""
+    text = limit.strip().upper()
+    if text in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+        return int(days) * 86400 + h * 3600 + m * 60 + sec
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
 def array_job(env: SlurmEnvironment, *, count: int, gpus: int, nodes: int, time: str, run_id: str,
-              results_dir: Path, manifest: str, bench_name: str) -> ArrayJob:
+              results_dir: Path, manifest: str, bench_name: str, identity: ImageIdentity | None = None) -> ArrayJob:
+    """What one array's script says; `identity` is the controller's hash of a file or directory image."""
     srun: list[str] = []
-    if env.container:
-        mounts = [f"{results_dir}:{results_dir}"] + [
-            f"{m.source}:{m.target}" + (":ro" if m.read_only else "") for m in env.mounts]
-        srun += [f"--container-image={env.container}", f"--container-mounts={','.join(mounts)}",
-                 f"--container-workdir={results_dir}"]
+    launch: list[str] = []
+    bench: str | None = None
+    check: RuntimeCheck | None = None
+    container = container_launch(env, gpus=gpus, run_id=run_id, results_dir=results_dir, time_s=time_seconds(time))
+    if container is not None:
+        runtime, facts = container
+        srun = runtime.srun_options(facts)
+        launch = runtime.command(facts)
+        inside = runtime.results_inside(facts)
+        bench = None if inside == str(results_dir) else f"{inside}/{bench_name}"
+        check = RuntimeCheck(runtime=runtime.name, documented=runtime.documented, executable=runtime.executable, image=runtime.spec.image,
+                             identity=(identity or ImageIdentity(problem="not hashed by the controller"))
+                             if runtime.image_file() else None, lines=tuple(runtime.check_lines(facts)))
     array = f"0-{count - 1}" + (f"%{env.array_parallelism}" if env.array_parallelism else "")
     return ArrayJob(job_name=job_name(env.name), comment=f"matrix run {run_id}", array=array,
                     nodes=nodes, ntasks_per_node=gpus, time=time, results_dir=str(results_dir),
                     manifest=manifest, bench_name=bench_name, python=env.python or "python3",
                     options=tuple(sbatch_options(env, gpus)), env=tuple(sorted(env.env.items())),
-                    setup=tuple(env.setup), srun_args=tuple(srun))
+                    setup=tuple(env.setup), srun_args=tuple(srun), launch=tuple(launch), bench=bench, check=check)

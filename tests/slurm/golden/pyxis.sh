@@ -1,0 +1,125 @@
+#!/bin/bash
+# matrix (slurm backend): one array task = one repeat of one cell, found in the manifest.
+#SBATCH --job-name=matrix-pyxis-env
+#SBATCH --comment="matrix run r1"
+#SBATCH --array=0-2
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --time=00:30:00
+#SBATCH --chdir="/shared/matrix runs/r1"
+#SBATCH --output=logs/%A_%a.out
+#SBATCH --partition=gpu
+#SBATCH --gres=gpu:1
+
+RESULTS='/shared/matrix runs/r1'
+MANIFEST=manifest-001.tsv
+PYTHON=python3
+NTASKS_PER_NODE=4
+cd "$RESULTS" || { echo "matrix: cannot enter the results directory $RESULTS" >&2; exit 97; }
+
+# This array task's line of the manifest: task id, then bench.py's arguments, tab-separated.
+line="$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" "$MANIFEST")"
+IFS=$'\t' read -r -a fields <<< "$line"
+MATRIX_TASK="${fields[0]:-}"
+case "$MATRIX_TASK" in
+    ''|*[!A-Za-z0-9_.-]*) echo "matrix: no valid task at index $SLURM_ARRAY_TASK_ID of $MANIFEST" >&2; exit 98 ;;
+esac
+args=("${fields[@]:1}")
+export MATRIX_TASK
+mkdir -p work out
+
+# The environment's variables (env: in matrix.yaml).
+export NCCL_DEBUG=WARN
+
+# Setup lines, run as written (shell by design: module load, source venv/bin/activate).
+
+# torch.distributed env://: the first node of the job is the master, the port follows the job id.
+MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n1)"
+export MASTER_ADDR="${MASTER_ADDR:-$(hostname)}"
+export MASTER_PORT="$((15000 + SLURM_JOB_ID % 20000))"
+export WORLD_SIZE="$((SLURM_JOB_NUM_NODES * NTASKS_PER_NODE))"
+export PYTHONUNBUFFERED=1
+
+# The container runtime (pyxis; its command line follows the pyxis 0.17 README and srun --help).
+# What it needs is checked once per job on every node before any rank starts: a node that lacks it
+# makes this task not_started with its reason; the facts it records (the runtime's version, the
+# image's identity) travel with the result (out/TASK.runtime).
+export USER="${USER:-$(id -un)}"
+IFS= read -r -d '' CHECK <<'MATRIX_CHECK' || true
+out="$1.${SLURM_NODEID:-0}"
+: > "$out" || exit 1
+fact() { local v="${2//$'\n'/ }"; printf '%s\t%s\n' "$1" "${v//$'\t'/ }" >> "$out"; }
+fail() { fact error "$1"; exit 1; }
+need_runtime() {  # need_runtime WHAT HINT: the runtime's command is here; record its version
+    command -v "$RUNTIME" >/dev/null 2>&1 || fail "$1 ($RUNTIME) is not on PATH: $2"
+    fact runtime_version "$("$RUNTIME" --version 2>&1 | head -n1)"
+}
+file_image() {  # a file or directory image: here and readable; the controller's hash while it is unchanged
+    [ -e "$IMAGE" ] || fail "image $IMAGE does not exist"
+    [ -r "$IMAGE" ] || fail "image $IMAGE cannot be read"
+    if [ -z "$IMAGE_SHA256" ]; then fact image_identity "$IMAGE_PROBLEM"; return 0; fi
+    local now
+    now="$(stat -L -c '%s %Y' -- "$IMAGE")"
+    if [ "$now" = "$IMAGE_STAT" ]; then
+        fact image_sha256 "$IMAGE_SHA256"
+        fact image_hash_of "$IMAGE_HASH_OF"
+    else
+        fact image_changed "size and time $now here, not $IMAGE_STAT as when it was hashed at submission"
+    fi
+}
+try_start() {  # try_start WORDS...: start the container once, as a rank would, with `true` for the command
+    local said
+    said="$("$@" true 2>&1)" || fail "$RUNTIME cannot start a container of $IMAGE: $(printf '%s' "$said" | tail -n 3)"
+}
+fact node "$(hostname)"
+RUNTIME=enroot
+IMAGE='nvcr.io#nvidia/pytorch:24.10-py3'
+srun --help 2>/dev/null | grep -q -- --container-image || fail 'srun has no --container-image option: the pyxis plugin is not installed (plugstack.conf) where this job runs'
+need_runtime enroot 'pyxis needs enroot on every node'
+fact image_reference "$IMAGE"
+
+MATRIX_CHECK
+rm -f "work/$MATRIX_TASK".check.*
+srun --kill-on-bad-exit=0 --nodes=2 --ntasks-per-node=1 bash -c "$CHECK" matrix-check "work/$MATRIX_TASK.check"
+check_rc=$?
+cat "work/$MATRIX_TASK".check.* > "out/$MATRIX_TASK.runtime" 2>/dev/null
+if [ "$check_rc" != 0 ]; then
+    now="$(date +%s.%N)"
+    : > "out/$MATRIX_TASK.out"
+    : > "out/$MATRIX_TASK.err"
+    printf '{"schema": 1, "task": "%s", "returncode": %d, "srun_returncode": %d, "check_returncode": %d, "job_id": "%s", "started_at": %s, "finished_at": %s}\n' \
+        "$MATRIX_TASK" "$check_rc" "$check_rc" "$check_rc" "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" "$now" "$now" \
+        > "out/$MATRIX_TASK.done.tmp"
+    mv -f "out/$MATRIX_TASK.done.tmp" "out/$MATRIX_TASK.done"
+    exit "$check_rc"
+fi
+
+# One bench process per GPU (per task slot) on every node; each rank writes its own files.
+started="$(date +%s.%N)"
+srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node="$NTASKS_PER_NODE" '--container-image=nvcr.io#nvidia/pytorch:24.10-py3' '--container-mounts=/shared/matrix runs/r1:/shared/matrix runs/r1,/shared/data:/data:ro' '--container-workdir=/shared/matrix runs/r1' --no-container-mount-home \
+    bash -c 'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" LOCAL_WORLD_SIZE="$SLURM_NTASKS_PER_NODE"
+"$@" >"work/$MATRIX_TASK.rank$RANK.out" 2>"work/$MATRIX_TASK.rank$RANK.log"
+rc=$?
+echo "$rc" >"work/$MATRIX_TASK.rank$RANK.rc"
+exit "$rc"' matrix-rank "$PYTHON" "$RESULTS/bench.py" "${args[@]}"
+srun_rc=$?
+finished="$(date +%s.%N)"
+rc="$(cat "work/$MATRIX_TASK.rank0.rc" 2>/dev/null)"
+rc="${rc:-$srun_rc}"
+
+# Publish atomically: stdout and stderr first, then the marker that says both are complete.
+mv -f "work/$MATRIX_TASK.rank0.out" "out/$MATRIX_TASK.out" 2>/dev/null || : > "out/$MATRIX_TASK.out"
+{
+    cat "work/$MATRIX_TASK.rank0.log" 2>/dev/null
+    for f in "work/$MATRIX_TASK".rank*.log; do
+        [ -e "$f" ] && [ "$f" != "work/$MATRIX_TASK.rank0.log" ] || continue
+        echo "--- ${f#work/} ---"
+        tail -c 1500 "$f"
+    done
+} > "out/$MATRIX_TASK.err.tmp"
+mv -f "out/$MATRIX_TASK.err.tmp" "out/$MATRIX_TASK.err"
+printf '{"schema": 1, "task": "%s", "returncode": %d, "srun_returncode": %d, "job_id": "%s", "started_at": %s, "finished_at": %s}\n' \
+    "$MATRIX_TASK" "$rc" "$srun_rc" "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" "$started" "$finished" \
+    > "out/$MATRIX_TASK.done.tmp"
+mv -f "out/$MATRIX_TASK.done.tmp" "out/$MATRIX_TASK.done"
+exit "$rc"
