@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from runner import artifact
-from runner.backends import register
 from runner.backends import containers, register
 from runner.backends.base import Backend, NotStarted, Sink, not_started
 from runner.backends.containers import ImageIdentity
