@@ -66,7 +66,7 @@ def render(env: SlurmEnvironment, results: str = RESULTS, nodes: int = 2) -> str
     runtime = containers.runtime(env.container) if env.container else None
     return render_script(array_job(env, count=3, gpus=4, nodes=nodes, time="00:30:00", run_id="r1",
                                    results_dir=Path(results), manifest="manifest-001.tsv",
-                                   identity=ident if runtime and runtime.image_file() else None))
+                                   bench_name="bench-0123456789ab.pyz", identity=ident if runtime and runtime.image_file() else None))
 
 
 @pytest.mark.parametrize("runtime", containers.RUNTIME_NAMES)
@@ -190,7 +190,7 @@ def test_a_rank_starts_with_the_runtimes_documented_command_line(runtime: str, t
     assert proc.returncode == 0 and argv, proc.stderr
     srun_options, words = rank_words(argv)
     r = str(results_dir)
-    bench = "/mnt/0/bench.py" if runtime == "charliecloud" else f"{r}/bench.py"
+    bench = "/mnt/0/bench-0123456789ab.pyz" if runtime == "charliecloud" else f"{r}/bench-0123456789ab.pyz"
     assert words == [*EXPECTED[runtime](r, image), "python3", bench, *ARGS]
     if runtime == "pyxis":
         assert srun_options[-4:] == [f"--container-image={image}",
@@ -286,7 +286,7 @@ def test_a_results_directory_a_runtime_cannot_bind_is_not_started(tmp_path: Path
 def test_bare_metal_script_is_unchanged_by_containers() -> None:
     env = SlurmEnvironment(name="metal", gpus_per_node=0)
     text = render(env)
-    assert "MATRIX_CHECK" not in text and '"$PYTHON" "$RESULTS/bench.py" "${args[@]}"' in text
+    assert "MATRIX_CHECK" not in text and '"$PYTHON" "$RESULTS/$BENCH_NAME" "${args[@]}"' in text
 
 
 @pytest.mark.parametrize("limit,seconds", [("5", 300), ("01:30", 90), ("1:00:00", 3600), ("2-00", 172800),

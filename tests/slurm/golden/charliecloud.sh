@@ -13,11 +13,12 @@
 
 RESULTS='/shared/matrix runs/r1'
 MANIFEST=manifest-001.tsv
+BENCH_NAME=bench-0123456789ab.pyz
 PYTHON=python3
 NTASKS_PER_NODE=4
 cd "$RESULTS" || { echo "matrix: cannot enter the results directory $RESULTS" >&2; exit 97; }
 
-# This array task's line of the manifest: task id, then bench.py's arguments, tab-separated.
+# This array task's line of the manifest: task id, then the benchmark's arguments, tab-separated.
 line="$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" "$MANIFEST")"
 IFS=$'\t' read -r -a fields <<< "$line"
 MATRIX_TASK="${fields[0]:-}"
@@ -109,7 +110,7 @@ srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node="$NTASKS_PER_NODE" \
 "$@" >"work/$MATRIX_TASK.rank$RANK.out" 2>"work/$MATRIX_TASK.rank$RANK.log"
 rc=$?
 echo "$rc" >"work/$MATRIX_TASK.rank$RANK.rc"
-exit "$rc"' matrix-rank ch-run --bind '/shared/matrix runs/r1:/mnt/0' --bind /shared/data:/mnt/1 --cd /mnt/0 --set-env --private-tmp /shared/images/pytorch-24.10 -- "$PYTHON" /mnt/0/bench.py "${args[@]}"
+exit "$rc"' matrix-rank ch-run --bind '/shared/matrix runs/r1:/mnt/0' --bind /shared/data:/mnt/1 --cd /mnt/0 --set-env --private-tmp /shared/images/pytorch-24.10 -- "$PYTHON" /mnt/0/bench-0123456789ab.pyz "${args[@]}"
 srun_rc=$?
 finished="$(date +%s.%N)"
 rc="$(cat "work/$MATRIX_TASK.rank0.rc" 2>/dev/null)"

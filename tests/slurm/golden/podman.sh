@@ -13,11 +13,12 @@
 
 RESULTS='/shared/matrix runs/r1'
 MANIFEST=manifest-001.tsv
+BENCH_NAME=bench-0123456789ab.pyz
 PYTHON=python3
 NTASKS_PER_NODE=4
 cd "$RESULTS" || { echo "matrix: cannot enter the results directory $RESULTS" >&2; exit 97; }
 
-# This array task's line of the manifest: task id, then bench.py's arguments, tab-separated.
+# This array task's line of the manifest: task id, then the benchmark's arguments, tab-separated.
 line="$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" "$MANIFEST")"
 IFS=$'\t' read -r -a fields <<< "$line"
 MATRIX_TASK="${fields[0]:-}"
@@ -103,7 +104,7 @@ srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node="$NTASKS_PER_NODE" \
 "$@" >"work/$MATRIX_TASK.rank$RANK.out" 2>"work/$MATRIX_TASK.rank$RANK.log"
 rc=$?
 echo "$rc" >"work/$MATRIX_TASK.rank$RANK.rc"
-exit "$rc"' matrix-rank podman run --rm --pull=never --network=host --uts=host --ipc=host --label=matrix.run_id=r1 --timeout=1920 '--volume=/shared/matrix runs/r1:/shared/matrix runs/r1:ro' --volume=/shared/data:/data:ro '--workdir=/shared/matrix runs/r1' --env=RANK --env=LOCAL_RANK --env=LOCAL_WORLD_SIZE --env=WORLD_SIZE --env=MASTER_ADDR --env=MASTER_PORT --env=PYTHONUNBUFFERED --env=MATRIX_TASK --env=CUDA_VISIBLE_DEVICES '--env=SLURM_*' '--env=NCCL_*' '--env=GLOO_*' --env=NCCL_DEBUG --device=nvidia.com/gpu=all --shm-size=8g nvcr.io/nvidia/pytorch:24.10-py3 "$PYTHON" "$RESULTS/bench.py" "${args[@]}"
+exit "$rc"' matrix-rank podman run --rm --pull=never --network=host --uts=host --ipc=host --label=matrix.run_id=r1 --timeout=1920 '--volume=/shared/matrix runs/r1:/shared/matrix runs/r1:ro' --volume=/shared/data:/data:ro '--workdir=/shared/matrix runs/r1' --env=RANK --env=LOCAL_RANK --env=LOCAL_WORLD_SIZE --env=WORLD_SIZE --env=MASTER_ADDR --env=MASTER_PORT --env=PYTHONUNBUFFERED --env=MATRIX_TASK --env=CUDA_VISIBLE_DEVICES '--env=SLURM_*' '--env=NCCL_*' '--env=GLOO_*' --env=NCCL_DEBUG --device=nvidia.com/gpu=all --shm-size=8g nvcr.io/nvidia/pytorch:24.10-py3 "$PYTHON" "$RESULTS/$BENCH_NAME" "${args[@]}"
 srun_rc=$?
 finished="$(date +%s.%N)"
 rc="$(cat "work/$MATRIX_TASK.rank0.rc" 2>/dev/null)"
