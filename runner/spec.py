@@ -281,7 +281,8 @@ class WorkloadAxes(Axes):
     def written(self) -> dict[str, list[Any]]:
         """Every axis the file wrote (no defaults: a workload has no model or batch size unless it says so)."""
         dumped = self.model_dump()
-        return {k: dumped[k] for k in [*self.model_fields, *self.own()] if k in self.model_fields_set or k in self.own()}
+        fields = type(self).model_fields
+        return {k: dumped[k] for k in [*fields, *self.own()] if k in self.model_fields_set or k in self.own()}
 LAYOUT_AXES = ("gpus", "nodes")  # how many processes a backend starts, not bench.py options
 
 

@@ -27,7 +27,7 @@ def arguments(description):
 
 class Net(nn.Module):
     def __init__(self):
-        super(Net, self).__init__()
+        super().__init__()
         self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
         self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
         self.fc = nn.Linear(16 * 7 * 7, 10)
@@ -38,7 +38,7 @@ class Net(nn.Module):
         return self.fc(x.flatten(1))
 
 
-class Run(object):
+class Run:
     """Model, data and optimizer for one process; `epoch()` trains `steps` batches and says how long."""
 
     def __init__(self, args):
@@ -107,7 +107,7 @@ class Run(object):
             dist.destroy_process_group()
 
 
-class _Null(object):
+class _Null:
     def __enter__(self):
         return self
 

@@ -10,7 +10,7 @@ import time
 import tiny
 
 
-class JSONStream(object):
+class JSONStream:
     """dllogger's JSONStreamBackend line format (NVIDIA/dllogger), without the package (not on PyPI)."""
 
     def __init__(self, path):
@@ -21,7 +21,7 @@ class JSONStream(object):
         now = datetime.datetime.now()
         record = dict(timestamp=str(now.timestamp()), datetime=str(now), elapsedtime=str(time.time() - self.t0),
                       **record)
-        self.file.write("DLLL {}\n".format(json.dumps(record)))
+        self.file.write(f"DLLL {json.dumps(record)}\n")
         self.file.flush()
 
     def metadata(self, metric, metadata):
@@ -51,7 +51,7 @@ def main():
     if log:
         ips = samples / sum(times) if times else n / seconds
         log.log([], {"train.total_ips": ips, "train.loss": loss, "val.top1": 100.0 * accuracy})
-        print("DLL summary: train.total_ips %.1f images/s, val.top1 %.2f %%" % (ips, 100.0 * accuracy))
+        print(f"DLL summary: train.total_ips {ips:.1f} images/s, val.top1 {100.0 * accuracy:.2f} %")
     run.close()
 
 

@@ -4,7 +4,6 @@ warm-up epoch discarded, the device synchronised at both edges of the window, pe
 telemetry and the environment capture, as bench reports its own. Run it with `parser: matrix`."""
 
 import tiny
-
 from matrix_bench import measure
 
 

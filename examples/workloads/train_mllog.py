@@ -13,12 +13,11 @@ import tiny
 
 try:
     from mlperf_logging import mllog
-    from mlperf_logging.mllog import constants as C
 except ImportError:
     mllog = None
 
 
-class _Fallback(object):
+class _Fallback:
     """mllog's line format (namespace, time_ms, event_type, key, value, metadata) without the package."""
 
     def _log(self, kind, key, value=None, metadata=None):

@@ -9,16 +9,16 @@ import tiny
 
 def main():
     args = tiny.arguments(__doc__)
-    print("received label: %s" % json.dumps(args.label))  # the label exactly as the process got it
+    print(f"received label: {json.dumps(args.label)}")  # the label exactly as the process got it
     run = tiny.Run(args)
     for epoch in range(args.epochs):
         seconds, n, loss = run.epoch()
         if run.rank == 0:
-            print("epoch %d: throughput: %.2f samples/s, step time: %.3f ms, loss %.4f" % (
-                epoch, n / seconds, 1e3 * seconds / args.steps, loss))
+            print(f"epoch {epoch}: throughput: {n / seconds:.2f} samples/s, "
+                  f"step time: {1e3 * seconds / args.steps:.3f} ms, loss {loss:.4f}")
     accuracy = run.accuracy()
     if run.rank == 0:
-        print("final loss: %.4f" % loss)
+        print(f"final loss: {loss:.4f}")
         print("accuracy: %.2f %%" % (100.0 * accuracy))
     run.close()
 
