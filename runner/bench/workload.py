@@ -232,9 +232,9 @@ def main(args):
             if problem and not found["problem"]:
                 found["problem"] = problem
             status, reason = judge(returncode, found, list(tail), parser)
-        result = None
-        if rank == 0:
-            result = build_result(spec, parser, found, status, reason, returncode, argv, seconds, values)
+        if rank != 0:  # rank 0 reads the figures (programs log from one process); here only the ending counts
+            return (EXIT_OK if returncode == 0 else STATUS_EXIT.get(status, EXIT_FAILED)), None
+        result = build_result(spec, parser, found, status, reason, returncode, argv, seconds, values)
         return STATUS_EXIT.get(status, EXIT_FAILED), result
     finally:
         shutil.rmtree(output, ignore_errors=True)

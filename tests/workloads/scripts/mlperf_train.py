@@ -29,7 +29,7 @@ if world > 1:
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method="env://")
     model = torch.nn.parallel.DistributedDataParallel(model)
-    print("rank %d of %d on %s" % (rank, world, os.uname()[1]), flush=True)
+    print(f"rank {rank} of {world} on {os.uname()[1]}", flush=True)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 centers = torch.randn(4, 64, generator=torch.Generator().manual_seed(7))
 gen = torch.Generator().manual_seed(rank)
