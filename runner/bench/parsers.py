@@ -96,8 +96,8 @@ class Parser(object):
     def where(self):
         source = self.config.get("file")
         what = "%d %s lines" % (self.records, self.kind) if self.records else "no %s line" % self.kind
-        return "the program's output (%s among %d lines%s)" % (
-            what, self.lines, ", read from %s" % source if source else "")
+        return "%s (%s among %d lines)" % ("the log file %s" % source if source else "the program's output",
+                                          what, self.lines)
 
 
 class MllogParser(Parser):
@@ -292,8 +292,8 @@ class PatternParser(Parser):
             self.found[fig["name"]].append(value)
 
     def where(self):
-        return "the program's output (%d lines%s)" % (
-            self.lines, ", read from %s" % self.config["file"] if self.config.get("file") else "")
+        source = self.config.get("file")
+        return "%s (%d lines)" % ("the log file %s" % source if source else "the program's output", self.lines)
 
     def measured(self):
         metrics, figures, notes = {}, {}, {"matches": {}}

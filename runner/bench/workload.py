@@ -69,7 +69,8 @@ def last_line(tail):
 
 
 def pump(stream, parser, tail):
-    """Every line of the program's output to stderr and to the parser, as it comes."""
+    """Every line of the program's output to stderr and to the parser (None: the parser reads a log file,
+    and only that: mllog writes the same lines to its stream and its file), as it comes."""
     out = getattr(sys.stderr, "buffer", None)
     while True:
         raw = stream.readline(MAX_LINE)
@@ -82,7 +83,8 @@ def pump(stream, parser, tail):
             sys.stderr.write(raw.decode("utf-8", "replace"))
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         tail.append(line)
-        parser.feed(line)
+        if parser is not None:
+            parser.feed(line)
 
 
 def read_file(path, parser):
@@ -181,7 +183,7 @@ def run_program(argv, env, parser, tail):
         tail.append("cannot start %s: %s" % (argv[0] if argv else "(empty argv)", getattr(e, "strerror", None) or e))
         return None
     try:
-        pump(proc.stdout, parser, tail)
+        pump(proc.stdout, None if parser.config.get("file") else parser, tail)
     finally:
         proc.stdout.close()
     return proc.wait()
@@ -229,7 +231,7 @@ def main(args):
         else:
             problem = read_file(config["file"], parser) if config.get("file") else None
             found = parser.outcome()
-            if problem and not found["problem"]:
+            if problem:
                 found["problem"] = problem
             status, reason = judge(returncode, found, list(tail), parser)
         if rank != 0:  # rank 0 reads the figures (programs log from one process); here only the ending counts
