@@ -23,8 +23,10 @@ from pathlib import Path
 
 SOURCE = Path(__file__).with_name("bench")
 PACKAGE = "matrix_bench"  # the package's name inside the zip: distinct from anything an image installs
-MAIN = (b'"""matrix\'s benchmark as one file: python3 bench.pyz ARGS (docs/internals.md)."""\n'
-        b"from matrix_bench.main import run\n\nrun()\n")
+MAIN = (b'"""matrix\'s benchmark as one file: python3 bench.pyz ARGS, or python3 bench.pyz workload SPEC for a\n'
+        b'user\'s own program (docs/internals.md, docs/workloads.md)."""\n'
+        b"import sys\n\nif sys.argv[1:2] == [\"workload\"]:\n    from matrix_bench.workload import run\n"
+        b"else:\n    from matrix_bench.main import run\nrun()\n")
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import math
 import typing
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,19 @@ from pydantic import BaseModel, ValidationError
 from runner import backends, contract
 from runner import yamltext as yt
 from runner.errors import ConfigError
-from runner.spec import AXIS_NAMES, Axes, Cell, EnvironmentBase, Mount, RunSettings, Scalar, Strict
+from runner.spec import (
+    AXIS_NAMES,
+    RESERVED_AXES,
+    Axes,
+    Cell,
+    EnvironmentBase,
+    FreeValue,
+    Mount,
+    RunSettings,
+    Scalar,
+    Strict,
+    WorkloadAxes,
+)
 
 DEFAULT_MATRIX = Path(__file__).with_name("examples") / "quickstart.yaml"
 MATCH_KEYS = ("environment", *AXIS_NAMES)
@@ -34,6 +47,18 @@ class MatrixFile(Strict):
     exclude: list[dict[str, Scalar]] = []
     run: RunSettings = RunSettings()
     references: Any = None  # validated by runner/decide/references.py
+    workload: Any = None  # validated by runner/workloads/spec.py, merged with each environment's own
+
+
+class WorkloadMatrixFile(MatrixFile):
+    """A matrix whose environments run a workload: its axes may name the workload's own."""
+
+    axes: WorkloadAxes = WorkloadAxes()
+
+
+# The axes model that include/exclude values, --only and reference matches are typed by: bench's, or a
+# workload matrix's while it is read or its cells are selected.
+_AXES: contextvars.ContextVar[type[Axes]] = contextvars.ContextVar("axes", default=Axes)
 
 
 @dataclass(frozen=True)
@@ -46,6 +71,12 @@ class Matrix:
     exclude: tuple[dict[str, Scalar], ...]
     run: RunSettings
     references: tuple[Any, ...] = ()  # runner.decide.references.Reference
+    workloads: Mapping[str, Any] = field(default_factory=dict)  # environment name -> runner.workloads.Workload
+
+    @property
+    def own_axes(self) -> tuple[str, ...]:
+        """The names of the workload's own axes (none for bench)."""
+        return tuple(self.axes.own()) if isinstance(self.axes, WorkloadAxes) else ()
 
     def environment(self, name: str) -> EnvironmentBase:
         for env in self.environments:
@@ -90,19 +121,37 @@ def load(path: Path | str | None, max_cells: int = MAX_CELLS) -> Matrix:
     return parse(text, path, max_cells=max_cells)
 
 
+def _runs_workload(data: Mapping[str, Any]) -> bool:
+    """Whether the file declares a workload, at the top or in an environment."""
+    envs = data.get("environments")
+    return data.get("workload") is not None or (isinstance(envs, list) and any(
+        isinstance(e, dict) and e.get("workload") is not None for e in envs))
+
+
 def parse(text: str, path: Path | None = None, name: str | None = None, max_cells: int = MAX_CELLS) -> Matrix:
     where = str(path) if path else "<matrix>"
     data, root = yt.load(text, where)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with `environments` and `axes` at the top level")
+    workload = _runs_workload(data)
+    token = _AXES.set(WorkloadAxes if workload else Axes)
+    try:
+        return _parse(text, data, root, where, path, name, max_cells, workload)
+    finally:
+        _AXES.reset(token)
+
+
+def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, path: Path | None,
+           name: str | None, max_cells: int, workload: bool) -> Matrix:
     problems: list[str] = []
-    data = _as_written(data, root, lambda loc: _line(where, text, loc), problems)
+    data = _as_written(data, root, lambda loc: _line(where, text, loc), problems, workload)
     if problems:
         raise ConfigError("\n".join(problems))
+    top_model = WorkloadMatrixFile if workload else MatrixFile
     try:
-        top = MatrixFile.model_validate(data)
+        top = top_model.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format(where, text, e, ())) from e
+        raise ConfigError(_format(where, text, e, (), top_model)) from e
     envs: list[EnvironmentBase] = []
     for i, raw in enumerate(top.environments):
         kind = raw.get("backend", "local") if isinstance(raw, dict) else None
@@ -120,19 +169,22 @@ def parse(text: str, path: Path | None = None, name: str | None = None, max_cell
         problems.append(f"{where}: environments: the name {dup!r} is used twice; names must be unique")
     if not top.environments:
         problems.append(f"{where}: environments: at least one environment is needed")
+    own = tuple(top.axes.own()) if isinstance(top.axes, WorkloadAxes) else ()
     for field_name in ("include", "exclude"):
         for i, rule in enumerate(getattr(top, field_name)):
-            problems += _check_rule(where, text, field_name, i, rule, set(names))
+            problems += _check_rule(where, text, field_name, i, rule, set(names), own)
     if problems:
         raise ConfigError("\n".join(problems))
-    problems = [_line(where, text, loc) + f": {why}" for loc, why in _bench_refuses(top)]
+    workloads = _workloads(top, envs, path, lambda loc: _line(where, text, loc)) if workload else {}
+    problems = [_line(where, text, loc) + f": {why}" for loc, why in ([] if workload else _bench_refuses(top))]
     if problems:
         raise ConfigError("\n".join(problems))
     stem = path.stem if path else "matrix"
     m = Matrix(path, name or top.name or stem, tuple(envs), top.axes, tuple(map(typed_rule, top.include)),
-               tuple(map(typed_rule, top.exclude)), top.run)
+               tuple(map(typed_rule, top.exclude)), top.run, workloads=workloads)
     check_size(m, max_cells)
-    problems = [_line(where, text, loc) + f": {why}" for loc, why in _bench_refuses_together(m)]
+    problems = [_line(where, text, loc) + f": {why}" for loc, why in
+                (_placeholders_unset(m, envs) if workload else _bench_refuses_together(m))]
     if problems:
         raise ConfigError("\n".join(problems))
     if top.references:
@@ -145,6 +197,55 @@ def parse(text: str, path: Path | None = None, name: str | None = None, max_cell
         references.check_matches(refs, expand(m), locate)
         m = replace(m, references=refs)
     return m
+
+
+def _workloads(top: MatrixFile, envs: Sequence[EnvironmentBase], path: Path | None,
+               locate: yt.Locate) -> dict[str, Any]:
+    """Each environment's workload (its own keys over the matrix's), checked: one ConfigError with every problem."""
+    from runner.workloads import spec as wspec
+
+    base = path.resolve().parent if path else Path.cwd()
+    axis_names = [*AXIS_NAMES, *top.axes.own()] if isinstance(top.axes, WorkloadAxes) else list(AXIS_NAMES)
+    axis_names += [k for rule in top.include for k in rule if k != "environment"]
+    found: dict[str, Any] = {}
+    problems: list[str] = []
+    cache: dict[str, Any] = {}
+    for i, env in enumerate(envs):
+        raw = wspec.merged(top.workload, env.workload)
+        prefix: tuple[Any, ...] = ("environments", i, "workload") if env.workload is not None else ("workload",)
+        if raw is None:
+            problems.append(locate(("environments", i)) + ": this environment runs no workload while others do; "
+                            "give it one (workload: {...}) or put it in a matrix file of its own")
+            continue
+        ident = repr(raw)
+        if ident not in cache:
+            cache[ident] = wspec.resolve(raw, base, axis_names)
+        workload, why = cache[ident]
+        if workload is None:
+            problems += [locate((*prefix, *loc)) + f": {text}" for loc, text in why]
+            if env.workload is None:
+                break  # the matrix's workload: said once, not once per environment
+            continue
+        found[env.name] = workload
+    if problems:
+        raise ConfigError("\n".join(dict.fromkeys(problems)))
+    return found
+
+
+def _placeholders_unset(m: Matrix, envs: Sequence[EnvironmentBase]) -> list[tuple[tuple[Any, ...], str]]:
+    """(field path, why) for a placeholder that some cell has no value for (an axis only an include sets)."""
+    from runner.workloads.spec import BUILTIN_PLACEHOLDERS
+
+    index = {e.name: i for i, e in enumerate(envs)}
+    found: dict[tuple[Any, ...], str] = {}
+    for cell in expand(m):
+        missing = sorted(cell.workload.uses() - set(cell.params) - set(BUILTIN_PLACEHOLDERS))
+        if missing:
+            i = index[cell.env_name]
+            loc = ("environments", i, "workload", "argv") if envs[i].workload else ("workload", "argv")
+            found.setdefault(loc, f"{{{missing[0]}}} has no value in cell {cell.label()!r} (an axis that only an "
+                                  "include sets, or none at all); give the axis a value for every cell")
+    return list(found.items())
 
 
 def _bench_refuses(top: MatrixFile) -> list[tuple[tuple[Any, ...], str]]:
@@ -197,15 +298,19 @@ def check_size(m: Matrix, max_cells: int) -> None:
                           f"{max_cells:,}; check the axes for a typo, or pass --max-cells {size} to mean it")
 
 
-def _as_written(data: dict[str, Any], root: yaml.Node | None, locate: yt.Locate, problems: list[str]
-                ) -> dict[str, Any]:
+def _as_written(data: dict[str, Any], root: yaml.Node | None, locate: yt.Locate, problems: list[str],
+                workload: bool = False) -> dict[str, Any]:
     """The file's data with every text field as the user typed it (an `env:` value `yes` stays "yes", not
     "True") and numbers YAML 1.1 reads otherwise than they look (010, 1:30) refused: runner/yamltext.py."""
     walk = yt.Walk(locate)
-    items = {a: yt.list_item(f.annotation) for a, f in Axes.model_fields.items()}
+    items: dict[str, Any] = {a: yt.list_item(f.annotation) for a, f in Axes.model_fields.items()}
+    if workload:
+        items["*"] = FreeValue  # a workload's own axis: `010` is refused as octal, text stays as written
     rule = {"environment": str, **items}
     shape: yt.Shape = {name: f.annotation for name, f in MatrixFile.model_fields.items()}
-    shape.update(environments=Any, include=list[rule], exclude=list[rule], references=Any)  # type: ignore[valid-type]
+    shape.update(environments=Any, include=list[rule], exclude=list[rule], references=Any, workload=Any)  # type: ignore[valid-type]
+    if workload:
+        shape["axes"] = {a: f.annotation for a, f in Axes.model_fields.items()} | {"*": list[FreeValue]}  # type: ignore[valid-type]
     out = walk.value(data, root, shape, ())
     envs, envs_node = out.get("environments"), yt.child(root, "environments")
     if isinstance(envs, list) and isinstance(envs_node, yaml.SequenceNode) and len(envs) == len(envs_node.value):
@@ -237,21 +342,28 @@ def typed_rule(rule: Mapping[str, Scalar]) -> dict[str, Scalar]:
 
 
 def _check_rule(where: str, text: str, field_name: str, i: int, rule: dict[str, Scalar],
-                env_names: set[str]) -> list[str]:
+                env_names: set[str], own: Sequence[str] = ()) -> list[str]:
     problems = []
+    keys = (*MATCH_KEYS, *own)
     if not rule:
         problems.append(_line(where, text, (field_name, i)) + f": an empty rule matches every cell; name at least "
-                        f"one of {', '.join(MATCH_KEYS)}")
+                        f"one of {', '.join(keys)}")
     for key in rule:
-        if key not in MATCH_KEYS:
+        if key in keys:
+            pass
+        elif field_name == "include" and _AXES.get().free and key.isidentifier() and key not in RESERVED_AXES:
+            pass  # an include may add an axis of the workload's own to the cells it matches
+        else:
             problems.append(_line(where, text, (field_name, i, key))
-                            + f": unknown key {key!r}; allowed: {', '.join(MATCH_KEYS)}")
+                            + f": unknown key {key!r}; allowed: {', '.join(keys)}")
+        if key not in AXIS_NAMES and key != "environment" and not isinstance(rule[key], bool | int | float | str):
+            problems.append(_line(where, text, (field_name, i, key)) + ": expected one scalar value")
     if "environment" in rule and rule["environment"] not in env_names:
         problems.append(_line(where, text, (field_name, i, "environment"))
                         + f": no environment {rule['environment']!r}; allowed: {', '.join(sorted(env_names))}")
     axes = {k: v for k, v in rule.items() if k in AXIS_NAMES}
     try:
-        Axes.model_validate(axes)
+        _AXES.get().model_validate(axes)
     except ValidationError as e:
         problems.append(_format(where, text, e, (field_name, i), Axes, strip_index=True))
     return problems
@@ -287,7 +399,7 @@ def _format(where: str, text: str, err: ValidationError, prefix: tuple[Any, ...]
 
 def _owner(model: type[BaseModel] | None, loc: Sequence[Any]) -> type[BaseModel] | None:
     """The model that owns the field at loc, to list its allowed keys."""
-    known: dict[str, type[BaseModel]] = {"axes": Axes, "run": RunSettings, "mounts": Mount}
+    known: dict[str, type[BaseModel]] = {"axes": _AXES.get(), "run": RunSettings, "mounts": Mount}
     current = model
     for part in loc:
         if isinstance(part, int):
@@ -350,7 +462,10 @@ def expand(m: Matrix) -> list[Cell]:
     matches; one that matches none becomes a new combination (axes it omits take their first
     value, and it applies to every environment unless it names one).
     """
-    axes = {k: v for k, v in m.axes.model_dump().items() if v is not None}
+    if isinstance(m.axes, WorkloadAxes):
+        axes = m.axes.written()  # no defaults: a workload has the axes its file writes, no others
+    else:
+        axes = {k: v for k, v in m.axes.model_dump().items() if v is not None}
     names = list(axes)
     original = ("environment", *names)
     rows: list[dict[str, Any]] = []
@@ -376,7 +491,9 @@ def expand(m: Matrix) -> list[Cell]:
         env = by_name.get(name) or m.environment(name)
         # Typed already: axis values by Axes, include values by typed_rule when the file was read.
         params = {k: row[k] for k in AXIS_NAMES if k in row}
-        cell = Cell(env, params, m.run)
+        if m.workloads:  # the workload's own axes, and what an include adds, after bench's
+            params.update((k, v) for k, v in row.items() if k not in params)
+        cell = Cell(env, params, m.run, m.workloads.get(name))
         if cell.key not in seen:
             seen.add(cell.key)
             cells.append(cell)
@@ -385,7 +502,7 @@ def expand(m: Matrix) -> list[Cell]:
 
 def _coerce(axis: str, value: Any) -> Any:
     """Rule and --only values arrive as raw YAML or command-line scalars: give them the axis's type."""
-    validated = Axes.model_validate({axis: [value]})
+    validated = _AXES.get().model_validate({axis: [value]})
     return getattr(validated, axis)[0]
 
 
@@ -396,7 +513,16 @@ def select(cells: Sequence[Cell], envs: Sequence[str] = (), only: Sequence[str] 
     are alternatives, different keys must all match. A selection that matches nothing is a ConfigError
     naming the values that exist.
     """
-    wanted = _parse_only(only)
+    token = _AXES.set(WorkloadAxes if any(c.workload is not None for c in cells) else Axes)
+    try:
+        return _select(cells, envs, only)
+    finally:
+        _AXES.reset(token)
+
+
+def _select(cells: Sequence[Cell], envs: Sequence[str], only: Sequence[str]) -> list[Cell]:
+    own = sorted({k for c in cells if c.workload is not None for k in c.params if k not in AXIS_NAMES})
+    wanted = _parse_only(only, own)
     if envs:
         picked = [c for c in cells if any(e in (c.env_name, c.environment.backend) or e in c.environment.tags
                                           for e in envs)]
@@ -405,11 +531,15 @@ def select(cells: Sequence[Cell], envs: Sequence[str] = (), only: Sequence[str] 
                            | {c.environment.backend for c in cells})
             raise ConfigError(f"--env {', '.join(envs)}: matches no environment; known: {', '.join(known)}")
         cells = picked
-    out = [c for c in cells if all(any(_same(_value(c, k), v) for v in values) for k, values in wanted.items())]
+    def hit(cell: Cell, key: str, value: Scalar) -> bool:
+        got = _value(cell, key)
+        return _same(got, value) or (key in own and got is not None and _show(got) == value)  # own axes: as written
+
+    out = [c for c in cells if all(any(hit(c, k, v) for v in values) for k, values in wanted.items())]
     if wanted and not out and cells:
         for key, values in wanted.items():
             present = list(dict.fromkeys(_value(c, key) for c in cells))
-            if not any(_same(p, v) for p in present for v in values):
+            if not any(_same(p, v) or (key in own and p is not None and _show(p) == v) for p in present for v in values):
                 shown = ", ".join(_show(p) for p in present if p is not None) or "(the axis is not set)"
                 raise ConfigError(f"--only {key}={'|'.join(_show(v) for v in values)}: no cell has that value; "
                                   f"{key} has: {shown}")
@@ -417,13 +547,13 @@ def select(cells: Sequence[Cell], envs: Sequence[str] = (), only: Sequence[str] 
     return out
 
 
-def _parse_only(only: Sequence[str]) -> dict[str, list[Scalar]]:
+def _parse_only(only: Sequence[str], own: Sequence[str] = ()) -> dict[str, list[Scalar]]:
     wanted: dict[str, list[Scalar]] = {}
     for item in only:
         key, sep, value = item.partition("=")
         key = key.strip()
-        if not sep or key not in MATCH_KEYS:
-            raise ConfigError(f"--only {item!r}: expected KEY=VALUE with KEY one of {', '.join(MATCH_KEYS)}")
+        if not sep or key not in (*MATCH_KEYS, *own):
+            raise ConfigError(f"--only {item!r}: expected KEY=VALUE with KEY one of {', '.join((*MATCH_KEYS, *own))}")
         typed: Scalar = value
         if key in AXIS_NAMES:
             try:

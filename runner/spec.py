@@ -120,6 +120,9 @@ class EnvironmentBase(Strict):
     env: dict[str, str] = {}
     mounts: list[Mount] = []
     python: str | None = None
+    # This environment's own `workload:` keys over the matrix's (runner/workloads/spec.py validates them);
+    # the effective workload is part of each cell's key, not of the environment's identity.
+    workload: dict[str, Any] | None = None
 
     # Fields that change what is measured, besides name/backend/python/env: part of a cell's key.
     measured_fields: ClassVar[tuple[str, ...]] = ()
@@ -167,6 +170,8 @@ class EnvironmentBase(Strict):
 class Axes(Strict):
     """The axes of the matrix; a scalar is a one-value axis."""
 
+    free: ClassVar[bool] = False  # WorkloadAxes: model and dataset are the workload's words, other axes allowed
+
     model: list[str] = ["mnist_cnn"]
     precision: list[Literal[PRECISIONS]] = ["fp32"]  # type: ignore[valid-type]
     batch_size: list[int] = [64]
@@ -199,6 +204,8 @@ class Axes(Strict):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: list[str]) -> list[str]:
+        if cls.free:
+            return value  # a workload's own model names
         for m in value:
             if m not in MODELS:
                 raise ValueError(f"unknown model {m!r}; allowed: {', '.join(MODELS)}")
@@ -207,6 +214,8 @@ class Axes(Strict):
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, value: list[str]) -> list[str]:
+        if cls.free:
+            return value
         for d in value:
             kind, _, arg = d.partition(":")
             if not (d == "synthetic" or (kind in DATASET_KINDS and arg)):
@@ -229,6 +238,51 @@ class Axes(Strict):
 
 
 AXIS_NAMES = tuple(Axes.model_fields)
+# A workload's own axes: written like `steps: [10, 20]`, and used as {steps} in its argv.
+RESERVED_AXES = ("environment", "python", "files", "output", "iterations", "warmup", "seed", "repeat")
+FreeValue = bool | int | float | str
+
+
+class WorkloadAxes(Axes):
+    """The axes of a matrix whose environments run a workload: bench's axes keep their types (precision,
+    batch size and the process layout mean the same to reports), model and dataset are free text, and
+    any other name is an axis of the workload's own, a list of scalars."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    free: ClassVar[bool] = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_axes(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        out = dict(data)
+        for name, value in data.items():
+            if name in cls.model_fields:
+                continue
+            if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+                raise ValueError(f"axis {name!r}: an axis of your own is a name of letters, digits and _ "
+                                 "(it is a placeholder in the workload's argv)")
+            if name in RESERVED_AXES:
+                raise ValueError(f"axis {name!r}: that name is filled by matrix ({', '.join(RESERVED_AXES)})")
+            values = value if isinstance(value, list) else [value]
+            if not values:
+                raise ValueError(f"axis {name!r}: an empty list gives no cells; give at least one value")
+            for v in values:
+                if v is None or not isinstance(v, bool | int | float | str):
+                    raise ValueError(f"axis {name!r}: {v!r} is not a scalar (text, number or true/false)")
+            out[name] = values
+        return out
+
+    def own(self) -> dict[str, list[FreeValue]]:
+        """The workload's own axes, in the order written."""
+        return dict(self.model_extra or {})
+
+    def written(self) -> dict[str, list[Any]]:
+        """Every axis the file wrote (no defaults: a workload has no model or batch size unless it says so)."""
+        dumped = self.model_dump()
+        fields = type(self).model_fields
+        return {k: dumped[k] for k in [*fields, *self.own()] if k in self.model_fields_set or k in self.own()}
 LAYOUT_AXES = ("gpus", "nodes")  # how many processes a backend starts, not bench.py options
 
 
@@ -249,6 +303,7 @@ class Cell:
     environment: EnvironmentBase
     params: Mapping[str, Scalar]
     run: RunSettings
+    workload: Any = None  # runner.workloads.Workload: the environment's program instead of bench
 
     @property
     def env_name(self) -> str:
@@ -258,11 +313,14 @@ class Cell:
     def key(self) -> str:
         """Computed once: the hash of the environment's identity, params and run settings (expansion, plan,
         todo and the store ask for it again and again)."""
-        return stable_hash({
+        ident: dict[str, Any] = {
             "environment": self.environment.identity(),
             "params": dict(sorted(self.params.items())),
             "run": {"iterations": self.run.iterations, "warmup": self.run.warmup, "seed": self.run.seed},
-        })
+        }
+        if self.workload is not None:  # its argv template, parser and file contents: a new script is a new cell
+            ident["workload"] = self.workload.identity()
+        return stable_hash(ident)
 
     @property
     def gpus(self) -> int:

@@ -20,6 +20,8 @@ from runner.backends.base import Check, Interrupted, SequentialBackend, not_star
 from runner.backends.ranks import rank_env
 from runner.results import Outcome, Status, outcome_from_process
 from runner.spec import EnvironmentBase, Task
+from runner.workloads import Changed, arguments
+from runner.workloads.files import stage
 
 
 class LocalEnvironment(EnvironmentBase):
@@ -121,7 +123,13 @@ class LocalBackend(SequentialBackend):
                            "use a slurm environment for nodes > 1", started_at=now, finished_at=now)
         world = task.cell.gpus
         base = {**os.environ, **self.env.env, "PYTHONUNBUFFERED": "1"}
-        argv = [self.python, str(self.bench), *task.cell.bench_args()]
+        staged = self.ctx.workdir.resolve() / "files"
+        if task.cell.workload is not None and task.cell.workload.files:
+            try:  # the same bytes the cell's key was made from, staged once in the work directory
+                stage(task.cell.workload.files, staged)
+            except (Changed, OSError) as e:
+                return not_started(f"workload files: {e}", {"backend": "local"})
+        argv = [self.python, str(self.bench), *arguments(task, str(staged))]
         port = free_port()
         stem = self.logdir / task.id
         procs: list[subprocess.Popen[bytes]] = []

@@ -1,5 +1,9 @@
-"""`python -m runner.bench ARGS` from a checkout; the zipapp's own __main__ calls the same run()."""
+"""`python -m runner.bench ARGS` from a checkout; the zipapp's own __main__ dispatches the same way."""
 
-from .main import run
+import sys
 
+if sys.argv[1:2] == ["workload"]:
+    from .workload import run
+else:
+    from .main import run
 run()

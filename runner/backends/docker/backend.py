@@ -26,6 +26,8 @@ from runner.backends.docker.engine import ENGINE_ERRORS, Box, Exec
 from runner.contract import EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED
 from runner.results import Outcome, Status, outcome_from_process
 from runner.spec import EnvironmentBase, RunContext, Task
+from runner.workloads import Changed, arguments
+from runner.workloads.files import FileEntry
 
 MASTER_PORT = 29500
 KILL_GRACE_S = 10.0
@@ -50,6 +52,7 @@ class DockerBackend(SequentialBackend):
         self.python_version: str | None = None
         self.image_facts: dict[str, Any] = {}
         self.logdir = ctx.workdir / "logs" / ctx.run_id
+        self.files: tuple[FileEntry, ...] = ()  # the workload's files, put in with the benchmark
 
     # -- session ---------------------------------------------------------------------------------
 
@@ -123,8 +126,11 @@ class DockerBackend(SequentialBackend):
             env={**env.env, "PYTHONUNBUFFERED": "1"}, network=env.network,
             mounts=[(str(Path(m.source).expanduser().resolve()), m.target, m.read_only) for m in env.mounts],
             gpus=env.gpus, shm_size=env.shm_size, ipc=env.ipc, user=env.user, cdi=session.kind == "podman")
-        return session.start(spec, payload.IDLE_COMMANDS, payload.payload(),
-                             what=f"{env.image!r} for environment {env.name!r}")
+        try:
+            data = payload.payload(self.files)
+        except Changed as e:
+            raise NotStarted(str(e)) from e
+        return session.start(spec, payload.IDLE_COMMANDS, data, what=f"{env.image!r} for environment {env.name!r}")
 
     def _probe_python(self, box: Box) -> None:
         """Find the interpreter in the image (env.python, else python3, else python) and torch in it."""
@@ -184,6 +190,8 @@ class DockerBackend(SequentialBackend):
                 "python_executable": self.python}
 
     def run_one(self, task: Task) -> Outcome:
+        if task.cell.workload is not None:  # one workload per environment: its files go in with the benchmark
+            self.files = tuple(task.cell.workload.files)
         try:
             box = self._ensure_container()
         except NotStarted as e:
@@ -221,7 +229,7 @@ class DockerBackend(SequentialBackend):
                      execs: list[Exec]) -> None:
         assert self.python is not None
         world = task.cell.gpus
-        argv = [self.python, payload.BENCH_IN, *task.cell.bench_args()]
+        argv = [self.python, payload.BENCH_IN, *arguments(task, payload.INSIDE)]
         for rank, (out, err) in enumerate(files):
             env = {**ranks.rank_env({}, rank, world, MASTER_PORT), payload.TASK_VAR: mark}
             execs.append(box.exec(argv, env, out, err, user=self.denv.user or ""))

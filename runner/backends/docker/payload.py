@@ -1,13 +1,15 @@
 """What matrix puts into a container and runs there with the image's own python (3.6 in 2018
-images): the benchmark's zipapp, the kill helper and the interpreter probe."""
+images): the benchmark's zipapp, the kill helper, the interpreter probe, and a workload's files."""
 
 from __future__ import annotations
 
 import io
 import tarfile
 import time
+from collections.abc import Sequence
 
 from runner import artifact
+from runner.workloads.files import FileEntry, tar_members
 
 INSIDE = "/tmp/matrix"  # where the benchmark and the helper land in the container
 BENCH_IN = f"{INSIDE}/bench.pyz"
@@ -43,8 +45,9 @@ IDLE_PY = "import time\nwhile True:\n    time.sleep(3600)\n"
 IDLE_COMMANDS = (["sleep", "infinity"], ["python3", "-c", IDLE_PY], ["python", "-c", IDLE_PY])
 
 
-def payload() -> bytes:
-    """The benchmark's zipapp and the kill helper as a tar for put_archive (the /tmp entry itself is left alone)."""
+def payload(files: Sequence[FileEntry] = ()) -> bytes:
+    """The benchmark's zipapp, the kill helper and a workload's files (INSIDE/files-HASH) as a tar for
+    put_archive (the /tmp entry itself is left alone). Raises workloads.Changed for an edited file."""
     buf = io.BytesIO()
     now = time.time()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -55,4 +58,6 @@ def payload() -> bytes:
             info = tarfile.TarInfo(name.lstrip("/"))
             info.size, info.mode, info.mtime = len(data), 0o644, now
             tar.addfile(info, io.BytesIO(data))
+        if files:
+            tar_members(tuple(files), INSIDE, tar, now)
     return buf.getvalue()

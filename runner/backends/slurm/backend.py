@@ -31,11 +31,13 @@ from runner.backends.containers.identity import image_identity
 from runner.backends.slurm import commands, host, outcomes, pending
 from runner.backends.slurm.commands import SacctRow, SlurmError
 from runner.backends.slurm.config import CONTROL, TASK_ID_RE, SlurmEnvironment
-from runner.backends.slurm.script import array_job, container_launch, render_script, time_limit
+from runner.backends.slurm.script import array_job, container_launch, render_script, results_seen, time_limit
 from runner.backends.slurm.state import SubmittedJobs, Watched, state_key
 from runner.errors import BackendError
 from runner.results import Outcome, Status
 from runner.spec import EnvironmentBase, RunContext, Task
+from runner.workloads import Changed, arguments
+from runner.workloads.files import stage
 
 # sacct lags behind the files: a job sacct calls finished may not show its result file yet on a
 # network filesystem; and a job sacct does not know at all is lost only after a while.
@@ -200,8 +202,15 @@ class SlurmBackend(Backend):
             for name in os.listdir(self.results_dir / sub):
                 if name.split(".", 1)[0] in ids:
                     (self.results_dir / sub / name).unlink(missing_ok=True)
+        seen = results_seen(self.env, self.results_dir)
         for task in tasks:
-            args = task.cell.bench_args()
+            if task.cell.workload is not None and task.cell.workload.files:
+                try:  # beside the zipapp, in the results directory every node (and container) sees
+                    stage(task.cell.workload.files, self.results_dir)
+                except (Changed, OSError) as e:
+                    self._not_started([task], f"workload files: {e}", sink)
+                    continue
+            args = arguments(task, seen)
             bad = [a for a in args if not a or "\t" in a or any(c in a for c in CONTROL)]
             if bad or not TASK_ID_RE.match(task.id):
                 now = time.time()

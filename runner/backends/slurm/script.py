@@ -134,6 +134,12 @@ def container_launch(env: SlurmEnvironment, *, gpus: int, run_id: str, results_d
     return runtime, launch
 
 
+def results_seen(env: SlurmEnvironment, results_dir: Path) -> str:
+    """The results directory as a rank sees it: the same path on bare metal, its bind inside a container."""
+    container = container_launch(env, gpus=0, run_id="", results_dir=results_dir, time_s=None)
+    return container[0].results_inside(container[1]) if container is not None else str(results_dir)
+
+
 def time_seconds(limit: str) -> int | None:
     """A Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]) in seconds; None when unlimited."""
     text = limit.strip().upper()

@@ -1,0 +1,360 @@
+"""What a workload's output says: its figures of merit read line by line, in the environment, by the
+workload launcher (workload.py). Standard library only, Python 3.6 syntax.
+
+Each parser takes the configuration the controller normalised (runner/workloads/spec.py), is fed every
+line the program printed (stdout and stderr, as one stream) and, when the program wrote its log to a
+file, that file's lines after it ended. `outcome()` returns the metrics in the store's own names and
+units, the figures of the user's own naming, what was found, and the problem when a required figure
+is missing: a result without its figure is `failed`, never a zero.
+
+  mllog     MLPerf logging lines `:::MLLOG {json}` (mlperf-logging's mllog)
+  dllogger  DLLogger JSON lines `DLLL {json}` (NVIDIA DeepLearningExamples)
+  pattern   named figures by regular expression, each with a unit, a scale and a direction
+  matrix    the `MATRIX_RESULT` line a script prints through matrix_bench.measure
+"""
+
+import json
+import math
+import re
+
+from .contract import RESULT_PREFIX
+
+MLLOG_MARK = ":::MLLOG "
+DLLOG_MARK = "DLLL "
+
+# Where a store metric goes in the result's metrics (the names runner/analysis/frame.py reads).
+STORE_FIELDS = {"throughput": "throughput", "window_s": "window_s", "iter_time": "iter_times",
+                "peak_mem": "peak_mem_allocated", "loss_end": "loss_end", "accuracy": "accuracy",
+                "images_per_joule": "images_per_joule", "images": "images"}
+
+DLLOGGER_KEYS = {
+    "throughput": ("throughput_train", "train.total_ips", "train_throughput", "throughput", "total_ips",
+                   "train.compute_ips", "ips"),
+    "accuracy": ("val.top1", "eval_accuracy", "accuracy", "top1", "val.accuracy"),
+    "loss_end": ("train.loss", "train_loss", "loss", "final_loss"),
+    "window_s": ("train.total_time", "total_time", "train_time", "training_time"),
+}
+MLLOG_LOSS_KEYS = ("loss", "train_loss", "reduced_train_loss")
+
+
+def _number(value):
+    """A finite float from a logged value (numbers, numeric strings), else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _mean(values):
+    return sum(values) / len(values) if values else None
+
+
+def _json_after(line, mark):
+    """The JSON object that follows `mark` in a line (a launcher or logging prefix may precede it)."""
+    at = line.find(mark)
+    if at < 0:
+        return None
+    try:
+        record = json.loads(line[at + len(mark):].strip())
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+class Parser(object):
+    """Fed line by line; `outcome()` says what was found."""
+
+    kind = ""
+
+    def __init__(self, config):
+        self.config = config
+        self.lines = 0
+        self.records = 0
+
+    def feed(self, line):
+        self.lines += 1
+
+    def measured(self):
+        """(metrics in the store's names, figures of the user's naming, notes, problem or None)."""
+        raise NotImplementedError
+
+    def outcome(self):
+        metrics, figures, notes, problem = self.measured()
+        if problem is None:
+            missing = [name for name in self.config.get("require", ()) if metrics.get(name) is None
+                       and (figures.get(name) or {}).get("value") is None]
+            if missing:
+                problem = "found no %s in %s" % (" or ".join(missing), self.where())
+        notes = dict(notes, records=self.records, lines=self.lines)
+        return {"metrics": metrics, "figures": figures, "notes": notes, "problem": problem}
+
+    def where(self):
+        source = self.config.get("file")
+        what = "%d %s lines" % (self.records, self.kind) if self.records else "no %s line" % self.kind
+        return "%s (%s among %d lines)" % ("the log file %s" % source if source else "the program's output",
+                                          what, self.lines)
+
+
+class MllogParser(Parser):
+    """MLPerf logging: run_start/run_stop (time to train), tracked_stats throughput (the first `skip` records
+    are warm-up), train_samples, eval_accuracy, the loss in tracked_stats, run_stop's status."""
+
+    kind = "mllog"
+
+    def __init__(self, config):
+        Parser.__init__(self, config)
+        self.run_start = None
+        self.run_stop = None
+        self.stop_status = None
+        self.throughputs = []
+        self.losses = []
+        self.accuracy = None
+        self.train_samples = None
+        self.logged = {}
+
+    def feed(self, line):
+        Parser.feed(self, line)
+        if MLLOG_MARK not in line:
+            return
+        event = _json_after(line, MLLOG_MARK)
+        if event is None or "key" not in event:
+            return
+        self.records += 1
+        key, value = event.get("key"), event.get("value")
+        metadata = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
+        time_ms = _number(event.get("time_ms"))
+        if key == "run_start" and self.run_start is None:
+            self.run_start = time_ms
+        elif key == "run_stop":
+            self.run_stop = time_ms
+            self.stop_status = metadata.get("status")
+        elif key == "tracked_stats" and isinstance(value, dict):
+            throughput = _number(value.get(self.config.get("throughput_key") or "throughput"))
+            if throughput is not None:
+                self.throughputs.append(throughput)
+            for name in MLLOG_LOSS_KEYS:
+                if _number(value.get(name)) is not None:
+                    self.losses.append(_number(value.get(name)))
+                    break
+        elif key == "eval_accuracy" and _number(value) is not None:
+            self.accuracy = _number(value)
+        elif key in ("train_samples", "trained_samples") and _number(value) is not None:
+            self.train_samples = _number(value)
+        elif key in ("global_batch_size", "submission_benchmark", "submission_division", "seed",
+                     "gradient_accumulation_steps"):
+            self.logged[key] = value
+
+    def measured(self):
+        skip = int(self.config.get("skip", 1))
+        metrics = {}
+        notes = {"logged": self.logged, "tracked_throughputs": len(self.throughputs), "skip": skip}
+        if self.run_start is not None and self.run_stop is not None and self.run_stop >= self.run_start:
+            metrics["window_s"] = (self.run_stop - self.run_start) / 1000.0
+        kept = self.throughputs[skip:]
+        problem = None
+        if kept:
+            metrics["throughput"] = _mean(kept)
+            notes["throughput_from"] = "tracked_stats (mean of %d records after the first %d)" % (len(kept), skip)
+        elif self.throughputs:
+            problem = ("%d tracked_stats throughput record%s, all discarded as warm-up (skip: %d): log more "
+                       "of them, or set skip: 0 in the parser" % (len(self.throughputs),
+                                                                  "s" if len(self.throughputs) != 1 else "", skip))
+        elif self.train_samples and metrics.get("window_s"):
+            metrics["throughput"] = self.train_samples / metrics["window_s"]
+            notes["throughput_from"] = "train_samples / (run_stop - run_start)"
+        if self.train_samples is not None:
+            metrics["images"] = self.train_samples
+        if self.accuracy is not None:
+            metrics["accuracy"] = self.accuracy
+        if self.losses:
+            metrics["loss_end"] = self.losses[-1]
+        if self.stop_status is not None and str(self.stop_status).lower() != "success":
+            problem = "run_stop says status %r (the run did not succeed)" % (self.stop_status,)
+        return metrics, {}, notes, problem
+
+
+class DlloggerParser(Parser):
+    """DLLogger's JSON stream: a metric from the summary record (step []) when there is one, else the
+    mean of its per-step values after the first `skip` (throughput) or the last one (the others)."""
+
+    kind = "dllogger"
+
+    def __init__(self, config):
+        Parser.__init__(self, config)
+        self.summary = {}
+        self.series = {}
+        self.units = {}
+        self.parameters = {}
+
+    def feed(self, line):
+        Parser.feed(self, line)
+        if DLLOG_MARK not in line:
+            return
+        record = _json_after(line, DLLOG_MARK)
+        if record is None:
+            return
+        self.records += 1
+        kind = record.get("type")
+        if kind == "METADATA":
+            meta = record.get("metadata")
+            if isinstance(meta, dict) and meta.get("unit") is not None:
+                self.units[str(record.get("metric"))] = str(meta.get("unit"))
+            return
+        data = record.get("data")
+        if kind != "LOG" or not isinstance(data, dict):
+            return
+        step = record.get("step")
+        if step == "PARAMETER":
+            self.parameters.update(data)
+        elif step in ([], (), None, ""):
+            self.summary.update(data)
+        else:
+            for key, value in data.items():
+                if _number(value) is not None:
+                    self.series.setdefault(key, []).append(_number(value))
+
+    def _key(self, metric):
+        keys = self.config.get("keys") or {}
+        if metric in keys:
+            return keys[metric], (keys[metric],)
+        for key in DLLOGGER_KEYS.get(metric, ()):
+            if key in self.summary or key in self.series:
+                return key, DLLOGGER_KEYS[metric]
+        return None, DLLOGGER_KEYS.get(metric, ())
+
+    def measured(self):
+        skip = int(self.config.get("skip", 1))
+        metrics = {}
+        notes = {"keys": {}, "parameters": self.parameters}
+        problem = None
+        for metric in ("throughput", "accuracy", "loss_end", "window_s"):
+            key, _ = self._key(metric)
+            if key is None:
+                continue
+            value = _number(self.summary.get(key))
+            source = "summary"
+            if value is None and key in self.series:
+                values = self.series[key]
+                if metric == "throughput":
+                    kept = values[skip:]
+                    if not kept:
+                        problem = ("%d per-step %s value%s, all discarded as warm-up (skip: %d) and no summary "
+                                   "record" % (len(values), key, "s" if len(values) != 1 else "", skip))
+                        continue
+                    value, source = _mean(kept), "mean of %d steps after the first %d" % (len(kept), skip)
+                else:
+                    value, source = values[-1], "last step"
+            if value is None:
+                continue
+            unit = self.units.get(key, "")
+            if metric == "accuracy" and (unit.strip() == "%" or self.config.get("accuracy_percent")):
+                value = value / 100.0
+            elif metric == "window_s" and unit.strip() in ("ms", "milliseconds"):
+                value = value / 1000.0
+            metrics[metric] = value
+            notes["keys"][metric] = {"key": key, "from": source, "unit": unit}
+        return metrics, {}, notes, problem
+
+
+class PatternParser(Parser):
+    """Named figures by regular expression, one line at a time. Each figure: `regex` (its number is the
+    group named `value`, else group 1, else the match), `scale` (to the store's unit), `reduce` (last,
+    first, mean, min, max) after `skip` matches, and the store metric it is, if any."""
+
+    kind = "pattern"
+
+    def __init__(self, config):
+        Parser.__init__(self, config)
+        self.figures = []
+        for fig in config.get("figures", ()):
+            self.figures.append((fig, re.compile(fig["regex"])))
+        self.found = dict((fig["name"], []) for fig, _ in self.figures)
+        self.unreadable = {}
+
+    def feed(self, line):
+        Parser.feed(self, line)
+        for fig, regex in self.figures:
+            match = regex.search(line)
+            if match is None:
+                continue
+            groups = match.groupdict()
+            text = groups.get("value") if "value" in groups else (match.group(1) if regex.groups else match.group(0))
+            value = _number(text.replace(",", "") if isinstance(text, str) else text)
+            if value is None:
+                self.unreadable.setdefault(fig["name"], text)
+                continue
+            self.records += 1
+            self.found[fig["name"]].append(value)
+
+    def where(self):
+        source = self.config.get("file")
+        return "%s (%d lines)" % ("the log file %s" % source if source else "the program's output", self.lines)
+
+    def measured(self):
+        metrics, figures, notes = {}, {}, {"matches": {}}
+        problem = None
+        for fig, _ in self.figures:
+            name = fig["name"]
+            values = self.found[name][int(fig.get("skip", 0)):]
+            notes["matches"][name] = len(self.found[name])
+            how = fig.get("reduce", "last")
+            value = None
+            if values:
+                value = {"first": values[0], "last": values[-1], "min": min(values), "max": max(values),
+                         "mean": _mean(values)}.get(how, values[-1])
+                value = value * float(fig.get("scale", 1.0))
+            elif not fig.get("optional") and problem is None:
+                if name in self.unreadable:
+                    problem = "figure %s: the pattern matched %r, which is not a number" % (name, self.unreadable[name])
+                else:
+                    problem = "figure %s: no line of %s matches %s%s" % (
+                        name, self.where(), fig["regex"],
+                        " (%d matches, the first %d skipped)" % (len(self.found[name]), int(fig.get("skip", 0)))
+                        if self.found[name] else "")
+            if fig.get("metric"):
+                if value is not None:
+                    metrics[fig["metric"]] = value
+            else:
+                figures[name] = {"value": value, "unit": fig.get("unit", ""), "better": fig.get("better")}
+        return metrics, figures, notes, problem
+
+
+class MatrixParser(Parser):
+    """The result line of matrix_bench.measure: the script measured its own window."""
+
+    kind = "matrix"
+
+    def __init__(self, config):
+        Parser.__init__(self, config)
+        self.result = None
+
+    def feed(self, line):
+        Parser.feed(self, line)
+        if not line.startswith(RESULT_PREFIX):
+            return
+        try:
+            record = json.loads(line[len(RESULT_PREFIX):])
+        except ValueError:
+            return
+        if isinstance(record, dict):
+            self.records += 1
+            self.result = record
+
+    def measured(self):
+        if self.result is None:
+            return {}, {}, {}, ("found no MATRIX_RESULT line in the program's output (%d lines): does the script "
+                                "call matrix_bench.measure's report()?" % self.lines)
+        return dict(self.result.get("metrics") or {}), {}, {}, None
+
+
+PARSERS = {"mllog": MllogParser, "dllogger": DlloggerParser, "pattern": PatternParser, "matrix": MatrixParser}
+
+
+def make(config):
+    """The parser a normalised configuration names."""
+    return PARSERS[config["kind"]](config)

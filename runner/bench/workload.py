@@ -1,0 +1,254 @@
+"""A user's own training program as one repeat: `python bench.pyz workload SPEC`.
+
+The controller (runner/workloads/) sends SPEC, one JSON argument: the argv template, the values of its
+placeholders (the cell's axes, run settings, the repeat), where the workload's files are, the params to
+record and the parser's configuration. Here, in the environment, the launcher fills in what only the
+environment knows ({python}: this interpreter; {output}: a fresh folder for this repeat), runs the program
+with its argv as a list (no shell: every value reaches it verbatim), passes all of its output through to
+stderr while the parser reads it, and prints the one MATRIX_RESULT line bench prints: the parser's figures
+in the store's names, the program's exit status, the environment capture. Like bench: rank 0 prints the
+line, stdout carries nothing else, and the exit status is bench's (0 ok, 1 failed, 3 oom, 4 unsupported).
+"""
+
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import parsers
+from .contract import EXIT_BAD_ARGS, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, SCHEMA
+
+SPEC_VERSION = 1
+MAX_LINE = 1 << 20  # a line longer than this (a progress bar without newlines) is read in pieces
+TAIL_LINES = 40
+# What an out-of-memory failure prints: PyTorch's CUDA and CPU allocators, cuBLAS, Python, HIP.
+OOM_TEXT = re.compile(r"CUDA out of memory|OutOfMemoryError|HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
+                      r"can't allocate memory|\bMemoryError\b|out of memory", re.IGNORECASE)
+STATUS_EXIT = {"ok": EXIT_OK, "failed": EXIT_FAILED, "oom": EXIT_OOM, "unsupported": EXIT_UNSUPPORTED}
+
+
+def say(text):
+    sys.stderr.write("[workload] %s\n" % text)
+    sys.stderr.flush()
+
+
+def zip_home():
+    """The zipapp this module runs from (so a script can `import matrix_bench`), or None from a checkout."""
+    if __package__ != "matrix_bench":
+        return None
+    home = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return home if os.path.isfile(home) else None
+
+
+def expand(template, values):
+    """One argv element with its placeholders filled: str.format over text values only, so a value is
+    inserted as it is (a value's own braces are never read as placeholders)."""
+    return template.format(**values)
+
+
+def oom_reason(returncode, tail):
+    """Why a failed program was out of memory, or None: the allocator's words in its last lines, or the
+    SIGKILL (exit 137) the kernel's out-of-memory killer sends."""
+    for line in reversed(tail):
+        if OOM_TEXT.search(line):
+            return line.strip()[:300]
+    if returncode in (-9, 137):
+        return ("killed by SIGKILL (exit status %s), as the kernel's out-of-memory killer does" %
+                returncode + ("" if not any(ln.strip() == "Killed" for ln in tail) else "; it printed Killed"))
+    return None
+
+
+def last_line(tail):
+    lines = [ln.strip() for ln in tail if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def pump(stream, parser, tail):
+    """Every line of the program's output to stderr and to the parser (None: the parser reads a log file,
+    and only that: mllog writes the same lines to its stream and its file), as it comes."""
+    out = getattr(sys.stderr, "buffer", None)
+    while True:
+        raw = stream.readline(MAX_LINE)
+        if not raw:
+            return
+        if out is not None:
+            out.write(raw)
+            out.flush()
+        else:
+            sys.stderr.write(raw.decode("utf-8", "replace"))
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        tail.append(line)
+        if parser is not None:
+            parser.feed(line)
+
+
+def read_file(path, parser):
+    """Feed the log file the program wrote; the problem when it is not there."""
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                parser.feed(raw.decode("utf-8", "replace").rstrip("\r\n"))
+    except (IOError, OSError) as e:
+        return "the program wrote no log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
+    return None
+
+
+def device_for(values):
+    """The device to describe in the environment capture: the cell's `device` axis, else a GPU when there is one."""
+    from .compat import torch
+    if torch is None:
+        return None
+    wanted = values.get("device")
+    if wanted == "cpu" or (wanted != "cuda" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    index = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    return torch.device("cuda", index % max(torch.cuda.device_count(), 1))
+
+
+def capture(values):
+    """The environment capture, taken after the program ended (its import of torch and a CUDA context
+    never compete with the program for memory)."""
+    from . import envinfo
+    try:
+        device = device_for(values)
+    except Exception as e:
+        say("cannot choose the device to describe: %s" % e)
+        device = None
+    try:
+        return envinfo.capture_env(device)
+    except Exception as e:
+        say("environment capture failed: %s" % e)
+        return {"capture_error": str(e)}
+
+
+def judge(returncode, found, tail, parser):
+    """(status, reason) of the repeat from the program's exit status and what the parser found."""
+    child = parser.result if isinstance(parser, parsers.MatrixParser) else None
+    if returncode != 0:
+        oom = oom_reason(returncode, tail)
+        if oom:
+            return "oom", oom
+        if child and child.get("status") in ("oom", "unsupported", "failed"):
+            return child["status"], child.get("reason") or "exit status %d" % returncode
+        if returncode < 0:
+            return "failed", "the program was killed by signal %d: %s" % (-returncode, last_line(tail))
+        return "failed", "the program exited with status %d: %s" % (returncode, last_line(tail))
+    if child and child.get("status") not in (None, "ok"):
+        return str(child["status"]), child.get("reason") or ""
+    if found["problem"]:
+        return "failed", "%s parser: %s; last line: %s" % (parser.kind, found["problem"], last_line(tail))
+    return "ok", None
+
+
+def build_result(spec, parser, found, status, reason, returncode, argv, seconds, values):
+    """The result in bench's schema: the figures in the store's names, the program's facts under workload."""
+    metrics = {"throughput": None, "window_s": None, "images": None, "iter_times": [], "data_wait_s": None,
+               "loss_start": None, "loss_end": None, "accuracy": None, "peak_mem_allocated": None,
+               "peak_mem_reserved": None, "device_mem_used": None, "host_peak_rss": None, "breakdown": None,
+               "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1), "energy_j": None, "images_per_joule": None}
+    child = parser.result if isinstance(parser, parsers.MatrixParser) else None
+    if child:
+        metrics.update(child.get("metrics") or {})
+    for name, value in found["metrics"].items():
+        field = parsers.STORE_FIELDS.get(name, name)
+        metrics[field] = [value] if field == "iter_times" else value
+    if found["figures"]:
+        metrics["figures"] = found["figures"]
+    try:
+        import resource
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        metrics["host_peak_rss"] = int(rss * 1024 if sys.platform != "darwin" else rss)
+    except Exception:
+        pass
+    env = (child or {}).get("env") or capture(values)
+    env["launcher_python"] = sys.executable
+    return {"schema": SCHEMA, "status": status, "reason": reason, "params": spec.get("params") or {},
+            "metrics": metrics, "precision": (child or {}).get("precision"), "env": env,
+            "workload": {"name": spec.get("name"), "parser": parser.kind, "argv": argv, "returncode": returncode,
+                         "program_s": seconds, "found": found["notes"],
+                         "script": (child or {}).get("workload")}}
+
+
+def run_program(argv, env, parser, tail):
+    """Start the program, pass its output through, return its exit status (None: it could not start)."""
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, close_fds=True)
+    except (IOError, OSError) as e:
+        tail.append("cannot start %s: %s" % (argv[0] if argv else "(empty argv)", getattr(e, "strerror", None) or e))
+        return None
+    try:
+        pump(proc.stdout, None if parser.config.get("file") else parser, tail)
+    finally:
+        proc.stdout.close()
+    return proc.wait()
+
+
+def main(args):
+    if len(args) != 1:
+        say("usage: bench.pyz workload SPEC_JSON")
+        return EXIT_BAD_ARGS, None
+    try:
+        spec = json.loads(args[0])
+        if not isinstance(spec, dict) or spec.get("v") != SPEC_VERSION:
+            raise ValueError("spec version %r, this launcher reads %d" % (
+                spec.get("v") if isinstance(spec, dict) else None, SPEC_VERSION))
+    except ValueError as e:
+        say("bad workload spec: %s" % e)
+        return EXIT_BAD_ARGS, None
+    rank = int(os.environ.get("RANK", "0") or 0)
+    output = tempfile.mkdtemp(prefix="matrix-workload-")
+    try:
+        values = dict(spec.get("values") or {})
+        values.update(python=sys.executable, output=output, files=spec.get("files") or "")
+        try:
+            argv = [expand(t, values) for t in spec["argv"]]
+            config = dict(spec["parser"])
+            if config.get("file"):
+                config["file"] = expand(config["file"], values)
+            parser = parsers.make(config)
+        except (KeyError, IndexError, ValueError, re.error) as e:
+            say("cannot build the command: %s: %s" % (type(e).__name__, e))
+            return EXIT_BAD_ARGS, None
+        env = dict(os.environ)
+        home = zip_home()
+        if home:
+            env["PYTHONPATH"] = home + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["MATRIX_WORKLOAD_OUTPUT"] = output
+        tail = collections.deque(maxlen=TAIL_LINES)
+        say("running %s" % " ".join(repr(a) if (" " in a or not a) else a for a in argv))
+        started = time.time()
+        returncode = run_program(argv, env, parser, tail)
+        seconds = time.time() - started
+        if returncode is None:
+            status, reason = "failed", last_line(tail)
+            found = {"metrics": {}, "figures": {}, "notes": {}, "problem": reason}
+        else:
+            problem = read_file(config["file"], parser) if config.get("file") else None
+            found = parser.outcome()
+            if problem:
+                found["problem"] = problem
+            status, reason = judge(returncode, found, list(tail), parser)
+        if rank != 0:  # rank 0 reads the figures (programs log from one process); here only the ending counts
+            return (EXIT_OK if returncode == 0 else STATUS_EXIT.get(status, EXIT_FAILED)), None
+        result = build_result(spec, parser, found, status, reason, returncode, argv, seconds, values)
+        return STATUS_EXIT.get(status, EXIT_FAILED), result
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
+
+
+def run(argv=None):
+    """The process entry: the launcher's exit status, the result line on rank 0, then exit at once."""
+    args = sys.argv[2:] if argv is None else argv
+    code, result = main(args)
+    if result is not None:
+        from .result import result_line
+        sys.stdout.write(result_line(result) + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,89 @@
+"""The MLPerf-logging test script as a workload in the Docker test image and as a two-node Slurm job: the
+real mlperf-logging package shipped as a workload folder (neither the image nor Debian's python3 has it),
+an argv value with spaces and shell metacharacters reaching every rank verbatim, the environment captured
+where the program ran."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+from tests.workloads.conftest import SCRIPTS, WEIRD, cli, received_argv, rows
+
+IMAGE = "matrix/debian-torch:1.13"
+BARE_PYTHON = "/usr/bin/python3"  # Debian's python3-torch on the Slurm nodes (scripts/slurm-up.sh)
+
+MATRIX = """
+name: wl-{kind}
+environments:
+  - {environment}
+workload:
+  argv: ["{{python}}", "{{files}}/mlperf_train.py", "--batch-size", "{{batch_size}}", "--epochs", "3", "--steps", "5",
+         "--label", "{{label}}"]
+  files: ["{script}", "{package}"]
+  parser: mllog
+axes:
+  batch_size: [16]
+  label: [{label}]
+{layout}
+run: {{repeats: 1, timeout: 240}}
+"""
+
+
+def write(tmp_path: Path, kind: str, environment: str, package: Path, layout: str = "") -> None:
+    (tmp_path / "m.yaml").write_text(MATRIX.format(kind=kind, environment=environment, script=SCRIPTS / "mlperf_train.py",
+                                                   package=package, label=json.dumps(WEIRD), layout=layout))
+
+
+def check_result(row: dict[str, object], world: int) -> None:
+    assert row["status"] == "ok", f"{row['reason']}\n{row['log_tail']}"
+    metrics = row["metrics"]
+    assert isinstance(metrics, dict) and metrics["throughput"] > 0 and metrics["images"] == 3 * 5 * 16 * world
+    raw = row["raw"]
+    assert isinstance(raw, dict) and raw["workload"]["found"]["logged"] == {"global_batch_size": 16 * world}
+    argv = received_argv(str(row["log_tail"]))
+    assert argv[argv.index("--label") + 1] == WEIRD
+
+
+@pytest.mark.docker
+def test_mllog_workload_in_the_docker_test_image(tmp_path: Path, mllog_package: Path) -> None:
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.images.get(IMAGE)
+    except Exception as e:  # noqa: BLE001 - any failure means: no engine or no image here
+        require(False, f"no Docker engine with {IMAGE} ({e}); `make services` builds it")
+    write(tmp_path, "docker", f"{{name: container, backend: docker, image: {IMAGE}, env: {{OMP_NUM_THREADS: '1'}}}}",
+          mllog_package)
+    run = cli("run", "-m", "m.yaml", "--db", "r.db", "--workdir", "w", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (row,) = rows(tmp_path / "r.db")
+    check_result(row, 1)
+    env = row["env"]
+    assert env["container"] == "docker" and env["image"] == IMAGE and env["torch"].startswith("1.13")
+    assert env["launcher_python"] == "/usr/bin/python3"
+
+
+@pytest.mark.slurm
+def test_mllog_workload_on_two_slurm_nodes(tmp_path: Path, mllog_package: Path) -> None:
+    ok = shutil.which("sbatch") is not None and subprocess.run(
+        ["sinfo", "-h", "-p", "multi", "-o", "%t"], capture_output=True, text=True, timeout=30).stdout.strip() != ""
+    require(ok, "no Slurm with the `multi` partition (scripts/slurm-up.sh, make services)")
+    write(tmp_path, "slurm", "{name: cluster, backend: slurm, partition: multi, python: " + BARE_PYTHON +
+          ", gpus_per_node: 0, poll_interval: 1, time: '4', env: {OMP_NUM_THREADS: '1'}}", mllog_package,
+          layout="  nodes: [2]")
+    run = cli("run", "-m", "m.yaml", "--db", "r.db", "--workdir", "w", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (row,) = rows(tmp_path / "r.db")
+    check_result(row, 2)
+    assert "rank 1 of 2" in str(row["log_tail"])  # the other node's rank ran the program too
+    assert row["env"]["slurm_job_id"] and row["env"]["launcher_python"] == BARE_PYTHON
+    assert len(set(str(row["env"]["slurm_nodes"]).split(","))) >= 1
+    staged = list((tmp_path / "w" / "slurm").glob("*/files-*/mlperf_logging/mllog/mllog.py"))
+    assert staged, "the package was placed beside the zipapp in the results directory"
