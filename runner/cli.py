@@ -182,7 +182,7 @@ def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
         table.add(str(i), cell.key, cell.env_name, cell.environment.backend,
                   *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats_text.split(' ')[0]}")
     consoles.print_table(consoles.stdout(), table, f"{m.name}: {len(cells)} cells x {m.run.repeats_text} repeats "
-                         f"({m.run.iterations} iterations after {m.run.warmup} warm-up"
+                         f"({m.run.window_text}"
                          f"{'; repeats interleaved' if m.run.interleave else ''})")
 
 
