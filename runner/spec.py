@@ -468,3 +468,4 @@ class RunContext:
     on_start: Any = None  # callable(Task) -> None, told when a task starts (progress display)
     store: Any = None     # the run's result store (runner.store.Store): batch backends keep their jobs there
     claim: Any = None     # callable(Task) -> bool: claims the repeat in the store; False: another run has it
+    prepare: Any = None   # callable(Task) -> Task: the task as it runs (its cell's calibrated count), after its claim

@@ -121,7 +121,7 @@ class LocalBackend(SequentialBackend):
                            "use a slurm environment for nodes > 1", started_at=now, finished_at=now)
         world = task.cell.gpus
         base = {**os.environ, **self.env.env, "PYTHONUNBUFFERED": "1"}
-        argv = [self.python, str(self.bench), *task.cell.bench_args()]
+        argv = [self.python, str(self.bench), *task.bench_args()]
         port = free_port()
         stem = self.logdir / task.id
         procs: list[subprocess.Popen[bytes]] = []

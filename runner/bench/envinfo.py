@@ -87,6 +87,14 @@ def threads_granted():
     return granted
 
 
+def load_average():
+    """The machine's 1-minute load average (processes running or waiting for a processor), or None."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
 def torch_cpu_capability():
     """The vector ISA PyTorch's CPU kernels dispatched to ("AVX2", "AVX512", "DEFAULT", ...): PyTorch >= 2.0 says
     so (torch.backends.cpu.get_cpu_capability); older ones only in their build configuration, or not at all."""
@@ -269,7 +277,9 @@ def capture_env(device=None):
         "container": _container_hint(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "env_vars": dict((k, v) for k, v in sorted(os.environ.items())
-                         if k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+                         if k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY",
+                                  "OMP_PROC_BIND", "OMP_PLACES", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
+                                  "ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA")
                          or k.startswith("NCCL_")),
     }
     if torch is None:

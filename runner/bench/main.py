@@ -153,6 +153,7 @@ def benchmark(args, state):
                          "steady": None if rule is None else warm["how"] == "steady",
                          "times": warm["times"] if (rule is not None or calibrating) else None}
     window = timing.run_window(iterations, source, steps, device, args.breakdown, dist)
+    metrics["load_avg"] = envinfo.load_average()
     memory = timing.memory_metrics(device)
     if world > 1:  # the largest footprint of any rank (-1 stands for unknown)
         keys = ("peak_mem_allocated", "peak_mem_reserved", "device_mem_used")

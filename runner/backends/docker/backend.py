@@ -221,7 +221,7 @@ class DockerBackend(SequentialBackend):
                      execs: list[Exec]) -> None:
         assert self.python is not None
         world = task.cell.gpus
-        argv = [self.python, payload.BENCH_IN, *task.cell.bench_args()]
+        argv = [self.python, payload.BENCH_IN, *task.bench_args()]
         for rank, (out, err) in enumerate(files):
             env = {**ranks.rank_env({}, rank, world, MASTER_PORT), payload.TASK_VAR: mark}
             execs.append(box.exec(argv, env, out, err, user=self.denv.user or ""))

@@ -192,7 +192,7 @@ class SlurmBackend(Backend):
                 if name.split(".", 1)[0] in ids:
                     (self.results_dir / sub / name).unlink(missing_ok=True)
         for task in tasks:
-            args = task.cell.bench_args()
+            args = task.bench_args()
             bad = [a for a in args if not a or "\t" in a or any(c in a for c in CONTROL)]
             if bad or not TASK_ID_RE.match(task.id):
                 now = time.time()
