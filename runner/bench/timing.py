@@ -48,7 +48,8 @@ def memory_metrics(device):
 # for quiet: noise is what the CV across repeats reports.
 STEADY_WINDOW = 5       # iterations in each of the two windows compared
 STEADY_TOLERANCE = 0.05  # the largest change between their medians that counts as no trend
-NOISE_Z = 2.0           # ... unless noise alone makes a larger change likely (about 2 standard errors)
+NOISE_Z = 2.5           # ... unless noise alone makes a larger change likely (2.5 standard errors: trend-free
+                        # noise trips the rule in 3-6% of checks, benchmarks/warmup_rule.py)
 LOSS_STEPS_BASE = (1, 2, 5)  # losses are kept at steps 1, 2, 5, 10, 20, 50, 100, ... of every repeat
 
 
@@ -72,7 +73,11 @@ def steady(times, window=STEADY_WINDOW, tolerance=STEADY_TOLERANCE):
     m0, m1 = median(before), median(last)
     if not m1 or m1 <= 0:
         return False
-    spread = 1.4826 * median([abs(x - m0) for x in before] + [abs(x - m1) for x in last])
+    # The spread: the median absolute deviation of both windows from their own medians, without the smallest
+    # deviation of each (a window's median is one of its values, or next to them: a zero that makes the
+    # deviation of so few values too small), scaled to a standard deviation.
+    deviations = sorted([abs(x - m0) for x in before] + [abs(x - m1) for x in last])[2:]
+    spread = 1.4826 * median(deviations)
     # The standard error of a median of w values is about 1.2533 sigma / sqrt(w); of a difference of two, x sqrt(2).
     noise = NOISE_Z * 1.2533 * spread * (2.0 / window) ** 0.5
     return abs(m1 - m0) <= max(tolerance * m1, noise)
@@ -93,6 +98,21 @@ def warmup_done(done, requested, times, rule=None, elapsed=0.0):
     if rule.get("max_time") is not None and elapsed >= rule["max_time"] and done >= 1:
         return (True, "max_time")
     return (False, None)
+
+
+def replay_warmup(trace, requested, rule=None):
+    """(iterations, how): where warmup_done ends a warm-up whose iteration times (seconds) are `trace`, the
+    elapsed time being their sum; how is None when the trace ends first. For tests and benchmarks/."""
+    times = []
+    elapsed = 0.0
+    while True:
+        stop, how = warmup_done(len(times), requested, times, rule, elapsed)
+        if stop:
+            return len(times), how
+        if len(times) >= len(trace):
+            return len(times), None
+        times.append(trace[len(times)])
+        elapsed += times[-1]
 
 
 def loss_step(step):
