@@ -298,8 +298,20 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
         tput = (r["metrics"] or {}).get("throughput")
         table.add(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
                   str(r["repeat"] + 1), Cell(r["status"], "" if r["status"] == "ok" else "status"),
-                  f"{tput:.1f}" if isinstance(tput, int | float) else "-", Cell((r["reason"] or "")[:70], "muted"))
+                  f"{tput:.1f}" if isinstance(tput, int | float) else "-", _show_note(r))
     consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
+
+
+def _show_note(row: dict[str, Any]) -> Cell:
+    """`matrix show`'s note: why a repeat did not end ok, or that its warm-up reached a ceiling before it was
+    steady (flagged as a noisy cell is in the report)."""
+    if row["status"] != "ok" or not isinstance(row["metrics"], dict):
+        return Cell((row["reason"] or "")[:70], "muted")
+    warm = row["metrics"].get("warmup")
+    if isinstance(warm, dict) and warm.get("steady") is False:
+        return Cell(f"warm-up not steady: stopped at its {'time ' if warm.get('how') == 'max_time' else ''}ceiling "
+                    f"after {warm.get('iterations')} iterations", "status")
+    return Cell("", "muted")
 
 
 UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an undecided verdict counts: error "

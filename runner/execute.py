@@ -193,6 +193,10 @@ def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Tabl
                  if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)
                  and isinstance(r["metrics"].get("throughput"), int | float)]
         note = next((str(r["reason"]) for r in mine if r["status"] != Status.OK.value and r["reason"]), "")
+        unsteady = sum(1 for r in mine if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)
+                       and isinstance(r["metrics"].get("warmup"), dict) and r["metrics"]["warmup"].get("steady") is False)
+        if unsteady and not note:
+            note = f"{unsteady} warm-up{_s(unsteady)} not steady (stopped at a ceiling)"
         shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
         table.add(cell.env_name, *(str(cell.params.get(k, "")) for k in varying),
                   TableCell(shown, "" if set(statuses) <= {Status.OK.value} else "status"),
