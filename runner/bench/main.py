@@ -151,7 +151,7 @@ def benchmark(args, state):
             iterations, per_iter or 0.0, args.window_time))
     metrics["warmup"] = {"iterations": warm["done"], "seconds": warm["elapsed_s"], "how": warm["how"],
                          "steady": None if rule is None else warm["how"] == "steady",
-                         "times": warm["times"] if (rule is not None or calibrating) else None}
+                         "times": warm["times"][-500:] if (rule is not None or calibrating) else None}
     window = timing.run_window(iterations, source, steps, device, args.breakdown, dist)
     metrics["load_avg"] = envinfo.load_average()
     memory = timing.memory_metrics(device)

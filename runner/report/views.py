@@ -183,7 +183,7 @@ def measurement_section(meas: pd.DataFrame) -> Section | None:
                   Cell(fmt.number(r["window_s_mean"], 3), "num"), Cell(load, "num"))
     note = ("Warm-up: the discarded iterations each repeat ran (until steady: the medians of the last two windows of "
             "iteration times agreed, or a ceiling came first; docs/statistics.md). Window: the measured iterations; "
-            "with `iterations: auto` the cell's first repeat chose them from its warm-up and every later repeat ran "
+            "with iterations: auto the cell's first repeat chose them from its warm-up and every later repeat ran "
             "the same. Load: the machine's 1-minute load average at the end of each window (this benchmark "
             "included).")
     return Section("Warm-up and measured windows", table, note)
@@ -461,7 +461,7 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
              "data-bound": (f"the data loader kept the device waiting for more than {an.DATA_BOUND:.0%} "
                             "of the timed window", "more loader workers, or synthetic data to measure compute"),
              "unsteady": ("a repeat's warm-up reached its ceiling before the iteration times were steady (share of "
-                          "repeats)", "a higher warm-up `max` or `max_time`, or a quieter machine")}
+                          "repeats)", "a higher warm-up max or max_time, or a quieter machine")}
     for flag, (what, fix) in words.items():
         cells = flags[flags["flag"] == flag].sort_values("value", ascending=False, kind="stable")
         if cells.empty:
