@@ -182,7 +182,7 @@ def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
         table.add(str(i), cell.key, cell.env_name, cell.environment.backend,
                   *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats_text.split(' ')[0]}")
     consoles.print_table(consoles.stdout(), table, f"{m.name}: {len(cells)} cells x {m.run.repeats_text} repeats "
-                         f"({m.run.iterations} iterations after {m.run.warmup} warm-up"
+                         f"({m.run.window_text}"
                          f"{'; repeats interleaved' if m.run.interleave else ''})")
 
 
@@ -298,17 +298,27 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
         tput = (r["metrics"] or {}).get("throughput")
         table.add(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
                   str(r["repeat"] + 1), Cell(r["status"], "" if r["status"] == "ok" else "status"),
-                  f"{tput:.1f}" if isinstance(tput, int | float) else "-", Cell(_show_note(r)[:70], "muted"))
+                  f"{tput:.1f}" if isinstance(tput, int | float) else "-", _show_note(r))
     consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
 
 
-def _show_note(row: dict[str, Any]) -> str:
-    """The reason a repeat did not end ok, and whether the GPU throttled in its window."""
-    note = str(row["reason"] or "")
-    telemetry = (row["metrics"] or {}).get("telemetry")
+def _show_note(row: dict[str, Any]) -> Cell:
+    """`matrix show`'s note: why a repeat did not end ok, whether the GPU throttled in its window, or that its
+    warm-up reached a ceiling before it was steady (flagged as a noisy cell is in the report)."""
+    metrics = row["metrics"] if isinstance(row["metrics"], dict) else {}
+    notes = []
+    telemetry = metrics.get("telemetry")
     if isinstance(telemetry, dict) and telemetry.get("throttled") is True:
-        note = "throttled: " + str(telemetry.get("throttle_reason") or "") + (f"; {note}" if note else "")
-    return note
+        notes.append("throttled: " + str(telemetry.get("throttle_reason") or ""))
+    if row["status"] != "ok":
+        notes.append(str(row["reason"] or ""))
+    else:
+        warm = metrics.get("warmup")
+        if isinstance(warm, dict) and warm.get("steady") is False:
+            notes.append(f"warm-up not steady: stopped at its {'time ' if warm.get('how') == 'max_time' else ''}"
+                         f"ceiling after {warm.get('iterations')} iterations")
+    text = "; ".join(n for n in notes if n)[:70]
+    return Cell(text, "status" if notes and row["status"] == "ok" else "muted")
 
 
 UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an undecided verdict counts: error "

@@ -56,6 +56,7 @@ class RunReport:
     pending: int = 0
     unsuccessful: Counter[str] = field(default_factory=Counter)  # current statuses of selected repeats, not ok
     busy: dict[str, Holder] = field(default_factory=dict)  # runs that held selected repeats this one did not wait for
+    deferred: int = 0  # repeats of `iterations: auto` cells left until their cell's first repeat has calibrated
 
     @property
     def exit_code(self) -> int:
@@ -64,6 +65,24 @@ class RunReport:
         if self.unsuccessful:
             return EXIT_NOT_MEASURED
         return EXIT_BUSY if self.busy else EXIT_OK
+
+
+def calibration_phase(tasks: Sequence[Task], calibrated: Collection[str]) -> tuple[list[Task], list[Task]]:
+    """(now, later): an `iterations: auto` cell without a calibrated count runs one repeat first, which chooses the
+    count; its other repeats come later, so that every repeat of a cell runs the same window. Every other task
+    is run now."""
+    now: list[Task] = []
+    later: list[Task] = []
+    first: set[str] = set()
+    for t in tasks:
+        key = t.cell.key
+        if t.cell.run.calibrated and key not in calibrated:
+            if key in first:
+                later.append(t)
+                continue
+            first.add(key)
+        now.append(t)
+    return now, later
 
 
 @dataclass(frozen=True)
@@ -174,6 +193,10 @@ def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Tabl
                  if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)
                  and isinstance(r["metrics"].get("throughput"), int | float)]
         note = next((str(r["reason"]) for r in mine if r["status"] != Status.OK.value and r["reason"]), "")
+        unsteady = sum(1 for r in mine if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)
+                       and isinstance(r["metrics"].get("warmup"), dict) and r["metrics"]["warmup"].get("steady") is False)
+        if unsteady and not note:
+            note = f"{unsteady} warm-up{_s(unsteady)} not steady (stopped at a ceiling)"
         shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
         table.add(cell.env_name, *(str(cell.params.get(k, "")) for k in varying),
                   TableCell(shown, "" if set(statuses) <= {Status.OK.value} else "status"),
@@ -327,6 +350,10 @@ class RunPrinter:
         if report.pending:
             self.out.print(f"{report.pending} repeats were submitted and are not finished yet: "
                            "`matrix collect` (same -m and --db) gathers them.")
+        if report.deferred:
+            self.out.print(f"{report.deferred} repeat{_s(report.deferred)} of cells with `iterations: auto` {_are(report.deferred)} "
+                           "not started: each waits for its cell's first repeat to choose the window; `matrix run` "
+                           "(same -m and --db) runs them once it is stored.")
         by_run = Counter(h.run_id for _, h in (held or {}).values())
         for run_id, n in by_run.items():
             self.out.print(f"{n} repeat{_s(n)} {_are(n)} being measured by {escape(report.busy[run_id].describe())}; "
@@ -417,8 +444,15 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
             gone.add(task.id)
             printer.not_stored(task, outcome)
 
+    def prepare(task: Task) -> Task:
+        """The task as it runs: with its cell's calibrated count (iterations: auto), when one is stored."""
+        if not task.cell.run.calibrated:
+            return task
+        return replace(task, iterations=store.calibrations([task.cell.key]).get(task.cell.key))
+
     ctx = RunContext(run_id=run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
-                     on_start=printer.task_started, store=store, claim=lambda task: bool(claim([task], here=True)))
+                     on_start=printer.task_started, store=store, claim=lambda task: bool(claim([task], here=True)),
+                     prepare=prepare)
     cannot_start: dict[str, str] = {}  # environments whose session could not open, with why: not tried again
     running: list[str] = []  # the environment whose backend is running (it speaks for itself if interrupted)
 
@@ -427,7 +461,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
         for i, step in enumerate(steps):
             step_ctx = replace(ctx, wait=False, back_later=True) if step.submit_only else ctx
             env_name = step.work.tasks[0].cell.env_name
-            mine = [t for t in step.work.tasks if t.id not in reported and t.id not in gone]
+            mine = [prepare(t) for t in step.work.tasks if t.id not in reported and t.id not in gone]
             if backends.get(step.work.tasks[0].cell.environment.backend).claims_each_task:
                 # It claims each task as it starts it; leave out now what another run holds (no session for it).
                 others = store.claims({t.cell.key for t in mine}, run_id)
@@ -456,14 +490,35 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
             for t in free:
                 held.pop(t.id)  # stored by its holder meanwhile, or its holder died: claim() tells
             if free:
-                drive(_steps(free, ctx, matrix.run.interleave, wait, submit))
+                phases(free)
+
+    deferred: list[Task] = []  # later repeats of auto cells whose calibrating repeat is not stored yet
+
+    def phases(some: Sequence[Task]) -> None:
+        """Run tasks, an auto cell's calibrating repeat before its others (calibration_phase); the others of a cell
+        whose calibrating repeat ended without being stored here (held by another run, or submitted and not
+        waited for) are deferred."""
+        pending = list(some)
+        while pending:
+            known = store.calibrations({t.cell.key for t in pending if t.cell.run.calibrated})
+            now, later = calibration_phase(pending, known)
+            drive(_steps(now, ctx, matrix.run.interleave, wait, submit))
+            unresolved = {t.cell.key for t in now if t.cell.run.calibrated and t.cell.key not in known
+                          and t.id not in reported and t.id not in gone}
+            deferred.extend(t for t in later if t.cell.key in unresolved)
+            pending = [t for t in later if t.cell.key not in unresolved]
 
     steps = _steps(tasks, ctx, matrix.run.interleave, wait, submit)
     by_key = {c.key: c for c in cells}
     try:
         with printer.progress:
-            drive(steps)
+            phases(tasks)
             settle()
+            while deferred and wait and submit:
+                retry = list(deferred)
+                deferred.clear()
+                phases(retry)
+                settle()
             # Adaptive repeats: rounds of more repeats for the cells whose interval is still too wide; and
             # what other runs add to these cells is waited for before deciding again.
             while wait and submit:
@@ -473,7 +528,7 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
                     tasks += extra
                     report.planned = len(tasks)
                     printer.more(len(tasks))
-                    drive(_steps(extra, ctx, matrix.run.interleave, wait, submit))
+                    phases(extra)
                     settle()
                     continue
                 busy = store.claims([c.key for c in cells if c.run.adaptive], run_id)
@@ -495,7 +550,8 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
             pass  # the store cannot take it (a full disk): the error being raised says what to do
         raise
     report.busy = {h.run_id: h for _, h in held.values()}
-    report.pending = len({t.id for t in tasks} - reported - gone - set(held))
+    report.deferred = len({t.id for t in deferred} - reported - gone - set(held))
+    report.pending = len({t.id for t in tasks} - reported - gone - set(held) - {t.id for t in deferred})
     report.unsuccessful = _unsuccessful(cells, store)
     store.finish_run(run_id, "complete" if not report.pending else "submitted")
     printer.summary(cells, _cell_rows(cells, store), report, held)

@@ -250,7 +250,7 @@ def _placeholders_unset(m: Matrix, envs: Sequence[EnvironmentBase]) -> list[tupl
 
 def _bench_refuses(top: MatrixFile) -> list[tuple[tuple[Any, ...], str]]:
     """(field path, why) for each value bench's argument rules refuse (runner/bench/contract.py): the axes,
-    the values an include adds, and the run's iterations, warmup and seed."""
+    the values an include adds, and the run's iterations, warmup and seed (and their auto rules' bounds)."""
     found: list[tuple[tuple[Any, ...], str]] = []
     for axis, values in top.axes.model_dump().items():
         for i, value in enumerate(values or ()):
@@ -262,11 +262,16 @@ def _bench_refuses(top: MatrixFile) -> list[tuple[tuple[Any, ...], str]]:
             why = contract.value_problem(key, value)
             if why:
                 found.append((("include", i, key), why))
-    for setting in ("iterations", "warmup", "seed"):
-        why = contract.value_problem(setting, getattr(top.run, setting))
+    for option, value in top.run.bench_options().items():
+        why = contract.value_problem(option, value)
         if why:
-            found.append((("run", setting), why))
+            found.append((("run", RUN_FIELDS.get(option, option)), why))
     return found
+
+
+# The run setting a bench option comes from (runner/spec.py RunSettings.bench_options).
+RUN_FIELDS = {"window_time": "iterations", "window_min": "iterations", "window_max": "iterations",
+              "warmup_max": "warmup", "warmup_time": "warmup", "steady_window": "warmup", "steady_tolerance": "warmup"}
 
 
 def _bench_refuses_together(m: Matrix) -> list[tuple[tuple[Any, ...], str]]:

@@ -14,6 +14,7 @@ from runner.analysis.frame import (
     BASELINE_PRECISION,
     ENV_FIELDS,
     PARAM_KEYS,
+    PER_STEP_METRICS,
     RECIPE_COLUMNS,
     Metric,
     environment_rank,
@@ -198,6 +199,48 @@ def not_comparable(settings_a: str, settings_b: str) -> str:
     return f"not comparable: run settings differ ({a} vs {b})" if a != b else ""
 
 
+def steps_differ(steps_a: str, steps_b: str, metric: Metric) -> str:
+    """Why a loss or an accuracy cannot be compared: the two sides (or the repeats of one) trained for different
+    numbers of steps before it was taken ('' when every repeat took it after the same number)."""
+    a, b = str(steps_a or ""), str(steps_b or "")
+    if not a or not b or (a == b and ", " not in a):
+        return ""
+    return f"not comparable: the {metric.label} comes after different numbers of training steps ({a} vs {b})"
+
+
+def align_steps(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[Any, ...], int]]:
+    """Where a pair's repeats trained for different numbers of steps (calibrated windows, warm-ups until steady),
+    its loss is taken at the last step every ok repeat of both sides recorded (bench's loss_at: steps 1, 2, 5, 10,
+    20, 50, ...): loss_end and steps of those rows are replaced. Returns both frames and {params: step}."""
+    if "loss_at" not in a or "loss_at" not in b:
+        return a, b, {}
+    a, b = a.copy(), b.copy()
+    at: dict[tuple[Any, ...], int] = {}
+    ok_a = a[a["status"] == Status.OK.value]
+    ok_b = b[b["status"] == Status.OK.value]
+    groups_b = {k if isinstance(k, tuple) else (k,): g for k, g in ok_b.groupby(list(PARAM_KEYS), sort=False)}
+    for key, ga in ok_a.groupby(list(PARAM_KEYS), sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        gb = groups_b.get(key)
+        if gb is None:
+            continue
+        rows = pd.concat([ga, gb])
+        if rows["steps"].nunique(dropna=False) <= 1:
+            continue
+        ladders = [set(d) for d in rows["loss_at"] if isinstance(d, dict)]
+        if len(ladders) != len(rows):
+            continue
+        common = set.intersection(*ladders) if ladders else set()
+        if not common:
+            continue
+        step = max(common)
+        at[key] = step
+        for frame_, g in ((a, ga), (b, gb)):
+            frame_.loc[g.index, "loss_end"] = [d[step] for d in g["loss_at"]]
+            frame_.loc[g.index, "steps"] = step
+    return a, b, at
+
+
 # A side that ran but measured nothing, for a reason that is the environment's fault (not "unsupported").
 BROKEN = frozenset({Status.FAILED.value, Status.OOM.value, Status.TIMEOUT.value, Status.NOT_STARTED.value})
 
@@ -256,6 +299,7 @@ class Comparison:
     geomean: float
     recipes: pd.DataFrame = field(default_factory=pd.DataFrame)  # precision, a, b: ran differently
     correction: str = significance.CORRECTION
+    notes: list[str] = field(default_factory=list)  # how the sides were measured (emulated math, unsteady warm-ups)
 
     @property
     def geomean_words(self) -> str:
@@ -285,13 +329,17 @@ class Comparison:
 def side_stats(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     """One side's cells keyed on their params: statuses, environments, run settings and cell keys (more than
     one only when the side was pooled on purpose), and the metric's statistics."""
-    attrs, gid = cell_attributes(df.rename(columns={"environment": "environments", "cell_key": "cell_keys"}),
-                                 PARAM_KEYS, ["environments", "settings", "cell_keys"])
+    work = df.rename(columns={"environment": "environments", "cell_key": "cell_keys"})
+    ok = work["status"] == Status.OK.value
+    steps = work["steps"] if "steps" in work else pd.Series("", index=work.index)
+    work = work.assign(steps_ok=[str(int(s)) if k and isinstance(s, int | float) and s == s else ""
+                                 for s, k in zip(steps, ok, strict=True)])
+    attrs, gid = cell_attributes(work, PARAM_KEYS, ["environments", "settings", "cell_keys", "steps_ok"])
     st = metric_stats(df, gid, len(attrs), [metric])
     st.columns = [c[len(metric) + 1:] for c in st.columns]
     st[THROTTLED] = throttled_counts(df, gid, len(attrs))
-    return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "settings", "cell_keys", "_first"]], st],
-                     axis=1)
+    return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "settings", "cell_keys", "steps_ok", "_first"]],
+                      st], axis=1)
 
 
 def pair_cells(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
@@ -305,7 +353,7 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
     """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p (and adjusted for the false
     discovery rate over the pairs tested), verdict and decision; and the unpaired cells."""
     stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys",
-                 THROTTLED]
+                 "steps_ok", THROTTLED]
     pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in stat_cols),
                  "ratio", "change", "p_value", "p_adjusted", "significant", "verdict", "decision", "throttling"]
     unpaired_cols = ["side", *PARAM_KEYS, "environments", "statuses"]
@@ -324,6 +372,9 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         sda, sdb = (np.where(both[f"{s}_min"] == both[f"{s}_max"], 0.0, both[f"{s}_std"].to_numpy(dtype=float))
                     for s in "ab")
         apart = [not_comparable(x, y) for x, y in zip(both["a_settings"], both["b_settings"], strict=True)]
+        if metric.name in PER_STEP_METRICS:
+            apart = [why or steps_differ(x, y, metric) for why, x, y in
+                     zip(apart, both["a_steps_ok"], both["b_steps_ok"], strict=True)]
         p = welch_p_from_stats(am, sda, an_, bm, sdb, bn_)
         p = np.where([bool(w) for w in apart], math.nan, p)
         p_adj = significance.adjust(p)
@@ -398,14 +449,17 @@ def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
 
 
 def precision_recipes(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
-    """Per environment and precision, each distinct way it ran (from repeats that got that far) and its cells."""
-    cols = ["side", "environment", "precision", *RECIPE_COLUMNS, "recipe", "cells"]
+    """Per environment and precision, each distinct way it ran (from repeats that got that far) and its cells;
+    `cpu_math`/`cpu_why`: on a CPU, whether the precision's math was native there (frame.MEASURE_COLUMNS)."""
+    cols = ["side", "environment", "precision", *RECIPE_COLUMNS, "recipe", "cpu_math", "cpu_why", "cells"]
     # What ran: a repeat that ended unsupported was planned but never trained, so it says nothing of how.
     known = df[(df["recipe"] != "") & (df["status"] != Status.UNSUPPORTED.value)] if "recipe" in df else df.iloc[0:0]
     if known.empty:
         return pd.DataFrame(columns=cols)
-    out = known.groupby(["environment", "precision", *RECIPE_COLUMNS, "recipe"], sort=False).agg(
-        cells=("cell_key", "nunique"), _first=("id", "min")).reset_index()
+    if "cpu_math" not in known:
+        known = known.assign(cpu_math="", cpu_why="")
+    out = known.groupby(["environment", "precision", *RECIPE_COLUMNS, "recipe", "cpu_math", "cpu_why"],
+                        sort=False).agg(cells=("cell_key", "nunique"), _first=("id", "min")).reset_index()
     out = out.assign(side=side, _env=out["environment"].map(environment_rank(df)),
                      _prec=precision_rank(out["precision"]))
     return out.sort_values(["_env", "_prec", "_first"], kind="stable")[cols].reset_index(drop=True)
@@ -444,11 +498,43 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
         envs = _join_unique(a.frame[a.frame["id"].isin(shared)]["environment"])
         raise ConfigError(f"{a.ref!r} and {b.ref!r} select the same results (environment {envs}): "
                           "pick two disjoint sides, e.g. two environment names")
-    pairs, unpaired = pair_stats(a.stats(m.name), b.stats(m.name), m, alpha, min_effect)
+    sa, sb = a.stats(m.name), b.stats(m.name)
+    notes = measure_notes(a, b)
+    if m.name == "loss_end":
+        fa, fb, at = align_steps(a.chosen, b.chosen)
+        if at:
+            sa, sb = side_stats(fa, m.name), side_stats(fb, m.name)
+            steps = sorted(set(at.values()))
+            notes.append(f"Where a pair's windows or warm-ups differ in length, its loss is compared at the last step "
+                         f"every repeat of both sides recorded (step {', '.join(map(str, steps))}; {len(at)} "
+                         f"pair{'s' if len(at) != 1 else ''}).")
+    pairs, unpaired = pair_stats(sa, sb, m, alpha, min_effect)
     return Comparison(
         a=a, b=b, metric=m, alpha=alpha, min_effect=min_effect, pairs=pairs, unpaired=unpaired,
         precision_ratios=pd.concat([a.precision_ratios("A"), b.precision_ratios("B")], ignore_index=True),
         environments=pd.concat([a.info("A"), b.info("B")], ignore_index=True),
         geomean=geometric_mean(pairs["ratio"]) if not pairs.empty else math.nan,
-        recipes=recipe_differences(a.chosen, b.chosen),
+        recipes=recipe_differences(a.chosen, b.chosen), notes=notes,
     )
+
+
+def measure_notes(a: Side, b: Side) -> list[str]:
+    """What a reader of a comparison must know about how the sides were measured: a precision emulated on a side's
+    CPU (expect it slower than fp32 there), and cells with a repeat whose warm-up never got steady."""
+    notes = []
+    for label, side in (("A", a), ("B", b)):
+        df = side.chosen
+        if "cpu_native" not in df:
+            continue
+        ok = df[df["status"] == Status.OK.value]
+        emulated = ok[ok["cpu_native"].map(lambda v: v is False).astype(bool)]
+        for (env, precision), g in emulated.groupby(["environment", "precision"], sort=False):
+            why = _join_unique(g["cpu_why"])
+            notes.append(f"{label} ({env}): {precision} emulated on this CPU{f' ({why})' if why else ''}: expect it "
+                         "slower than fp32.")
+        unsteady = ok[ok["steady"].map(lambda v: v is False).astype(bool)]
+        if not unsteady.empty:
+            n = unsteady["cell_key"].nunique()
+            notes.append(f"{label} ({side.ref}): in {n} cell{'s' if n != 1 else ''} a repeat's warm-up reached its "
+                         "ceiling before the iteration times were steady.")
+    return notes

@@ -87,10 +87,21 @@ RECIPE_COLUMNS = tuple(f"recipe_{f}" for f in RECIPE_FIELDS)
 # store keeps them in each bench result, so a repeat that produced none leaves them unknown ("").
 RUN_SETTINGS = ("iterations", "warmup", "seed")
 
+# How a repeat was measured (bench's metrics "warmup", "iterations", "steps", "calibration"; env "cpu_features"):
+#   warmup_iters  warm-up iterations run; steady: True (steady), False (a ceiling came first), None (fixed count)
+#   warmup_how    "fixed", "steady", "max" or "max_time"; window_iters: measured iterations; steps: training steps
+#                 before loss_end (warm-up included); calibrated: this repeat chose the cell's count
+#   cpu_native    whether the precision's math is native on this CPU (True/False; None: not a CPU, or unknown);
+#   cpu_math      that in words ("bf16 emulated on AVX2"); cpu_why: why not native; load: 1-min load average
+MEASURE_COLUMNS = ("warmup_iters", "steady", "warmup_how", "window_iters", "steps", "calibrated", "cpu_native",
+                   "cpu_math", "cpu_why", "load", "loss_at")
+# Metrics whose value depends on how many training steps came before it: compared only at equal step counts
+# (the loss at a step both sides recorded, bench's metrics.loss_at, when their windows differ).
+PER_STEP_METRICS = ("loss_end", "accuracy")
+
 FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
                  "settings", "status", "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
-                 "hardware",
-                 *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe")
+                 "hardware", *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe", *MEASURE_COLUMNS)
 
 
 def get_metric(name: str) -> Metric:
@@ -144,11 +155,78 @@ def throttled(metrics: Mapping[str, Any]) -> bool:
 
 
 def settings_text(raw: Mapping[str, Any] | None) -> str:
-    """'iterations=20 warmup=5 seed=0' from a stored bench result; '' when the repeat produced none."""
+    """'iterations=20 warmup=5 seed=0' from a stored bench result; '' when the repeat produced none. An auto rule
+    is written as its definition ('iterations=auto(2s,5-10000) warmup=steady(0-50,60s,w5,5%)'), never as the
+    count a first repeat calibrated or the warm-up a repeat took: those differ between repeats of one definition."""
     params = (raw or {}).get("params") if isinstance(raw, Mapping) else None
     if not isinstance(params, Mapping):
         return ""
-    return " ".join(f"{k}={params[k]}" for k in RUN_SETTINGS if params.get(k) is not None)
+    words: dict[str, Any] = {k: params.get(k) for k in RUN_SETTINGS}
+    if params.get("window_time") is not None:
+        words["iterations"] = (f"auto({_g(params['window_time'])}s,{params.get('window_min')}-"
+                               f"{params.get('window_max')})")
+    if params.get("warmup_max") is not None:
+        limit = f",{_g(params['warmup_time'])}s" if params.get("warmup_time") is not None else ""
+        tolerance = params.get("steady_tolerance")
+        tol = f"{_g(tolerance * 100)}%" if isinstance(tolerance, int | float) else str(tolerance)
+        words["warmup"] = (f"steady({params.get('warmup')}-{params['warmup_max']}{limit},w{params.get('steady_window')},"
+                           f"{tol})")
+    return " ".join(f"{k}={v}" for k, v in words.items() if v is not None)
+
+
+def _g(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def measured(r: Mapping[str, Any]) -> dict[str, Any]:
+    """The MEASURE_COLUMNS of one stored row: how its warm-up ended, its window, what its CPU did natively."""
+    metrics: Mapping[str, Any] = r.get("metrics") or {}
+    raw = _mapping(r.get("raw"))
+    params = _mapping(raw.get("params"))
+    warm = _mapping(metrics.get("warmup"))
+    warmup_iters = _int_or_none(warm.get("iterations"))
+    if warmup_iters is None and params.get("warmup_max") is None:
+        warmup_iters = _int_or_none(params.get("warmup"))  # a result from before warm-up was recorded: fixed
+    window = _int_or_none(metrics.get("iterations"))
+    if window is None:
+        window = _int_or_none(params.get("iterations"))
+    steps = _int_or_none(metrics.get("steps"))
+    if steps is None and warmup_iters is not None and window is not None and params.get("warmup_max") is None:
+        steps = warmup_iters + window
+    steady = warm.get("steady")
+    record = raw.get("precision")
+    found = record.get("cpu_math") if isinstance(record, Mapping) else None
+    cpu: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    native = cpu.get("native")
+    return {"warmup_iters": warmup_iters, "steady": steady if isinstance(steady, bool) else None,
+            "warmup_how": str(warm.get("how") or ("fixed" if warmup_iters is not None else "")),
+            "window_iters": window, "steps": steps, "calibrated": isinstance(metrics.get("calibration"), Mapping),
+            "cpu_native": native if isinstance(native, bool) else None, "cpu_math": str(cpu.get("unit") or ""),
+            "cpu_why": str(cpu.get("why") or ""), "load": _num(metrics.get("load_avg")),
+            "loss_at": _loss_at(metrics.get("loss_at"))}
+
+
+def _loss_at(value: Any) -> dict[int, float] | None:
+    """bench's {"step": loss} as {step: loss} (steps as integers, losses that are numbers); None without it."""
+    if not isinstance(value, Mapping):
+        return None
+    out: dict[int, float] = {}
+    for k, v in value.items():
+        try:
+            step = int(k)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            out[step] = float(v)
+    return out
 
 
 def _hardware(env: Mapping[str, Any]) -> str:
@@ -261,6 +339,7 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         for f in RECIPE_FIELDS:
             rec[f"recipe_{f}"] = parts[f]
         rec["recipe"] = recipe_text(parts)
+        rec.update(measured(r))
         records.append(rec)
     return pd.DataFrame.from_records(records, columns=list(FRAME_COLUMNS))
 

@@ -181,6 +181,13 @@ def throttled_counts(df: pd.DataFrame, gid: np.ndarray, ngroups: int) -> np.ndar
         return np.zeros(ngroups, dtype=int)
     hit = ((df["status"] == Status.OK.value) & df[THROTTLED].astype(bool)).to_numpy()
     return np.bincount(gid[hit], minlength=ngroups).astype(int) if len(gid) else np.zeros(ngroups, dtype=int)
+def _unsteady(df: pd.DataFrame, gid: np.ndarray, ngroups: int) -> pd.DataFrame:
+    """n_unsteady per group: ok repeats whose warm-up reached a ceiling before the iteration times were steady."""
+    if "steady" not in df:
+        return pd.DataFrame({"n_unsteady": np.zeros(ngroups, dtype=int)})
+    bad = ((df["status"] == Status.OK.value) & df["steady"].map(lambda v: v is False).astype(bool)).to_numpy()
+    counts = np.bincount(gid[bad], minlength=ngroups) if ngroups else np.zeros(0, dtype=int)
+    return pd.DataFrame({"n_unsteady": counts.astype(int)})
 
 
 def summarize(df: pd.DataFrame, keys: Sequence[str] = CELL_KEYS,
@@ -196,12 +203,12 @@ def summarize(df: pd.DataFrame, keys: Sequence[str] = CELL_KEYS,
     env_cols = [f"env_{f}" for f in ENV_FIELDS]
     settings = ["settings"] if "settings" in df else []
     base_cols = [*keys, "n", "n_ok", "status", "statuses", THROTTLED, "backend", "tags", "hardware", "run_ids",
-                 *settings, "reason", "log_tail", *env_cols]
+                 *settings, "reason", "log_tail", *env_cols, "n_unsteady"]
     if df.empty:
         return pd.DataFrame(columns=base_cols + stat_cols)
     attrs, gid = cell_attributes(df.rename(columns={"run_id": "run_ids"}), keys,
                                  ["backend", "tags", "hardware", "run_ids", *settings, *env_cols])
-    out = pd.concat([attrs, metric_stats(df, gid, len(attrs), metrics)], axis=1)
+    out = pd.concat([attrs, metric_stats(df, gid, len(attrs), metrics), _unsteady(df, gid, len(attrs))], axis=1)
     out[THROTTLED] = throttled_counts(df, gid, len(attrs))
     sort = out.assign(
         _env=out["environment"].map(environment_rank(df)) if "environment" in out else 0,
@@ -242,13 +249,17 @@ def precision_summary(summary: pd.DataFrame) -> pd.DataFrame:
 
 def quality_flags(summary: pd.DataFrame, noisy_cv: float = NOISY_CV, data_bound: float = DATA_BOUND
                   ) -> pd.DataFrame:
-    """Cells whose numbers deserve suspicion: throughput CV above `noisy_cv` across repeats ("noisy"),
-    the data loader waited on for more than `data_bound` of the timed window ("data-bound"), or ok repeats
-    that the GPU's telemetry marked throttled ("throttled", the value the share of ok repeats)."""
+    """Cells whose numbers deserve suspicion: throughput CV above `noisy_cv` across repeats ("noisy"), the data
+    loader waited on for more than `data_bound` of the timed window ("data-bound"), a repeat whose warm-up
+    reached its ceiling before the iteration times were steady ("unsteady", value: the share of ok repeats), or
+    ok repeats that the GPU's telemetry marked throttled ("throttled", the value the share of ok repeats)."""
     cols = [*CELL_KEYS, "flag", "value"]
     parts = []
     noisy = summary[summary["throughput_cv"] > noisy_cv]
     parts.append(noisy.assign(flag="noisy", value=noisy["throughput_cv"]))
+    if "n_unsteady" in summary:
+        unsteady = summary[summary["n_unsteady"] > 0]
+        parts.append(unsteady.assign(flag="unsteady", value=unsteady["n_unsteady"] / unsteady["n_ok"].clip(lower=1)))
     bound = summary[summary["data_wait_mean"] > data_bound]
     parts.append(bound.assign(flag="data-bound", value=bound["data_wait_mean"]))
     if THROTTLED in summary:
@@ -256,3 +267,42 @@ def quality_flags(summary: pd.DataFrame, noisy_cv: float = NOISY_CV, data_bound:
         parts.append(hot.assign(flag="throttled", value=hot[THROTTLED] / hot["n_ok"].clip(lower=1)))
     out = pd.concat(parts)
     return out[cols].reset_index(drop=True) if not out.empty else pd.DataFrame(columns=cols)
+
+
+MEASURE_SUMMARY_COLUMNS = (*CELL_KEYS, "cell_key", "n_ok", "warmup_min", "warmup_max", "n_steady", "n_unsteady",
+                           "n_judged", "window_iters", "window_s_mean", "calibrated", "cpu_math", "cpu_native",
+                           "cpu_why", "load_min", "load_max")
+
+
+def measurement(df: pd.DataFrame) -> pd.DataFrame:
+    """Per cell, how its ok repeats were measured: warm-up iterations (min, max), how many warm-ups were steady,
+    reached a ceiling, or were a fixed count (n_judged counts the first two), the window's iterations (the
+    distinct counts, joined) and mean seconds, whether a first repeat calibrated them, what the CPU did with the
+    precision's math, and the 1-min load average over the repeats."""
+    cols = list(MEASURE_SUMMARY_COLUMNS)
+    if df.empty or "warmup_iters" not in df:
+        return pd.DataFrame(columns=cols)
+    ok = df[df["status"] == Status.OK.value]
+    if ok.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for key, g in ok.sort_values("id").groupby("cell_key", sort=False):
+        warm = pd.to_numeric(g["warmup_iters"], errors="coerce")
+        steady = list(g["steady"])
+        windows = list(dict.fromkeys(int(v) for v in g["window_iters"] if isinstance(v, int | float) and v == v))
+        load = pd.to_numeric(g["load"], errors="coerce")
+        native = [v for v in g["cpu_native"] if isinstance(v, bool)]
+        first = g.iloc[0]
+        rows.append({**{k: first[k] for k in CELL_KEYS}, "cell_key": key, "n_ok": len(g),
+                     "warmup_min": warm.min(), "warmup_max": warm.max(),
+                     "n_steady": sum(v is True for v in steady), "n_unsteady": sum(v is False for v in steady),
+                     "n_judged": sum(isinstance(v, bool) for v in steady),
+                     "window_iters": ", ".join(map(str, windows)), "window_s_mean": float(g["window_s"].mean()),
+                     "calibrated": bool(g["calibrated"].any()),
+                     "cpu_math": _join_unique(g["cpu_math"]), "cpu_native": (all(native) if native else None),
+                     "cpu_why": _join_unique(g["cpu_why"]), "load_min": load.min(), "load_max": load.max()})
+    out = pd.DataFrame(rows, columns=cols)
+    out = out.assign(_env=out["environment"].map(environment_rank(df)), _prec=precision_rank(out["precision"]))
+    out = out.sort_values(["_env", "model", "dataset", "options", "gpus", "nodes", "_prec", "batch_size"],
+                          kind="stable")
+    return out[cols].reset_index(drop=True)

@@ -107,6 +107,8 @@ class SequentialBackend(Backend):
                 return
             if self.ctx.claim is not None and not self.ctx.claim(task):
                 continue
+            if self.ctx.prepare is not None:
+                task = self.ctx.prepare(task)
             if self.ctx.on_start:
                 self.ctx.on_start(task)
             try:

@@ -38,8 +38,24 @@ def build_parser():
     p.add_argument("--batch-size", required=True, type=int, help="per process (per rank)")
     p.add_argument("--dataset", required=True,
                    help="synthetic | npz:PATH | cifar10:DIR | imagefolder:DIR")
-    p.add_argument("--iterations", type=int, default=50, help="measured iterations (0: no training)")
-    p.add_argument("--warmup", type=int, default=10, help="discarded iterations before the window")
+    p.add_argument("--iterations", type=int, default=None,
+                   help="measured iterations (0: no training; default 50); with --window-time, the count an "
+                   "earlier repeat calibrated")
+    p.add_argument("--warmup", type=int, default=10,
+                   help="discarded iterations before the window (with --warmup-max: the least of them)")
+    p.add_argument("--warmup-max", type=int, default=None,
+                   help="warm up until the iteration times are steady, at most this many iterations")
+    p.add_argument("--warmup-time", type=float, default=None,
+                   help="with --warmup-max: warm up for at most this many seconds")
+    p.add_argument("--steady-window", type=int, default=5,
+                   help="with --warmup-max: iterations per window of the steady-state rule")
+    p.add_argument("--steady-tolerance", type=float, default=0.05,
+                   help="with --warmup-max: the change between two windows' medians that counts as steady")
+    p.add_argument("--window-time", type=float, default=None,
+                   help="calibrate the measured iterations from the warm-up for a window of at least this many "
+                   "seconds (unless --iterations gives the count)")
+    p.add_argument("--window-min", type=int, default=3, help="with --window-time: at least this many iterations")
+    p.add_argument("--window-max", type=int, default=10000, help="with --window-time: at most this many iterations")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--channels-last", action="store_true")
@@ -112,6 +128,12 @@ def parse_args(argv):
     if args.image_size is not None and args.image_size < min_image_size(args.model):
         raise BadArgs("--image-size %d is too small for model %s; allowed: at least %d" % (
             args.image_size, args.model, min_image_size(args.model)))
+    # Ceilings win over floors (--warmup-max over --warmup, --window-max over --window-min): a matrix file
+    # is refused at plan time when they cross (runner/spec.py); here the run stays within its budget.
+    if args.window_time is not None and args.iterations is None and args.warmup == 0 and args.warmup_max is None:
+        raise BadArgs("--window-time calibrates from warm-up iterations: give --warmup of at least 1")
+    if args.iterations is None and args.window_time is None:
+        args.iterations = 50
     args.data_kind, args.data_path = parse_dataset(args.dataset)
     return args
 

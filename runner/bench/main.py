@@ -49,11 +49,47 @@ def _precision_record(state, args, extra):
     if state.get("features") is not None:
         rec["native"] = preflight.native_units(args.precision, state["features"])
     return rec
+def set_threads(args, env):
+    """--threads as asked; without it, PyTorch's own choice, lowered to the processors this process is granted
+    (a cgroup quota such as docker --cpus is not in the affinity mask OpenMP counts; more threads than
+    processors spin against each other at every barrier). OMP_NUM_THREADS or MKL_NUM_THREADS set by the
+    environment is its choice and is kept."""
+    torch = compat.torch
+    granted = envinfo.threads_granted()
+    env["threads_granted"] = granted
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    elif granted and torch.get_num_threads() > granted and not (
+            os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS")):
+        log("%d threads for the %d processors this process is granted" % (granted, granted))
+        torch.set_num_threads(granted)
+    env["torch_threads"] = torch.get_num_threads()
+
+
+def cpu_math(plan, device, env):
+    """{"cpu_math": ...} for a repeat on the CPU (envinfo.cpu_math: is the precision's math native here?)."""
+    if device is None or device.type != "cpu" or not env.get("cpu_features"):
+        return {}
+    return {"cpu_math": envinfo.cpu_math(plan["dtype"], env["cpu_features"])}
+
+
+def loss_ladder(warm, window_losses):
+    """{step: loss} at the steps timing.loss_step keeps (1, 2, 5, 10, ...) and the last step, counted from the
+    first training step, warm-up included: losses of cells whose windows differ in length compare at a step
+    every one of them reached."""
+    out = {}
+    for step, value in warm["losses"].items():
+        out[str(step)] = float(value.float().item())
+    done = warm["done"]
+    for i, value in enumerate(window_losses):
+        step = done + i + 1
+        if timing.loss_step(step) or i == len(window_losses) - 1:
+            out[str(step)] = value
+    return out
 
 
 def benchmark(args, state):
     """Everything between parsed arguments and the result: fills state['result'] as it learns."""
-    torch = compat.torch
     result = state["result"]
     metrics = result["metrics"]
     rank, world, local = state["dist_info"]
@@ -65,16 +101,14 @@ def benchmark(args, state):
         result["env"]["device_features"] = features
     state["features"] = features
     preflight.check(features)  # a GPU this torch has no code for: unsupported, before any kernel runs
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-        result["env"]["torch_threads"] = torch.get_num_threads()
+    set_threads(args, result["env"])
     seed_everything(args.seed)
     models.check_model_available(args.model)
     plan = precision.plan_precision(args, device)
     state["plan"] = plan
     flags = precision.apply_backend_flags(plan, args, device)
     state["flags"] = flags
-    result["precision"] = _precision_record(state, args, {})
+    result["precision"] = _precision_record(state, args, cpu_math(plan, device, result["env"]))
     dist = None
     if world > 1:
         dist = distributed.init_distributed(rank, world, device)
@@ -94,15 +128,43 @@ def benchmark(args, state):
                               dataset_kind=args.data_kind)
     model.train()
     model, eval_model, steps, extra = training.setup_training(model, plan, args, device, state["dist_info"])
+    extra.update(cpu_math(plan, device, result["env"]))
     result["precision"] = _precision_record(state, args, extra)
 
-    log("%s %s batch %d on %s%s: %d warm-up + %d measured iterations" % (
+    rule = None
+    if args.warmup_max is not None:
+        rule = {"max": args.warmup_max, "max_time": args.warmup_time, "window": args.steady_window,
+                "tolerance": args.steady_tolerance}
+    calibrating = args.window_time is not None and args.iterations is None
+    log("%s %s batch %d on %s%s: %s warm-up + %s measured iterations" % (
         args.model, args.precision, args.batch_size, device, " x%d ranks" % world if world > 1 else "",
-        args.warmup, args.iterations))
-    if args.compile and args.warmup == 0:
+        args.warmup if rule is None else "%d-%d (until steady)" % (args.warmup, args.warmup_max),
+        args.iterations if not calibrating else "calibrated for %gs" % args.window_time))
+    if args.compile and args.warmup == 0 and rule is None:
         log("--compile with --warmup 0: compilation time falls inside the measured window")
-    loss_start = timing.run_warmup(args.warmup, source, steps)
-    window = timing.run_window(args.iterations, source, steps, device, args.breakdown, dist)
+    if device.type == "cpu" and result["precision"].get("cpu_math", {}).get("native") is False:
+        log(result["precision"]["cpu_math"]["why"])
+    agree = None
+    if dist is not None:
+        def agree(stop):
+            return distributed.all_reduce_values(dist, [1.0 if stop else 0.0], "MIN", device)[0] > 0.5
+    warm = timing.run_warmup(args.warmup, source, steps, device, rule, timed=calibrating, agree=agree)
+    iterations = args.iterations
+    if calibrating:
+        iterations, per_iter = timing.calibrate(warm["times"], args.window_time, args.window_min, args.window_max,
+                                                args.steady_window)
+        if dist is not None:  # every rank runs the same window: the longest any rank asks for
+            iterations = int(distributed.all_reduce_values(dist, [iterations], "MAX", device)[0])
+        result["params"]["iterations"] = iterations
+        metrics["calibration"] = {"iterations": iterations, "iter_s": per_iter, "min_time": args.window_time,
+                                  "least": args.window_min, "most": args.window_max}
+        log("window calibrated: %d iterations (%.4f s each in the warm-up) for at least %g s" % (
+            iterations, per_iter or 0.0, args.window_time))
+    metrics["warmup"] = {"iterations": warm["done"], "seconds": warm["elapsed_s"], "how": warm["how"],
+                         "steady": None if rule is None else warm["how"] == "steady",
+                         "times": warm["times"][-500:] if (rule is not None or calibrating) else None}
+    window = timing.run_window(iterations, source, steps, device, args.breakdown, dist)
+    metrics["load_avg"] = envinfo.load_average()
     memory = timing.memory_metrics(device)
     if world > 1:  # the largest footprint of any rank (-1 stands for unknown)
         keys = ("peak_mem_allocated", "peak_mem_reserved", "device_mem_used")
@@ -111,9 +173,10 @@ def benchmark(args, state):
         memory.update((k, None if v < 0 else int(v)) for k, v in zip(keys, peaks))
     metrics.update(memory)
     losses = window["losses"]
+    loss_start = warm["first_loss"]
     if loss_start is None and losses:
         loss_start = losses[0]
-    images = args.iterations * args.batch_size
+    images = iterations * args.batch_size
     window_s = window["window_s"]
     data_wait = window["data_wait_s"]
     if world > 1:
@@ -122,11 +185,11 @@ def benchmark(args, state):
         images = int(images)
     tail = losses[-LOSS_END_WINDOW:]
     metrics.update({
-        "throughput": (images / window_s) if args.iterations > 0 and window_s > 0 else None,
-        "window_s": window_s, "images": images, "iter_times": window["iter_times"],
-        "data_wait_s": data_wait,
+        "throughput": (images / window_s) if iterations > 0 and window_s > 0 else None,
+        "window_s": window_s, "images": images, "iterations": iterations, "iter_times": window["iter_times"],
+        "data_wait_s": data_wait, "steps": warm["done"] + iterations,
         "loss_start": loss_start, "loss_end": (sum(tail) / len(tail)) if tail else None,
-        "losses": losses, "breakdown": window.get("breakdown"),
+        "losses": losses, "loss_at": loss_ladder(warm, losses), "breakdown": window.get("breakdown"),
     })
     if "telemetry" in window:  # every rank sampled its own device: combined on every rank
         metrics.update(telemetry.combine_ranks(window["telemetry"], images, world, dist, device))
@@ -134,7 +197,7 @@ def benchmark(args, state):
         prepare = data.make_prepare(plan, args)
         metrics["accuracy"] = training.evaluate(training.make_predict(eval_model, plan), eval_model, test_ds,
                                                 args, device, prepare, state["dist_info"], dist)
-    if args.iterations > 0:
+    if iterations > 0:
         log("%.1f img/s over %.3f s, loss %s -> %s, accuracy %s" % (
             metrics["throughput"] or 0.0, window_s, loss_start, metrics["loss_end"], metrics["accuracy"]))
 

@@ -5,6 +5,7 @@ up, reset peak memory, telemetry); `run_window` is bench's own loop between them
 one rule that ends the warm-up.
 """
 
+import math
 import time
 
 from . import telemetry
@@ -43,28 +44,135 @@ def memory_metrics(device):
     return out
 
 
-def warmup_done(done, requested, times):
-    """True when the warm-up may end: after `requested` iterations. `times` holds the host-side
-    duration of each warm-up iteration so far: the seam for a rule that warms up until they are steady."""
-    return done >= requested
+# Warm-up until steady (docs/statistics.md, "Warm-up and measured windows"). The rule looks for a trend, not
+# for quiet: noise is what the CV across repeats reports.
+STEADY_WINDOW = 5       # iterations in each of the two windows compared
+STEADY_TOLERANCE = 0.05  # the largest change between their medians that counts as no trend
+NOISE_Z = 2.5           # ... unless noise alone makes a larger change likely (2.5 standard errors: trend-free
+                        # noise trips the rule in 3-6% of checks, benchmarks/warmup_rule.py)
+LOSS_STEPS_BASE = (1, 2, 5)  # losses are kept at steps 1, 2, 5, 10, 20, 50, 100, ... of every repeat
 
 
-def run_warmup(n, source, steps):
-    """Discarded iterations; returns the first loss (a sync, outside the window) or None."""
+def median(values):
+    xs = sorted(values)
+    n = len(xs)
+    if not n:
+        return None
+    mid = n // 2
+    return xs[mid] if n % 2 else 0.5 * (xs[mid - 1] + xs[mid])
+
+
+def steady(times, window=STEADY_WINDOW, tolerance=STEADY_TOLERANCE):
+    """Whether the last 2 x `window` iteration times show no trend: the medians of the last window and the one
+    before differ by at most `tolerance` of the last, or by no more than noise alone would make them differ
+    (NOISE_Z standard errors of a difference of two medians, the spread estimated from the windows' own median
+    absolute deviation). None while there are fewer than 2 x `window` times."""
+    if window < 1 or len(times) < 2 * window:
+        return None
+    before, last = times[-2 * window:-window], times[-window:]
+    m0, m1 = median(before), median(last)
+    if not m1 or m1 <= 0:
+        return False
+    # The spread: the median absolute deviation of both windows from their own medians, without the smallest
+    # deviation of each (a window's median is one of its values, or next to them: a zero that makes the
+    # deviation of so few values too small), scaled to a standard deviation.
+    deviations = sorted([abs(x - m0) for x in before] + [abs(x - m1) for x in last])[2:]
+    spread = 1.4826 * median(deviations)
+    # The standard error of a median of w values is about 1.2533 sigma / sqrt(w); of a difference of two, x sqrt(2).
+    noise = NOISE_Z * 1.2533 * spread * (2.0 / window) ** 0.5
+    return abs(m1 - m0) <= max(tolerance * m1, noise)
+
+
+def warmup_done(done, requested, times, rule=None, elapsed=0.0):
+    """Whether the warm-up may end: (done, how). Fixed (rule None): after `requested` iterations, how "fixed".
+    Until steady (rule: {"max", "max_time", "window", "tolerance"}): not before `requested` iterations nor before
+    two windows of times exist; then when `steady(times)`, how "steady"; at the latest after rule["max"]
+    iterations or rule["max_time"] seconds, how "max" or "max_time" (never steady)."""
+    if rule is None:
+        return (done >= requested, "fixed")
+    floor = max(requested, 2 * rule["window"])
+    if done >= floor and steady(times, rule["window"], rule["tolerance"]):
+        return (True, "steady")
+    if done >= rule["max"]:
+        return (True, "max")
+    if rule.get("max_time") is not None and elapsed >= rule["max_time"] and done >= 1:
+        return (True, "max_time")
+    return (False, None)
+
+
+def replay_warmup(trace, requested, rule=None):
+    """(iterations, how): where warmup_done ends a warm-up whose iteration times (seconds) are `trace`, the
+    elapsed time being their sum; how is None when the trace ends first. For tests and benchmarks/."""
+    times = []
+    elapsed = 0.0
+    while True:
+        stop, how = warmup_done(len(times), requested, times, rule, elapsed)
+        if stop:
+            return len(times), how
+        if len(times) >= len(trace):
+            return len(times), None
+        times.append(trace[len(times)])
+        elapsed += times[-1]
+
+
+def loss_step(step):
+    """Whether the loss of training step `step` (1-based, warm-up included) is kept: 1, 2, 5, 10, 20, 50, ..."""
+    scale = 1
+    while scale <= step:
+        if step in [b * scale for b in LOSS_STEPS_BASE]:
+            return True
+        scale *= 10
+    return False
+
+
+def run_warmup(n, source, steps, device=None, rule=None, timed=False, agree=None):
+    """Discarded iterations: `n` of them, or until steady under `rule` (see warmup_done). With a rule, or
+    `timed` (a window to calibrate from these times), each iteration ends with a device synchronisation, so its
+    time is the device's, not the host's queueing time (outside the measured window, it costs nothing that is
+    measured). `agree(stop) -> stop`: ranks of a distributed run stop together (every step is a collective).
+    Returns {"first_loss", "times", "done", "how", "elapsed_s", "losses": {step: loss tensor}}."""
     forward, backward, update = steps
     first = None
     times = []
+    kept = {}
+    sync = _sync_fn(device) if device is not None and (rule is not None or timed) else None
     perf = time.perf_counter
-    while not warmup_done(len(times), n, times):
+    start = perf()
+    how = "fixed"
+    while True:
+        stop, how = warmup_done(len(times), n, times, rule, perf() - start)
+        if rule is not None and agree is not None:
+            stop = agree(stop)  # every rank's vote: stop only when all of them would
+        if stop:
+            break
         a = perf()
         x, y = source.next()
         loss = forward(x, y)
         backward(loss)
         update()
+        if sync is not None:
+            sync()
         if not times:
             first = float(loss.detach().float().item())
+        if loss_step(len(times) + 1):
+            kept[len(times) + 1] = loss.detach()
         times.append(perf() - a)
-    return first
+    return {"first_loss": first, "times": times, "done": len(times), "how": how, "elapsed_s": perf() - start,
+            "losses": kept}
+
+
+def calibrate(warmup_times, min_time, least, most, window=STEADY_WINDOW):
+    """The measured iterations for a window of at least `min_time` seconds, from the warm-up's iteration times:
+    their median over the last half of the warm-up (at most one steady window), count at least `least` and at most `most` (the ceiling wins).
+    Returns (iterations, seconds per iteration), or (least, None) without times."""
+    if not warmup_times:
+        return least, None
+    tail = warmup_times[-max(1, min(window, len(warmup_times) // 2)):]
+    per_iter = median(tail)
+    if not per_iter or per_iter <= 0:
+        return most, per_iter
+    need = int(math.ceil(min_time / per_iter))
+    return min(most, max(least, need)), per_iter
 
 
 def start_window(device, dist=None):

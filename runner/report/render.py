@@ -8,7 +8,7 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,7 +76,7 @@ def dumps(obj: Any) -> str:
 
 def repeats_frame(df: pd.DataFrame) -> pd.DataFrame:
     """The long frame as a flat table: tags joined, the multi-line log tail left out."""
-    out = df.drop(columns=["log_tail"]).copy()
+    out = df.drop(columns=[c for c in ("log_tail", "loss_at") if c in df]).copy()
     out["tags"] = out["tags"].map(lambda t: " ".join(t))
     return out
 
@@ -93,6 +93,7 @@ def report_json(model: views.ReportModel) -> str:
         "environments": records(an.environment_info(model.shown).drop(columns="side")),
         "cells": records(model.summary),
         "recipes": records(model.recipes_df.drop(columns="side")),
+        "measurement": records(model.measurement_df),
         "comparisons": [comparison_doc(c) for _, _, c in model.comparisons],
         "precision_summary": records(model.precision_df),
         "scaling": records(model.scaling_df),
@@ -122,6 +123,7 @@ def comparison_doc(c: an.Comparison) -> dict[str, Any]:
         "precision_ratios": records(c.precision_ratios),
         "environments": records(c.environments),
         "recipes_differ": records(c.recipes),
+        "notes": list(c.notes),
     }
 
 
@@ -193,6 +195,7 @@ class CompareView:
     recipes: Table | None = None
     definitions: Table | None = None
     definitions_note: str = ""
+    notes: list[str] = field(default_factory=list)
 
 
 def compare_view(c: an.Comparison) -> CompareView:
@@ -245,7 +248,8 @@ def compare_view(c: an.Comparison) -> CompareView:
         note = labels.definitions_sentence(n_names, pooled, "the pairs").replace(
             "the tables show each one's newest definition", "the pairs use each one's newest definition (--pool "
             "to pool them)")
-    return CompareView(title, method, env_table, pairs, summary, precision, unpaired, recipes, definitions, note)
+    return CompareView(title, method, env_table, pairs, summary, precision, unpaired, recipes, definitions, note,
+                       list(c.notes))
 
 
 def compare_markdown(c: an.Comparison) -> str:
@@ -279,6 +283,8 @@ def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | N
     if v.pairs.rows:
         console.print(rich_table(v.pairs, "Pairs"))
     console.print(Text(v.summary, style="bold"))
+    for line in v.notes:
+        console.print(Text(line, style="yellow"))
     if v.recipes is not None:
         console.print(rich_table(v.recipes, "Precisions that ran differently on the two sides"))
     if v.precision is not None:

@@ -81,6 +81,8 @@ class ReportModel:
     run_records: list[dict[str, Any]] = field(default_factory=list)
     history: list[Section] = field(default_factory=list)
     history_df: pd.DataFrame = field(default_factory=pd.DataFrame)
+    measurement: Section | None = None          # warm-up and measured windows per cell
+    measurement_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     definitions: Section | None = None          # names measured under more than one definition
     definitions_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     shown: pd.DataFrame = field(default_factory=pd.DataFrame)  # the rows the tables show (`frame`: every row)
@@ -102,23 +104,44 @@ def environments_table(info: pd.DataFrame) -> Table:
     return table
 
 
-RECIPE_LABELS = {"recipe_math": "math", "recipe_units": "ran on", "recipe_loss_scale": "loss scale", "recipe_tf32": "TF32",
-                 "recipe_flags": "flags", "recipe_optimizer": "optimizer"}
+RECIPE_LABELS = {"recipe_math": "math", "recipe_units": "ran on", "recipe_loss_scale": "loss scale",
+                 "recipe_tf32": "TF32", "recipe_flags": "flags", "recipe_optimizer": "optimizer", "cpu_math": "CPU math"}
+
+
+def emulated_sentences(recipes: pd.DataFrame, envs: bool = True) -> list[str]:
+    """'bf16 emulated on this CPU (no AVX512-BF16 ...): expect it slower than fp32.', once per environment and
+    precision whose math was not native on its CPU."""
+    out: list[str] = []
+    if recipes.empty or "cpu_math" not in recipes:
+        return out
+    for r in recipes.drop_duplicates(["environment", "precision", "cpu_math"]).to_dict("records"):
+        if "emulated" not in str(r["cpu_math"]):
+            continue
+        where = f" in {r['environment']}" if envs else ""
+        why = f" ({r['cpu_why']})" if r["cpu_why"] else ""
+        out.append(f"{r['precision']} emulated on this CPU{where}{why}: expect it slower than fp32.")
+    return out
 
 
 def recipes_section(recipes: pd.DataFrame) -> Section | None:
-    """How each precision ran in each environment: the mechanism and switches the bench recorded."""
+    """How each precision ran in each environment: the mechanism and switches the bench recorded, and on a CPU
+    whether the precision's math was native there."""
     if recipes.empty:
         return None
     show_env = recipes["environment"].nunique() > 1
-    cols = [c for c in RECIPE_LABELS if c == "recipe_math" or (recipes[c] != an.DASH_WORD).any()]
+    cols = [c for c in RECIPE_LABELS if c.startswith("recipe_") and (c == "recipe_math" or
+                                                                      (recipes[c] != an.DASH_WORD).any())]
+    if "cpu_math" in recipes and (recipes["cpu_math"] != "").any():
+        cols.append("cpu_math")
     table = Table([*(["environment"] if show_env else []), "precision", *(RECIPE_LABELS[c] for c in cols), "cells"],
                   align=["l"] * (len(cols) + 1 + show_env) + ["r"])
     previous = None
     for r in recipes.to_dict("records"):
         first = show_env and r["environment"] != previous
         table.add(*([Cell(r["environment"] if first else "", "key")] if show_env else []),
-                  Cell(r["precision"], "key"), *(Cell(r[c] or DASH) for c in cols), Cell(str(r["cells"]), "num"),
+                  Cell(r["precision"], "key"),
+                  *(Cell(r[c] or DASH, "status" if c == "cpu_math" and "emulated" in str(r[c]) else "") for c in cols),
+                  Cell(str(r["cells"]), "num"),
                   row_class="group" if first and previous is not None else "")
         previous = r["environment"]
     note = ("What each precision meant where it ran, as the benchmark recorded it: autocast is PyTorch's "
@@ -127,7 +150,46 @@ def recipes_section(recipes: pd.DataFrame) -> Section | None:
     if "recipe_units" in cols:
         note += (" 'Ran on' is what the precision's matrix math used on that device: tensor cores where the GPU "
                  "has them for the format, else 'no ... tensor cores' (the precision ran, without them).")
+    if "cpu_math" in cols:
+        note += (" CPU math: the vector instructions PyTorch dispatched to, and whether the precision's arithmetic "
+                 "is native on that CPU or emulated (converted to fp32 and back).")
+    emulated = emulated_sentences(recipes, show_env)
+    if emulated:
+        note += " " + " ".join(emulated)
     return Section("How each precision ran", table, note)
+
+
+def measurement_section(meas: pd.DataFrame) -> Section | None:
+    """Warm-up and measured windows per cell: how many warm-up iterations its repeats ran and whether they were
+    steady, the window's iterations (calibrated by the first repeat, or fixed) and seconds, the machine's load."""
+    known = meas[meas["warmup_min"].notna() | (meas["window_iters"] != "")] if not meas.empty else meas
+    if known.empty:
+        return None  # results from before warm-ups and windows were recorded: nothing to say
+    meas = known
+    keys = varying(meas, ["environment", *an.PARAM_KEYS], always=("model", "precision", "batch_size"))
+    table = Table([*(KEY_LABELS[k] for k in keys), "warm-up", "steady", "window", "window (s)", "load (1 min)"],
+                  align=["l"] * len(keys) + ["r", "l", "r", "r", "r"])
+    for r in meas.to_dict("records"):
+        lo, hi = r["warmup_min"], r["warmup_max"]
+        warm = DASH if lo != lo else f"{lo:.0f}" if lo == hi else f"{lo:.0f}–{hi:.0f}"
+        if not r["n_judged"]:
+            steady = Cell("fixed count", "muted")
+        elif r["n_unsteady"]:
+            steady = Cell(f"{r['n_steady']} of {r['n_judged']} (ceiling)", "status")
+        else:
+            steady = Cell(f"{r['n_steady']} of {r['n_judged']}", "good")
+        window = (r["window_iters"] or DASH) + (" (calibrated)" if r["calibrated"] else "")
+        load = DASH if r["load_min"] != r["load_min"] else (
+            f"{r['load_min']:.1f}" if f"{r['load_min']:.1f}" == f"{r['load_max']:.1f}"
+            else f"{r['load_min']:.1f}–{r['load_max']:.1f}")
+        table.add(*(key_text(k, r[k]) for k in keys), Cell(warm, "num"), steady, Cell(window, "num"),
+                  Cell(fmt.number(r["window_s_mean"], 3), "num"), Cell(load, "num"))
+    note = ("Warm-up: the discarded iterations each repeat ran (until steady: the medians of the last two windows of "
+            "iteration times agreed, or a ceiling came first; docs/statistics.md). Window: the measured iterations; "
+            "with iterations: auto the cell's first repeat chose them from its warm-up and every later repeat ran "
+            "the same. Load: the machine's 1-minute load average at the end of each window (this benchmark "
+            "included).")
+    return Section("Warm-up and measured windows", table, note)
 
 
 def hardware_lines(info: pd.DataFrame) -> list[str]:
@@ -409,7 +471,9 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
                            "hardware slowdown was seen; the share of repeats in brackets)",
                            "reading the clocks and reasons stored with each repeat, and a GPU with headroom"),
              "data-bound": (f"the data loader kept the device waiting for more than {an.DATA_BOUND:.0%} "
-                            "of the timed window", "more loader workers, or synthetic data to measure compute")}
+                            "of the timed window", "more loader workers, or synthetic data to measure compute"),
+             "unsteady": ("a repeat's warm-up reached its ceiling before the iteration times were steady (share of "
+                          "repeats)", "a higher warm-up max or max_time, or a quieter machine")}
     for flag, (what, fix) in words.items():
         cells = flags[flags["flag"] == flag].sort_values("value", ascending=False, kind="stable")
         if cells.empty:
@@ -451,6 +515,7 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     prec = an.precision_summary(summary)
     scale = an.scaling(summary)
     recipes = an.precision_recipes(shown)
+    meas = an.measurement(shown)
     counts = shown["status"].value_counts().to_dict()
     n_cells = len(summary)
     totals = (f"{len(shown)} repeat{'s' if len(shown) != 1 else ''} in {n_cells} cell{'s' if n_cells != 1 else ''}, "
@@ -473,4 +538,5 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
         precision_df=prec, scaling_df=scale, recipes_df=recipes, run_records=run_records,
         history=history_sections(hist), history_df=hist,
         definitions=definitions, definitions_df=defs.several, shown=shown,
+        measurement=measurement_section(meas), measurement_df=meas,
     )

@@ -59,6 +59,9 @@ CREATE TABLE IF NOT EXISTS claims (
     cell_key TEXT NOT NULL, repeat INTEGER NOT NULL, run_id TEXT NOT NULL, claimed_at REAL NOT NULL,
     machine TEXT, PRIMARY KEY (cell_key, repeat));
 CREATE INDEX IF NOT EXISTS claims_run ON claims (run_id);
+CREATE TABLE IF NOT EXISTS calibrations (
+    cell_key TEXT PRIMARY KEY, schema INTEGER NOT NULL, iterations INTEGER NOT NULL, run_id TEXT NOT NULL,
+    repeat INTEGER NOT NULL, iter_s REAL, calibrated_at REAL NOT NULL);
 """
 # batch_jobs: tasks handed to a batch scheduler and not yet collected. A submission appends a row;
 # collecting it sets closed_at (rows are never deleted). Its own schema, per row: a store written by
@@ -67,6 +70,9 @@ JOBS_SCHEMA = 1
 # holders: the process behind each run, with its heartbeat; claims: the repeats a live run is measuring
 # (deleted when stored or released). Coordination, not results: a store from before them gains them.
 HOLDERS_SCHEMA = 1
+# calibrations: the measured iterations the first ok repeat of an `iterations: auto` cell chose; every later repeat
+# of that cell runs them (written with that repeat's result, in its transaction; never changed). Its own schema.
+CALIBRATIONS_SCHEMA = 1
 _TABLES = {"meta", "runs", "results"}
 
 
@@ -454,7 +460,8 @@ class Store:
               here: bool = False) -> dict[str, Claim]:
         """Claim repeats for `run_id`, in one transaction: a repeat is this run's when it already holds it, or
         when no live run holds it and `needs(current status, its row id)` says it is still to be measured.
-        A claim of a dead run is taken over. `here`: the repeats are measured on this machine, which measures
+        A claim of a dead run is taken over. A repeat of an `iterations: auto` cell that has no calibrated count
+        yet waits (held) while another live run holds a repeat of that cell. `here`: the repeats are measured on this machine, which measures
         one repeat at a time: while another live run measures here, the answer is `machine` (try again).
         Returns each task's answer by task id."""
         answers: dict[str, Claim] = {}
@@ -478,6 +485,10 @@ class Store:
                 status, row_id = self._latest(key, r)
                 if not needs(status, row_id):
                     answers[task.id] = Claim(False)
+                    continue
+                calibrating = self._calibrating_elsewhere(key, run_id, now) if task.cell.run.calibrated else None
+                if calibrating is not None:
+                    answers[task.id] = Claim(False, calibrating)
                     continue
                 busy = self._measuring_here(run_id, now) if here else None
                 if busy is not None:
@@ -565,6 +576,7 @@ class Store:
                         if not needs(status, row_id):
                             return False
                 self.db.execute(self._INSERT, values)
+                self._calibrated_in_tx(key, r, run_id, outcome.status.value, outcome.metrics)
                 self.db.execute("DELETE FROM claims WHERE cell_key=? AND repeat=? AND run_id=?", (key, r, run_id))
             return True
         except StoreFull as e:
@@ -577,6 +589,51 @@ class Store:
             raise StoreFull(f"cannot store a result in {self.path}: the disk is full; {where}; "
                             f"{self.space_advice(remaining + 1, size)}, then run the same command again",
                             kept) from e
+
+    # calibrations -------------------------------------------------------------------------------------
+    def _calibrated_in_tx(self, key: str, repeat: int, run_id: str, status: str, metrics: dict[str, Any]) -> None:
+        """Keep the count an ok calibrating repeat chose, unless the cell has one already (the first stays)."""
+        cal = metrics.get("calibration") if status == Status.OK.value else None
+        if not isinstance(cal, dict):
+            return
+        n = cal.get("iterations")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            return
+        per = cal.get("iter_s")
+        self.db.execute("INSERT OR IGNORE INTO calibrations (cell_key, schema, iterations, run_id, repeat, iter_s, "
+                        "calibrated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (key, CALIBRATIONS_SCHEMA, n, run_id, repeat,
+                         float(per) if isinstance(per, int | float) else None, time.time()))
+
+    def calibrations(self, keys: Iterable[str]) -> dict[str, int]:
+        """The measured iterations calibrated for these cells (`iterations: auto`), by cell key."""
+        keys = list(keys)
+        found: dict[str, int] = {}
+        with self._guard():
+            if not keys or (self.readonly and not self._has("calibrations")):
+                return found
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                for row in self.db.execute(f"SELECT cell_key, iterations, schema FROM calibrations WHERE cell_key IN "
+                                           f"({','.join('?' * len(chunk))})", chunk):
+                    if row[2] != CALIBRATIONS_SCHEMA:
+                        raise StoreError(f"{self.path} holds calibrations of schema {row[2]}; this matrix reads "
+                                         f"{CALIBRATIONS_SCHEMA}: it was written by a newer matrix; upgrade matrix")
+                    found[row[0]] = int(row[1])
+        return found
+
+    def _calibrating_elsewhere(self, key: str, run_id: str, now: float) -> Holder | None:
+        """The live run, other than `run_id`, holding a repeat of an uncalibrated cell: it may be calibrating it,
+        so no other repeat of that cell starts before its count is known (dead holders are reaped)."""
+        if self.db.execute("SELECT 1 FROM calibrations WHERE cell_key=?", (key,)).fetchone() is not None:
+            return None
+        for (other,) in self.db.execute("SELECT DISTINCT run_id FROM claims WHERE cell_key=? AND run_id<>?",
+                                        (key, run_id)).fetchall():
+            h = self._holders(" WHERE run_id=?", (other,)).get(other)
+            if h is not None and h.alive(now):
+                return h
+            self._reap_in_tx(h or Holder(other, "", "", 0, None, 0.0, 0.0, 0.0))
+        return None
 
     def last_id(self) -> int:
         """The newest result's id: rows after it were stored later."""
@@ -685,6 +742,9 @@ class Store:
                                            (row["run_id"], row["cell_key"], row["repeat"], row["started_at"],
                                             row["finished_at"])).fetchone() is None:
                             self.db.execute(self._INSERT, tuple(row[c] for c in _COLUMNS))
+                            metrics = json.loads(row["metrics"]) if row.get("metrics") else {}
+                            self._calibrated_in_tx(row["cell_key"], row["repeat"], row["run_id"], row["status"],
+                                                   metrics if isinstance(metrics, dict) else {})
                             n += 1
                         self.db.execute("DELETE FROM claims WHERE cell_key=? AND repeat=? AND run_id=?",
                                         (row["cell_key"], row["repeat"], row["run_id"]))

@@ -38,7 +38,7 @@ def arguments(task: Task, files_parent: str | None = None) -> list[str]:
     files_parent/files-HASH (a path as the environment sees it)."""
     workload = task.cell.workload
     if workload is None:
-        return task.cell.bench_args()
+        return task.bench_args()
     assert isinstance(workload, Workload)
     files_at = f"{files_parent.rstrip('/')}/{folder_name(workload.files)}" if files_parent and workload.files else None
     # One argument of ASCII JSON: no tab, newline or other control character, so a Slurm manifest carries it.

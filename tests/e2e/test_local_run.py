@@ -166,3 +166,43 @@ def test_plan_and_doctor_answer(tmp_path: Path, cmd: list[str]) -> None:
     proc = cli(*cmd, *(["-m", str(Path(__file__).parents[2] / "examples/quickstart.yaml")]
                        if cmd == ["plan"] else []), cwd=tmp_path)
     assert ("local-cpu" in proc.stdout) if cmd == ["plan"] else ("torch (local)" in proc.stdout)
+
+
+AUTO = """
+name: auto
+environments: [{name: cpu, backend: local, env: {OMP_NUM_THREADS: "1"}}]
+axes: {model: [mlp], precision: [fp32, bf16], batch_size: [16], device: [cpu]}
+run: {iterations: {min_time: 0.2s, min: 2, max: 400}, warmup: {max: 40, max_time: 5s, window: 3}, repeats: 2}
+"""
+
+
+def test_auto_warm_up_and_calibrated_window_with_the_real_benchmark(tmp_path: Path) -> None:
+    """One real run: each repeat warms up until steady (or says it did not), each cell's first repeat calibrates
+    its window and the second runs the same count; the report says how each precision ran on this CPU."""
+    m = write(tmp_path, AUTO)
+    cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
+    stored = rows(tmp_path / "r.db")
+    assert len(stored) == 4 and {r["status"] for r in stored} == {"ok"}
+    with Store(tmp_path / "r.db", create=False) as store:
+        calibrated = store.calibrations({str(r["cell_key"]) for r in stored})
+    assert len(calibrated) == 2
+    for r in stored:
+        metrics = r["metrics"]
+        assert isinstance(metrics, dict)
+        assert metrics["iterations"] == calibrated[str(r["cell_key"])]
+        assert ("calibration" in metrics) == (r["repeat"] == 0)
+        warm = metrics["warmup"]
+        assert warm["how"] in ("steady", "max", "max_time") and warm["steady"] == (warm["how"] == "steady")
+        assert warm["iterations"] == len(warm["times"]) >= (6 if warm["steady"] else 1)
+        assert metrics["steps"] == warm["iterations"] + metrics["iterations"]
+        assert "1" in metrics["loss_at"] and str(metrics["steps"]) in metrics["loss_at"]
+        cpu = r["raw"]["precision"]["cpu_math"]  # type: ignore[index]
+        assert cpu["native"] is True or "emulated" in cpu["unit"]
+        assert r["raw"]["params"]["window_time"] == 0.2  # type: ignore[index]
+    cli("report", "--db", "r.db", "--format", "md", "--out", "rep", cwd=tmp_path)
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Warm-up and measured windows" in text and "(calibrated)" in text
+    assert "CPU math" in text
+    flags = set((Path("/proc/cpuinfo").read_text().split("flags", 1) + [""])[1].split("\n", 1)[0].split())
+    if not {"avx512_bf16", "amx_bf16"} & flags:
+        assert "bf16 emulated on this CPU" in text and "expect it slower than fp32" in text

@@ -79,3 +79,26 @@ def test_2020_amp_on_cpu_names_no_missing_alternative(box_2020: EraBox) -> None:
     run = box_2020.bench("--model", "mnist_cnn", "--precision", "amp", *SMALL)
     assert_unsupported(run, "amp (FP16 mixed precision) is not supported on CPU")
     assert "amp-bf16" not in run.result["reason"]
+
+
+STEADY = ("--warmup", "0", "--warmup-max", "24", "--steady-window", "3", "--window-time", "0.3", "--window-min", "2",
+          "--window-max", "60")
+
+
+@pytest.mark.parametrize("era", ["box_2018", "box_2020"])
+def test_warm_up_until_steady_calibration_and_cpu_facts_in_old_releases(era: str,
+                                                                         request: pytest.FixtureRequest) -> None:
+    """Python 3.6 / PyTorch 1.0 and PyTorch 1.7: the warm-up rule, the calibrated window and the CPU facts work
+    where PyTorch has no get_cpu_capability (1.0 has not even torch.__config__)."""
+    box: EraBox = request.getfixturevalue(era)
+    run = box.bench("--model", "mnist_cnn", "--precision", "fp32", "--batch-size", "8", *STEADY)
+    r = run.result
+    assert run.code == 0 and r["status"] == "ok", run.output
+    m = r["metrics"]
+    warm = m["warmup"]
+    assert warm["how"] in ("steady", "max") and warm["iterations"] == len(warm["times"]) >= 6
+    assert m["calibration"]["iterations"] == m["iterations"] == r["params"]["iterations"] >= 2
+    assert m["steps"] == warm["iterations"] + m["iterations"] and "1" in m["loss_at"]
+    feats = r["env"]["cpu_features"]
+    assert feats["flags_read"] and "avx2" in feats["flags"] and feats["cpus_granted"] >= 1
+    assert r["precision"]["cpu_math"]["native"] is True and r["precision"]["cpu_math"]["unit"].startswith("fp32")

@@ -201,3 +201,77 @@ def test_only_converts_values_and_an_empty_selection_is_an_error() -> None:
         matrix.select(fewer, only=["precision=bf16", "batch_size=16"])
     with pytest.raises(ConfigError, match="lr=fast"):
         matrix.select(cells, only=["lr=fast"])
+
+
+# The quickstart as it was before `warmup: auto` and `iterations: auto` existed, and the keys its cells had then
+# (runner/spec.py Cell.key on that tree): a fixed count keeps meaning what it meant, so stored results keep their cells.
+OLD_QUICKSTART = """
+name: quickstart
+environments:
+  - name: local-cpu
+    backend: local
+    tags: [local, bare-metal]
+    env: {OMP_NUM_THREADS: "2"}
+axes:
+  model: [mnist_cnn, wrn]
+  precision: [fp32, bf16]
+  batch_size: [32, 64]
+  dataset: [synthetic]
+  device: [cpu]
+include:
+  - {model: wrn, wrn_depth: 10, wrn_width: 2}
+run: {iterations: 20, warmup: 5, repeats: 3, timeout: 300, seed: 0}
+"""
+OLD_KEYS = ["639426410348", "f88193578aa7", "e319dae87fec", "27a38261b861", "0a1c53df305c", "5507e19d38e6",
+            "346db3a3a266", "faa4382e6196"]
+
+
+def test_old_matrix_files_keep_their_cell_keys() -> None:
+    m = parse(OLD_QUICKSTART)
+    assert [c.key for c in m.cells()] == OLD_KEYS
+    assert m.run.warmup == 5 and m.run.iterations == 20 and not m.run.calibrated
+    assert m.cells()[0].bench_args()[:6] == ["--iterations", "20", "--warmup", "5", "--seed", "0"]
+    # Settings left out keep their defaults (50 and 10), and their keys.
+    bare = parse("environments: [{name: e, backend: local}]\naxes: {model: [mlp]}\n")
+    assert [c.key for c in bare.cells()] == ["4e43eb44690f"]
+
+
+def test_auto_settings_key_their_definition_not_a_calibrated_count() -> None:
+    def keys(run: str) -> list[str]:
+        return [c.key for c in parse(OLD_QUICKSTART.replace(
+            "run: {iterations: 20, warmup: 5, repeats: 3, timeout: 300, seed: 0}", f"run: {run}")).cells()]
+
+    auto = keys("{iterations: auto, warmup: auto}")
+    assert not set(auto) & set(OLD_KEYS)
+    assert keys("{iterations: {min_time: 2s}, warmup: {}}") == auto              # the defaults, written out
+    assert keys("{iterations: {min_time: 2000ms, min: 5, max: 10000}, warmup: auto}") == auto
+    assert keys("{iterations: {min_time: 3s}, warmup: auto}") != auto             # another bound: another cell
+    assert keys("{iterations: auto, warmup: {max: 60}}") != auto
+    assert keys("{iterations: auto, warmup: 5}") != auto
+    cell = parse(OLD_QUICKSTART.replace("iterations: 20, warmup: 5", "iterations: {min_time: 1.5s, min: 2, "
+                                        "max: 300}, warmup: {min: 3, max: 40, max_time: 5s, window: 4}")).cells()[0]
+    args = cell.bench_args()
+    assert "--iterations" not in args  # the first repeat calibrates
+    assert args[:12] == ["--window-time", "1.5", "--window-min", "2", "--window-max", "300", "--warmup", "3",
+                         "--warmup-max", "40", "--steady-window", "4"]
+    with_count = cell.bench_args(iterations=17)
+    assert with_count[with_count.index("--iterations") + 1] == "17"
+
+
+@pytest.mark.parametrize(("run", "needle"), [
+    ("{iterations: fast}", "run.iterations"),
+    ("{iterations: {min_time: soon}}", "'soon' is not a duration"),
+    ("{iterations: {min: 10, max: 5}}", "max (5) is below min (10)"),
+    ("{iterations: {minimum: 3}}", "unknown key 'minimum'; allowed: min_time, min, max"),
+    ("{warmup: {max: 6}}", "cannot hold the two windows of 5 iterations"),
+    ("{warmup: {tolerance: 150%}}", "run.warmup"),
+    ("{warmup: {window: 1}}", "run.warmup"),
+    ("{iterations: auto, warmup: 0}", "give warmup at least 1"),
+    ("{iterations: 2.5}", "2.5 is not allowed"),
+    ("{warmup: -1}", "-1 is not allowed"),
+])
+def test_auto_settings_are_checked_at_plan_time(run: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse(OLD_QUICKSTART.replace("run: {iterations: 20, warmup: 5, repeats: 3, timeout: 300, seed: 0}",
+                                     f"run: {run}"))
+    assert needle in str(e.value), str(e.value)
