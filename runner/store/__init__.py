@@ -697,6 +697,12 @@ class Store:
                                  "start a new store with --db")
         return d
 
+    def environments(self) -> list[str]:
+        """The environment names that have results, in the order they were first stored."""
+        with self._guard():
+            return [r[0] for r in self.db.execute("SELECT environment FROM results GROUP BY environment "
+                                                  "ORDER BY MIN(id)")]
+
     def captures(self, ids: Iterable[str | None]) -> dict[str, dict[str, Any]]:
         """The captures (what an environment is made of) with these ids, decoded; an id the store does not hold
         (or a store of schema 1, read as it is) is left out."""
