@@ -274,8 +274,9 @@ class Search:
     # deciding ------------------------------------------------------------------------------------------
     def decide(self, a: int, b: int) -> Comparison:
         """Compare b with a, adding repeats (lower level first) while the answer is undecided and can change."""
-        if (a, b) in self._decided:
-            return self._decided[(a, b)]
+        known = self._decided.get((a, b))
+        if known is not None and (known.verdict is not Verdict.UNDECIDED or not known.more):
+            return known
         self.ensure(a, b)
         top = len(self.settings.levels) - 1
         while True:
@@ -289,6 +290,42 @@ class Search:
         self.decisions.append(c)
         return c
 
+    def look(self, a: int, b: int) -> Comparison:
+        """Compare b with a on the repeats measured so far (no more are added)."""
+        top = len(self.settings.levels) - 1
+        c = compare(a, b, self.samples[a], self.samples[b], self.settings,
+                    last_level=self.level[a] == top and self.level[b] == top)
+        self._decided[(a, b)] = c
+        self.decisions.append(c)
+        return c
+
+    def split(self, lo: int, mid: int, hi: int) -> tuple[Comparison, Comparison]:
+        """The two halves of a changed interval: adds repeats (the lower level first) until a half changed, or both
+        are the same within the threshold, or the last level; one half changed is enough to go on, since a single
+        step leaves the other half at its end's level."""
+        self.ensure(lo, mid, hi)
+        top = len(self.settings.levels) - 1
+        while True:
+            halves = []
+            for a, b in ((lo, mid), (mid, hi)):
+                last = self.level[a] == top and self.level[b] == top
+                halves.append(compare(a, b, self.samples[a], self.samples[b], self.settings, last_level=last))
+            left, right = halves
+            if left.changed or right.changed or (left.same and right.same):
+                break
+            raise_ = {}
+            for c in halves:
+                if c.verdict is Verdict.UNDECIDED and c.more:
+                    low = min(self.level[c.a], self.level[c.b])
+                    raise_.update({i: low + 1 for i in (c.a, c.b) if self.level[i] == low})
+            if not raise_:
+                break
+            self._fetch(raise_)
+        for c in (left, right):
+            self._decided[(c.a, c.b)] = c
+            self.decisions.append(c)
+        return left, right
+
     def _locate(self, c: Comparison, answer: Answer) -> None:
         """Where the change of a changed interval happens: the steps, drifts and undecided parts inside it."""
         lo, hi = c.a, c.b
@@ -296,15 +333,15 @@ class Search:
             answer.steps.append(c)
             return
         mid = (lo + hi) // 2
-        self.ensure(mid)
-        left, right = self.decide(lo, mid), self.decide(mid, hi)
+        left, right = self.split(lo, mid, hi)
         for half in (left, right):
             if half.changed:
                 self._locate(half, answer)
-            elif half.verdict is Verdict.UNDECIDED:
-                answer.unresolved.append(half)
-        if left.same and right.same:
-            answer.drifts.append(c)
+        if not (left.changed or right.changed):
+            if left.same and right.same:
+                answer.drifts.append(c)
+            else:
+                answer.unresolved.extend(h for h in (left, right) if h.verdict is Verdict.UNDECIDED)
 
     def run(self) -> Answer:
         last = self.count - 1
@@ -334,10 +371,11 @@ class Search:
             side = self.decide(a, b)
             if side.changed:
                 self._locate(side, answer)
-            elif side.verdict is Verdict.UNDECIDED:
-                answer.unresolved.append(side)
         if len(answer.steps) == 1:
-            answer.share = explained(step, answer.end)
+            # On every repeat measured by now (the ends and the pair may have gained some since they were decided).
+            last = self.count - 1
+            answer.share = explained(compare(step.a, step.b, self.samples[step.a], self.samples[step.b], self.settings),
+                                     compare(0, last, self.samples[0], self.samples[last], self.settings))
 
     def _conclude(self, answer: Answer) -> None:
         steps, drifts, unresolved = answer.steps, answer.drifts, answer.unresolved
@@ -361,7 +399,7 @@ class Search:
             answer.why = "no pair could be decided inside the changed range"
             return
         step = steps[0]
-        if answer.share is None or answer.share < self.settings.share or answer.share > 2 - self.settings.share:
+        if answer.share is None or answer.share < self.settings.share:
             answer.outcome = SPREAD
             shown = "an unknown share" if answer.share is None else f"{answer.share:.0%}"
             answer.why = (f"the one step found explains {shown} of the end-to-end change: the rest is spread over "
