@@ -193,8 +193,10 @@ def _pairs(a: Mapping[str, str], b: Mapping[str, str]) -> list[Change]:
 def diff(a: Side, b: Side) -> EnvDiff:
     """Everything A and B recorded, compared; `facts` holds every scalar field either side has (`differing` the
     ones that differ), the rest only what differs."""
+    # A container's hostname is its id, new for every container: not a difference between environments.
+    both_contained = bool(a.env.get("container")) and bool(b.env.get("container"))
     facts = [Change(label, _text(a.env.get(key)), _text(b.env.get(key))) for key, label in FIELDS
-             if _text(a.env.get(key)) or _text(b.env.get(key))]
+             if (_text(a.env.get(key)) or _text(b.env.get(key))) and not (key == "hostname" and both_contained)]
     facts += [c for c in _pairs(_labels(a.env), _labels(b.env))]
     ca, cb = a.capture or {}, b.capture or {}
     vars_a = {**{k: _text(v) for k, v in (a.env.get("env_vars") or {}).items()},
@@ -202,7 +204,9 @@ def diff(a: Side, b: Side) -> EnvDiff:
     vars_b = {**{k: _text(v) for k, v in (b.env.get("env_vars") or {}).items()},
               **{k: _text(v) for k, v in (cb.get("env_vars") or {}).items()}}
     env_vars = [c for c in _pairs(vars_a, vars_b) if c.differs]
-    build = [c for c in _pairs(build_facts(ca.get("torch_config")), build_facts(cb.get("torch_config"))) if c.differs]
+    # A build setting one release prints and the other does not is a difference only when it is switched on.
+    build = [c for c in _pairs(build_facts(ca.get("torch_config")), build_facts(cb.get("torch_config")))
+             if c.differs and (c.a and c.b or (c.a or c.b) not in ("OFF", "0"))]
     precision = [Change(p, a.precisions.get(p, ""), b.precisions.get(p, ""))
                  for p in sorted(a.precisions.keys() & b.precisions.keys()) if a.precisions[p] != b.precisions[p]]
     packages = [compare_packages("Python packages", ca.get("python_packages") if a.capture else None,

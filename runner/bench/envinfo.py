@@ -169,7 +169,8 @@ def capture_env(device=None):
 
 _ENV_PREFIXES = ("OMP_", "MKL_", "KMP_", "GOMP_", "NCCL_", "CUDA_", "CUDNN_", "NVIDIA_", "TORCH_", "PYTORCH_",
                  "DNNL_", "ONEDNN_", "OPENBLAS_", "ATEN_", "NVTE_", "CUBLAS_", "TF32_", "XLA_", "UCX_", "FI_",
-                 "MALLOC_", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "PYTHONOPTIMIZE")
+                 "MALLOC_", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONPATH",
+                 "PYTHONHOME", "PYTHONNOUSERSITE")
 _ENV_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "AUTH")
 
 
