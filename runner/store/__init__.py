@@ -30,9 +30,10 @@ from runner.store.liveness import HEARTBEAT_S, LEASE_S, MACHINE, Heartbeat, Hold
 # The store's schema (meta.schema). 2: the `captures` table and results.capture_id (what an environment is made
 # of, kept once per distinct content); a store of schema 1 is migrated when it is first opened for writing,
 # and read as it is when opened read-only.
-SCHEMA = 2
-# The row schema of `results` and `runs` rows: unchanged by the captures (a new, nullable column).
-ROW_SCHEMA = 1
+STORE_SCHEMA = 2
+# The row schema of `results` and `runs` rows (their `schema` column): unchanged by the captures (a new, nullable
+# column), so rows of either store schema read alike.
+SCHEMA = 1
 CAPTURES_SCHEMA = 1
 DEFAULT_DB = Path("results/matrix.db")
 BUSY_TIMEOUT_S = 30.0
@@ -255,13 +256,13 @@ class Store:
             if not self.readonly:
                 self._migrate()
             return
-        if found > SCHEMA:
-            raise StoreError(f"{self.path} has store schema {found}; this matrix reads schema {SCHEMA}: it was "
+        if found > STORE_SCHEMA:
+            raise StoreError(f"{self.path} has store schema {found}; this matrix reads schema {STORE_SCHEMA}: it was "
                              "written by a newer matrix; upgrade matrix, or start a new store with --db")
         if found < 1:
-            raise StoreError(f"{self.path} has store schema {found}; this matrix reads schema {SCHEMA}: use the "
+            raise StoreError(f"{self.path} has store schema {found}; this matrix reads schema {STORE_SCHEMA}: use the "
                              "matrix version that wrote it, or start a new store with --db")
-        if found < SCHEMA and not self.readonly:
+        if found < STORE_SCHEMA and not self.readonly:
             self._migrate()
         # Read-only, an older store is read as it is (it has no captures): nothing is written.
 
@@ -276,19 +277,19 @@ class Store:
                              "a copy, or start a new store with --db") from None
 
     def _migrate(self) -> None:
-        """Bring a store of an older schema (or a new file) to SCHEMA in one transaction, under the write lock, so
+        """Bring a store of an older schema (or a new file) to STORE_SCHEMA in one transaction, under the write lock, so
         that two processes opening it at once migrate it once; rows are only added to, never rewritten.
         1 -> 2: the captures table and results.capture_id (NULL for the rows stored before)."""
         with self._tx():
             found = self._schema_found()
-            if found is not None and found >= SCHEMA:
+            if found is not None and found >= STORE_SCHEMA:
                 return  # another process migrated it meanwhile
             columns = {r[1] for r in self.db.execute("PRAGMA table_info(results)")}
             if "capture_id" not in columns:
                 self.db.execute("ALTER TABLE results ADD COLUMN capture_id TEXT")
             for statement in _CAPTURES_DDL:
                 self.db.execute(statement)
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(STORE_SCHEMA),))
 
     def close(self) -> None:
         for beat in list(self._heartbeats.values()):
@@ -387,7 +388,7 @@ class Store:
             self.db.execute(
                 "INSERT INTO runs (run_id, schema, started_at, matrix_path, matrix_name, argv, host, status)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')",
-                (run_id, ROW_SCHEMA, now, matrix_path, matrix_name, json.dumps(argv), me.host))
+                (run_id, SCHEMA, now, matrix_path, matrix_name, json.dumps(argv), me.host))
             self.db.execute(
                 "INSERT OR REPLACE INTO holders (run_id, schema, host, ident, pid, pid_start, started_at, heartbeat)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -569,7 +570,7 @@ class Store:
         """The row of a result, and its capture (the bench's env.software, which the row refers to by id)."""
         cell = task.cell
         env, raw, capture = split_capture(outcome.env, outcome.result)
-        return (ROW_SCHEMA, run_id, cell.key, task.repeat, cell.env_name, cell.environment.backend,
+        return (SCHEMA, run_id, cell.key, task.repeat, cell.env_name, cell.environment.backend,
                 json.dumps(cell.environment.tags), json.dumps(dict(cell.params)), outcome.status.value,
                 outcome.reason, json.dumps(outcome.metrics), json.dumps(env, default=str),
                 json.dumps(raw, default=str) if raw is not None else None, outcome.log_tail,
@@ -680,9 +681,9 @@ class Store:
                 yield self._decode(dict(row))
 
     def _decode(self, d: dict[str, Any]) -> dict[str, Any]:
-        if d["schema"] != ROW_SCHEMA:
+        if d["schema"] != SCHEMA:
             raise StoreError(f"{self.path}: result {d['id']} has row schema {d['schema']!r}; this matrix reads "
-                             f"{ROW_SCHEMA}: it was written by another matrix version; use that version")
+                             f"{SCHEMA}: it was written by another matrix version; use that version")
         d.setdefault("capture_id", None)  # a store of schema 1 read as it is
         self._status(d["status"], d["id"])
         for col, kind in JSON_COLUMNS.items():
@@ -882,5 +883,5 @@ def _note(text: str) -> None:
     print(f"note: {text}", file=sys.stderr, flush=True)
 
 
-__all__ = ["DEFAULT_DB", "HEARTBEAT_S", "LEASE_S", "MACHINE", "ROW_SCHEMA", "SCHEMA", "BatchJob", "Capture", "Claim",
+__all__ = ["DEFAULT_DB", "HEARTBEAT_S", "LEASE_S", "MACHINE", "SCHEMA", "STORE_SCHEMA", "BatchJob", "Capture", "Claim",
            "Holder", "Process", "RunInfo", "Store", "StoreFull", "new_run_id", "split_capture", "this_process"]

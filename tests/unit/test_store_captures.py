@@ -13,7 +13,7 @@ import pytest
 from runner import matrix
 from runner.results import Outcome, Status
 from runner.spec import Task
-from runner.store import ROW_SCHEMA, SCHEMA, Store, split_capture
+from runner.store import SCHEMA, STORE_SCHEMA, Store, split_capture
 
 M = matrix.parse("""
 environments: [{name: cpu, backend: local}]
@@ -117,10 +117,10 @@ def test_a_schema_1_store_is_migrated_on_first_write_without_losing_a_row(tmp_pa
     path = old_store(tmp_path / "old.db")
     before = dump(path)
     with Store(path) as store:
-        assert store.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == str(SCHEMA)
+        assert store.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == str(STORE_SCHEMA)
         old = list(store.rows())
         assert [r["metrics"]["throughput"] for r in old] == [100.0, 101.0]
-        assert all(r["capture_id"] is None and r["schema"] == ROW_SCHEMA for r in old)
+        assert all(r["capture_id"] is None and r["schema"] == SCHEMA for r in old)
         store.add("r1", Task(M.cells()[0], 2), outcome(102.0, software()))
         (new,) = [r for r in store.rows() if r["repeat"] == 2]
         assert new["capture_id"] in store.captures([new["capture_id"]])
