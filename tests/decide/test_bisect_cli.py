@@ -171,7 +171,8 @@ def test_diff_between_any_two_environments(tmp_path: Path) -> None:
 def test_a_real_bisect_measures_through_the_store_and_a_second_measures_nothing(tmp_path: Path) -> None:
     """The real benchmark in four local environments; in the first two a `torch` package that cannot be imported
     shadows the real one (PYTHONPATH), so the benchmark reports `unsupported`: a change of status between v1 and
-    v2. A second bisect on the same store measures nothing and answers the same; `matrix diff` names PYTHONPATH."""
+    v2. Two bisects started together share the work through the store's claims (no repeat measured twice); a
+    third measures nothing and answers the same; the difference names PYTHONPATH."""
     broken = tmp_path / "broken"
     (broken / "torch").mkdir(parents=True)
     (broken / "torch" / "__init__.py").write_text("raise ImportError('this torch is broken on purpose')\n")
@@ -182,11 +183,18 @@ def test_a_real_bisect_measures_through_the_store_and_a_second_measures_nothing(
     m_path.write_text(MATRIX.format(envs=envs).replace("repeats: 3", "repeats: 2"))
     cmd = [sys.executable, "-m", "runner.cli", "bisect", "-m", str(m_path), "--db", "r.db", "--metric", "status",
            "--max-repeats", "2", "--workdir", "work", "--format", "json"]
-    first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert first.returncode == Exit.OK, first.stdout + first.stderr
-    doc = json.loads(first.stdout)
+    together = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in together]
+    assert [p.returncode for p in together] == [Exit.OK, Exit.OK], outs
+    docs = [json.loads(out) for out, _ in outs]
+    doc = docs[0]
     assert (doc["culprit"]["a"], doc["culprit"]["b"], doc["culprit"]["why"]) == ("v1", "v2", "unsupported -> ok")
-    assert doc["cost"]["measured_now"] == doc["cost"]["repeats"] > 0 and "bisect: measuring" in first.stderr
+    assert docs[1]["decisions"] == doc["decisions"]
+    assert sum(d["cost"]["measured_now"] for d in docs) == doc["cost"]["repeats"] > 0  # shared, not doubled
+    with Store(tmp_path / "r.db", readonly=True) as store:
+        every = [(r["cell_key"], r["repeat"]) for r in store.rows(latest_only=False)]
+        assert len(every) == len(set(every)) == doc["cost"]["repeats"]  # no repeat measured twice
     second = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     again = json.loads(second.stdout)
     assert second.returncode == Exit.OK and again["cost"]["measured_now"] == 0, second.stderr

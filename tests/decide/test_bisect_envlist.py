@@ -131,6 +131,7 @@ def test_images_without_a_template_are_the_cells_of_run_image(m: matrix_mod.Matr
                                                "an image: ngc"),
     ({"images": ["img:{1..2}"], "template": "nope"}, "no environment 'nope'"),
     ({"images": ["img:1", "img:1"]}, "listed twice"),
+    ({"images": ["img:{1..2}"], "template": "ngc", "gpus": "all"}, "the template says its own GPUs"),
 ])
 def test_image_lists_say_what_is_wrong(m: matrix_mod.Matrix, kwargs: dict[str, object], says: str) -> None:
     with pytest.raises(ConfigError, match=says):

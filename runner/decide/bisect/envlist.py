@@ -138,6 +138,8 @@ def plan(m: matrix_mod.Matrix, names: Sequence[str] = (), images: Sequence[str] 
         raise ConfigError("give environments by name or --images patterns, not both")
     if (template or gpus) and not images:
         raise ConfigError("--template and --gpus go with --images (environments of the matrix file say their own)")
+    if template and gpus:
+        raise ConfigError(f"--gpus {gpus} with --template {template}: the template says its own GPUs (`gpus:`)")
     if images:
         envs, source = _from_images(m, images, template, gpus)
     else:
