@@ -13,7 +13,7 @@ from typing import Any
 
 from runner.analysis import envdiff
 from runner.errors import ConfigError, StoreError
-from runner.report.fmt import Cell, Table, md_table
+from runner.report.fmt import Cell, Table, md_table, short_digest
 from runner.store import Store
 
 DIFF_FORMATS = ("md", "json")
@@ -46,7 +46,8 @@ def tables(d: envdiff.EnvDiff, everything: bool = False) -> list[tuple[str, Tabl
     out: list[tuple[str, Table]] = []
     facts = Table(["", a, b])
     for c in d.facts if everything else d.differing:
-        facts.add(c.label, Cell(c.a or "—", "muted" if not c.a else ""), Cell(c.b or "—", "muted" if not c.b else ""))
+        a_text, b_text = (short_digest(c.a), short_digest(c.b)) if c.label in ("image id", "image digest") else (c.a, c.b)
+        facts.add(c.label, Cell(a_text or "—", "muted" if not c.a else ""), Cell(b_text or "—", "muted" if not c.b else ""))
     if facts.rows:
         out.append(("What differs" if not everything else "What each recorded", facts))
     for title, items in (("Variables that steer the libraries", d.env_vars), ("torch's build", d.build),
