@@ -392,6 +392,62 @@ def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, 
 
 
 @app.command()
+@exits("bisect")
+def bisect(environments: Annotated[list[str] | None, typer.Argument(
+               metavar="[ENVIRONMENTS]...", help="environments of the matrix file, in order (default: all of them, "
+               "in the file's order)")] = None,
+           matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, only: OnlyOpt = None,
+           images: Annotated[list[str] | None, typer.Option("--images", help="image pattern instead of names, e.g. "
+                                                            "'nvcr.io/nvidia/pytorch:{24.01..25.09}-py3' (year.month), "
+                                                            "'img:v{1..12}', 'img:{a,b,c}'; repeatable, in order")] = None,
+           template: Annotated[str | None, typer.Option("--template", help="with --images: the environment of the "
+                                                        "matrix file to copy (its image replaced); default: as "
+                                                        "`run --image`")] = None,
+           gpus: Annotated[str | None, typer.Option("--gpus", help="with --images and no template: all, N or 0,1")
+                           ] = None,
+           metric: Annotated[str, typer.Option("--metric", help="throughput, iter_time, time, memory, loss, accuracy, "
+                                               "or status (only how the repeats ended)")] = "throughput",
+           threshold: Annotated[str, typer.Option("--threshold", help="smallest change that counts, e.g. 10%")
+                                ] = "5%",
+           max_repeats: Annotated[int | None, typer.Option("--max-repeats", help="most repeats an environment gets "
+                                                           "while a pair is undecided (default 10)")] = None,
+           fmt: Annotated[str | None, typer.Option("--format", help="md or json (default: tables)")] = None,
+           workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files",
+                                                 callback=_workdir_path)] = Path("results"),
+           max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
+    """Find the adjacent pair of environments where the cell's metric changes beyond the threshold, measuring as
+    few environments as possible (binary search, repeats added where the answer is not clear yet; every repeat
+    is stored, so a second bisect on the same store measures nothing new). A change of status counts too
+    (unsupported -> ok). Prints the pair, the change with its interval and p-value, what it measured against a
+    full sweep, and what differs between the two environments; a change spread over several steps is said so.
+    """
+    from runner.decide.bisect import bisect_command
+    m = _load(matrix, max_cells)
+    signal.signal(signal.SIGTERM, _sigterm)
+    text, status = bisect_command(m, db, environments or (), images or (), template, gpus, only or (), metric,
+                                  threshold, max_repeats, fmt, workdir, sys.argv[1:], state["verbose"])
+    typer.echo(text, nl=not text.endswith("\n"))
+    if status:
+        raise typer.Exit(status)
+
+
+@app.command("diff")
+@exits("diff")
+def diff(a: Annotated[str, typer.Argument(help="environment A (a name in the store)")],
+         b: Annotated[str, typer.Argument(help="environment B")],
+         db: DbOpt = DEFAULT_DB,
+         fmt: Annotated[str | None, typer.Option("--format", help="md or json (default: tables)")] = None,
+         everything: Annotated[bool, typer.Option("--all", help="also what is the same, and every package")
+                               ] = False) -> None:
+    """What differs between two environments, as their newest repeats recorded it: PyTorch, CUDA, cuDNN, NCCL,
+    Python, numpy, the OS, the image, the hardware, the variables that steer the libraries, torch's build, how
+    each precision ran, and the Python and system packages."""
+    from runner.report.diff import diff_command
+    text = diff_command(db, a, b, fmt, everything)
+    typer.echo(text, nl=not text.endswith("\n"))
+
+
+@app.command()
 @exits("report")
 def report(db: DbOpt = DEFAULT_DB,
            run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs",

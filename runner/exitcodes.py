@@ -20,6 +20,7 @@ class Exit(IntEnum):
     UNDECIDED = 5         # a decision could not be made from the data (too few repeats, no spread to test)
     STORE = 6             # the result store or its filesystem: corrupt, unknown schema, not writable, disk full
     BUSY = 7              # another `matrix run` holds the work this one would do (the message names it)
+    SPREAD = 8            # bisect: the change is spread over several steps; no single pair is named
     INTERNAL = 70         # a bug in matrix: one line and `matrix -v` for the traceback (EX_SOFTWARE)
     INTERRUPTED = 130     # Ctrl-C or SIGTERM; what was measured is stored
 
@@ -34,21 +35,25 @@ class Meaning:
 # What each status means to a user, in the order the README's table lists them.
 MEANINGS: tuple[Meaning, ...] = (
     Meaning(Exit.OK, "all", "done: every selected repeat is `ok` or `unsupported` (or still queued after "
-            "`--no-wait`); every decision passed"),
-    Meaning(Exit.FAILED, "check, compare --fail-on", "a decision failed: a reference failed or the gate tripped"),
+            "`--no-wait`); every decision passed; bisect named the one pair that makes the change"),
+    Meaning(Exit.FAILED, "check, compare --fail-on, bisect", "a decision failed: a reference failed, the gate "
+            "tripped, or bisect found no change between the two ends (nothing to look for)"),
     Meaning(Exit.USAGE, "all", "bad command line, matrix file or option value; nothing ran (one line on stderr "
             "names the file, the field and what is allowed)"),
     Meaning(Exit.NOT_MEASURED, "run, collect", "a selected repeat ended `failed`, `oom`, `timeout`, `cancelled` "
             "or `not_started`; the summary counts them and `matrix show` has the reasons"),
     Meaning(Exit.REFERENCE_FAILED, "run, collect",
             "everything was measured, but a `references:` entry of the matrix file failed"),
-    Meaning(Exit.UNDECIDED, "check, compare --fail-on, run",
-            "a decision was undecided (too few repeats, or no spread to test against); never reported as "
-            "passed unless `--undecided pass` asks for it"),
+    Meaning(Exit.UNDECIDED, "check, compare --fail-on, run, bisect",
+            "a decision was undecided (too few repeats, no spread to test against, or a bisect whose pairs could "
+            "not be told apart at the most repeats); never reported as passed unless `--undecided pass` asks for "
+            "it, and never a culprit"),
     Meaning(Exit.STORE, "all", "the result store or its filesystem: a corrupt or unknown store, a folder that "
             "cannot be written, a full disk (one line says which file and what to do)"),
     Meaning(Exit.BUSY, "run, collect", "another `matrix run` is measuring the same repeats in this store; the "
             "message names it (its host, process and run id)"),
+    Meaning(Exit.SPREAD, "bisect", "the change is spread over several steps (or a drift of steps each below the "
+            "threshold): no single pair is named; the steps found are listed"),
     Meaning(Exit.INTERNAL, "all", "a bug in matrix: one line; `matrix -v ...` shows the traceback"),
     Meaning(Exit.INTERRUPTED, "all", "interrupted (Ctrl-C or SIGTERM); what was measured is stored"),
 )

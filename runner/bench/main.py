@@ -245,6 +245,7 @@ def main(argv=None):
         if code != EXIT_BAD_ARGS and rank == 0:
             if result["env"] is None:
                 result["env"] = envinfo.capture_env(state["device"])
+            envinfo.add_software(result["env"])  # after the window: packages and build facts, kept once by the store
             if result["precision"] is None:
                 result["precision"] = _precision_record(state, args, {})
             channel.emit(result_line(result))

@@ -7,6 +7,7 @@ cannot take (a full disk) is kept in a journal beside it and imported by the nex
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -26,10 +27,28 @@ from runner.spec import Task
 from runner.store import journal
 from runner.store.liveness import HEARTBEAT_S, LEASE_S, MACHINE, Heartbeat, Holder, Process, this_process
 
+# The store's schema (meta.schema). 2: the `captures` table and results.capture_id (what an environment is made
+# of, kept once per distinct content); a store of schema 1 is migrated when it is first opened for writing,
+# and read as it is when opened read-only.
+STORE_SCHEMA = 2
+# The row schema of `results` and `runs` rows (their `schema` column): unchanged by the captures (a new, nullable
+# column), so rows of either store schema read alike.
 SCHEMA = 1
+CAPTURES_SCHEMA = 1
 DEFAULT_DB = Path("results/matrix.db")
 BUSY_TIMEOUT_S = 30.0
 
+# captures: what an environment is made of (Python distributions, system packages, the variables that steer
+# the libraries, torch's build configuration), one row per distinct content, addressed by its sha256; a
+# result refers to its capture by results.capture_id. Append-only, like results.
+_CAPTURES_DDL = (
+    "CREATE TABLE IF NOT EXISTS captures (id TEXT PRIMARY KEY, schema INTEGER NOT NULL, content TEXT NOT NULL, "
+    "first_at REAL NOT NULL)",
+    "CREATE TRIGGER IF NOT EXISTS captures_no_update BEFORE UPDATE ON captures "
+    "BEGIN SELECT RAISE(ABORT, 'captures are append-only'); END",
+    "CREATE TRIGGER IF NOT EXISTS captures_no_delete BEFORE DELETE ON captures "
+    "BEGIN SELECT RAISE(ABORT, 'captures are append-only'); END",
+)
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -39,7 +58,7 @@ CREATE TABLE IF NOT EXISTS results (
     id INTEGER PRIMARY KEY AUTOINCREMENT, schema INTEGER NOT NULL, run_id TEXT NOT NULL,
     cell_key TEXT NOT NULL, repeat INTEGER NOT NULL, environment TEXT NOT NULL, backend TEXT NOT NULL,
     tags TEXT NOT NULL, params TEXT NOT NULL, status TEXT NOT NULL, reason TEXT,
-    metrics TEXT, env TEXT, raw TEXT, log_tail TEXT, started_at REAL, finished_at REAL);
+    metrics TEXT, env TEXT, raw TEXT, log_tail TEXT, started_at REAL, finished_at REAL, capture_id TEXT);
 CREATE INDEX IF NOT EXISTS results_cell ON results (cell_key, repeat);
 CREATE INDEX IF NOT EXISTS results_run ON results (run_id);
 CREATE TRIGGER IF NOT EXISTS results_no_update BEFORE UPDATE ON results
@@ -62,7 +81,7 @@ CREATE INDEX IF NOT EXISTS claims_run ON claims (run_id);
 CREATE TABLE IF NOT EXISTS calibrations (
     cell_key TEXT PRIMARY KEY, schema INTEGER NOT NULL, iterations INTEGER NOT NULL, run_id TEXT NOT NULL,
     repeat INTEGER NOT NULL, iter_s REAL, calibrated_at REAL NOT NULL);
-"""
+""" + "".join(f"{statement};\n" for statement in _CAPTURES_DDL)
 # batch_jobs: tasks handed to a batch scheduler and not yet collected. A submission appends a row;
 # collecting it sets closed_at (rows are never deleted). Its own schema, per row: a store written by
 # an older matrix gains the table without a migration.
@@ -238,24 +257,45 @@ class Store:
         if not _TABLES <= tables:
             raise StoreError(f"{self.path} is not a matrix result store (no runs/results tables): pass --db with "
                              "the store `matrix run` wrote")
+        found = self._schema_found()
+        if found is None:
+            if not self.readonly:
+                self._migrate()
+            return
+        if found > STORE_SCHEMA:
+            raise StoreError(f"{self.path} has store schema {found}; this matrix reads schema {STORE_SCHEMA}: it was "
+                             "written by a newer matrix; upgrade matrix, or start a new store with --db")
+        if found < 1:
+            raise StoreError(f"{self.path} has store schema {found}; this matrix reads schema {STORE_SCHEMA}: use the "
+                             "matrix version that wrote it, or start a new store with --db")
+        if found < STORE_SCHEMA and not self.readonly:
+            self._migrate()
+        # Read-only, an older store is read as it is (it has no captures): nothing is written.
+
+    def _schema_found(self) -> int | None:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if row is None:
-            if self.readonly:
-                return
-            with self._tx():
-                self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
-            return
+            return None
         try:
-            found = int(row[0])
+            return int(row[0])
         except (TypeError, ValueError):
             raise StoreError(f"{self.path} is damaged: its meta.schema is {row[0]!r}, not a number; restore it from "
                              "a copy, or start a new store with --db") from None
-        if found > SCHEMA:
-            raise StoreError(f"{self.path} has store schema {found}; this matrix reads schema {SCHEMA}: it was "
-                             "written by a newer matrix; upgrade matrix, or start a new store with --db")
-        if found != SCHEMA:
-            raise StoreError(f"{self.path} has store schema {found}; this matrix reads schema {SCHEMA}: use the "
-                             "matrix version that wrote it, or start a new store with --db")
+
+    def _migrate(self) -> None:
+        """Bring a store of an older schema (or a new file) to STORE_SCHEMA in one transaction, under the write lock, so
+        that two processes opening it at once migrate it once; rows are only added to, never rewritten.
+        1 -> 2: the captures table and results.capture_id (NULL for the rows stored before)."""
+        with self._tx():
+            found = self._schema_found()
+            if found is not None and found >= STORE_SCHEMA:
+                return  # another process migrated it meanwhile
+            columns = {r[1] for r in self.db.execute("PRAGMA table_info(results)")}
+            if "capture_id" not in columns:
+                self.db.execute("ALTER TABLE results ADD COLUMN capture_id TEXT")
+            for statement in _CAPTURES_DDL:
+                self.db.execute(statement)
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(STORE_SCHEMA),))
 
     def close(self) -> None:
         for beat in list(self._heartbeats.values()):
@@ -537,17 +577,24 @@ class Store:
                                 [(t.cell.key, t.repeat, run_id) for t in tasks])
 
     # results --------------------------------------------------------------------------------
-    def _values(self, run_id: str, task: Task, outcome: Outcome) -> tuple[Any, ...]:
+    def _values(self, run_id: str, task: Task, outcome: Outcome) -> tuple[tuple[Any, ...], Capture | None]:
+        """The row of a result, and its capture (the bench's env.software, which the row refers to by id)."""
         cell = task.cell
+        env, raw, capture = split_capture(outcome.env, outcome.result)
         return (SCHEMA, run_id, cell.key, task.repeat, cell.env_name, cell.environment.backend,
                 json.dumps(cell.environment.tags), json.dumps(dict(cell.params)), outcome.status.value,
-                outcome.reason, json.dumps(outcome.metrics), json.dumps(outcome.env, default=str),
-                json.dumps(outcome.result) if outcome.result is not None else None, outcome.log_tail,
-                outcome.started_at, outcome.finished_at)
+                outcome.reason, json.dumps(outcome.metrics), json.dumps(env, default=str),
+                json.dumps(raw, default=str) if raw is not None else None, outcome.log_tail,
+                outcome.started_at, outcome.finished_at, capture.id if capture else None), capture
 
     _INSERT = ("INSERT INTO results (schema, run_id, cell_key, repeat, environment, backend, tags, params,"
-               " status, reason, metrics, env, raw, log_tail, started_at, finished_at)"
-               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+               " status, reason, metrics, env, raw, log_tail, started_at, finished_at, capture_id)"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+    def _keep_capture(self, capture: Capture | None) -> None:
+        if capture is not None:
+            self.db.execute("INSERT OR IGNORE INTO captures (id, schema, content, first_at) VALUES (?, ?, ?, ?)",
+                            (capture.id, CAPTURES_SCHEMA, capture.content, time.time()))
 
     def add(self, run_id: str, task: Task, outcome: Outcome) -> None:
         """Append a result, whoever holds its claim (see `record` for a run's results)."""
@@ -559,7 +606,7 @@ class Store:
         repeat this run did not hold is stored only when no live run holds it and `needs` still wants it;
         returns whether it was stored. On a full disk the result is kept in a journal (`StoreFull` says
         where, and how much room the store needs for it and `remaining` more)."""
-        values = self._values(run_id, task, outcome)
+        values, capture = self._values(run_id, task, outcome)
         key, r = task.cell.key, task.repeat
         try:
             self._import_waiting()
@@ -575,13 +622,15 @@ class Store:
                         status, row_id = self._latest(key, r)
                         if not needs(status, row_id):
                             return False
+                self._keep_capture(capture)
                 self.db.execute(self._INSERT, values)
                 self._calibrated_in_tx(key, r, run_id, outcome.status.value, outcome.metrics)
                 self.db.execute("DELETE FROM claims WHERE cell_key=? AND repeat=? AND run_id=?", (key, r, run_id))
             return True
         except StoreFull as e:
             row = dict(zip(_COLUMNS, values, strict=True))
-            kept = self._keep({"kind": "result", "row": row})
+            kept = self._keep({"kind": "result", "row": row,
+                               **({"capture": {"id": capture.id, "content": capture.content}} if capture else {})})
             size = sum(len(v) for v in values if isinstance(v, str))
             where = (f"the repeat just measured is kept in {kept} and the next `matrix run` on this store "
                      "stores it" if kept else "the repeat just measured could not be kept anywhere (no room for "
@@ -667,13 +716,19 @@ class Store:
         """The current status of every stored repeat of these cells (the newest row wins)."""
         return {k: s for k, (s, _) in self.latest(keys).items()}
 
-    def rows(self, run_ids: Iterable[str] | None = None, latest_only: bool = True) -> Iterator[dict[str, Any]]:
-        """Result rows with JSON decoded; by default only each repeat's newest row."""
-        scope, args = "", []
-        if run_ids is not None:
-            ids = list(run_ids) or [""]
-            scope = f" WHERE run_id IN ({','.join('?' * len(ids))})"
-            args = ids
+    def rows(self, run_ids: Iterable[str] | None = None, latest_only: bool = True, *,
+             keys: Iterable[str] | None = None, environments: Iterable[str] | None = None
+             ) -> Iterator[dict[str, Any]]:
+        """Result rows with JSON decoded; by default only each repeat's newest row. `keys`, `environments`: only
+        the rows of these cells, of these environment names."""
+        where: list[str] = []
+        args: list[Any] = []
+        for column, values in (("run_id", run_ids), ("cell_key", keys), ("environment", environments)):
+            if values is not None:
+                chosen = list(values) or [""]
+                where.append(f"{column} IN ({','.join('?' * len(chosen))})")
+                args += chosen
+        scope = f" WHERE {' AND '.join(where)}" if where else ""
         if latest_only:
             sql = f"SELECT * FROM results WHERE id IN (SELECT MAX(id) FROM results{scope} GROUP BY cell_key, repeat)"
         else:
@@ -686,6 +741,7 @@ class Store:
         if d["schema"] != SCHEMA:
             raise StoreError(f"{self.path}: result {d['id']} has row schema {d['schema']!r}; this matrix reads "
                              f"{SCHEMA}: it was written by another matrix version; use that version")
+        d.setdefault("capture_id", None)  # a store of schema 1 read as it is
         self._status(d["status"], d["id"])
         for col, kind in JSON_COLUMNS.items():
             try:
@@ -698,6 +754,37 @@ class Store:
                                  f"{type(d[col]).__name__}, not a {kind.__name__}; restore the store from a copy, or "
                                  "start a new store with --db")
         return d
+
+    def environments(self) -> list[str]:
+        """The environment names that have results, in the order they were first stored."""
+        with self._guard():
+            return [r[0] for r in self.db.execute("SELECT environment FROM results GROUP BY environment "
+                                                  "ORDER BY MIN(id)")]
+
+    def captures(self, ids: Iterable[str | None]) -> dict[str, dict[str, Any]]:
+        """The captures (what an environment is made of) with these ids, decoded; an id the store does not hold
+        (or a store of schema 1, read as it is) is left out."""
+        wanted = sorted({i for i in ids if i})
+        found: dict[str, dict[str, Any]] = {}
+        with self._guard():
+            if not wanted or not self._has("captures"):
+                return found
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i:i + 500]
+                for row in self.db.execute(f"SELECT id, schema, content FROM captures WHERE id IN "
+                                           f"({','.join('?' * len(chunk))})", chunk):
+                    if row[1] != CAPTURES_SCHEMA:
+                        raise StoreError(f"{self.path}: capture {row[0][:12]} has schema {row[1]!r}; this matrix reads "
+                                         f"{CAPTURES_SCHEMA}: it was written by a newer matrix; upgrade matrix")
+                    try:
+                        content = json.loads(row[2])
+                    except (TypeError, ValueError):
+                        content = None
+                    if not isinstance(content, dict):
+                        raise StoreError(f"{self.path} is damaged: capture {row[0][:12]} is not a JSON object; restore "
+                                         "the store from a copy, or start a new store with --db")
+                    found[row[0]] = content
+        return found
 
     # the journal of results a full disk kept out -------------------------------------------------------
     def journal_paths(self) -> list[Path]:
@@ -741,7 +828,11 @@ class Store:
                                            "started_at IS ? AND finished_at IS ?",
                                            (row["run_id"], row["cell_key"], row["repeat"], row["started_at"],
                                             row["finished_at"])).fetchone() is None:
-                            self.db.execute(self._INSERT, tuple(row[c] for c in _COLUMNS))
+                            if isinstance(e.get("capture"), dict):
+                                self._keep_capture(Capture(str(e["capture"]["id"]), str(e["capture"]["content"])))
+                            # A journal written before captures has no capture_id: NULL, as in the rows before.
+                            self.db.execute(self._INSERT, tuple(row.get(c) if c == "capture_id" else row[c]
+                                                                for c in _COLUMNS))
                             metrics = json.loads(row["metrics"]) if row.get("metrics") else {}
                             self._calibrated_in_tx(row["cell_key"], row["repeat"], row["run_id"], row["status"],
                                                    metrics if isinstance(metrics, dict) else {})
@@ -809,7 +900,28 @@ class Store:
 
 
 _COLUMNS = ("schema", "run_id", "cell_key", "repeat", "environment", "backend", "tags", "params", "status",
-            "reason", "metrics", "env", "raw", "log_tail", "started_at", "finished_at")
+            "reason", "metrics", "env", "raw", "log_tail", "started_at", "finished_at", "capture_id")
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What an environment is made of (the bench's env.software), as the store keeps it: canonical JSON and
+    its sha256, so that every repeat of one environment refers to one row."""
+
+    id: str
+    content: str
+
+
+def split_capture(env: dict[str, Any], raw: dict[str, Any] | None
+                  ) -> tuple[dict[str, Any], dict[str, Any] | None, Capture | None]:
+    """A result's env and bench result without `software`, and that software as a Capture (None without)."""
+    software = env.pop("software", None)
+    if raw is not None and isinstance(raw.get("env"), dict) and "software" in raw["env"]:
+        raw = {**raw, "env": {k: v for k, v in raw["env"].items() if k != "software"}}
+    if not isinstance(software, dict) or not software:
+        return env, raw, None
+    text = json.dumps(software, sort_keys=True, separators=(",", ":"), default=str)
+    return env, raw, Capture(hashlib.sha256(text.encode()).hexdigest(), text)
 
 
 def _file_state(path: Path) -> tuple[int, int, bool]:
@@ -831,5 +943,5 @@ def _note(text: str) -> None:
     print(f"note: {text}", file=sys.stderr, flush=True)
 
 
-__all__ = ["DEFAULT_DB", "HEARTBEAT_S", "LEASE_S", "MACHINE", "SCHEMA", "BatchJob", "Claim", "Holder", "Process", "RunInfo", "Store",
-           "StoreFull", "new_run_id", "this_process"]
+__all__ = ["DEFAULT_DB", "HEARTBEAT_S", "LEASE_S", "MACHINE", "SCHEMA", "STORE_SCHEMA", "BatchJob", "Capture", "Claim",
+           "Holder", "Process", "RunInfo", "Store", "StoreFull", "new_run_id", "split_capture", "this_process"]

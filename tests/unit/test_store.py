@@ -75,7 +75,7 @@ def test_unknown_schema_says_what_to_do(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "m.db")
     db.execute("UPDATE meta SET value='99' WHERE key='schema'")
     db.commit()
-    with pytest.raises(StoreError, match="schema 99; this matrix reads schema 1"):
+    with pytest.raises(StoreError, match="schema 99; this matrix reads schema 2"):
         Store(tmp_path / "m.db")
 
 

@@ -81,7 +81,7 @@ def damage(path: Path, how: str) -> None:
     else:
         con = sqlite3.connect(path)
         sql = {"schema not a number": "UPDATE meta SET value='one' WHERE key='schema'",
-               "newer schema": "UPDATE meta SET value='2' WHERE key='schema'",
+               "newer schema": "UPDATE meta SET value='99' WHERE key='schema'",
                "unknown status": "DROP TRIGGER results_no_update; UPDATE results SET status='paused' WHERE id=3",
                "damaged json": "DROP TRIGGER results_no_update; UPDATE results SET metrics='{\"thr' WHERE id=2"}[how]
         con.executescript(sql)

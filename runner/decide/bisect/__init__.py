@@ -1,0 +1,78 @@
+"""`matrix bisect`: which adjacent pair of an ordered list of environments changes a cell's metric, measuring as
+few environments as possible (docs/decisions.md, "Bisect").
+
+`envlist` makes the ordered environments (matrix-file names or image patterns) and the one cell in each;
+`search` is the procedure, over any way of measuring; `measure` measures through `execute.run_matrix` and reads
+the store; `present` prints the answer with what differs between the pair's environments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner import console as consoles
+from runner.analysis import envdiff
+from runner.analysis.frame import get_metric
+from runner.decide.bisect import envlist, present, search
+from runner.decide.bisect.measure import StoreMeasure
+from runner.errors import ConfigError
+from runner.matrix import Matrix
+from runner.spec import MOST_REPEATS, percentage
+from runner.store import Store
+
+FORMATS = ("md", "json")
+DEFAULT_THRESHOLD = "5%"
+DEFAULT_MOST = 10
+
+
+def parse_threshold(text: str) -> float:
+    """--threshold: '10%' or 0.1; more than 0 and below 100%."""
+    try:
+        value = float(percentage(text.strip()) if text.strip().endswith("%") else float(text))
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value < 1):
+        raise ConfigError(f"--threshold {text}: a percentage above 0 and below 100% (10%) or a fraction (0.1)")
+    return value
+
+
+def settings_for(first: int, most: int | None, threshold: str, metric: str) -> search.Settings:
+    if most is not None and not 2 <= most <= MOST_REPEATS:
+        raise ConfigError(f"--max-repeats {most}: from 2 to {MOST_REPEATS}")
+    top = most if most is not None else max(DEFAULT_MOST, first)
+    return search.Settings(threshold=parse_threshold(threshold), metric=metric,
+                           levels=search.levels(min(first, top), top))
+
+
+def bisect_command(m: Matrix, db: Path, names: Sequence[str] = (), images: Sequence[str] = (),
+                   template: str | None = None, gpus: str | None = None, only: Sequence[str] = (),
+                   metric: str = "throughput", threshold: str = DEFAULT_THRESHOLD, most: int | None = None,
+                   fmt: str | None = None, workdir: Path = Path("results"), argv: Sequence[str] = (),
+                   verbose: bool = False) -> tuple[str, int]:
+    """Run the bisect and return what to print and the exit status (found 0, no change 1, undecided 5, spread 8)."""
+    if fmt is not None and fmt not in FORMATS:
+        raise ConfigError(f"unknown bisect format {fmt!r}; allowed: {', '.join(FORMATS)} (default: tables)")
+    metric_ = None if metric == search.STATUS else get_metric(metric)
+    plan = envlist.plan(m, names, images, template, gpus, only)
+    run = plan.cells[0].run
+    first = run.adaptive.min if run.adaptive else run.repeats
+    settings = settings_for(first, most, threshold, metric_.name if metric_ else search.STATUS)
+    err = consoles.stderr()
+    with Store(db) as store:
+        measure = StoreMeasure(plan.matrix, plan.cells, store, metric_, workdir=workdir, argv=argv, verbose=verbose,
+                               say=lambda text: err.print(text, markup=False, highlight=False))
+        answer = search.bisect(len(plan.cells), measure, settings)
+        from runner.report.diff import side_of
+
+        def sides(c: search.Comparison) -> tuple[envdiff.Side, envdiff.Side]:
+            return (side_of(store, plan.names[c.a], [plan.cells[c.a].key]),
+                    side_of(store, plan.names[c.b], [plan.cells[c.b].key]))
+
+        diff = envdiff.diff(*sides(answer.culprit)) if answer.culprit is not None else None
+        steps = tuple(sides(c) for c in answer.steps) if answer.outcome == search.SPREAD else ()
+    cost = present.Cost(len(plan.names), len(answer.repeats), sum(measure.tally.looked.values()),
+                        measure.tally.measured, settings.levels[0], settings.levels[-1])
+    report = present.Report(plan.names, plan.cell_text(), metric_, settings, answer, cost, diff, steps)
+    return present.render(report, fmt), int(answer.exit_code)

@@ -1,0 +1,101 @@
+"""How a bisect measures: through `execute.run_matrix`, as `matrix run` does (claims, resume, interleaving,
+every repeat stored), and reads back from the store only the repeats a comparison may look at."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from runner import execute
+from runner.analysis.frame import Metric, frame
+from runner.decide.bisect.search import Sample
+from runner.matrix import Matrix
+from runner.results import Status
+from runner.spec import Cell
+from runner.store import Store
+
+
+def with_repeats(cell: Cell, repeats: int) -> Cell:
+    """The same cell (the same key: repeats are not part of it) asking for `repeats` repeats, not adaptive."""
+    return replace(cell, run=cell.run.model_copy(update={"repeats": repeats, "adaptive": None}))
+
+
+@dataclass
+class Tally:
+    """What a bisect cost: repeats measured now, and the repeats it looked at per environment."""
+
+    measured: int = 0
+    runs: list[str] = field(default_factory=list)
+    looked: dict[int, int] = field(default_factory=dict)
+
+
+class StoreMeasure:
+    """`measure({index: repeats})` for a bisect: runs what the store lacks of each cell's first `repeats` repeats
+    (one `run_matrix` over all the environments asked at once, interleaved when the matrix says so), then gives
+    each environment's Sample of those repeats."""
+
+    def __init__(self, matrix: Matrix, cells: Sequence[Cell], store: Store, metric: Metric | None, *,
+                 workdir: Path, argv: Sequence[str] = (), verbose: bool = False,
+                 say: Callable[[str], None] = lambda text: None, poll_s: float = 2.0) -> None:
+        self.matrix = matrix
+        self.cells = list(cells)
+        self.store = store
+        self.metric = metric
+        self.workdir = workdir
+        self.argv = list(argv)
+        self.verbose = verbose
+        self.say = say
+        self.poll_s = poll_s
+        self.tally = Tally()
+
+    def _repeats(self, index: int, n: int) -> list[dict[str, Any]]:
+        """The newest row of each of the cell's repeats 0..n-1 that are stored."""
+        rows = self.store.rows(keys=[self.cells[index].key])
+        return sorted((r for r in rows if int(r["repeat"]) < n), key=lambda r: int(r["repeat"]))
+
+    def _complete(self, index: int, n: int) -> bool:
+        final = {int(r["repeat"]) for r in self._repeats(index, n) if Status(r["status"]).final}
+        return final >= set(range(n))
+
+    def __call__(self, wanted: Mapping[int, int]) -> dict[int, Sample]:
+        todo = [i for i, n in wanted.items() if not self._complete(i, n)]
+        if todo:
+            cells = [with_repeats(self.cells[i], wanted[i]) for i in todo]
+            shown = ", ".join(f"{self.cells[i].env_name} ({wanted[i]} repeats)" for i in todo)
+            self.say(f"bisect: measuring {shown}")
+            report = execute.run_matrix(self.matrix, cells, self.store, workdir=self.workdir, argv=self.argv,
+                                        console=Console(file=io.StringIO()), verbose=self.verbose,
+                                        poll_s=self.poll_s)
+            if report.interrupted:
+                raise KeyboardInterrupt
+            self.tally.measured += sum(report.stored.values())
+            if report.run_id:
+                self.tally.runs.append(report.run_id)
+        out = {}
+        for i, n in wanted.items():
+            self.tally.looked[i] = max(self.tally.looked.get(i, 0), n)
+            out[i] = self.sample(i, n)
+        return out
+
+    def sample(self, index: int, n: int) -> Sample:
+        """The cell's first n repeats as the search sees them: final statuses in repeat order, the metric of the
+        ok ones; `missing` says why when none ended (the environment could not start)."""
+        rows = self._repeats(index, n)
+        final = [r for r in rows if Status(r["status"]).final]
+        if not final:
+            why = next((str(r["reason"]) for r in rows if r.get("reason")), "no repeat stored")
+            return Sample(missing=f"{self.cells[index].env_name}: {why}")
+        values: tuple[float, ...] = ()
+        if self.metric is not None:
+            ok = [r for r in final if r["status"] == Status.OK.value]
+            if ok:
+                column = frame(ok)[self.metric.name]
+                values = tuple(float(v) for v in column if isinstance(v, int | float) and math.isfinite(v))
+        reason = next((str(r["reason"]) for r in final if r["status"] != Status.OK.value and r.get("reason")), "")
+        return Sample(tuple(str(r["status"]) for r in final), values, reason)

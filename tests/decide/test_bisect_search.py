@@ -1,0 +1,206 @@
+"""The bisect's search on recorded data: one step, two steps, no change, noise only, a change of status, and what
+cannot be decided (never a culprit). Recorded repeats come from reports/eras-cpu/repeats.csv (five real PyTorch
+releases on one CPU); longer lists resample them with a fixed seed."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runner.decide.bisect import search
+from runner.decide.bisect.search import FOUND, NO_CHANGE, SPREAD, UNDECIDED, Sample, Settings, bisect, replay
+from runner.decide.verdict import Verdict
+from runner.exitcodes import Exit
+
+ROOT = Path(__file__).resolve().parents[2]
+ERAS = ["torch-1.0-2018", "torch-1.7-2020", "torch-1.13-2022", "torch-2.6-2025", "torch-2.13-2026"]
+
+
+def recorded(model: str, precision: str) -> dict[str, list[tuple[str, float]]]:
+    out: dict[str, list[tuple[str, float]]] = {e: [] for e in ERAS}
+    with (ROOT / "reports/eras-cpu/repeats.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            if row["model"] == model and row["precision"] == precision:
+                out[row["environment"]].append((row["status"], float(row["throughput"] or "nan")))
+    return out
+
+
+WRN = {e: [v for _, v in reps] for e, reps in recorded("wrn", "fp32").items()}
+QUIET_CV = 0.02  # the quiet CPU of docs/statistics.md: 1-2% per repeat
+
+
+class Counting:
+    """A replay that counts what it hands out (what a store would have had to measure)."""
+
+    def __init__(self, data: list[list[float] | str | Sample]) -> None:
+        self.inner = replay(data)
+        self.asked: dict[int, int] = {}
+
+    def __call__(self, wanted: Mapping[int, int]) -> dict[int, Sample]:
+        for i, n in wanted.items():
+            self.asked[i] = max(self.asked.get(i, 0), n)
+        return self.inner(wanted)
+
+
+def levels_of(level: float, n: int, rng: np.random.Generator, cv: float = QUIET_CV) -> list[float]:
+    return list(level * (1 + cv * rng.standard_normal(n)))
+
+
+def test_levels_grow_to_the_most_repeats() -> None:
+    assert search.levels(3, 10) == (3, 5, 8, 10)
+    assert search.levels(3, 20) == (3, 5, 8, 13, 20)
+    assert search.levels(2, 2) == (2,)
+    assert search.levels(1, 4) == (2, 4)   # a test needs two repeats a side
+    assert search.levels(5, 3) == (5,)
+    assert Settings(levels=(3, 5, 8, 10)).alpha_look == pytest.approx(0.0125)
+
+
+def test_a_single_step_is_found_measuring_few_of_sixteen_environments() -> None:
+    rng = np.random.default_rng(1)
+    data = [levels_of(100.0 if i <= 10 else 80.0, 10, rng) for i in range(16)]
+    measure = Counting(data)
+    answer = bisect(16, measure, Settings(threshold=0.05))
+    assert answer.outcome == FOUND and answer.exit_code == Exit.OK, answer.why
+    assert answer.culprit is not None and (answer.culprit.a, answer.culprit.b) == (10, 11)
+    assert answer.culprit.change == pytest.approx(-0.2, abs=0.03) and answer.culprit.p_value < 0.0125
+    low, high = answer.culprit.ci
+    assert low < answer.culprit.change < high < 0
+    assert answer.share == pytest.approx(1.0, abs=0.15)
+    assert len(measure.asked) <= 7 < 16  # 2 ends + about log2(16) middles (+ none for the residual checks)
+    assert set(answer.repeats) == set(measure.asked)
+
+
+def test_the_recorded_eras_are_a_spread_change_not_one_culprit() -> None:
+    """WRN fp32 on five releases (reports/eras-cpu): 2018 -> 2020 is 2.5x, 2020 -> 2022 another 1.4x. Binary search
+    would stop at one pair; the search says the change is spread and names both steps."""
+    three = bisect(5, replay([WRN[e] for e in ERAS]), Settings(threshold=0.10))
+    # Three repeats each, and no more to measure: 2018 -> 2020 has p = 0.027, not below 0.05 / 4 looks.
+    assert three.outcome == UNDECIDED and three.culprit is None and three.unresolved, three.why
+    rng = np.random.default_rng(0)
+    data = [list(rng.choice(WRN[e], 10) * (1 + 0.05 * rng.standard_normal(10))) for e in ERAS]
+    answer = bisect(5, replay(data), Settings(threshold=0.10))
+    assert answer.outcome == SPREAD and answer.exit_code == Exit.SPREAD, answer.why
+    assert answer.culprit is None
+    steps = {(s.a, s.b) for s in answer.steps}
+    assert (0, 1) in steps and len(steps) >= 2
+    assert all(s.verdict is Verdict.FAIL for s in answer.steps)
+
+
+def test_two_steps_are_spread_with_both_named() -> None:
+    rng = np.random.default_rng(2)
+    data = [levels_of(100.0 * (1.3 if i > 2 else 1.0) * (1.3 if i > 5 else 1.0), 10, rng) for i in range(8)]
+    answer = bisect(8, replay(data), Settings(threshold=0.10))
+    assert answer.outcome == SPREAD and answer.culprit is None, answer.why
+    assert {(s.a, s.b) for s in answer.steps} == {(2, 3), (5, 6)}
+
+
+def test_a_drift_of_small_steps_is_spread_not_a_culprit() -> None:
+    """+4% at every step of eight: 32% end to end, no single step beyond a 10% threshold."""
+    data = [[100.0 * 1.04 ** i] * 3 for i in range(8)]  # no spread at all: every comparison is exact
+    answer = bisect(8, replay(data), Settings(threshold=0.10))
+    assert answer.outcome == SPREAD and answer.culprit is None
+    assert answer.drifts and not answer.steps
+
+
+def test_no_change_is_said_and_exits_1() -> None:
+    data = [[250.0, 250.0, 250.0]] * 6  # the same values everywhere: certain, nothing to look for
+    measure = Counting(data)
+    answer = bisect(6, measure, Settings(threshold=0.05))
+    assert answer.outcome == NO_CHANGE and answer.exit_code == Exit.FAILED
+    assert set(measure.asked) == {0, 5}  # only the ends
+    rng = np.random.default_rng(3)
+    quiet = [levels_of(100.0, 10, rng) for _ in range(8)]
+    assert bisect(8, replay(quiet), Settings(threshold=0.10)).outcome == NO_CHANGE
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_noise_only_never_names_a_culprit(seed: int) -> None:
+    """Every environment the same release's recorded WRN repeats (2018's, CV about 20%), resampled: whatever the
+    noise does, no culprit and no spread change is reported (undecided or no change)."""
+    rng = np.random.default_rng(seed)
+    pool = np.array(WRN["torch-1.7-2020"])
+    data = [list(rng.choice(pool, 10) * (1 + 0.05 * rng.standard_normal(10))) for _ in range(8)]
+    answer = bisect(8, replay(data), Settings(threshold=0.10))
+    assert answer.outcome in (NO_CHANGE, UNDECIDED), (answer.outcome, answer.why)
+    assert answer.culprit is None or answer.outcome == UNDECIDED
+
+
+def test_status_changes_count_supported_from_one_release() -> None:
+    """bf16 on the CPU (reports/eras-cpu): unsupported in 2018 and 2020, ok from 2022."""
+    bf16 = recorded("mnist_cnn", "bf16")
+    data: list[list[float] | str | Sample] = []
+    for e in ERAS:
+        statuses = tuple(s for s, _ in bf16[e])
+        data.append(Sample(statuses * 4, tuple(v for s, v in bf16[e] if s == "ok") * 4))
+    for metric in (search.STATUS, "throughput"):
+        answer = bisect(5, replay(data), Settings(threshold=0.5, metric=metric))
+        if metric == search.STATUS:
+            assert answer.outcome == FOUND, answer.why
+        assert answer.culprit is None or (answer.culprit.a, answer.culprit.b) == (1, 2)
+        assert any((s.a, s.b) == (1, 2) and s.kind == search.STATUS and s.why == "unsupported -> ok"
+                   for s in answer.steps)
+
+
+def test_ok_then_oom_is_a_step_with_a_throughput_metric() -> None:
+    rng = np.random.default_rng(4)
+    data: list[list[float] | str | Sample] = [levels_of(100.0, 10, rng) for _ in range(4)]
+    data += ["oom"] * 4
+    answer = bisect(8, replay(data), Settings(threshold=0.05))
+    assert answer.outcome == FOUND and answer.culprit is not None
+    assert (answer.culprit.a, answer.culprit.b, answer.culprit.why) == (3, 4, "ok -> oom")
+
+
+def test_an_environment_that_cannot_start_is_undecided_never_a_culprit() -> None:
+    rng = np.random.default_rng(5)
+    data: list[list[float] | str | Sample] = [levels_of(100.0 if i < 4 else 150.0, 10, rng) for i in range(8)]
+    data[4] = Sample(missing="torch-x: image matrix/x:1 not found")  # the first environment after the step
+    answer = bisect(8, replay(data), Settings(threshold=0.05))
+    assert answer.outcome == UNDECIDED and answer.exit_code == Exit.UNDECIDED, answer.why
+    assert answer.culprit is None or answer.outcome == UNDECIDED
+    assert any("image matrix/x:1 not found" in u.why for u in answer.unresolved + [answer.end])
+    assert not any(4 in (s.a, s.b) and s.verdict is Verdict.FAIL for s in answer.steps)
+
+
+def test_a_pair_too_noisy_to_decide_is_undecided() -> None:
+    """A 15% step under 40% noise: at ten repeats neither significant nor within the threshold."""
+    rng = np.random.default_rng(6)
+    data = [levels_of(100.0 if i < 2 else 115.0, 10, rng, cv=0.4) for i in range(4)]
+    answer = bisect(4, replay(data), Settings(threshold=0.10))
+    assert answer.outcome == UNDECIDED and answer.culprit is None
+    assert answer.end.verdict is Verdict.UNDECIDED and "at the most repeats" in answer.end.why
+    assert answer.repeats == {0: 10, 3: 10}
+
+
+def test_the_same_data_gives_the_same_answer_and_asks_for_nothing_more() -> None:
+    """A comparison looks at each environment's first `level` repeats: data stored beyond them (by a later step or
+    another run) cannot change an earlier decision, so a second bisect over a store takes the same path."""
+    rng = np.random.default_rng(7)
+    data = [levels_of(100.0 if i <= 5 else 70.0, 10, rng, cv=0.08) for i in range(12)]
+    first = Counting(data)
+    a1 = bisect(12, first, Settings(threshold=0.10))
+    more = [d + levels_of(200.0, 30, rng) for d in data]  # what other runs added later: never looked at
+    second = Counting(more)
+    a2 = bisect(12, second, Settings(threshold=0.10))
+    assert a1.outcome == a2.outcome == FOUND
+    assert [(c.a, c.b, c.verdict, c.n_a, c.n_b) for c in a1.decisions] == \
+           [(c.a, c.b, c.verdict, c.n_a, c.n_b) for c in a2.decisions]
+    assert first.asked == second.asked
+
+
+def test_compare_is_exact_without_spread_and_refuses_too_few() -> None:
+    s = Settings(threshold=0.05)
+    same = search.compare(0, 1, Sample(("ok",) * 3, (10.0,) * 3), Sample(("ok",) * 3, (10.2,) * 3), s)
+    assert same.verdict is Verdict.PASS and same.ci == (pytest.approx(0.02), pytest.approx(0.02))
+    far = search.compare(0, 1, Sample(("ok",) * 3, (10.0,) * 3), Sample(("ok",) * 3, (12.0,) * 3), s)
+    assert far.verdict is Verdict.FAIL and far.p_value == 0.0
+    one = search.compare(0, 1, Sample(("ok",), (10.0,)), Sample(("ok",) * 3, (12.0, 12.1, 11.9)), s)
+    assert one.verdict is Verdict.UNDECIDED and "1 ok repeat on A" in one.why and one.more
+    # -4.8% is within a 5% threshold in log scale (1/1.05 - 1), -5% beyond it
+    assert search._beyond(-0.05, 0.05) and not search._beyond(-0.047, 0.05)
+    flaky = Sample(("ok", "oom", "ok"), (10.0, 10.1))
+    assert flaky.state == "ok" and flaky.flaky
+    assert Sample(("oom", "failed", "oom")).state == "oom"
