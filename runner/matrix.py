@@ -176,7 +176,8 @@ def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, 
     if problems:
         raise ConfigError("\n".join(problems))
     workloads = _workloads(top, envs, path, lambda loc: _line(where, text, loc)) if workload else {}
-    problems = [_line(where, text, loc) + f": {why}" for loc, why in ([] if workload else _bench_refuses(top))]
+    problems = [_line(where, text, loc) + f": {why}" for loc, why in
+                (_workload_refuses(top.run) if workload else _bench_refuses(top))]
     if problems:
         raise ConfigError("\n".join(problems))
     stem = path.stem if path else "matrix"
@@ -197,6 +198,19 @@ def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, 
         references.check_matches(refs, expand(m), locate)
         m = replace(m, references=refs)
     return m
+
+
+def _workload_refuses(run: RunSettings) -> list[tuple[tuple[Any, ...], str]]:
+    """`iterations: auto` and a warm-up until steady are rules of matrix's own benchmark, which times every
+    iteration; a workload's program times itself, so its {iterations} and {warmup} are counts."""
+    out: list[tuple[tuple[Any, ...], str]] = []
+    if run.calibrated:
+        out.append((("run", "iterations"), "a workload takes a count (auto calibrates matrix's own benchmark, "
+                    "which times each iteration; a workload's program times itself)"))
+    if not isinstance(run.warmup, int):
+        out.append((("run", "warmup"), "a workload takes a count (a warm-up until steady is matrix's own "
+                    "benchmark's rule; a workload's program times itself)"))
+    return out
 
 
 def _workloads(top: MatrixFile, envs: Sequence[EnvironmentBase], path: Path | None,

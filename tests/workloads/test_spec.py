@@ -154,3 +154,13 @@ def test_only_and_rules_take_own_axes(tmp_path: Path) -> None:
 def test_the_examples_plan(path: Path) -> None:
     cells = matrix.load(path).cells()
     assert cells and all(c.workload is not None for c in cells)
+
+
+@pytest.mark.parametrize("run,field", [("{iterations: auto, warmup: 5}", "run.iterations"),
+                                       ("{warmup: auto}", "run.warmup"),
+                                       ("{warmup: {min: 2, max: 20}}", "run.warmup")])
+def test_auto_counts_are_the_benchmarks_rules_not_a_workloads(tmp_path: Path, run: str, field: str) -> None:
+    """A workload's program times itself: calibrating its window or warming it up until steady cannot apply."""
+    message = refused(tmp_path, BASE + f"run: {run}\n")
+    assert f"m.yaml: {field}" in message and "a workload takes a count" in message, message
+    assert "Traceback" not in message
