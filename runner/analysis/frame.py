@@ -18,7 +18,7 @@ CELL_KEYS = ("environment", *PARAM_KEYS)
 CORE_PARAMS = ("model", "precision", "batch_size", "dataset", "gpus", "nodes")
 # The environment capture fields that reports show (bench JSON "env" plus backend extras).
 ENV_FIELDS = ("python", "torch", "cuda", "cudnn", "driver", "device", "device_name", "cpu", "hostname",
-              "image", "image_id", "repo_digest")
+              "image", "image_id", "repo_digest", "container_runtime", "container_runtime_version")
 BASELINE_PRECISION = "fp32"
 
 # Precisions in report order (fp32 first); one ordered categorical is every table's and plot's ranking.

@@ -32,7 +32,9 @@ from runner.results import Status
 GRID_METRICS = ("throughput", "iter_time", "peak_mem", "images_per_joule", "accuracy", "loss_end")
 ENV_LABELS = (("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"), ("env_torch", "torch"),
               ("env_cuda", "CUDA"), ("env_cudnn", "cuDNN"), ("env_python", "Python"), ("env_image", "image"),
-              ("env_repo_digest", "image digest"), ("env_image_id", "image id"), ("env_hostname", "host"),
+              ("env_repo_digest", "image digest"), ("env_image_id", "image id"),
+              ("env_container_runtime", "container runtime"), ("env_container_runtime_version", "runtime version"),
+              ("env_hostname", "host"),
               ("backend", "backend"), ("tags", "tags"), ("run_ids", "runs"))
 
 

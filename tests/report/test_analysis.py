@@ -362,3 +362,22 @@ def test_pair_decisions_undecided_with_one_repeat_and_pass_when_unsupported_on_b
     assert by_prec["fp32"]["verdict"] == "undecided: 1 ok repeat on A and 1 ok repeat on B (a test needs 2+ per side)"
     assert (by_prec["bf16"]["decision"], by_prec["bf16"]["verdict"]) == ("pass", "unsupported on both sides")
     assert c.n_decision(Verdict.UNDECIDED) == 1 and c.n_tested == 0
+
+
+def test_the_environments_table_names_each_container_runtime_and_its_version() -> None:
+    """The same image under Podman and under Charliecloud: the report says which runtime produced each column."""
+    from runner.report.views import environments_table
+
+    rows = []
+    for env, runtime, version in (("podman-env", "podman", "4.3.1"), ("ch-env", "charliecloud", "0.31"),
+                                  ("metal", None, None)):
+        for i in range(2):
+            r = row(env, i, 100.0 + i, backend="slurm")
+            r["env"] = {"torch": "2.13.0"} if runtime is None else {
+                "torch": "2.13.0", "image": "matrix/debian-torch:1.13", "container_runtime": runtime,
+                "container_runtime_version": version}
+            rows.append(r)
+    info = an.environment_info(an.frame(rows))
+    text = {row[0].text: [c.text for c in row[1:]] for row in environments_table(info).rows}
+    assert text["container runtime"] == ["podman", "charliecloud", "—"], text
+    assert text["runtime version"] == ["4.3.1", "0.31", "—"], text
