@@ -154,3 +154,12 @@ def test_only_and_rules_take_own_axes(tmp_path: Path) -> None:
 def test_the_examples_plan(path: Path) -> None:
     cells = matrix.load(path).cells()
     assert cells and all(c.workload is not None for c in cells)
+
+
+def test_plan_says_what_a_repeat_runs(tmp_path: Path) -> None:
+    """bench's iterations mean nothing to a user's program: plan names the workload instead."""
+    from runner.cli import plan_runs
+
+    said = plan_runs(load(tmp_path, BASE.replace("workload:\n", "workload:\n  name: tiny-train\n")))
+    assert "tiny-train" in said and "iterations" not in said
+    assert "iterations after" in plan_runs(matrix.load(EXAMPLES.parent / "quickstart.yaml"))
