@@ -182,8 +182,15 @@ def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
         table.add(str(i), cell.key, cell.env_name, cell.environment.backend,
                   *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats_text.split(' ')[0]}")
     consoles.print_table(consoles.stdout(), table, f"{m.name}: {len(cells)} cells x {m.run.repeats_text} repeats "
-                         f"({m.run.window_text}"
-                         f"{'; repeats interleaved' if m.run.interleave else ''})")
+                         f"({plan_runs(m)}{'; repeats interleaved' if m.run.interleave else ''})")
+
+
+def plan_runs(m: Any) -> str:
+    """What one repeat runs: bench's iterations, or the workload programs (whose own arguments say how long)."""
+    if not m.workloads:
+        return str(m.run.window_text)
+    names = sorted({w.name or "unnamed" for w in m.workloads.values()})
+    return f"workload {', '.join(names)}: its own program and parser"
 
 
 def param_columns(cells: list[Any]) -> list[str]:

@@ -133,6 +133,8 @@ def _iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> flo
         vals = [float(t) for t in times if isinstance(t, int | float)]
         if vals:
             return sum(vals) / len(vals)
+    if isinstance((raw or {}).get("workload"), Mapping):
+        return math.nan  # a user's program ran its own steps, not run.iterations: no time/iter unless it said
     iterations = ((raw or {}).get("params") or {}).get("iterations")
     window = _num(metrics.get("window_s"))
     if isinstance(iterations, int) and iterations > 0 and not math.isnan(window):

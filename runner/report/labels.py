@@ -29,7 +29,7 @@ def constants_note(df: pd.DataFrame, keys: Sequence[str]) -> str:
         if k not in df or df.empty or df[k].nunique(dropna=False) != 1:
             continue
         v = df[k].iloc[0]
-        if k == "options" and not v:
+        if k in ("options", "dataset") and not v:  # a workload's cells have no dataset: no empty segment
             continue
         if k in LAYOUT_AXES:
             if v == 1:  # one process is the default layout: not worth a remark (and CPU runs have no GPU)
@@ -89,7 +89,7 @@ def cell_label(row: Any, keys: Sequence[str] = an.CELL_KEYS) -> str:
         v = row[k]
         if k in LAYOUT_AXES and v == 1:
             continue
-        if k == "options" and not v:
+        if k in ("options", "dataset") and not v:  # a workload's cells have no dataset: no empty segment
             continue
         if k == "gpus":
             parts.append(processes(v, on_cpu(row)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 from typing import Any
 
 import pytest
@@ -181,3 +182,27 @@ def test_out_of_memory_words_in_a_run_that_succeeded_are_not_oom() -> None:
     parser.feed(':::MLLOG {"key": "tracked_stats", "time_ms": 1, "value": {"throughput": 5}}')
     assert judge(0, parser.outcome(), ["tip: lower the batch size if out of memory"], parser) == ("ok", None)
     assert oom_reason(1, ["nothing to see"]) is None
+
+
+def test_a_workload_has_no_time_per_iteration_from_bench_settings() -> None:
+    """run.iterations is bench's: a program that ran its own steps has no time/iter unless it reported one."""
+    from runner.analysis.frame import frame
+
+    params = {"model": "m", "batch_size": 8, "iterations": 50, "warmup": 10, "seed": 0}
+    base = {"environment": "e", "status": "ok", "params": params}
+    bench = {**base, "metrics": {"throughput": 1.0, "window_s": 5.0}, "raw": {"params": params, "workload": None}}
+    program = {**base, "metrics": {"throughput": 1.0, "window_s": 5.0},
+               "raw": {"params": params, "workload": {"parser": "mllog"}}}
+    measured = {**base, "metrics": {"throughput": 1.0, "window_s": 5.0, "iter_times": [0.25]},
+                "raw": {"params": params, "workload": {"parser": "matrix"}}}
+    times = list(frame([bench, program, measured])["iter_time"])
+    assert times[0] == 0.1 and math.isnan(times[1]) and times[2] == 0.25
+
+
+def test_a_cell_without_a_dataset_has_no_empty_label_segment() -> None:
+    from runner.report.labels import cell_label
+
+    row = {"environment": "host", "model": "tiny", "precision": "fp32", "batch_size": 8, "dataset": "",
+           "gpus": 1, "nodes": 1, "options": "epochs=4"}
+    label = cell_label(row, ["environment", "model", "precision", "batch_size", "dataset", "gpus", "nodes", "options"])
+    assert label == "host · tiny · fp32 · batch 8 · epochs=4"

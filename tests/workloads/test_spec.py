@@ -164,3 +164,13 @@ def test_auto_counts_are_the_benchmarks_rules_not_a_workloads(tmp_path: Path, ru
     message = refused(tmp_path, BASE + f"run: {run}\n")
     assert f"m.yaml: {field}" in message and "a workload takes a count" in message, message
     assert "Traceback" not in message
+
+
+def test_plan_says_what_a_repeat_runs(tmp_path: Path) -> None:
+    """bench's iterations mean nothing to a user's program: plan names the workload instead."""
+    from runner.cli import plan_runs
+
+    said = plan_runs(load(tmp_path, BASE.replace("workload:\n", "workload:\n  name: tiny-train\n")))
+    assert "tiny-train" in said and "iterations" not in said
+    quick = matrix.load(EXAMPLES.parent / "quickstart.yaml")
+    assert plan_runs(quick) == quick.run.window_text and "warm-up" in plan_runs(quick)
