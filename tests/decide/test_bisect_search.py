@@ -179,7 +179,7 @@ def test_the_same_data_gives_the_same_answer_and_asks_for_nothing_more() -> None
     """A comparison looks at each environment's first `level` repeats: data stored beyond them (by a later step or
     another run) cannot change an earlier decision, so a second bisect over a store takes the same path."""
     rng = np.random.default_rng(7)
-    data = [levels_of(100.0 if i <= 5 else 70.0, 10, rng, cv=0.08) for i in range(12)]
+    data = [levels_of(100.0 if i <= 5 else 70.0, 10, rng, cv=0.05) for i in range(12)]
     first = Counting(data)
     a1 = bisect(12, first, Settings(threshold=0.10))
     more = [d + levels_of(200.0, 30, rng) for d in data]  # what other runs added later: never looked at
@@ -204,3 +204,19 @@ def test_compare_is_exact_without_spread_and_refuses_too_few() -> None:
     flaky = Sample(("ok", "oom", "ok"), (10.0, 10.1))
     assert flaky.state == "ok" and flaky.flaky
     assert Sample(("oom", "failed", "oom")).state == "oom"
+
+
+def test_a_step_whose_other_side_stays_undecided_is_a_candidate_not_a_culprit() -> None:
+    """The WRN fp32 repeats of reports/bisect-eras-cpu (img/s, as measured while the load rose from 1 to 6): 2018 ->
+    2020 changed, but 2020 -> 2026 (-40%) could be neither shown the same nor changed at ten repeats. The
+    environments after a culprit must be shown to match the last end; undecided is not that."""
+    data = [[71.8, 72.2, 46.1, 74.1, 63.0],
+            [34.1, 32.2, 34.4, 34.5, 25.2, 32.0, 32.3, 9.1, 9.6, 6.4],
+            [32.4, 35.4, 39.5],
+            [],  # 2025: never measured
+            [14.3, 29.0, 14.3, 21.9, 29.6, 18.2, 7.6, 6.1, 4.6, 5.0]]
+    answer = bisect(5, replay(data), Settings(threshold=0.10))
+    assert answer.outcome == UNDECIDED and answer.exit_code == Exit.UNDECIDED, answer.why
+    assert answer.culprit is not None and (answer.culprit.a, answer.culprit.b) == (0, 1)
+    assert [(u.a, u.b) for u in answer.unresolved] == [(1, 4)]
+    assert "candidate" in answer.why

@@ -363,7 +363,8 @@ class Search:
 
     def _check_single(self, answer: Answer) -> None:
         """A single step must leave the rest of the way unchanged: the environments before it against the first
-        end, the ones after it against the last (measuring the steps there when one changed)."""
+        end, the ones after it against the last (measuring the steps there when one changed). A side that stays
+        undecided at the most repeats is unresolved: the step is then a candidate, not a culprit."""
         step = answer.steps[0]
         for a, b in ((0, step.a), (step.b, self.count - 1)):
             if a == b:
@@ -371,6 +372,9 @@ class Search:
             side = self.decide(a, b)
             if side.changed:
                 self._locate(side, answer)
+            elif side.verdict is Verdict.UNDECIDED:
+                # Not shown the same at the most repeats: another step may hide there, so the pair is a candidate.
+                answer.unresolved.append(side)
         if len(answer.steps) == 1:
             # On every repeat measured by now (the ends and the pair may have gained some since they were decided).
             last = self.count - 1
