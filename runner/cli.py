@@ -310,7 +310,7 @@ def _show_note(row: dict[str, Any]) -> Cell:
     warm = row["metrics"].get("warmup")
     if isinstance(warm, dict) and warm.get("steady") is False:
         return Cell(f"warm-up not steady: stopped at its {'time ' if warm.get('how') == 'max_time' else ''}ceiling "
-                    f"after {warm.get('iterations')} iterations", "status")
+                    f"after {warm.get('iterations')} iteration{'' if warm.get('iterations') == 1 else 's'}", "status")
     return Cell("", "muted")
 
 
