@@ -323,7 +323,7 @@ def _show_note(row: dict[str, Any]) -> Cell:
         warm = metrics.get("warmup")
         if isinstance(warm, dict) and warm.get("steady") is False:
             notes.append(f"warm-up not steady: stopped at its {'time ' if warm.get('how') == 'max_time' else ''}"
-                         f"ceiling after {warm.get('iterations')} iterations")
+                         f"ceiling after {warm.get('iterations')} iteration{'' if warm.get('iterations') == 1 else 's'}")
     text = "; ".join(n for n in notes if n)[:70]
     return Cell(text, "status" if notes and row["status"] == "ok" else "muted")
 

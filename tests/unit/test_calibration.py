@@ -219,3 +219,15 @@ def test_the_first_calibration_stays(tmp_path: Path) -> None:
         assert store.calibrations([cell.key]) == {cell.key: 30}
         row = store.db.execute("SELECT metrics FROM results WHERE repeat=2").fetchone()
         assert json.loads(row[0])["calibration"]["iterations"] == 30
+
+
+@pytest.mark.parametrize(("warmup", "note"), [
+    ({"steady": False, "how": "max_time", "iterations": 1},
+     "warm-up not steady: stopped at its time ceiling after 1 iteration"),
+    ({"steady": False, "how": "max", "iterations": 30}, "warm-up not steady: stopped at its ceiling after 30 iterations"),
+    ({"steady": True, "how": "steady", "iterations": 6}, ""),
+])
+def test_show_notes_a_warm_up_that_stopped_at_a_ceiling(warmup: dict[str, Any], note: str) -> None:
+    from runner.cli import _show_note
+    row = {"status": "ok", "reason": None, "metrics": {"warmup": warmup}}
+    assert _show_note(row).text == note
