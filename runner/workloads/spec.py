@@ -253,6 +253,8 @@ def resolve(raw: Any, base: Path, axis_names: Sequence[str]) -> tuple[Workload |
                 msg = f"unknown key {loc[-1]!r}; allowed: {', '.join(owner.model_fields)}"
             elif err["type"] == "missing":
                 msg = "required field is missing"
+            elif err["type"] == "dict_type" and loc[-1:] == ("figures",):
+                msg = "a mapping of figure names to {regex: ..., unit: ...}, e.g. figures: {throughput: {regex: ...}}"
             elif err["type"] == "literal_error":
                 msg = f"{err['input']!r} is not allowed; allowed: {(err.get('ctx') or {}).get('expected', '')}"
             found.append((loc, msg))

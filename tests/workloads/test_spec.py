@@ -174,3 +174,9 @@ def test_plan_says_what_a_repeat_runs(tmp_path: Path) -> None:
     assert "tiny-train" in said and "iterations" not in said
     quick = matrix.load(EXAMPLES.parent / "quickstart.yaml")
     assert plan_runs(quick) == quick.run.window_text and "warm-up" in plan_runs(quick)
+
+
+def test_pattern_figures_written_as_a_list_are_refused_with_the_shape_to_write(tmp_path: Path) -> None:
+    text = BASE.replace("parser: {kind: mllog}", 'parser: {kind: pattern, figures: [{name: throughput, regex: "x"}]}')
+    message = refused(tmp_path, text)
+    assert "m.yaml: workload.parser.figures" in message and "a mapping of figure names" in message, message
