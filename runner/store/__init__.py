@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from runner.errors import BusyError, StoreError
 from runner.results import Outcome, Status
@@ -155,6 +155,31 @@ def _size(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+T = TypeVar("T")
+
+
+def _busy(e: sqlite3.Error) -> bool:
+    name = getattr(e, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "is locked" in str(e)
+
+
+def _when_free(step: Callable[[], T]) -> T:
+    """`step` again while SQLite answers busy, until BUSY_TIMEOUT_S have passed since the first try. SQLite's
+    busy handler waits out most locks, but some refusals come at once without it (a store being created or
+    switched to WAL by another process at the same moment, a WAL index being rebuilt): two runs started together
+    on a new store must both get in. A step that fails this way has changed nothing, so trying again is safe."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.01
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as e:
+            if not _busy(e) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
 class Store:
     """Opens (and creates) the database; every write is its own short transaction (BEGIN IMMEDIATE)."""
 
@@ -212,14 +237,14 @@ class Store:
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            tables = _when_free(lambda: {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")})
             if tables and "meta" not in tables:
                 raise StoreError(f"{self.path} is an SQLite database but not a matrix result store (it holds "
                                  f"{', '.join(sorted(tables)[:5])}): pass --db with a new file")
             db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-            db.execute("PRAGMA journal_mode=WAL")
+            _when_free(lambda: db.execute("PRAGMA journal_mode=WAL"))
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_DDL)
+            _when_free(lambda: db.executescript(_DDL))
         except BaseException:
             db.close()
             raise
@@ -329,7 +354,8 @@ class Store:
         if name.startswith("SQLITE_FULL") or "disk is full" in text:
             return StoreFull(f"cannot write {self.path}: the disk is full ({text}); {self.space_advice()}")
         if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "is locked" in text:
-            return BusyError(f"{self.path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s ({text}): "
+            why = f"{name}: {text}" if name else text
+            return BusyError(f"{self.path} stayed locked by another process for up to {BUSY_TIMEOUT_S:.0f} s ({why}): "
                              "another matrix (or sqlite3) holds a long write; try again when it is done")
         if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text or "not a database" in text:
             return StoreError(f"{self.path} is damaged or not a matrix result store ({text}): restore it from a copy "
@@ -349,7 +375,7 @@ class Store:
         """One write transaction that takes the write lock at its start, so its reads and writes are one
         step that no other process interleaves with."""
         with self._guard("write"):
-            self.db.execute("BEGIN IMMEDIATE")
+            _when_free(lambda: self.db.execute("BEGIN IMMEDIATE"))
             done = False
             try:
                 yield self.db
