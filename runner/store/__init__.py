@@ -255,7 +255,7 @@ class Store:
         db = None
         try:
             db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
-            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            _when_free(lambda: db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall())  # type: ignore[union-attr]
             return db
         except sqlite3.OperationalError:
             if db is not None:
