@@ -21,102 +21,25 @@ import signal
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from runner.exitcodes import Exit
+from runner.kit import output
 from runner.kit import plan as plans
+from runner.kit.output import pythonpath
+from runner.kit.settings import Budget, KitCell, options
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_STATE = Path("results") / "gpu-evidence"
 GPU_ENV, DRY_ENV = "local-gpu", "dry-run-cpu"
 MIN_ITERATIONS, MIN_WARMUP = {"cuda": 5, "cpu": 2}, {"cuda": 3, "cpu": 1}
 RESIZE_BELOW = 0.95       # a first window this much shorter than asked: the cell is sized again, once
 ITERATIONS_MARGIN = 1.2   # the probe's iteration time is a guess: aim 20% above the window asked for
 FIRST_OVERHEAD_S = {"cuda": 15.0, "cpu": 4.0}  # a repeat's cost besides its iterations, until measured
 CALIBRATION_OVERHEAD_S = {"cuda": 4.0, "cpu": 0.5}
-PACK_SKIP = ("cache",)     # generated data: made again where it is missing
-
-
-@dataclass
-class KitCell:
-    """One cell of the plan and what calibration decided for it."""
-
-    phase: plans.Phase
-    params: dict[str, Any]
-    label: dict[str, str]
-    id: str
-    iterations: int | None = None
-    warmup: int | None = None
-    t_iter: float | None = None
-    calibrated: str | None = None      # the probe's status: ok, unsupported, oom, failed
-    reason: str | None = None
-    key: str = ""
-    path: Path | None = None
-
-
-@dataclass
-class Budget:
-    """Seconds this call may take, counted from its start; `reserve` is kept for the report and the pack."""
-
-    seconds: float | None
-    reserve: float
-    started: float = field(default_factory=time.monotonic)
-
-    def left(self) -> float:
-        if self.seconds is None:
-            return math.inf
-        return self.seconds - self.reserve - (time.monotonic() - self.started)
-
-    def text(self) -> str:
-        left = self.left()
-        return "no time limit" if math.isinf(left) else f"{max(left, 0.0):.0f} s left of the budget"
-
-
-class Deadline(Exception):
-    """The budget's timer fired while a repeat was running."""
-
-
-def options(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="gpu_evidence", description="Measure what the GPU issues ask for and write "
-                                "the report (docs/gpu-evidence.md). Resumes from --state.")
-    p.add_argument("--state", type=Path, default=DEFAULT_STATE, help="the kit's store and files (default %(default)s)")
-    p.add_argument("--out", type=Path, default=None, help="report folder (default: reports/<GPU name>)")
-    p.add_argument("--budget", type=float, default=None, help="seconds this call may take (default: no limit)")
-    p.add_argument("--reserve", type=float, default=None,
-                   help="seconds of the budget kept for the report and the pack (default 60; dry run 30)")
-    p.add_argument("--window", type=float, default=None, help="seconds each measured window lasts at least "
-                   "(default 2; dry run 0.05)")
-    p.add_argument("--warmup-seconds", type=float, default=None, help="warm-up per repeat (default 1; dry 0.02)")
-    p.add_argument("--repeats", type=int, default=None, help="repeats of the ResNet-50 phases (default 5; dry 1)")
-    p.add_argument("--writeup-repeats", type=int, default=None, help="repeats of the write-ups' grids "
-                   "(default 3; dry 1)")
-    p.add_argument("--only", action="append", default=[], metavar="PHASE", help="only this phase (repeatable)")
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="where to train (default cuda)")
-    p.add_argument("--dry-run", action="store_true", help="the same code path on a CPU with tiny sizes (CI)")
-    p.add_argument("--pack", type=Path, default=None, help="also write the state and report as one .tar.gz here")
-    p.add_argument("--plan", action="store_true", help="print the plan and its estimate; measure nothing")
-    p.add_argument("--no-report", action="store_true", help="measure only; write no report")
-    args = p.parse_args(argv)
-    dry = args.dry_run
-    for name, full, small in (("reserve", 60.0, 30.0), ("window", 2.0, 0.05), ("warmup_seconds", 1.0, 0.02),
-                              ("repeats", 5, 1), ("writeup_repeats", 3, 1)):
-        if getattr(args, name) is None:
-            setattr(args, name, small if dry else full)
-    if dry:
-        args.device = "cpu"
-    for name in ("window", "warmup_seconds"):
-        if not getattr(args, name) > 0:
-            p.error(f"--{name.replace('_', '-')} must be above 0")
-    if args.repeats < 1 or args.writeup_repeats < 1:
-        p.error("--repeats and --writeup-repeats must be at least 1")
-    return args
 
 
 class Kit:
@@ -196,8 +119,8 @@ class Kit:
             self.stopped = self.stopped or "interrupted"
         left = self.remaining()
         if not self.args.no_report:
-            self.report()
-        self.pack()
+            output.report(self)
+        output.pack(self)
         if self.stopped == "interrupted":
             return int(Exit.INTERRUPTED)
         if left:
@@ -222,7 +145,7 @@ class Kit:
                 with open(self.log_path, "a") as log:
                     proc = subprocess.Popen([sys.executable, "-m", "runner.kit.calibrate", str(probe_in), str(out)],
                                             stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                            env={**os.environ, "PYTHONPATH": _pythonpath()})
+                                            env={**os.environ, "PYTHONPATH": pythonpath()})
                     try:
                         proc.wait(timeout=None if math.isinf(timeout) else timeout)
                     except subprocess.TimeoutExpired:
@@ -316,7 +239,7 @@ class Kit:
         out: list[tuple[KitCell, int]] = []
         for c in self.cells:
             if c.phase.reference:
-                if not self._reference_path(c).exists():
+                if not output.reference_path(self, c).exists():
                     out.extend((c, r) for r in range(c.phase.repeats))
                 continue
             for r in range(c.phase.repeats):
@@ -351,7 +274,7 @@ class Kit:
             cells = [c for c in self.cells if c.phase is phase]
             if phase.reference:
                 for c in cells:
-                    if not self.run_reference(c):
+                    if not output.run_reference(self, c):
                         return
                 continue
             for r in range(phase.repeats):
@@ -484,104 +407,6 @@ class Kit:
         with Store(self.db, readonly=True) as store:
             rows = [r for r in store.rows() if r["cell_key"] == key and r["repeat"] == repeat]
         return rows[-1] if rows else None
-
-    # --- the hand-written reference loop ------------------------------------------------------------------
-    def _reference_path(self, c: KitCell) -> Path:
-        return self.state / "reference" / f"{c.id}.json"
-
-    def run_reference(self, c: KitCell) -> bool:
-        """benchmarks/bench_vs_reference.py with the calibrated iterations of the same cell: bench and the loop
-        alternate, fresh processes each. False when it did not fit in the budget."""
-        path = self._reference_path(c)
-        if path.exists():
-            return True
-        if c.iterations is None:
-            self.say("reference: its cell is not calibrated yet; next call")
-            return True
-        need = 2 * c.phase.repeats * self.repeat_estimate(c)
-        if need > self.budget.left():
-            self.stopped = "budget"
-            self.say(f"stopping: the reference loop needs ~{need:.0f} s, {self.budget.text()}")
-            return False
-        p = c.params
-        argv = [sys.executable, str(ROOT / "benchmarks" / "bench_vs_reference.py"), "--model", str(p["model"]),
-                "--batch-size", str(p["batch_size"]), "--precision", str(p["precision"]),
-                "--device", str(p["device"]), "--iterations", str(c.iterations), "--warmup", str(c.warmup),
-                "--repeats", str(c.phase.repeats), "--json", str(path.with_suffix(".tmp"))]
-        argv += ["--channels-last"] if p.get("channels_last") else []
-        argv += ["--cudnn-benchmark"] if p.get("cudnn_benchmark") else []
-        argv += ["--threads", str(p["threads"])] if p.get("threads") else []
-        path.parent.mkdir(exist_ok=True)
-        started = time.monotonic()
-        left = self.budget.left()
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                  timeout=None if math.isinf(left) else max(left, 1.0),
-                                  env={**os.environ, "PYTHONPATH": _pythonpath()})
-        except subprocess.TimeoutExpired:
-            self.stopped = "budget"
-            self.say("reference: stopped at the budget's deadline; it runs again next call")
-            return False
-        with open(self.log_path, "a") as f:
-            f.write(proc.stdout + proc.stderr)
-        if proc.returncode != 0:
-            self.say(f"reference: bench_vs_reference.py failed (exit {proc.returncode}): "
-                     f"{(proc.stderr.strip().splitlines() or [''])[-1][:200]}")
-            path.with_suffix(".failed").write_text(proc.stdout + proc.stderr)
-            return True
-        os.replace(path.with_suffix(".tmp"), path)
-        self.say(f"reference: {proc.stdout.strip().splitlines()[-1]} ({time.monotonic() - started:.0f} s; "
-                 f"{self.budget.text()})")
-        return True
-
-    # --- output ------------------------------------------------------------------------------------------
-    def out_dir(self) -> Path:
-        if self.args.out is not None:
-            return Path(self.args.out)
-        names = [d.get("device_name") for d in self.decided.values() if d.get("device_name")]
-        name = names[0] if names else ("cpu-dry-run" if self.args.dry_run else "gpu")
-        from runner.report.render import slug
-        return Path("reports") / slug(str(name).lower().replace(" ", "-"))
-
-    def report(self) -> None:
-        from runner.kit import tables
-        out = self.out_dir()
-        if not self.db.exists():
-            self.say("no repeat stored yet: no report")
-            return
-        files = tables.write(self, out)
-        self.say(f"report: {out} ({len(files)} files)")
-
-    def pack(self) -> None:
-        if self.args.pack is None:
-            return
-        if self.db.exists():  # the store in one file: its write-ahead log folded in
-            import sqlite3
-            with contextlib.closing(sqlite3.connect(self.db)) as db:
-                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        out = self.out_dir()
-        target = Path(self.args.pack)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        with tarfile.open(tmp, "w:gz") as tar:
-            for folder in (self.state, out):
-                if not folder.exists():
-                    continue
-                for path in sorted(folder.rglob("*")):
-                    rel = path.relative_to(self.state) if folder == self.state else None
-                    if rel is not None and rel.parts and rel.parts[0] in PACK_SKIP:
-                        continue
-                    if path.is_file() and not path.name.endswith(("-shm", "-wal")):
-                        tar.add(path, arcname=self._rel(path), recursive=False)
-        os.replace(tmp, target)
-        self.say(f"packed the state and the report: {target} ({target.stat().st_size / 2**20:.2f} MiB); unpack it "
-                 "in the checkout's root to continue from it")
-
-
-def _pythonpath() -> str:
-    """The checkout first, so `python -m runner...` and bench_vs_reference find this package."""
-    parts = [str(ROOT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
-    return os.pathsep.join(dict.fromkeys(parts))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

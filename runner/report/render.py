@@ -19,6 +19,7 @@ import pandas as pd
 from runner import analysis as an
 from runner.decide.verdict import Verdict
 from runner.report import fmt, labels, views
+from runner.report import pairs as pair_views
 from runner.report.fmt import Cell, MdSafe, Table
 
 if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
@@ -210,11 +211,11 @@ def compare_view(c: an.Comparison) -> CompareView:
               "settings that differ, is undecided, never 'not significant'.")
     a_kind, b_kind = c.a.kind, c.b.kind
     title = f"{a} ({a_kind}) vs {b} ({b_kind})"
-    pairs = views.pairs_table(c, a, b)
+    pairs = pair_views.pairs_table(c, a, b)
     if c.pairs.empty:
         summary = f"No cell of {b} has a partner in {a}: nothing to compare."
     else:
-        summary = f"{views.geomean_sentence(c, a, b)}. {views.decisions_sentence(c)}"
+        summary = f"{pair_views.geomean_sentence(c, a, b)}. {pair_views.decisions_sentence(c)}"
     precision = None
     if not c.precision_ratios.empty:
         side_names = {"A": a, "B": b}

@@ -1,0 +1,118 @@
+"""The report's comparison of two sides as views: the pairs table with ratios, p-values and verdicts, the
+geometric-mean and decision sentences, and the comparison sections of a report (runner/report/views.py has the
+rest; `matrix compare` renders the same table through runner/report/render.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from runner import analysis as an
+from runner.decide.verdict import Verdict
+from runner.report import fmt
+from runner.report.fmt import DASH, Cell, Table
+from runner.report.labels import (
+    KEY_LABELS,
+    key_text,
+    not_ok,
+    varying,
+)
+from runner.report.views import Section, precision_ratio_table
+
+
+def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame
+                        ) -> tuple[list[Section], list[tuple[str, str, an.Comparison]]]:
+    """Environment comparison: every environment against the first, plus each one's FP16/FP32 ratios."""
+    envs = list(dict.fromkeys(summary["environment"]))
+    if len(envs) < 2:
+        return [], []
+    base = envs[0]
+    sides = {e: an.Side(e, "env", e, df[df["environment"] == e]) for e in envs}
+    comparisons = [(base, e, an.compare(sides[base], sides[e])) for e in envs[1:]]
+    sections = []
+    m = an.METRICS["throughput"]
+    for a, b, c in comparisons:
+        sections.append(Section(f"{b} vs {a}", pairs_table(c, a, b), comparison_note(c, a, b)))
+    ratios = pd.concat([sides[e].precision_ratios(e) for e in envs], ignore_index=True)
+    if not ratios.empty:
+        sections.append(Section("Precision speed-up per environment (throughput ÷ fp32)",
+                                precision_ratio_table(ratios, envs),
+                                f"The {m.label} of each precision over fp32's, in the same environment and "
+                                "configuration."))
+    return sections, comparisons
+
+
+def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
+    """'Geometric mean of B/A over 2 of 11 pairs (9 not measured on both sides): 1.10x faster'."""
+    n, with_ratio = len(c.pairs), c.n_ratios
+    over = f"{with_ratio} pair{'s' if with_ratio != 1 else ''}"
+    if with_ratio != n:
+        over = f"{with_ratio} of {n} pairs ({n - with_ratio} not measured on both sides)"
+    return f"Geometric mean of {b}/{a} over {over}: {fmt.ratio_words(c.geomean, c.geomean_words)}"
+
+
+def comparison_note(c: an.Comparison, a: str, b: str) -> str:
+    n = len(c.pairs)
+    if not n:
+        return f"No cell of {b} has a partner in {a}."
+    text = f"{geomean_sentence(c, a, b)}; {decisions_sentence(c)}"
+    if not c.unpaired.empty:
+        text += f" Unpaired: {len(c.unpaired)} cell{'s' if len(c.unpaired) != 1 else ''}."
+    return text
+
+
+def decisions_sentence(c: an.Comparison) -> str:
+    """'5 of 8 pairs significant (Welch's p < 0.05 adjusted by Benjamini–Hochberg over the 7 tested pairs,
+    and a change of at least 2%).', with the undecided pairs counted: the table footer."""
+    n, tested = len(c.pairs), c.n_tested
+    text = f"{c.n_significant} of {n} pair{'s' if n != 1 else ''} significant"
+    und = c.n_decision(Verdict.UNDECIDED)
+    if und:
+        text += f", {und} undecided"
+    if tested > 1:
+        how = (f"Welch's p < {c.alpha:g} adjusted by {c.correction.replace('-', '–').title()} over the {tested} "
+               f"tested pairs, and a change of at least {c.min_effect:.0%}")
+    else:
+        how = (f"Welch's p < {c.alpha:g} and a change of at least {c.min_effect:.0%}; "
+               f"{'one pair tested, nothing to adjust' if tested else 'no pair could be tested'}")
+    text = f"{text} ({how})."
+    hot = c.pairs[(c.pairs["throttling"] != "") & c.pairs["significant"]] if "throttling" in c.pairs else c.pairs[:0]
+    if len(hot):
+        text += (f" {len(hot)} significant difference{'s' if len(hot) != 1 else ''} coincide"
+                 f"{'s' if len(hot) == 1 else ''} with throttling (the verdict says on which side).")
+    return text
+
+
+def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
+    """Per pair: both sides' mean ± std, B/A, the change in words, p (adjusted for the false discovery rate
+    over the pairs) and the verdict (undecided when the pair could not be tested)."""
+    p = c.pairs
+    keys = varying(p, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
+    m = c.metric
+    unit = f" ({m.unit})" if m.unit else ""
+    p_head = "p (BH)" if c.n_tested > 1 else "p"
+    table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit}", f"{b}{unit}", f"{b}/{a}", "change", p_head,
+                   "verdict"], align=["l"] * len(keys) + ["r", "r", "r", "l", "r", "l"])
+    for r in p.to_dict("records"):
+        if r["decision"] == Verdict.UNDECIDED.value:
+            cls = "status"
+        elif r["significant"]:
+            cls = "good" if r["verdict"] == m.better or str(r["verdict"]).startswith("fixed") else "bad"
+        else:
+            cls = "muted"
+        words = str(r["verdict"]) + (f" ({r['throttling']})" if r.get("throttling") else "")
+        table.add(*(key_text(k, r[k]) for k in keys),
+                  side_cell(r, "a", m), side_cell(r, "b", m),
+                  Cell(fmt.number(r["ratio"], 3), "num"), Cell(r["change"] or DASH),
+                  Cell(fmt.p_value(r["p_adjusted"]), "num"), Cell(words, cls))
+    return table
+
+
+def side_cell(r: Any, side: str, m: an.Metric) -> Cell:
+    n = int(r[f"{side}_n"])
+    bad = not_ok(r[f"{side}_statuses"])
+    if n == 0:
+        return Cell(bad or DASH, "status")
+    text = fmt.metric_value(m, r[f"{side}_mean"], r[f"{side}_std"], n)
+    return Cell(f"{text} ({bad})" if bad else text, "num")
