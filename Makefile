@@ -48,8 +48,8 @@ lint: venv
 gpu-evidence:
 	$(PYTHON) scripts/gpu_evidence.py $(GPU_EVIDENCE_ARGS)
 
-gpu-wheels: venv
-	$(PY) scripts/gpu_evidence_wheels.py
+gpu-wheels:  # any python3 with pip; the project's venv, where there is one, gives its tested versions
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/gpu_evidence_wheels.py
 
 clean:
 	rm -rf results .pytest_cache

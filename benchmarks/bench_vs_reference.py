@@ -43,6 +43,14 @@ def run_json(argv: list[str], prefix: str = "") -> dict[str, object]:
     return data
 
 
+def same_optimizer(result: dict[str, object]) -> str:
+    """The reference loop's --optimizer for the SGD implementation a bench result records
+    (precision.optimizer, e.g. "sgd-momentum-0.9-fused")."""
+    record = result.get("precision") or {}
+    impl = str(record.get("optimizer") or "") if isinstance(record, dict) else ""
+    return {"fused": "fused", "foreach": "foreach"}.get(impl.rsplit("-", 1)[-1], "plain")
+
+
 def stats(values: list[float]) -> tuple[float, float, float]:
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if len(values) > 1 else float("nan")
@@ -71,17 +79,22 @@ def main() -> int:
     bench_argv = [str(BENCH), *common, "--precision", args.precision, "--dataset", "synthetic", *flags, *threads]
     ref_argv = [str(REFERENCE), *common, "--dtype", DTYPES[args.precision], *flags, *threads]
     runs: dict[str, list[dict[str, object]]] = {"bench": [], "reference": []}
+    optimizer = ""
     for r in range(args.repeats):
         b = run_json(bench_argv, "MATRIX_RESULT ")
         if b.get("status") != "ok":
             raise SystemExit(f"bench: {b.get('status')}: {b.get('reason')}")
         runs["bench"].append(b["metrics"])  # type: ignore[arg-type]
+        if not optimizer:  # the loop steps with the optimizer implementation bench used: like with like
+            optimizer = same_optimizer(b)
+            ref_argv += ["--optimizer", optimizer]
         runs["reference"].append(run_json(ref_argv))
         print(f"repeat {r + 1}/{args.repeats}: bench {runs['bench'][-1]['throughput']:.1f} img/s, "
               f"reference {runs['reference'][-1]['throughput']:.1f} img/s", file=sys.stderr, flush=True)
     print(f"{args.model} {args.precision} batch {args.batch_size} on {args.device}"
           f"{' channels_last' if args.channels_last else ''}{' cudnn.benchmark' if args.cudnn_benchmark else ''}, "
-          f"{args.warmup} warm-up + {args.iterations} measured iterations, {args.repeats} repeats per side")
+          f"{args.warmup} warm-up + {args.iterations} measured iterations, {args.repeats} repeats per side, "
+          f"SGD {optimizer} on both sides")
     ref = runs["reference"][-1]
     print(f"host: {platform.node()}, device {ref['device_name']}, torch {ref['torch']}, "
           f"Python {platform.python_version()}")
@@ -92,7 +105,8 @@ def main() -> int:
         print(f"{side:>9}: {mean:10.1f} ± {std:7.1f} img/s  (CV {cv:.2%})")
     print(f"bench / reference: {means['bench'] / means['reference']:.3f}")
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "runs": runs}, indent=1))
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "optimizer": optimizer,
+                                         "runs": runs}, indent=1))
     return 0
 
 

@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cudnn-benchmark", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--optimizer", choices=("fused", "foreach", "plain"), default="foreach",
+                   help="SGD's implementation (bench_vs_reference.py passes the one the benchmark used)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     use_autocast = dtype is not torch.float32
     scaler = torch.amp.GradScaler(device.type, enabled=cuda and dtype is torch.float16)
     criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "plain": {"foreach": False}}[args.optimizer]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **impl)
 
     def sync() -> None:
         if cuda:
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model, "batch_size": args.batch_size, "dtype": args.dtype, "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
         "torch": torch.__version__, "iterations": args.iterations, "warmup": args.warmup,
-        "channels_last": args.channels_last, "cudnn_benchmark": args.cudnn_benchmark,
+        "channels_last": args.channels_last, "cudnn_benchmark": args.cudnn_benchmark, "optimizer": args.optimizer,
         "window_s": window, "throughput": args.batch_size * args.iterations / window if window > 0 else None,
         "loss_end": final if math.isfinite(final) else None,
         "peak_mem_allocated": torch.cuda.max_memory_allocated(device) if cuda else None,

@@ -5,8 +5,8 @@ CPython 3.12 on x86-64 Linux, into .whl/ (ignored by git): scripts/gpu_evidence.
 
     python3 scripts/gpu_evidence_wheels.py [--dest .whl] [--python-version 3.12]
 
-The versions are the ones installed in this interpreter (the project's tested set; run it with .venv/bin/python),
-else the fallbacks below. The GPU machines' image has PyTorch, pandas, scipy, matplotlib, Jinja2, PyYAML and
+It needs no virtual environment: any python3 with pip does. Run from the project's virtual environment, the versions
+are the ones installed there (the project's tested set); from any other interpreter, the pinned ones below. The GPU machines' image has PyTorch, pandas, scipy, matplotlib, Jinja2, PyYAML and
 rich; it has no pydantic (and typer needs it).
 """
 
@@ -28,6 +28,10 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 
 
 def version(name: str) -> str:
+    """The version installed in this virtual environment, else the pinned one (a system Python's own packages
+    are not the project's tested set)."""
+    if sys.prefix == sys.base_prefix:
+        return PACKAGES[name]
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:

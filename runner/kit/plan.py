@@ -1,4 +1,6 @@
-"""What the kit measures: phases of cells in priority order, and the same plan shrunk for a CPU dry run.
+"""What the kit measures: phases of cells in priority order (the headline first, so that a lease cut at any call
+still has it), the a-priori device seconds of a repeat (`--plan`'s estimate model), and the same plan shrunk for
+a CPU dry run.
 
 A cell here is a mapping of `matrix.yaml` axis values (the kit writes one matrix file per cell, since each
 cell gets its own calibrated iteration count). The dry run keeps every phase and table but one or two cells
@@ -40,6 +42,11 @@ class Phase:
     writeup: str = ""         # the published write-up whose table it fills (published.json)
     reference: bool = False   # the hand-written loop (benchmarks/bench_vs_reference.py), not a matrix
     labels: tuple[Mapping[str, str], ...] = field(default_factory=tuple)  # per cell: its name in the write-up
+    first_repeat: int = 0     # a phase that adds repeats to cells an earlier phase measured once
+
+    def wanted(self) -> range:
+        """The repeat numbers this phase stores for each of its cells."""
+        return range(self.first_repeat, self.repeats)
 
 
 def cell_id(params: Mapping[str, Any]) -> str:
@@ -61,64 +68,97 @@ def _each(key: str, values: Sequence[Any]) -> list[dict[str, Any]]:
     return [{key: v} for v in values]
 
 
-def build(repeats: int = 5, writeup_repeats: int = 3, dry: bool = False, device: str = "cuda",
-          data_dir: str = "") -> list[Phase]:
-    """The phases, in the order they run. `dry`: the CPU dry run's tiny version of the same plan (every phase,
-    one or two cells each: about fifteen short processes)."""
+# A repeat's device seconds before any is stored (`--plan`'s model; measured wall times replace it): a fresh
+# process (Python, PyTorch, CUDA start-up, the model and data built, evaluation, exit), the warm-up until steady
+# (at most --warmup-seconds) and the window (at least --window); torch.compile adds its compilation.
+PROCESS_S = {"cuda": 12.0, "cpu": 3.0}
+COMPILE_S = 75.0
+CALL_START_S = 150.0   # one call of the lease: the machine's start, the transfers, the wheels and the kit's start
+
+
+def guess_seconds(params: Mapping[str, Any], window: float, warmup: float) -> float:
+    dev = "cpu" if params.get("device") == "cpu" else "cuda"
+    compiled = COMPILE_S if params.get("compile") and dev == "cuda" else 0.0
+    return PROCESS_S[dev] + warmup + 1.1 * window + compiled
+
+
+def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: str = "") -> list[Phase]:
+    """The phases, in the order they run: the headline first (a lease cut at any call still has it), then the
+    2018 recipe, then every write-up's grid at one repeat a cell, then the grids' other repeats. `dry`: the CPU
+    dry run's tiny version of the same plan (every phase, one or two cells each)."""
     dev = "cpu" if dry else device
     base: Params = {"dataset": "synthetic", "device": dev, **({"threads": 1} if dry else {})}
     rn50: Params = {"model": "mlp" if dry else "resnet50", "batch_size": 4 if dry else 256, "cudnn_benchmark": True}
     amp = "amp-bf16" if dry else "amp"
+    plain = {**base, **rn50, "precision": amp, "channels_last": True}
 
     def pick(full: Sequence[Params], small: Sequence[Params]) -> tuple[Params, ...]:
         return tuple(dict(c) for c in (small if dry else full))
 
     main = _cells({**base, **rn50}, _each("precision", PRECISIONS), _each("channels_last", [False, True]))
-    reference = {**base, **rn50, "precision": amp, "channels_last": True}
     wrn = {"model": "wrn", "wrn_depth": 10 if dry else 28, "wrn_width": 1 if dry else 10, "batch_size": 4 if dry
            else 128, "device": dev, "eval_batches": 1, "dataset": f"imagefolder:{data_dir}",
            **({"threads": 1} if dry else {})}
-    phases = [
+    grids = [
         Phase("resnet50", f"ResNet-50, synthetic ImageNet-size data, batch {rn50['batch_size']}: every precision x "
               "channels_last, cudnn.benchmark on",
-              pick(main, [{**base, **rn50, "precision": "fp32", "channels_last": False}, reference]), repeats),
-        Phase("reference", "The hand-written autocast loop on the same model, batch and data "
-              "(benchmarks/bench_vs_reference.py), alternating with bench",
-              (reference,), repeats, reference=True),
-        Phase("recipe-2018", "The 2018 recipe (FP16 model, FP32 master weights, static loss scale 256) beside "
-              "native autocast",
-              pick(_cells({**base, **rn50, **MANUAL_2018}, _each("channels_last", [False, True])),
-                   [{**base, **rn50, **MANUAL_2018, "channels_last": False}]), repeats),
+              pick(main, [{**base, **rn50, "precision": "fp32", "channels_last": False}, plain]), 1),
         Phase("resnet50-breakdown", "ResNet-50 amp with --breakdown (forward, backward), batch 64 to 512",
               pick(_cells({**base, **rn50, "precision": amp, "breakdown": True},
                           _each("batch_size", [64, 128, 256, 512])),
                    [{**base, **rn50, "precision": amp, "breakdown": True}]),
-              writeup_repeats, writeup="resnet50-throughput"),
+              1, writeup="resnet50-throughput"),
         Phase("resnet-ngc-2018", "ResNet-18/50 at batch 128: fp32, the 2018 fp16 recipe (scale 256), autocast",
               pick(_cells({**base, "batch_size": 128}, _each("model", ["resnet18", "resnet50"]),
                           [{"precision": "fp32"}, dict(MANUAL_2018), {"precision": "amp"}]),
                    [{**base, "model": "mlp", "batch_size": 4, "precision": "fp32"},
                     {**base, "model": "mlp", "batch_size": 4, **MANUAL_2018}]),
-              writeup_repeats, writeup="ngc-vs-slurm"),
+              1, writeup="ngc-vs-slurm"),
         Phase("vgg16-cifar", "VGG16 on CIFAR-size data: fp32, fp16, amp x batch 128 to 2048",
               pick(_cells({**base, "model": "cifar_vgg16"}, _each("precision", ["fp32", "fp16", "amp"]),
                           _each("batch_size", [128, 256, 512, 1024, 2048])),
                    [{**base, "model": "mlp", "precision": p, "batch_size": 2} for p in ("fp32", amp)]),
-              writeup_repeats, writeup="apex-vgg16-cifar"),
+              1, writeup="apex-vgg16-cifar"),
         Phase("mnist-tensor-cores", "mnist_cnn: fp32 and amp at batch 512, amp at batch 1024",
               pick([{**base, "model": "mnist_cnn", **c} for c in (
                   {"precision": "fp32", "batch_size": 512}, {"precision": "amp", "batch_size": 512},
                   {"precision": "amp", "batch_size": 1024})],
                    [{**base, "model": "mlp", "precision": p, "batch_size": 8} for p in ("fp32", amp)]),
-              writeup_repeats, writeup="tensor-cores-t4"),
+              1, writeup="tensor-cores-t4"),
         Phase("wrn-apex-levels", "WRN-28-10 at apex's O0-O3 x DataLoader workers 0/2/4/8 on a JPEG image folder",
               pick(_cells(wrn, [dict(OPT_LEVELS[level], opt_level=level) for level in OPT_LEVELS],
                           _each("workers", [0, 2, 4, 8])),
                    [{**wrn, **OPT_LEVELS["O0"], "opt_level": "O0", "workers": 0},
                     {**wrn, **OPT_LEVELS["O1"], "precision": amp, "opt_level": "O1", "workers": 2}]),
-              writeup_repeats, writeup="wrn-apex-t4-p100"),
+              1, writeup="wrn-apex-t4-p100"),
     ]
+    phases = [
+        Phase("headline", "ResNet-50 at batch " + str(rn50["batch_size"]) + ": the plain eager recipe (autocast, "
+              "channels_last, cudnn.benchmark) beside the fastest honest settings (every speed lever on)",
+              tuple(dict(c) for c in headline_cells(plain, dry)), repeats),
+        Phase("reference", "The hand-written autocast loop on the plain cell's model, batch, data and optimizer "
+              "(benchmarks/bench_vs_reference.py), alternating with bench",
+              (dict(plain),), repeats, reference=True),
+        Phase("recipe-2018", "The 2018 recipe (FP16 model, FP32 master weights, static loss scale 256) beside "
+              "native autocast",
+              pick(_cells({**base, **rn50, **MANUAL_2018}, _each("channels_last", [False, True])),
+                   [{**base, **rn50, **MANUAL_2018, "channels_last": False}]), repeats),
+        *grids,
+    ]
+    if repeats > 1:
+        every = tuple(c for g in grids for c in g.cells)
+        phases.append(Phase("more-repeats", f"The write-ups' grids up to {repeats} repeats a cell", every, repeats,
+                            first_repeat=1))
     return [_strip_labels(p) for p in phases]
+
+
+def headline_cells(plain: Params, dry: bool) -> list[Params]:
+    """The plain eager recipe, and the same training step with the speed levers on: bf16 autocast (no loss
+    scaler: the whole step can be one CUDA graph), the fused optimizer, torch.compile and CUDA graphs."""
+    fast = {**plain, "precision": "amp-bf16"}
+    if dry:
+        return [plain, {**fast, "compile": False}]
+    return [plain, {**fast, "compile": True}]
 
 
 def _strip_labels(phase: Phase) -> Phase:
@@ -128,7 +168,8 @@ def _strip_labels(phase: Phase) -> Phase:
         c = dict(c)
         labels.append({"opt_level": str(c.pop("opt_level"))} if "opt_level" in c else {})
         cells.append(c)
-    return Phase(phase.name, phase.title, tuple(cells), phase.repeats, phase.writeup, phase.reference, tuple(labels))
+    return Phase(phase.name, phase.title, tuple(cells), phase.repeats, phase.writeup, phase.reference, tuple(labels),
+                 phase.first_repeat)
 
 
 def select(phases: Sequence[Phase], names: Sequence[str]) -> list[Phase]:

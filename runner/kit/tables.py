@@ -9,20 +9,18 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner import analysis as an
-from runner.kit import output
+from runner.kit import headline, reference
 from runner.kit.cells import MIB, CellResult, _md, _num, _ratio, published
+from runner.kit.settings import KitView
 from runner.report import fmt
 from runner.report.fmt import DASH, Table
 
-if TYPE_CHECKING:
-    from runner.kit.evidence import Kit
-
 # --- the page ----------------------------------------------------------------------------------------
 
-def write(kit: Kit, out: Path) -> list[Path]:
+def write(kit: KitView, out: Path) -> list[Path]:
     from runner.report import report_command
     from runner.store import Store
 
@@ -44,7 +42,7 @@ def write(kit: Kit, out: Path) -> list[Path]:
 class Page:
     """The evidence page, section by section; `doc` collects the numbers for evidence.json."""
 
-    def __init__(self, kit: Kit, results: Mapping[int, CellResult], rows: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, kit: KitView, results: Mapping[int, CellResult], rows: Sequence[Mapping[str, Any]]) -> None:
         self.kit, self.results, self.rows = kit, results, rows
         self.pub = published()
         self.doc: dict[str, Any] = {"schema": 1, "kind": "matrix-gpu-evidence", "dry_run": kit.args.dry_run}
@@ -53,7 +51,7 @@ class Page:
         return [self.results[id(c)] for c in self.kit.cells if c.phase.name == name and not c.phase.reference]
 
     def render(self) -> str:
-        parts = [self.header(), self.time_section(), self.resnet50_section(), self.recipe_section(),
+        parts = [self.header(), self.headline(), self.time_section(), self.resnet50_section(), self.recipe_section(),
                  self.breakdown_section(), self.ngc_section(), self.vgg_section(), self.mnist_section(),
                  self.wrn_section(), self.left_section()]
         return "\n\n".join(p for p in parts if p).rstrip() + "\n"
@@ -107,8 +105,8 @@ class Page:
 
     def time_section(self) -> str:
         walls, windows, warm, shortest = 0.0, 0.0, 0.0, math.inf
-        for c in self.kit.cells:
-            res = self.results[id(c)]
+        unique = {c.key: self.results[id(c)] for c in self.kit.cells if not c.phase.reference}
+        for res in unique.values():  # a cell in several phases counts once
             for r in res.rows:
                 if r.get("finished_at") and r.get("started_at"):
                     walls += float(r["finished_at"]) - float(r["started_at"])
@@ -116,33 +114,38 @@ class Page:
                 if r["status"] == "ok" and isinstance(w, int | float):
                     windows += w
                     shortest = min(shortest, w)
-                    warm += (c.warmup or 0) * (c.t_iter or 0)
-        probe = sum(float(d.get("probe_s") or 0) for d in self.kit.decided.values())
+                    warm += float(((r.get("metrics") or {}).get("warmup") or {}).get("seconds") or 0)
         if walls <= 0:
             return ""
         share = windows / walls
         self.doc["time"] = {"repeat_wall_s": walls, "window_s": windows, "window_share": share,
-                            "shortest_window_s": shortest,
-                            "warmup_s_estimated": warm, "calibration_s": probe}
+                            "shortest_window_s": shortest, "warmup_s": warm}
         return "\n".join([
             "## Where the time went", "",
             f"The stored repeats took {walls:.0f} s of wall time; {windows:.0f} s of it ({share:.0%}) were measured "
-            f"windows. About {warm:.0f} s ({warm / walls:.0%}) were warm-up iterations (the calibrated iteration "
-            "time times the warm-up count); the rest is each repeat's fresh process: Python and PyTorch imports, "
+            f"windows. {warm:.0f} s ({warm / walls:.0%}) were warm-up iterations (until the iteration times were "
+            "steady; a cell's first repeat sizes its window from them); the rest is each repeat's fresh process: "
+            "Python and PyTorch imports, "
             "CUDA start-up, building the model and data, cuDNN's autotuning in the first iterations, evaluation "
-            f"and exit. Calibrating the cells took {probe:.0f} s more, once. The shortest measured window was "
+            "and exit. The shortest measured window was "
             f"{shortest:.2f} s ({self.kit.args.window:g} s asked)."])
 
     # --- ResNet-50 ---------------------------------------------------------------------------------------
     def reference(self) -> dict[str, Any] | None:
         for c in self.kit.cells:
             if c.phase.reference:
-                path = output.reference_path(self.kit, c)
+                path = reference.reference_path(self.kit, c)
                 if path.exists():
                     data: dict[str, Any] = json.loads(path.read_text())
                     data["params"] = c.params
                     return data
         return None
+
+    def headline(self) -> str:
+        pub = self.published_amp()
+        mlperf = self.pub["resnet50-amp-per-gpu"].get("mlperf_img_s", {}).get(pub[0]) if pub else None
+        return headline.section(self.phase("headline"), self.phase("resnet50"), pub,
+                                float(mlperf) if mlperf else None, self.doc)
 
     def published_amp(self) -> tuple[str, float] | None:
         name = self.gpu_name().upper()

@@ -34,3 +34,19 @@ def test_bench_vs_reference_prints_both_sides_and_their_ratio(tmp_path: Path) ->
     runs = json.loads(out.read_text())["runs"]
     assert len(runs["bench"]) == len(runs["reference"]) == 2
     assert all(r["throughput"] > 0 for side in runs.values() for r in side)
+    doc = json.loads(out.read_text())
+    assert doc["optimizer"] == "plain" and all(r["optimizer"] == "plain" for r in runs["reference"])  # CPU: default SGD
+
+
+def test_the_loop_steps_with_the_optimizer_bench_used(tmp_path: Path) -> None:
+    """bench steps with fused SGD on CUDA where it can; the loop used foreach whatever bench did, so bench ÷ loop
+    partly measured the optimizer. Now the loop takes the implementation bench's result records."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_vs_reference", ROOT / "benchmarks" / "bench_vs_reference.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.same_optimizer({"precision": {"optimizer": "sgd-momentum-0.9-fused"}}) == "fused"
+    assert mod.same_optimizer({"precision": {"optimizer": "sgd-momentum-0.9-foreach"}}) == "foreach"
+    assert mod.same_optimizer({"precision": {"optimizer": "sgd-momentum-0.9-default"}}) == "plain"
+    assert mod.same_optimizer({"precision": None}) == "plain"

@@ -1,0 +1,115 @@
+"""The hand-written reference loop beside bench for a cell (benchmarks/bench_vs_reference.py: the two alternate,
+fresh processes each), run in its own process group so that the budget's deadline stops it and every process it
+started (a benchmark or loop still training on the GPU)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.kit.settings import KitCell, KitView
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pythonpath() -> str:
+    """The checkout first, so `python -m runner...` and bench_vs_reference find this package."""
+    parts = [str(ROOT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    return os.pathsep.join(dict.fromkeys(parts))
+
+
+def reference_path(kit: KitView, c: KitCell) -> Path:
+    """Where the hand-written reference loop's figures for a cell are kept."""
+    return kit.state / "reference" / f"{c.id}.json"
+
+
+def run_group(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> tuple[int | None, str, str]:
+    """Run argv in a new process group: (exit status, stdout, stderr), the status None when the timeout killed
+    the whole group (the command and every process it started)."""
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, env=dict(env), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=None if math.isinf(timeout) else max(timeout, 1.0))
+        return proc.returncode, out, err
+    except BaseException:  # the deadline, or the kit interrupted: nothing of the group outlives it
+        _kill_group(proc.pid)
+        out, err = proc.communicate()
+        if sys.exc_info()[0] is subprocess.TimeoutExpired:
+            return None, out, err
+        raise
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def reference_argv(c: KitCell, path: Path, iterations: int, warmup: int) -> list[str]:
+    """The same model, batch, precision, layout, window and warm-up as the cell's stored repeats."""
+    p: dict[str, Any] = c.params
+    argv = [sys.executable, str(ROOT / "benchmarks" / "bench_vs_reference.py"), "--model", str(p["model"]),
+            "--batch-size", str(p["batch_size"]), "--precision", str(p["precision"]),
+            "--device", str(p["device"]), "--iterations", str(iterations), "--warmup", str(warmup),
+            "--repeats", str(c.phase.repeats), "--json", str(path.with_suffix(".tmp"))]
+    argv += ["--channels-last"] if p.get("channels_last") else []
+    argv += ["--cudnn-benchmark"] if p.get("cudnn_benchmark") else []
+    argv += ["--threads", str(p["threads"])] if p.get("threads") else []
+    return argv
+
+
+def sizes(kit: KitView, c: KitCell) -> tuple[int, int] | None:
+    """(iterations, warm-up) of the cell's stored ok repeats: the count its first repeat calibrated and the
+    median of their warm-ups; None before one is stored."""
+    from runner.store import Store
+    if not kit.db.exists() or not c.key:
+        return None
+    with Store(kit.db, readonly=True) as store:
+        iterations = store.calibrations([c.key]).get(c.key)
+        warm = sorted(int(((r.get("metrics") or {}).get("warmup") or {}).get("iterations") or 0)
+                      for r in store.rows(keys=[c.key]) if r["status"] == "ok")
+    if not iterations or not warm:
+        return None
+    return int(iterations), max(1, warm[len(warm) // 2])
+
+
+def run_reference(kit: KitView, c: KitCell) -> bool:
+    """bench_vs_reference.py on the cell; False when it did not fit in the budget (it runs next call)."""
+    path = reference_path(kit, c)
+    if path.exists():
+        return True
+    size = sizes(kit, c)
+    if size is None:
+        kit.say("reference: its cell has no calibrated ok repeat yet (the headline's plain cell); next call")
+        return True
+    need = 2 * c.phase.repeats * kit.repeat_estimate(c)
+    if need > kit.budget.left():
+        kit.stopped = "budget"
+        kit.say(f"stopping: the reference loop needs ~{need:.0f} s, {kit.budget.text()}")
+        return False
+    path.parent.mkdir(exist_ok=True)
+    started = time.monotonic()
+    code, out, err = run_group(reference_argv(c, path, *size), kit.budget.left(), {**os.environ, "PYTHONPATH": pythonpath()})
+    with open(kit.log_path, "a") as f:
+        f.write(out + err)
+    if code is None:
+        kit.stopped = "budget"
+        kit.say("reference: stopped at the budget's deadline with every process it started; it runs again next call")
+        return False
+    if code != 0:
+        kit.say(f"reference: bench_vs_reference.py failed (exit {code}): "
+                f"{(err.strip().splitlines() or [''])[-1][:200]}")
+        path.with_suffix(".failed").write_text(out + err)
+        return True
+    os.replace(path.with_suffix(".tmp"), path)
+    kit.say(f"reference: {(out.strip().splitlines() or [''])[-1]} ({time.monotonic() - started:.0f} s; "
+            f"{kit.budget.text()})")
+    return True
