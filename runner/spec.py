@@ -15,7 +15,16 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runner.contract import AMP_IMPLS, DATASET_FORMS, DATASET_KINDS, DEVICES, MODELS, PRECISIONS
+from runner.contract import (
+    AMP_IMPLS,
+    COMPILE_MODES,
+    DATASET_FORMS,
+    DATASET_KINDS,
+    DEVICES,
+    MODELS,
+    OPTIMIZER_IMPLS,
+    PRECISIONS,
+)
 
 Scalar = str | int | float | bool
 MOST_REPEATS = 1000  # repeats per cell, fixed or adaptive: more is a typo (each is a fresh process)
@@ -339,6 +348,9 @@ class Axes(Strict):
     amp_impl: list[Literal[AMP_IMPLS]] | None = None  # type: ignore[valid-type]
     breakdown: list[bool] | None = None
     eval_batches: list[int] | None = None
+    optimizer_impl: list[Literal[OPTIMIZER_IMPLS]] | None = None  # type: ignore[valid-type]
+    compile_mode: list[Literal[COMPILE_MODES]] | None = None  # type: ignore[valid-type]
+    cuda_graphs: list[bool] | None = None
 
     @field_validator("*", mode="before")
     @classmethod

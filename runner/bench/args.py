@@ -9,11 +9,13 @@ from .contract import (
     AMP_IMPLS,
     ARGUMENT_RULES,
     BUILTIN_MODELS,
+    COMPILE_MODES,
     DATASET_KINDS,
     DEVICES,
     EXIT_BAD_ARGS,
     MIN_IMAGE_SIZE,
     MIN_IMAGE_SIZE_DEFAULT,
+    OPTIMIZER_IMPLS,
     PRECISIONS,
     TORCHVISION_MODELS,
 )
@@ -77,6 +79,13 @@ def build_parser():
     p.add_argument("--eval-batches", type=int, default=None, help="cap on test batches evaluated")
     p.add_argument("--synthetic-batches", type=int, default=4,
                    help="size of the pool of synthetic batches generated once on the device")
+    # Speed levers, each recorded with the result (its precision record): SGD's implementation, torch.compile's
+    # mode, and the whole training step captured as one CUDA graph.
+    p.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS, default="auto",
+                   help="SGD's implementation (auto: fused, else foreach, on CUDA; plain: the per-tensor loop)")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, default=None, help="with --compile: torch.compile's mode")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="capture the whole training step (forward, backward, optimizer) as one CUDA graph, replayed")
     return p
 
 
@@ -132,6 +141,11 @@ def parse_args(argv):
     # is refused at plan time when they cross (runner/spec.py); here the run stays within its budget.
     if args.window_time is not None and args.iterations is None and args.warmup == 0 and args.warmup_max is None:
         raise BadArgs("--window-time calibrates from warm-up iterations: give --warmup of at least 1")
+    if args.compile_mode is not None and not args.compile:
+        raise BadArgs("--compile-mode %s needs --compile" % args.compile_mode)
+    if args.cuda_graphs and args.breakdown:
+        raise BadArgs("--cuda-graphs replays forward, backward and update as one graph: --breakdown cannot time "
+                      "them apart; allowed: one of the two")
     if args.iterations is None and args.window_time is None:
         args.iterations = 50
     args.data_kind, args.data_path = parse_dataset(args.dataset)

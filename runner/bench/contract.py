@@ -14,6 +14,9 @@ AMP_IMPLS = ("auto", "native", "apex", "manual")
 DEVICES = ("auto", "cpu", "cuda")
 DATASET_KINDS = ("npz", "cifar10", "imagefolder")  # KIND:PATH, besides "synthetic"
 LOSS_END_WINDOW = 5  # loss_end is the mean of this many last measured iterations
+# Speed levers (args.py's block of the same name): SGD's implementation and torch.compile's mode.
+OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 # name -> (input channels, default image size, default classes)
 TORCHVISION_MODELS = {

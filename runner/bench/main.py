@@ -88,10 +88,10 @@ def loss_ladder(warm, window_losses):
     return out
 
 
-def benchmark(args, state):
-    """Everything between parsed arguments and the result: fills state['result'] as it learns."""
+def prepare(args, state):
+    """The device, the environment, the architecture preflight, threads, seeds and the precision recipe; the
+    process group when there are several ranks. Returns the process group or None."""
     result = state["result"]
-    metrics = result["metrics"]
     rank, world, local = state["dist_info"]
     device = resolve_device(args.device, local)
     state["device"] = device
@@ -106,14 +106,59 @@ def benchmark(args, state):
     models.check_model_available(args.model)
     plan = precision.plan_precision(args, device)
     state["plan"] = plan
-    flags = precision.apply_backend_flags(plan, args, device)
-    state["flags"] = flags
+    state["flags"] = precision.apply_backend_flags(plan, args, device)
     result["precision"] = _precision_record(state, args, cpu_math(plan, device, result["env"]))
     dist = None
     if world > 1:
         dist = distributed.init_distributed(rank, world, device)
         state["dist"] = dist
         result["env"]["hostnames"] = distributed.gather_hostnames(dist, world, device)
+    return dist
+
+
+def record_window(args, state, warm, window, iterations, dist):
+    """The window's metrics (throughput, memory, losses, telemetry), combined over the ranks."""
+    metrics, device = state["result"]["metrics"], state["device"]
+    world = state["dist_info"][1]
+    metrics["load_avg"] = envinfo.load_average()
+    memory = timing.memory_metrics(device)
+    if world > 1:  # the largest footprint of any rank (-1 stands for unknown)
+        keys = ("peak_mem_allocated", "peak_mem_reserved", "device_mem_used")
+        peaks = distributed.all_reduce_values(
+            dist, [-1 if memory[k] is None else memory[k] for k in keys], "MAX", device)
+        memory.update((k, None if v < 0 else int(v)) for k, v in zip(keys, peaks))
+    metrics.update(memory)
+    losses = window["losses"]
+    loss_start = warm["first_loss"]
+    if loss_start is None and losses:
+        loss_start = losses[0]
+    images = iterations * args.batch_size
+    window_s = window["window_s"]
+    data_wait = window["data_wait_s"]
+    if world > 1:
+        images, = distributed.all_reduce_values(dist, [images], "SUM", device)
+        window_s, data_wait = distributed.all_reduce_values(dist, [window_s, data_wait], "MAX", device)
+        images = int(images)
+    tail = losses[-LOSS_END_WINDOW:]
+    metrics.update({
+        "throughput": (images / window_s) if iterations > 0 and window_s > 0 else None,
+        "window_s": window_s, "images": images, "iterations": iterations, "iter_times": window["iter_times"],
+        "data_wait_s": data_wait, "steps": warm["done"] + iterations,
+        "loss_start": loss_start, "loss_end": (sum(tail) / len(tail)) if tail else None,
+        "losses": losses, "loss_at": loss_ladder(warm, losses), "breakdown": window.get("breakdown"),
+    })
+    if "telemetry" in window:  # every rank sampled its own device: combined on every rank
+        metrics.update(telemetry.combine_ranks(window["telemetry"], images, world, dist, device))
+    return window_s
+
+
+def benchmark(args, state):
+    """Everything between parsed arguments and the result: fills state['result'] as it learns."""
+    result = state["result"]
+    metrics = result["metrics"]
+    world = state["dist_info"][1]
+    dist = prepare(args, state)
+    device, plan = state["device"], state["plan"]
 
     source, test_ds, channels, hw, classes, info = data.load_data(
         args, device, plan, models.model_defaults(args.model), state["dist_info"])
@@ -164,42 +209,14 @@ def benchmark(args, state):
                          "steady": None if rule is None else warm["how"] == "steady",
                          "times": warm["times"][-500:] if (rule is not None or calibrating) else None}
     window = timing.run_window(iterations, source, steps, device, args.breakdown, dist)
-    metrics["load_avg"] = envinfo.load_average()
-    memory = timing.memory_metrics(device)
-    if world > 1:  # the largest footprint of any rank (-1 stands for unknown)
-        keys = ("peak_mem_allocated", "peak_mem_reserved", "device_mem_used")
-        peaks = distributed.all_reduce_values(
-            dist, [-1 if memory[k] is None else memory[k] for k in keys], "MAX", device)
-        memory.update((k, None if v < 0 else int(v)) for k, v in zip(keys, peaks))
-    metrics.update(memory)
-    losses = window["losses"]
-    loss_start = warm["first_loss"]
-    if loss_start is None and losses:
-        loss_start = losses[0]
-    images = iterations * args.batch_size
-    window_s = window["window_s"]
-    data_wait = window["data_wait_s"]
-    if world > 1:
-        images, = distributed.all_reduce_values(dist, [images], "SUM", device)
-        window_s, data_wait = distributed.all_reduce_values(dist, [window_s, data_wait], "MAX", device)
-        images = int(images)
-    tail = losses[-LOSS_END_WINDOW:]
-    metrics.update({
-        "throughput": (images / window_s) if iterations > 0 and window_s > 0 else None,
-        "window_s": window_s, "images": images, "iterations": iterations, "iter_times": window["iter_times"],
-        "data_wait_s": data_wait, "steps": warm["done"] + iterations,
-        "loss_start": loss_start, "loss_end": (sum(tail) / len(tail)) if tail else None,
-        "losses": losses, "loss_at": loss_ladder(warm, losses), "breakdown": window.get("breakdown"),
-    })
-    if "telemetry" in window:  # every rank sampled its own device: combined on every rank
-        metrics.update(telemetry.combine_ranks(window["telemetry"], images, world, dist, device))
+    window_s = record_window(args, state, warm, window, iterations, dist)
     if test_ds is not None:
-        prepare = data.make_prepare(plan, args)
+        prepare_batch = data.make_prepare(plan, args)
         metrics["accuracy"] = training.evaluate(training.make_predict(eval_model, plan), eval_model, test_ds,
-                                                args, device, prepare, state["dist_info"], dist)
+                                                args, device, prepare_batch, state["dist_info"], dist)
     if iterations > 0:
         log("%.1f img/s over %.3f s, loss %s -> %s, accuracy %s" % (
-            metrics["throughput"] or 0.0, window_s, loss_start, metrics["loss_end"], metrics["accuracy"]))
+            metrics["throughput"] or 0.0, window_s, metrics["loss_start"], metrics["loss_end"], metrics["accuracy"]))
 
 
 def main(argv=None):

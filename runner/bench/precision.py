@@ -74,9 +74,12 @@ def choose_amp_impl(requested, caps):
     return requested
 
 
-def autocast_factory(device_type, dtype):
-    """A no-argument function returning an autocast context for device_type/dtype, or None."""
+def autocast_factory(device_type, dtype, cache=True):
+    """A no-argument function returning an autocast context for device_type/dtype, or None. `cache`: False for a
+    step captured in a CUDA graph (autocast's cast cache must not outlive the capture)."""
     if hasattr(torch, "autocast"):  # torch >= 1.10: one API for every device
+        if not cache:
+            return lambda: torch.autocast(device_type, dtype=dtype, cache_enabled=False)
         return lambda: torch.autocast(device_type, dtype=dtype)
     if device_type == "cuda" and hasattr(getattr(torch.cuda, "amp", None), "autocast"):
         if "dtype" in accepted_kwargs(torch.cuda.amp.autocast):
@@ -163,7 +166,24 @@ def plan_precision(args, device, caps=None):
         raise Unsupported("this torch has no torch.compile")
     if args.compile and device.type == "cpu" and not _cxx_compiler():
         raise Unsupported("torch.compile on the CPU needs a C++ compiler (inductor), none here (CXX, c++, g++)")
+    if getattr(args, "cuda_graphs", False):
+        check_cuda_graphs(plan, device)
+        if plan["autocast"] is not None:
+            plan["autocast"] = autocast_factory(device.type, torch.bfloat16 if plan["dtype"] == "bfloat16"
+                                                else torch.float16, cache=False)
     return plan
+
+
+def check_cuda_graphs(plan, device):
+    """The whole training step as one CUDA graph: a CUDA device, a torch that has graphs, and a step with no
+    host decision in it (a dynamic loss scale checks the gradients for inf/NaN on the host at every step)."""
+    if device.type != "cuda":
+        raise Unsupported("CUDA graphs need a CUDA device; this run trains on %s" % device.type)
+    if not hasattr(torch.cuda, "CUDAGraph") or not hasattr(torch.cuda, "graph"):
+        raise Unsupported("this torch has no torch.cuda.CUDAGraph (whole-step CUDA graphs came in PyTorch 1.10)")
+    if plan["mechanism"] in ("apex", "manual") or plan["loss_scale"] == "dynamic":
+        raise Unsupported("CUDA graphs cannot capture %s: its loss scaling decides on the host at every step "
+                          "(amp-bf16 needs no loss scaling)" % ("the %s FP16 recipe" % plan["mechanism"]))
 
 
 def _cxx_compiler():
@@ -214,6 +234,10 @@ def precision_record(plan, flags, args, extra):
            "tf32_matmul": flags.get("tf32_matmul"), "tf32_cudnn": flags.get("tf32_cudnn"),
            "channels_last": bool(args.channels_last),
            "cudnn_benchmark": flags.get("cudnn_benchmark"), "compile": bool(args.compile),
+           "compile_mode": getattr(args, "compile_mode", None) if args.compile else None,
+           "cuda_graphs": bool(getattr(args, "cuda_graphs", False)),
+           "optimizer_impl": getattr(args, "optimizer_impl", "auto"),
+           "data_on_device": getattr(args, "data_kind", None) == "synthetic",
            "autocast": bool(plan and plan["autocast"] is not None),
            "master_weights": bool(plan and plan["mechanism"] == "manual"),
            "bn_fp32": bool(plan and plan["bn_fp32"])}

@@ -25,9 +25,23 @@ def convert_model(model, plan, args, device):
 
 
 def make_optimizer(params, args, device, allow_fused):
-    """SGD momentum 0.9, fused or foreach on CUDA where this torch has them."""
+    """SGD momentum 0.9: the implementation --optimizer-impl names (Unsupported where this torch or device lacks
+    it), or with auto fused, else foreach, on CUDA where this torch has them."""
     params = list(params)
     accepted = accepted_kwargs(torch.optim.SGD.__init__)
+    want = getattr(args, "optimizer_impl", "auto")
+    if want == "plain":
+        return torch.optim.SGD(params, lr=args.lr, momentum=0.9, **(
+            {"foreach": False} if "foreach" in accepted else {})), "plain"
+    if want in ("fused", "foreach"):
+        if want not in accepted:
+            raise Unsupported("this torch's SGD has no %s implementation" % want)
+        if want == "fused" and not allow_fused:
+            raise Unsupported("fused SGD cannot run under apex's amp, which patches the optimizer's step")
+        try:
+            return torch.optim.SGD(params, lr=args.lr, momentum=0.9, **{want: True}), want
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise Unsupported("SGD %s on %s: %s" % (want, device.type, str(e).splitlines()[0] if str(e) else e))
     choices = []
     if device.type == "cuda":
         if allow_fused and "fused" in accepted:
@@ -158,12 +172,63 @@ def setup_training(model, plan, args, device, dist_info):
             model = ddp_cpu(model)
             extra["ddp"] = "DistributedDataParallelCPU"
     if args.compile:
+        mode = getattr(args, "compile_mode", None)
         try:
-            model = torch.compile(model)
+            model = torch.compile(model, mode=mode) if mode else torch.compile(model)
         except RuntimeError as e:  # e.g. Dynamo refusing this Python version
             raise Unsupported("torch.compile: %s" % str(e).splitlines()[0])
     steps = make_steps(model, optimizer, plan, master, scaler, apex_amp)
+    if getattr(args, "cuda_graphs", False):
+        if world > 1:
+            raise Unsupported("whole-step CUDA graphs are not captured across ranks here (DDP's all-reduce)")
+        steps = GraphedStep(steps).steps()
+        extra["cuda_graphs"] = "whole step"
     return model, eval_model, steps, extra
+
+
+class GraphedStep(object):
+    """The whole training step captured as one CUDA graph on its first call, then replayed: forward(x, y) copies
+    the batch into the graph's input tensors and replays forward, backward and the optimizer's step together;
+    backward and update have nothing left to do. Gradients are set to None before the capture, so the captured
+    backward writes them afresh at every replay."""
+
+    WARMUP = 3  # eager steps on a side stream before the capture (optimizer state, cuDNN's choices, autotuning)
+
+    def __init__(self, steps):
+        self.eager = steps
+        self.graph = None
+        self.x = self.y = self.loss = None
+
+    def capture(self, x, y):
+        forward, backward, update = self.eager
+        self.x, self.y = x.clone(), y.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.WARMUP):
+                backward(forward(self.x, self.y))
+                update()  # ends with the gradients set to None
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.loss = forward(self.x, self.y)
+            backward(self.loss)
+            update()
+        self.graph = graph
+
+    def forward(self, x, y):
+        if self.graph is None:
+            self.capture(x, y)
+        self.x.copy_(x, non_blocking=True)
+        self.y.copy_(y, non_blocking=True)
+        self.graph.replay()
+        return self.loss.detach().clone()  # the graph's loss tensor is rewritten by the next replay
+
+    def nothing(self, loss=None):
+        return None
+
+    def steps(self):
+        return self.forward, self.nothing, self.nothing
 
 
 def evaluate(predict, model, test_ds, args, device, prepare, dist_info, dist):

@@ -1,9 +1,11 @@
 """The GPU evidence kit: one command that, on a machine with an NVIDIA GPU and PyTorch (no Docker), measures
-what the GPU issues ask for (ResNet-50 at every precision, the 2018 recipe beside autocast, the hand-written
-reference loop, the five write-ups' grids) through `matrix run`'s local backend and writes reports/<gpu>/.
+what the GPU issues ask for (ResNet-50's plain eager recipe beside its fastest honest settings, the hand-written
+reference loop, the 2018 recipe, the five write-ups' grids) through `matrix run`'s local backend and writes
+reports/<device>/.
 
-`plan` says what is measured, `calibrate` sizes each cell's window (a probe run in the benchmark's
-interpreter), `evidence` runs the plan in rounds within a time budget and resumes from its store,
-`tables` writes the evidence page and the write-ups' tables beside their published numbers
-(`published.json`). docs/gpu-evidence.md says how to run it.
+`plan` says what is measured and in which order, and estimates a repeat's device seconds; `evidence` runs the
+plan within a time budget and resumes from its store; `device` binds a state to one device; `reference` runs the
+hand-written loop beside bench; `output` packs the state and writes the report; `tables` and `headline` write
+the evidence page and the write-ups' tables beside their published numbers (`published.json`).
+docs/gpu-evidence.md says how to run it.
 """

@@ -99,6 +99,9 @@ def bind(state: Path, identity: dict[str, Any]) -> dict[str, Any]:
         kept = None
     except (OSError, ValueError) as e:
         raise DeviceError(f"{path}: not readable as the state's device ({e}); move the state aside") from None
+    if kept is not None and not isinstance(kept, dict):
+        raise DeviceError(f"{path}: not a device record (a JSON object with {', '.join(IDENTITY)}); move the "
+                          "state aside")
     if isinstance(kept, dict):
         if any(kept.get(k) != identity.get(k) for k in IDENTITY):
             raise DeviceError(f"{state} belongs to {text(kept)}, this is {text(identity)}: its repeats must not "

@@ -117,8 +117,10 @@ def test_bench_args_of_a_full_cell_parse_in_bench() -> None:
     params = {"model": "wrn", "precision": "amp", "batch_size": 8, "dataset": "synthetic", "device": "cpu",
               "channels_last": True, "cudnn_benchmark": False, "compile": False, "workers": 0, "threads": 1,
               "image_size": 32, "num_classes": 10, "loss_scale": 128.0, "wrn_depth": 10, "wrn_width": 2,
-              "lr": 0.1, "amp_impl": "manual", "breakdown": True, "eval_batches": 2}
+              "lr": 0.1, "amp_impl": "manual", "breakdown": True, "eval_batches": 2,
+              "optimizer_impl": "foreach", "compile_mode": None, "cuda_graphs": False}
     assert set(params) | set(LAYOUT_AXES) == set(AXIS_NAMES), "a new axis needs a value here"
     env = EnvironmentBase(name="e", backend="local")
     args = bench_args.parse_args(Cell(env, params, RunSettings()).bench_args())
     assert args.amp_impl == "manual" and args.channels_last and args.wrn_width == 2
+    assert args.optimizer_impl == "foreach" and args.compile_mode is None and not args.cuda_graphs
