@@ -63,6 +63,8 @@ def pack(kit: KitView, quiet: bool = False) -> None:
                 rel = path.relative_to(kit.state) if folder == kit.state else None
                 if rel is not None and rel.parts and rel.parts[0] in PACK_SKIP:
                     continue
+                if path.resolve() in (target.resolve(), tmp.resolve()):
+                    continue  # a pack written inside the state never packs itself
                 if path.is_file() and not path.name.endswith(("-shm", "-wal", ".tmp")):
                     tar.add(path, arcname=kit.rel(path), recursive=False)
     os.replace(tmp, target)

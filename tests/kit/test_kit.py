@@ -21,7 +21,7 @@ from runner import matrix
 from runner.contract import PRECISIONS
 from runner.errors import StoreError
 from runner.kit import device as kit_device
-from runner.kit import evidence, headline, plan, reference, tables
+from runner.kit import evidence, headline, output, plan, reference, tables
 from runner.store import Store
 from tests.conftest import ROOT
 
@@ -351,6 +351,32 @@ def test_the_timer_kills_the_reference_runs_whole_process_group(tmp_path: Path) 
     else:
         os.kill(child, signal.SIGKILL)
         pytest.fail("the reference run's child outlived the deadline")
+
+
+def test_the_report_folder_is_named_after_the_states_device(tmp_path: Path) -> None:
+    """It was named after whichever calibrated cell sorted first, whatever device measured it."""
+    k = evidence.Kit(evidence.options(["--state", str(tmp_path / "s")]))
+    k.device = {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "driver": "580.159.03", "cuda": "13.0"}
+    assert output.out_dir(k) == Path("reports") / "nvidia-h100-80gb-hbm3"
+    kit_device.bind(k.state, k.device)
+    other = dict(k.device, name="NVIDIA H200")
+    with pytest.raises(kit_device.DeviceError, match="--state .*s-nvidia-h200"):
+        kit_device.bind(k.state, other)
+    (k.state / "device.json").write_text("[1, 2]")
+    with pytest.raises(kit_device.DeviceError, match="not a device record"):
+        kit_device.bind(k.state, k.device)
+
+
+def test_a_pack_inside_the_state_never_packs_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    k = evidence.Kit(evidence.options(["--dry-run", "--state", "s", "--out", "r", "--pack", "s/p.tgz"]))
+    k.device = dict(kit_device.DRY_RUN)
+    k.state.mkdir()
+    (k.state / "kit.log").write_text("x")
+    output.pack(k)
+    output.pack(k)
+    with tarfile.open(tmp_path / "s" / "p.tgz") as tar:
+        assert tar.getnames() == ["s/kit.log"]
 
 
 def test_the_fastest_amp_row_needs_a_known_spread() -> None:
