@@ -194,7 +194,8 @@ class Page:
             self.doc["reference"] = {"bench": bench_side.mean, "bench_std": bench_side.std, "loop": ref_stats.mean,
                                      "loop_std": ref_stats.std, "ratio": ratio, "n": ref_stats.n}
             lines += ["", f"**The hand-written loop** (`benchmarks/reference_loop.py`: autocast + GradScaler, same "
-                      f"model, batch, data and {p['precision']}, channels_last, cudnn.benchmark), alternating with "
+                      f"model, batch, data and {p['precision']}, channels_last, cudnn.benchmark, SGD "
+                      f"{ref.get('optimizer') or 'default'} as bench's), alternating with "
                       f"bench in fresh processes in the same run: bench {fmt.mean_std(bench_side.mean, bench_side.std, bench_side.n)}"
                       f" img/s, the loop {fmt.mean_std(ref_stats.mean, ref_stats.std, ref_stats.n)} img/s: "
                       f"bench ÷ loop = {ratio:.3f}."]
