@@ -52,8 +52,11 @@ def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
             frames.append(_lean(store, metric.name, sid, n))
             rows = list(store.rows(latest_only=True))
             latest.append(an.frame(rows).assign(store=n))
-            runs.append(pd.DataFrame([dict(r) for r in store.db.execute(
-                "SELECT run_id, started_at, finished_at, matrix_name, host, status FROM runs")]).assign(store=n))
+            found = [dict(r) for r in store.db.execute("SELECT run_id, matrix_name, host, status FROM runs")]
+            for r in found:
+                r["origin"] = r["run_id"].rpartition("@")[2] if "@" in r["run_id"] else sid
+                r["run_id"] = store_exchange.strip(r["run_id"], r["origin"])
+            runs.append(pd.DataFrame(found, columns=["run_id", "matrix_name", "host", "status", "origin"]))
     repeats = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Loaded(repeats, pd.concat(latest, ignore_index=True), stores,
                   pd.concat(runs, ignore_index=True) if runs else pd.DataFrame())
@@ -69,14 +72,22 @@ def _lean(store: Store, metric: str, sid: str, n: int) -> pd.DataFrame:
     df = pd.DataFrame.from_records(store.db.execute(sql).fetchall(), columns=cols)
     # Every stored row, superseded ones included: a history shows what each run measured when it ran (a later
     # run that measured the repeat again supersedes it for `compare`, not for the history).
-    parsed = [_params(p) for p in df["params"]]
+    codes, texts = pd.factorize(df["params"], use_na_sentinel=False)
+    parsed = [_params(t) for t in texts]
     for f in _PARAMS:
-        df[f] = [p.get(f, "") for p in parsed]
-    df["options"] = [an.options_label(p) for p in parsed]
+        df[f] = pd.Series([p.get(f, "") for p in parsed], dtype=object).to_numpy()[codes]
+    df["options"] = pd.Series([an.options_label(p) for p in parsed], dtype=object).to_numpy()[codes]
     df["value"] = pd.to_numeric(df["value"], errors="coerce")
-    df["origin"] = [r.rpartition("@")[2] if "@" in r else sid for r in df["run_id"]]
-    df["hardware"] = [store_exchange.hardware({f: v for f, v in zip(_ENV, row, strict=True) if v is not None})
-                      for row in df[[f"env_{f}" for f in _ENV]].itertuples(index=False)]
+    run_codes, run_ids = pd.factorize(df["run_id"], use_na_sentinel=False)
+    df["origin"] = pd.Series([r.rpartition("@")[2] if "@" in r else sid for r in run_ids], dtype=object
+                             ).to_numpy()[run_codes]
+    env_cols = [f"env_{f}" for f in _ENV]
+    groups = df.groupby(env_cols, dropna=False, sort=False)
+    env_codes = groups.ngroup().to_numpy()
+    first = groups.head(1).sort_index()
+    words = {int(code): store_exchange.hardware({f: v for f, v in zip(_ENV, row, strict=True) if v is not None and v == v})
+             for code, row in zip(env_codes[first.index], first[env_cols].itertuples(index=False), strict=True)}
+    df["hardware"] = [words[int(c)] for c in env_codes]
     df["store"] = n
     return df.drop(columns=["params"])
 

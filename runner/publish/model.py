@@ -58,8 +58,8 @@ def build(data: Loaded, metric: an.Metric) -> Site:
     unit = str(units.mode().iloc[0]) if not units.empty else metric.unit
     machines = _machines(df)
     label = {m["id"]: m["label"] for m in machines}
-    df["run_slug"] = [slug(r, o) for r, o in zip(df["run"], df["origin"], strict=True)]
-    df["cell_slug"] = [slug(*k) for k in df[list(NAME_KEYS)].itertuples(index=False)]
+    df["run_slug"] = _per_group(df, ["run", "origin"], slug)
+    df["cell_slug"] = _per_group(df, list(NAME_KEYS), slug)
     runs = _runs(df, data.runs, label)
     cells = _cells(df, metric, unit, label)
     envs = [{"name": env, "machines": sorted({label[o] for o in g["origin"]}),
@@ -83,29 +83,50 @@ def _machines(df: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def _per_group(df: pd.DataFrame, keys: list[str], fn: Any) -> list[Any]:
+    """fn(*key) for each row, computed once per distinct key."""
+    groups = df.groupby(keys, sort=False, dropna=False)
+    codes = groups.ngroup().to_numpy()
+    first = df.loc[groups.head(1).index, keys]
+    values = {int(c): fn(*k) for c, k in zip(codes[first.index], first.itertuples(index=False), strict=True)}
+    return [values[int(c)] for c in codes]
+
+
+def _joined(values: pd.Series) -> str:
+    return ", ".join(sorted({str(v) for v in values if v is not None and v == v and str(v)}))
+
+
 def _runs(df: pd.DataFrame, runs: pd.DataFrame, label: dict[str, str]) -> list[dict[str, Any]]:
-    info = {}
-    if not runs.empty:
-        for r in runs.to_dict("records"):
-            info[str(r["run_id"]).split("@")[0]] = r
+    info = {(str(r["origin"]), str(r["run_id"])): r for r in runs.to_dict("records")} if not runs.empty else {}
+    keys = ["run_slug", "cell_slug"]
+    cells = df.groupby(keys, sort=False).agg(n=("status", "size"), torch=("env_torch", _joined),
+                                             hardware=("hardware", _joined)).reset_index()
+    ok = df[(df["status"] == "ok") & df["value"].notna()].groupby(keys, sort=False)["value"].agg(["mean", "std"])
+    statuses = df.groupby([*keys, "status"], sort=True).size()
+    counts: dict[tuple[str, str], list[str]] = {}
+    for (run_slug, cell_slug, status), k in statuses.items():
+        counts.setdefault((run_slug, cell_slug), []).append(f"{k} {status}")
+    names = df.drop_duplicates("cell_slug").set_index("cell_slug")[list(NAME_KEYS)].to_dict("index")
+    per_run: dict[str, list[dict[str, Any]]] = {}
+    for c in cells.to_dict("records"):
+        stats = ok.loc[(c["run_slug"], c["cell_slug"])] if (c["run_slug"], c["cell_slug"]) in ok.index else None
+        per_run.setdefault(c["run_slug"], []).append({
+            "name": names[c["cell_slug"]], "slug": c["cell_slug"], "n": int(c["n"]),
+            "statuses": ", ".join(counts[(c["run_slug"], c["cell_slug"])]),
+            "mean": _num(stats["mean"]) if stats is not None else "",
+            "std": _num(stats["std"]) if stats is not None else "", "torch": c["torch"], "hardware": c["hardware"]})
+    head = df.groupby("run_slug", sort=False).agg(run=("run", "first"), origin=("origin", "first"),
+                                                  t=("started_at", "min"), repeats=("status", "size"),
+                                                  ok=("status", lambda s: int((s == "ok").sum())))
     out = []
-    for (origin, run), g in df.groupby(["origin", "run"], sort=False):
-        meta = info.get(run, {})
-        cells = []
-        for name, c in g.groupby(list(NAME_KEYS), sort=False):
-            ok = c.loc[c["status"] == "ok", "value"].dropna()
-            statuses = c["status"].value_counts()
-            cells.append({"name": dict(zip(NAME_KEYS, name, strict=True)), "slug": c["cell_slug"].iloc[0],
-                          "n": len(c), "statuses": ", ".join(f"{v} {k}" for k, v in sorted(statuses.items())),
-                          "mean": _num(ok.mean()), "std": _num(ok.std(ddof=1)) if len(ok) > 1 else "",
-                          "torch": ", ".join(sorted({str(t) for t in c["env_torch"].dropna()})),
-                          "hardware": ", ".join(sorted({str(h) for h in c["hardware"] if h}))})
-        cells.sort(key=lambda c: tuple(str(c["name"][k]) for k in NAME_KEYS))
-        out.append({"id": str(run), "origin": str(origin), "machine": label[str(origin)], "slug": g["run_slug"].iloc[0],
-                    "started": when(g["started_at"].min()), "_t": float(g["started_at"].min()),
+    for run_slug, r in head.iterrows():
+        meta = info.get((str(r["origin"]), str(r["run"])), {})
+        cells_of = sorted(per_run[str(run_slug)], key=lambda c: tuple(str(c["name"][k]) for k in NAME_KEYS))
+        out.append({"id": str(r["run"]), "origin": str(r["origin"]), "machine": label[str(r["origin"])],
+                    "slug": str(run_slug), "started": when(r["t"]), "_t": float(r["t"]),
                     "matrix": str(meta.get("matrix_name") or ""), "status": str(meta.get("status") or ""),
-                    "host": str(meta.get("host") or ""), "repeats": len(g), "cells": cells,
-                    "ok": int((g["status"] == "ok").sum())})
+                    "host": str(meta.get("host") or ""), "repeats": int(r["repeats"]), "cells": cells_of,
+                    "ok": int(r["ok"])})
     out.sort(key=lambda r: (r["_t"], r["id"], r["origin"]))
     return out
 
@@ -117,10 +138,11 @@ def _num(v: Any) -> str:
 def _cells(df: pd.DataFrame, metric: an.Metric, unit: str, label: dict[str, str]) -> list[dict[str, Any]]:
     ok = df[(df["status"] == "ok") & df["value"].notna()]
     cells = []
+    ok_by_cell = dict(iter(ok.groupby("cell_slug", sort=False)))
     for name, g in df.groupby(list(NAME_KEYS), sort=True):
         series, tables = [], []
-        for origin, m in sorted(ok[ok["cell_slug"] == g["cell_slug"].iloc[0]].groupby("origin", sort=False),
-                                key=lambda kv: str(kv[0])):
+        mine = ok_by_cell.get(g["cell_slug"].iloc[0], ok.iloc[0:0])
+        for origin, m in sorted(mine.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
             per_run = m.groupby("run_slug", sort=False).agg(
                 run=("run", "first"), when=("started_at", "min"), mean=("value", "mean"), std=("value", "std"),
                 n=("value", "size"), torch=("env_torch", "first")).sort_values(["when", "run"])

@@ -109,7 +109,11 @@ def hardware(env: dict[str, Any]) -> str:
         return str(env["device_name"])
     cpu = str(env.get("cpu") or env.get("device_name") or env.get("device") or "")
     count = env.get("cpu_count")
-    return f"{cpu} ({count} CPUs)" if cpu and isinstance(count, int) else cpu
+    try:
+        whole = count is not None and not isinstance(count, bool) and float(count).is_integer()
+    except (TypeError, ValueError):
+        whole = False
+    return f"{cpu} ({int(float(count))} CPUs)" if cpu and whole else cpu  # type: ignore[arg-type]
 
 
 def _json(text: Any, default: Any) -> Any:
