@@ -1,0 +1,91 @@
+"""`matrix publish`: a deterministic, escaped static site with histories, change points and cross-machine
+verdicts from the compare core."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import runner.analysis as an
+from runner.errors import ConfigError
+from runner.publish import publish
+from runner.publish.changes import changes
+
+
+def pages(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_same_stores_same_bytes(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "one")
+    publish([pooled_db], tmp_path / "two")
+    first = pages(tmp_path / "one")
+    assert first == pages(tmp_path / "two")
+    assert len([p for p in first if p.startswith("runs/")]) == 16 and len([p for p in first if p.startswith("cells/")]) == 6
+
+
+def test_a_second_publish_leaves_no_stale_page(pooled_db: Path, tmp_path: Path) -> None:
+    (tmp_path / "site" / "runs").mkdir(parents=True)
+    (tmp_path / "site" / "runs" / "gone.html").write_text("old")
+    publish([pooled_db], tmp_path / "site")
+    assert not (tmp_path / "site" / "runs" / "gone.html").exists()
+
+
+def test_everything_is_escaped_and_nothing_is_fetched(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "site")
+    for name, data in pages(tmp_path / "site").items():
+        text = data.decode()
+        assert "<script" not in text, name
+        assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text, re.I), name
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in index and "Intel &lt;Xeon&gt; &amp; &#34;co&#34;" in index
+
+
+def test_links_resolve(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "site")
+    for page in (tmp_path / "site").rglob("*.html"):
+        for href in re.findall(r'href="([^"#]+)"', page.read_text()):
+            assert (page.parent / href).resolve().exists(), (page, href)
+
+
+def test_the_step_is_found_where_it_is_and_nowhere_else(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "site")
+    cells = [p.read_text() for p in (tmp_path / "site" / "cells").glob("*.html")]
+    stepped = [c for c in cells if "alpha" in c]
+    assert len(stepped) == 3
+    for c in stepped:
+        assert c.count("<td>slower</td>") == 1 and "<td>20260004-" in c     # the 5th run, the first after the step
+        assert c.count('class="change"') == 1
+    assert all("No change found" in c for c in cells if "alpha" not in c)
+
+
+def test_changes_of_a_flat_history_and_a_step() -> None:
+    m = an.get_metric("throughput")
+    assert changes([100, 101, 99, 100, 101, 100], m) == []
+    found = changes([100, 101, 99, 100, 80, 81, 79, 80], m)
+    assert [(c.index, c.words) for c in found] == [(4, "slower")]
+    assert found[0].p < 0.05 and 0.79 < found[0].ratio < 0.81
+    assert changes([100, float("nan"), 101, 99, 100, 120, 121, 119, 120], m)[0].index == 5
+
+
+def test_machines_are_compared_by_the_compare_core(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "site")
+    html = (tmp_path / "site" / "machines.html").read_text()
+    assert html.count("<td>not significant</td>") + html.count("<td>faster</td>") + html.count("<td>slower</td>") == 3
+
+
+def test_a_metric_the_history_cannot_plot_is_refused(pooled_db: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="a history plots one of throughput"):
+        publish([pooled_db], tmp_path / "site", "iter_time")
+
+
+def test_cli(pooled_db: Path, tmp_path: Path, matrix_cmd: list[str]) -> None:
+    proc = subprocess.run([*matrix_cmd, "publish", "--db", str(pooled_db), "-o", str(tmp_path / "site")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and "index.html" in proc.stdout, proc.stderr
+    bad = subprocess.run([*matrix_cmd, "publish", "--db", str(tmp_path / "none.db"), "-o", str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 6 and len(bad.stderr.strip().splitlines()) == 1
