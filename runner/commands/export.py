@@ -14,6 +14,8 @@ from runner.store import exchange as store_exchange
 
 def export_command(db: Path, out: Path, run_refs: list[str] | None, environments: list[str] | None) -> str:
     """Write the file; returns the line to print (how many repeats and runs, from which store)."""
+    if out.resolve() in {db.resolve(), Path(f"{db}-wal").resolve(), Path(f"{db}-shm").resolve()}:
+        raise ConfigError(f"-o {out} is the store itself: pass another file name, e.g. results{fmt.SUFFIX}")
     if out.exists() and out.is_dir():
         raise ConfigError(f"-o {out} is a folder: pass a file name, e.g. {out / ('results' + fmt.SUFFIX)}")
     with Store(db, readonly=True) as store:

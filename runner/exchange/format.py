@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ SUFFIX = ".jsonl.gz"
 # The fields of a repeat whose sha256 is its `digest`: what it measured and how, as the source store kept it.
 CONTENT_FIELDS = ("run_id", "cell_key", "repeat", "environment", "backend", "tags", "params", "status", "reason",
                   "metrics", "env", "raw", "log_tail", "started_at", "finished_at", "capture_id")
+# A store id as `matrix` makes them (12 hex digits); what an importing store appends to names after an `@`.
+STORE_ID = re.compile(r"[A-Za-z0-9_-]{4,64}")
 _KINDS = ("header", "run", "capture", "repeat", "end")
 _RUN_FIELDS = {"run_id": str, "started_at": (int, float), "status": str}
 _REPEAT_TYPES: dict[str, Any] = {"run_id": str, "cell_key": str, "repeat": int, "environment": str,
@@ -114,6 +117,7 @@ def parse(path: Path, lines: list[bytes]) -> Bundle:
     if header.get("kind") != "header" or header.get("format") != FORMAT:
         raise DamagedFile(f"{path} is not a matrix results file (line 1 is not its header with format {FORMAT!r})")
     _check_schema(path, header.get("schema"))
+    _require(path, 1, header, {"source": dict})
     end = _record(path, len(lines), lines[-1])
     sha = hashlib.sha256(b"".join(lines[:-1])).hexdigest()
     if end.get("kind") != "end":
@@ -124,11 +128,14 @@ def parse(path: Path, lines: list[bytes]) -> Bundle:
                           f"{str(end.get('sha256'))[:12]}, the file has {len(lines) - 1} with {sha[:12]}; nothing "
                           "was imported (export it again)")
     bundle = Bundle(header)
+    runs: set[tuple[str, str]] = set()
     for i, line in enumerate(lines[1:-1], start=2):
         rec = _record(path, i, line)
         kind = rec.get("kind")
         if kind == "run":
-            _require(path, i, rec, _RUN_FIELDS)
+            _require(path, i, rec, {**_RUN_FIELDS, "origin": str})
+            _names(path, i, rec["origin"], rec["run_id"])
+            runs.add((rec["origin"], rec["run_id"]))
             bundle.runs.append(rec)
         elif kind == "capture":
             _require(path, i, rec, {"id": str, "content": str})
@@ -136,6 +143,10 @@ def parse(path: Path, lines: list[bytes]) -> Bundle:
         elif kind == "repeat":
             _require(path, i, rec, _REPEAT_TYPES)
             _require(path, i, rec["origin"], {"store": str, "row": int}, "origin.")
+            _names(path, i, rec["origin"]["store"], rec["run_id"], rec["cell_key"])
+            if (rec["origin"]["store"], rec["run_id"]) not in runs:
+                raise DamagedFile(f"{path} line {i}: repeat of run {rec['run_id']} of store {rec['origin']['store']}, "
+                                  "which no run record before it names; nothing was imported")
             if digest(rec) != rec["digest"]:
                 raise DamagedFile(f"{path} line {i}: repeat {rec['origin']['store']}:{rec['origin']['row']} does not "
                                   "match its digest (changed after export); nothing was imported")
@@ -143,6 +154,17 @@ def parse(path: Path, lines: list[bytes]) -> Bundle:
         else:
             raise DamagedFile(f"{path} line {i}: unknown record kind {kind!r} (known: {', '.join(_KINDS[1:4])})")
     return bundle
+
+
+def _names(path: Path, number: int, store: str, *names: str) -> None:
+    """A store id as matrix makes them, and run ids and cell keys as their own store wrote them (no `@`)."""
+    if not STORE_ID.fullmatch(store):
+        raise DamagedFile(f"{path} line {number}: store id {store[:80]!r} is not one matrix makes (4 to 64 letters, "
+                          "digits, _ or -); nothing was imported")
+    for name in names:
+        if "@" in name or not name:
+            raise DamagedFile(f"{path} line {number}: {name[:80]!r} is not a run id or cell key as a store writes "
+                              "it (empty, or with an @); nothing was imported")
 
 
 def _check_schema(path: Path, schema: Any) -> None:

@@ -181,3 +181,32 @@ def test_a_foreign_file_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"plain text")
     with pytest.raises(StoreError, match="not an intact gzip file"):
         fmt.read(path)
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("origin", {"store": "../../x", "row": 1}, "store id '../../x' is not one matrix makes"),
+    ("run_id", "r@evil", "is not a run id or cell key"),
+    ("cell_key", "", "is not a run id or cell key"),
+    ("origin", {"store": "abcdef", "row": True}, "field origin.row is a bool, not a int"),
+])
+def test_hostile_names_are_refused(two: tuple[Path, Path], tmp_path: Path, field: str, value: object,
+                                   words: str) -> None:
+    bad = tmp_path / "bad.jsonl.gz"
+    rewrite(two[0], bad, {field: value})
+    with pytest.raises(StoreError, match=words):
+        fmt.read(bad)
+
+
+def test_a_repeat_of_a_run_the_file_does_not_name_is_refused(two: tuple[Path, Path], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl.gz"
+    rewrite(two[0], bad, {"origin": {"store": "abcdef123456", "row": 1}})
+    with pytest.raises(StoreError, match="which no run record before it names"):
+        fmt.read(bad)
+
+
+def test_export_never_overwrites_the_store(two: tuple[Path, Path], tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    before = fingerprint(db)
+    with pytest.raises(Exception, match="is the store itself"):
+        export_command(db, db, None, None)
+    assert fingerprint(db) == before
