@@ -89,3 +89,20 @@ def test_cli(pooled_db: Path, tmp_path: Path, matrix_cmd: list[str]) -> None:
     bad = subprocess.run([*matrix_cmd, "publish", "--db", str(tmp_path / "none.db"), "-o", str(tmp_path / "s")],
                          capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 6 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_repeat_in_two_stores_counts_once(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "one")
+    publish([pooled_db, pooled_db.parent / "a.db"], tmp_path / "both")     # a.db's repeats are in pooled_db too
+    one, both = pages(tmp_path / "one"), pages(tmp_path / "both")
+    assert one.keys() == both.keys()
+    strip = re.compile(rb"<footer>.*</footer>", re.S)
+    assert all(strip.sub(b"", one[k]) == strip.sub(b"", both[k]) for k in one)
+
+
+def test_an_empty_store_publishes_an_empty_index(tmp_path: Path) -> None:
+    from runner.store import Store
+    Store(tmp_path / "empty.db").close()
+    files = publish([tmp_path / "empty.db"], tmp_path / "site")
+    assert [f.name for f in files] == ["site.css", "index.html"]
+    assert "0 machines" in (tmp_path / "site" / "index.html").read_text()
