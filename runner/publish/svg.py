@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 WIDTH, HEIGHT = 760, 240
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 14, 30
+LEFT, RIGHT, TOP, BOTTOM = 64, 44, 14, 30
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 
 
@@ -41,6 +41,7 @@ class Plot:
     xticks: tuple[tuple[float, str], ...]
     unit: str
     left: int = LEFT
+    right: int = RIGHT
     bottom: int = HEIGHT - BOTTOM
 
 
@@ -60,6 +61,8 @@ def plot(series: Sequence[tuple[str, Sequence[RunPoint], Sequence[tuple[int, str
     is the runs of every series in time order (labelled with their UTC dates), so that runs align in time."""
     times = sorted({p.when for _, pts, _ in series for p in pts})
     dates = [time.strftime("%Y-%m-%d", time.gmtime(t)) for t in times]
+    if len(set(dates)) < len(dates):     # several runs a day: the time tells them apart
+        dates = [time.strftime("%m-%d %H:%M", time.gmtime(t)) for t in times]
     slot = {t: i for i, t in enumerate(times)}
     lows = [p.mean - (p.std if math.isfinite(p.std) else 0) for _, pts, _ in series for p in pts]
     highs = [p.mean + (p.std if math.isfinite(p.std) else 0) for _, pts, _ in series for p in pts]
