@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError, StoreError
+from runner.results import Status
 
 FORMAT = "matrix-results"
 SCHEMA = 1
@@ -139,11 +140,13 @@ def parse(path: Path, lines: list[bytes]) -> Bundle:
             bundle.runs.append(rec)
         elif kind == "capture":
             _require(path, i, rec, {"id": str, "content": str})
+            _capture(path, i, rec["id"], rec["content"])
             bundle.captures[rec["id"]] = rec["content"]
         elif kind == "repeat":
             _require(path, i, rec, _REPEAT_TYPES)
             _require(path, i, rec["origin"], {"store": str, "row": int}, "origin.")
             _names(path, i, rec["origin"]["store"], rec["run_id"], rec["cell_key"])
+            _readable(path, i, rec)
             if (rec["origin"]["store"], rec["run_id"]) not in runs:
                 raise DamagedFile(f"{path} line {i}: repeat of run {rec['run_id']} of store {rec['origin']['store']}, "
                                   "which no run record before it names; nothing was imported")
@@ -165,6 +168,40 @@ def _names(path: Path, number: int, store: str, *names: str) -> None:
         if "@" in name or not name:
             raise DamagedFile(f"{path} line {number}: {name[:80]!r} is not a run id or cell key as a store writes "
                               "it (empty, or with an @); nothing was imported")
+
+
+_STATUSES = tuple(s.value for s in Status)
+_OPTIONAL = {"reason": str, "log_tail": str, "capture_id": str, "raw": dict, "started_at": (int, float),
+             "finished_at": (int, float)}
+_INT_PARAMS = ("batch_size", "gpus", "nodes")
+
+
+def _readable(path: Path, number: int, rec: dict[str, Any]) -> None:
+    """A repeat this matrix can read back from a store as it reads its own: a known status, the optional fields of
+    their types, the params the tables count with as whole numbers. A store holding anything else would make
+    every later command on it fail."""
+    if rec["status"] not in _STATUSES:
+        raise DamagedFile(f"{path} line {number}: status {rec['status'][:40]!r} is not one this matrix knows "
+                          f"({', '.join(_STATUSES)}): it was written by a newer matrix; upgrade matrix to import it")
+    for name, kind in _OPTIONAL.items():
+        value = rec.get(name)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise DamagedFile(f"{path} line {number}: field {name} is a {type(value).__name__}; nothing was imported")
+    for name in _INT_PARAMS:
+        value = rec["params"].get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise DamagedFile(f"{path} line {number}: params.{name} is {value!r:.40}, not a whole number; nothing "
+                              "was imported")
+
+
+def _capture(path: Path, number: int, cid: str, content: str) -> None:
+    try:
+        value = json.loads(content)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or hashlib.sha256(content.encode()).hexdigest() != cid:
+        raise DamagedFile(f"{path} line {number}: capture {cid[:12]!r} is not a JSON object whose sha256 is its id; "
+                          "nothing was imported")
 
 
 def _check_schema(path: Path, schema: Any) -> None:

@@ -210,3 +210,24 @@ def test_export_never_overwrites_the_store(two: tuple[Path, Path], tmp_path: Pat
     with pytest.raises(Exception, match="is the store itself"):
         export_command(db, db, None, None)
     assert fingerprint(db) == before
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"status": "exploded"}, "status 'exploded' is not one this matrix knows"),
+    ({"params": {"model": "wrn", "batch_size": "32; DROP"}}, "params.batch_size is '32; DROP'"),
+    ({"raw": [1, 2]}, "field raw is a list"),
+    ({"log_tail": 7}, "field log_tail is a int"),
+])
+def test_a_repeat_no_command_could_read_back_is_refused(two: tuple[Path, Path], tmp_path: Path,
+                                                        change: dict[str, object], words: str) -> None:
+    bad = tmp_path / "bad.jsonl.gz"
+    rewrite(two[0], bad, change)
+    with pytest.raises(StoreError, match=words):
+        fmt.read(bad)
+
+
+def test_a_capture_must_be_the_object_its_id_says(two: tuple[Path, Path], tmp_path: Path) -> None:
+    header = {"source": {"store": "abcdef123456"}}
+    fmt.write(tmp_path / "c.jsonl.gz", header, [{"kind": "capture", "id": "0" * 64, "content": "{}"}])
+    with pytest.raises(StoreError, match="is not a JSON object whose sha256 is its id"):
+        fmt.read(tmp_path / "c.jsonl.gz")
