@@ -171,7 +171,7 @@ def _names(path: Path, number: int, store: str, *names: str) -> None:
 
 
 _STATUSES = tuple(s.value for s in Status)
-_OPTIONAL = {"reason": str, "log_tail": str, "capture_id": str, "raw": dict, "started_at": (int, float),
+_OPTIONAL: dict[str, Any] = {"reason": str, "log_tail": str, "capture_id": str, "raw": dict, "started_at": (int, float),
              "finished_at": (int, float)}
 _INT_PARAMS = ("batch_size", "gpus", "nodes")
 
