@@ -63,13 +63,18 @@ def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
 
 
 def _lean(store: Store, metric: str, sid: str, n: int) -> pd.DataFrame:
-    env = ", ".join(f"json_extract(env, '$.{f}')" for f in _ENV)
+    # SQLite's JSON functions refuse the NaN and Infinity that Python's json writes (a diverged loss): such a row's
+    # fields are read in Python instead, so that one of them never stops the site.
+    env = ", ".join(f"CASE WHEN json_valid(env) THEN json_extract(env, '$.{f}') END" for f in _ENV)
     sql = (f"SELECT id, run_id, cell_key, repeat, environment, backend, status, started_at, params, "
-           f"json_extract(metrics, '$.{metric}'), json_extract(metrics, '$.definitions.{metric}.unit'), {env} "
-           "FROM results ORDER BY id")
+           f"CASE WHEN json_valid(metrics) THEN json_extract(metrics, '$.{metric}') END, "
+           f"CASE WHEN json_valid(metrics) THEN json_extract(metrics, '$.definitions.{metric}.unit') END, {env}, "
+           "json_valid(metrics) AND json_valid(env) FROM results ORDER BY id")
     cols = ["id", "run_id", "cell_key", "repeat", "environment", "backend", "status", "started_at", "params",
-            "value", "unit", *(f"env_{f}" for f in _ENV)]
-    df = pd.DataFrame.from_records(store.db.execute(sql).fetchall(), columns=cols)
+            "value", "unit", *(f"env_{f}" for f in _ENV), "_valid"]
+    rows = store.db.execute(sql).fetchall()
+    rows = [r if r[-1] else _in_python(store, r, metric) for r in rows]
+    df = pd.DataFrame.from_records(rows, columns=cols).drop(columns=["_valid"])
     # Every stored row, superseded ones included: a history shows what each run measured when it ran (a later
     # run that measured the repeat again supersedes it for `compare`, not for the history).
     codes, texts = pd.factorize(df["params"], use_na_sentinel=False)
@@ -90,6 +95,18 @@ def _lean(store: Store, metric: str, sid: str, n: int) -> pd.DataFrame:
     df["hardware"] = [words[int(c)] for c in env_codes]
     df["store"] = n
     return df.drop(columns=["params"])
+
+
+def _in_python(store: Store, row: Any, metric: str) -> tuple[Any, ...]:
+    found = store.db.execute("SELECT metrics, env FROM results WHERE id=?", (row[0],)).fetchone()
+    metrics, env = (_params(found[0]), _params(found[1])) if found else ({}, {})
+    value = metrics.get(metric)
+    definitions = metrics.get("definitions")
+    unit = definitions.get(metric, {}).get("unit") if isinstance(definitions, dict) and isinstance(
+        definitions.get(metric), dict) else None
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return (*row[:9], number, unit, *(env.get(f) if not isinstance(env.get(f), dict | list) else None for f in _ENV),
+            1)
 
 
 def _params(text: Any) -> dict[str, Any]:

@@ -101,7 +101,8 @@ def _runs(df: pd.DataFrame, runs: pd.DataFrame, label: dict[str, str]) -> list[d
     keys = ["run_slug", "cell_slug"]
     cells = df.groupby(keys, sort=False).agg(n=("status", "size"), torch=("env_torch", _joined),
                                              hardware=("hardware", _joined)).reset_index()
-    ok = df[(df["status"] == "ok") & df["value"].notna()].groupby(keys, sort=False)["value"].agg(["mean", "std"])
+    finite = (df["status"] == "ok") & np.isfinite(df["value"].astype(float))
+    ok = df[finite].groupby(keys, sort=False)["value"].agg(["mean", "std"])
     statuses = df.groupby([*keys, "status"], sort=True).size()
     counts: dict[tuple[str, str], list[str]] = {}
     for (run_slug, cell_slug, status), k in statuses.items():

@@ -106,3 +106,23 @@ def test_an_empty_store_publishes_an_empty_index(tmp_path: Path) -> None:
     files = publish([tmp_path / "empty.db"], tmp_path / "site")
     assert [f.name for f in files] == ["site.css", "index.html"]
     assert "0 machines" in (tmp_path / "site" / "index.html").read_text()
+
+
+def test_a_diverged_value_never_stops_the_site(tmp_path: Path) -> None:
+    """Python's json writes NaN and Infinity, which SQLite's JSON functions refuse as malformed."""
+    import json
+
+    from runner.store import Store
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=4, repeats=3, cells=1)
+    with Store(db) as store, store.db:
+        row = dict(store.db.execute("SELECT * FROM results ORDER BY id DESC LIMIT 1").fetchone())
+        for value in (float("nan"), float("inf")):
+            row["metrics"] = json.dumps({"throughput": value, "loss_end": float("nan")})
+            store.db.execute(f"INSERT INTO results ({', '.join(k for k in row if k != 'id')}) VALUES "
+                             f"({', '.join('?' * (len(row) - 1))})", [v for k, v in row.items() if k != "id"])
+    publish([db], tmp_path / "site")
+    cell = next((tmp_path / "site" / "cells").glob("*.html")).read_text()
+    assert cell.count("<circle") == 4 and "nan" not in cell.lower().replace("nano", "")
+    assert "inf" not in re.sub(r"<title>.*?</title>", "", cell)
