@@ -380,7 +380,7 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", help="the results fi
 
 @app.command("import")
 @exits("import")
-def import_(files: Annotated[list[Path], typer.Argument(help="results files `matrix export` wrote")],
+def import_(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="results files `matrix export` wrote")],
             db: DbOpt = DEFAULT_DB) -> None:
     """Merge results files into the store: all or nothing; a repeat already there is not stored again."""
     from runner.commands.import_ import import_command

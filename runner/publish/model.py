@@ -146,11 +146,13 @@ def _cells(df: pd.DataFrame, metric: an.Metric, unit: str, label: dict[str, str]
         for origin, m in sorted(mine.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
             per_run = m.groupby("run_slug", sort=False).agg(
                 run=("run", "first"), when=("started_at", "min"), mean=("value", "mean"), std=("value", "std"),
-                n=("value", "size"), torch=("env_torch", "first")).sort_values(["when", "run"])
+                n=("value", "size"), torch=("env_torch", "first"), hardware=("hardware", "first"),
+                host=("env_hostname", "first")).sort_values(["when", "run"])
             found: list[Change] = changes(per_run["mean"].to_numpy() * metric.scale, metric)
             points = [svg.RunPoint(float(r.when), float(r.mean) * metric.scale, _std(r.std) * metric.scale,
-                                   f"{label[str(origin)]} run {r.run}: {r.mean * metric.scale:.4g} ± "
-                                   f"{_std(r.std) * metric.scale:.3g} {unit} (n={r.n})", f"../runs/{slug_}.html")
+                                   f"{label[str(origin)]} run {r.run} ({when(r.when)} UTC): "
+                                   f"{r.mean * metric.scale:.4g} ± {_std(r.std) * metric.scale:.3g} {unit} (n={r.n}); "
+                                   f"host {r.host}, {r.hardware}, torch {r.torch}", f"../runs/{slug_}.html")
                       for slug_, r in zip(per_run.index, per_run.itertuples(), strict=True)]
             marks = [(c.index, f"{c.words} x{c.ratio:.3f}, p={c.p:.2g}") for c in found]
             series.append((label[str(origin)], points, marks))
