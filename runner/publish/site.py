@@ -9,10 +9,12 @@ from pathlib import Path
 
 import jinja2
 
-from runner.errors import StoreError
+from runner.errors import ConfigError, StoreError
 from runner.publish.model import Site
 
 _TEMPLATES = Path(__file__).parent / "templates"
+# Written into every site: a folder with it is one `matrix publish` wrote, whose cells/ and runs/ it may replace.
+MARK = ".matrix-site"
 
 
 def _env() -> jinja2.Environment:
@@ -23,7 +25,11 @@ def _env() -> jinja2.Environment:
 
 def write(site: Site, out: Path) -> list[Path]:
     """Render every page into `out` (pages of an earlier publish that no longer exist are removed with their
-    folders `cells/` and `runs/`, which belong to the site)."""
+    folders `cells/` and `runs/`, which belong to the site). A folder that holds anything but a site is refused:
+    its own `cells/` or `runs/` are not the site's to remove."""
+    if out.is_dir() and any(out.iterdir()) and not (out / MARK).is_file():
+        raise ConfigError(f"-o {out} is a folder with other files and no {MARK} (not a site `matrix publish` wrote): "
+                          "pass a new or empty folder")
     env = _env()
     pages: dict[str, str] = {"index.html": env.get_template("index.html.j2").render(site=site, root="")}
     if site.comparisons:
@@ -38,6 +44,7 @@ def write(site: Site, out: Path) -> list[Path]:
         for folder in ("cells", "runs"):
             shutil.rmtree(out / folder, ignore_errors=True)
             (out / folder).mkdir()
+        (out / MARK).write_text("written by `matrix publish`: cells/ and runs/ are replaced on the next publish\n")
         shutil.copyfile(_TEMPLATES / "site.css", out / "site.css")
         written = [out / "site.css"]
         for name, text in sorted(pages.items()):

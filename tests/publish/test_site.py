@@ -28,10 +28,22 @@ def test_same_stores_same_bytes(pooled_db: Path, tmp_path: Path) -> None:
 
 
 def test_a_second_publish_leaves_no_stale_page(pooled_db: Path, tmp_path: Path) -> None:
-    (tmp_path / "site" / "runs").mkdir(parents=True)
+    publish([pooled_db], tmp_path / "site")
     (tmp_path / "site" / "runs" / "gone.html").write_text("old")
     publish([pooled_db], tmp_path / "site")
     assert not (tmp_path / "site" / "runs" / "gone.html").exists()
+
+
+def test_a_folder_that_is_not_a_site_is_never_emptied(pooled_db: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "home" / "runs" / "notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("a user's file")
+    with pytest.raises(ConfigError, match="not a site `matrix publish` wrote"):
+        publish([pooled_db], tmp_path / "home")
+    assert mine.read_text() == "a user's file"
+    publish([pooled_db], tmp_path / "empty")          # a new folder, and then an empty one, are fine
+    (tmp_path / "empty2").mkdir()
+    publish([pooled_db], tmp_path / "empty2")
 
 
 def test_everything_is_escaped_and_nothing_is_fetched(pooled_db: Path, tmp_path: Path) -> None:
@@ -105,6 +117,7 @@ def test_an_empty_store_publishes_an_empty_index(tmp_path: Path) -> None:
     Store(tmp_path / "empty.db").close()
     files = publish([tmp_path / "empty.db"], tmp_path / "site")
     assert [f.name for f in files] == ["site.css", "index.html"]
+    assert (tmp_path / "site" / ".matrix-site").is_file()
     assert "0 machines" in (tmp_path / "site" / "index.html").read_text()
 
 
