@@ -231,3 +231,17 @@ def test_a_capture_must_be_the_object_its_id_says(two: tuple[Path, Path], tmp_pa
     fmt.write(tmp_path / "c.jsonl.gz", header, [{"kind": "capture", "id": "0" * 64, "content": "{}"}])
     with pytest.raises(StoreError, match="is not a JSON object whose sha256 is its id"):
         fmt.read(tmp_path / "c.jsonl.gz")
+
+
+def test_a_run_here_never_takes_another_machines_repeats_for_its_own(two: tuple[Path, Path], tmp_path: Path) -> None:
+    """`matrix run` asks the store which repeats of its cells are stored (Store.latest_statuses by cell key): an
+    imported repeat is under its origin's namespace, so this machine still measures its own."""
+    from runner.store import Store
+
+    lines = gzip.decompress(two[0].read_bytes()).splitlines()
+    origin = json.loads(lines[0])["source"]["store"]
+    keys = {json.loads(x)["cell_key"] for x in lines if b'"kind":"repeat"' in x}
+    import_command(tmp_path / "c.db", [two[0]])
+    with Store(tmp_path / "c.db", readonly=True) as store:
+        assert store.latest_statuses(keys) == {}
+        assert len(store.latest_statuses({f"{k}@{origin}" for k in keys})) == 12     # 4 cells x 3 repeats
