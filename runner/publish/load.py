@@ -33,6 +33,7 @@ class Loaded:
     repeats: pd.DataFrame
     latest: pd.DataFrame
     stores: dict[str, str]          # store path -> store id
+    ids: list[str]                  # each store's id, in the order named (the frames' `store` column)
     runs: pd.DataFrame
 
 
@@ -44,11 +45,12 @@ def history_metric(name: str) -> an.Metric:
 
 
 def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
-    frames, latest, runs, stores = [], [], [], {}
+    frames, latest, runs, stores, ids = [], [], [], {}, []
     for n, db in enumerate(dbs):
         with Store(db, readonly=True) as store, store._guard():
             sid = store_exchange.store_id(store) or f"store{n}"
             stores[str(db)] = sid
+            ids.append(sid)
             frames.append(_lean(store, metric.name, sid, n))
             rows = list(store.rows(latest_only=True))
             latest.append(an.frame(rows).assign(store=n))
@@ -58,7 +60,7 @@ def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
                 r["run_id"] = store_exchange.strip(r["run_id"], r["origin"])
             runs.append(pd.DataFrame(found, columns=["run_id", "matrix_name", "host", "status", "origin"]))
     repeats = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return Loaded(repeats, pd.concat(latest, ignore_index=True), stores,
+    return Loaded(repeats, pd.concat(latest, ignore_index=True), stores, ids,
                   pd.concat(runs, ignore_index=True) if runs else pd.DataFrame())
 
 

@@ -179,7 +179,7 @@ def _comparisons(data: Loaded, machines: list[dict[str, Any]], metric: an.Metric
     df = data.latest
     if df.empty or len(machines) < 2:
         return []
-    sids = {n: sid for n, sid in enumerate(data.stores.values())}
+    sids = data.ids
     origin = [r.rpartition("@")[2] if "@" in r else sids[s] for r, s in zip(df["run_id"], df["store"], strict=True)]
     df = df.assign(run_id=[f"{strip(r, o)}@{o}" for r, o in zip(df["run_id"], origin, strict=True)],
                    cell_key=[f"{strip(k, o)}@{o}" for k, o in zip(df["cell_key"], origin, strict=True)],
