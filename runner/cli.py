@@ -365,6 +365,40 @@ def report(db: DbOpt = DEFAULT_DB,
         typer.echo(str(path))
 
 
+@app.command("export")
+@exits("export")
+def export(out: Annotated[Path, typer.Option("--out", "-o", help="the results file to write (.jsonl.gz)")],
+           db: DbOpt = DEFAULT_DB,
+           run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs (id or prefix; "
+                                                              "repeatable)", callback=_run_refs)] = None,
+           env: Annotated[list[str] | None, typer.Option("--env", help="only these environments (repeatable)")] = None
+           ) -> None:
+    """Write the selected repeats, with their cells, environments, log tails and provenance, to one portable file."""
+    from runner.commands.export import export_command
+    typer.echo(export_command(db, out, run_refs or None, env or None))
+
+
+@app.command("import")
+@exits("import")
+def import_(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="results files `matrix export` wrote")],
+            db: DbOpt = DEFAULT_DB) -> None:
+    """Merge results files into the store: all or nothing; a repeat already there is not stored again."""
+    from runner.commands.import_ import import_command
+    typer.echo("\n".join(import_command(db, files)))
+
+
+@app.command("publish")
+@exits("publish")
+def publish(out: Annotated[Path, typer.Option("--out", "-o", help="the site's folder")],
+            db: Annotated[list[Path] | None, typer.Option("--db", help="result stores (repeatable; default "
+                                                           "results/matrix.db)")] = None,
+            metric: Annotated[str, typer.Option("--metric", help="the metric the histories plot")] = "throughput"
+            ) -> None:
+    """Write a static site (opens from file://): machines, environments, runs, each cell's history with its changes."""
+    from runner.commands.publish import publish_command
+    typer.echo(publish_command([_store_path(p) for p in db or [DEFAULT_DB]], out, metric))
+
+
 @app.command()
 @exits("doctor")
 def doctor() -> None:

@@ -18,7 +18,8 @@ class Exit(IntEnum):
     NOT_MEASURED = 3      # run/collect: a repeat ended failed, oom, timeout, cancelled or not_started
     REFERENCE_FAILED = 4  # run/collect: everything was measured, but a `references:` entry failed
     UNDECIDED = 5         # a decision could not be made from the data (too few repeats, no spread to test)
-    STORE = 6             # the result store or its filesystem: corrupt, unknown schema, not writable, disk full
+    STORE = 6             # the result store or its filesystem: corrupt, unknown schema, not writable, disk full;
+                          # a damaged or foreign results file to import
     BUSY = 7              # another `matrix run` holds the work this one would do (the message names it)
     SPREAD = 8            # bisect: the change is spread over several steps; no single pair is named
     INTERNAL = 70         # a bug in matrix: one line and `matrix -v` for the traceback (EX_SOFTWARE)
@@ -48,7 +49,7 @@ MEANINGS: tuple[Meaning, ...] = (
             "a decision was undecided (too few repeats, no spread to test against, or a bisect whose pairs could "
             "not be told apart at the most repeats); never reported as passed unless `--undecided pass` asks for "
             "it, and never a culprit"),
-    Meaning(Exit.STORE, "all", "the result store or its filesystem: a corrupt or unknown store, a folder that "
+    Meaning(Exit.STORE, "all", "the result store or its filesystem: a corrupt or unknown store (or results file to import), a folder that "
             "cannot be written, a full disk (one line says which file and what to do)"),
     Meaning(Exit.BUSY, "run, collect", "another `matrix run` is measuring the same repeats in this store; the "
             "message names it (its host, process and run id)"),

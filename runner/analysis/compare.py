@@ -33,6 +33,10 @@ ALPHA = 0.05
 MIN_EFFECT = 0.02  # a change below 2% is called noise, however small its p-value
 
 SIDE_KINDS = ("env", "tag", "backend", "run")
+# Sides named only with their prefix: the machine a repeat ran on. `host:NAME` its host name; `machine:X` its
+# hardware in words (as the environments table shows it) or the id of the store it was imported from
+# (runner/store/exchange.py stores an imported repeat's run as `<run id>@<store id>`).
+MACHINE_KINDS = ("host", "machine")
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class Side:
     the newest definition, or with `pool` all of them (runner/analysis/identity.py)."""
 
     ref: str
-    kind: str       # env | tag | backend | run
+    kind: str       # env | tag | backend | run | host | machine
     value: str
     frame: pd.DataFrame
     pool: bool = False
@@ -106,6 +110,8 @@ def select_side(df: pd.DataFrame, ref: str, pool: bool = False) -> Side:
     """
     kind, sep, value = ref.partition(":")
     kinds: Sequence[str] = SIDE_KINDS
+    if sep and kind in MACHINE_KINDS:
+        return _machine_side(df, ref, kind, value, pool)
     if sep and kind in SIDE_KINDS:
         kinds = (kind,)
     else:
@@ -127,6 +133,19 @@ def select_side(df: pd.DataFrame, ref: str, pool: bool = False) -> Side:
     sides = available_sides(df)
     listed = "; ".join(f"{k}: {', '.join(v) if v else '(none)'}" for k, v in sides.items())
     raise ConfigError(f"{ref!r} matches no result in the store. Sides that exist: {listed}")
+
+
+def _machine_side(df: pd.DataFrame, ref: str, kind: str, value: str, pool: bool) -> Side:
+    if kind == "host":
+        mask = df["env_hostname"] == value
+        known = sorted({h for h in df["env_hostname"] if h})
+    else:
+        stores = df["run_id"].map(lambda r: r.rpartition("@")[2] if "@" in r else "")
+        mask = (df["hardware"] == value) | ((stores != "") & stores.str.startswith(value) & (len(value) >= 4))
+        known = sorted({h for h in df["hardware"] if h} | {s for s in stores if s})
+    if value and bool(mask.any()):
+        return Side(ref, kind, value, latest(df[mask]), pool)
+    raise ConfigError(f"{ref!r} matches no result in the store; {kind}: {', '.join(known) or '(none)'}")
 
 
 def change_words(ratio: float, metric: Metric) -> str:

@@ -1,0 +1,205 @@
+"""The site's content as plain records: machines, environments, runs, cells with their histories and changes,
+and the cross-machine comparisons (the compare core's pairs and verdicts). Every number is made here; the
+templates only write it."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import runner.analysis as an
+from runner.publish import svg
+from runner.publish.changes import Change, changes
+from runner.publish.load import Loaded
+from runner.store.exchange import strip
+
+NAME_KEYS = ("environment", "model", "precision", "batch_size", "dataset", "gpus", "nodes", "options")
+
+
+@dataclass
+class Site:
+    metric: an.Metric
+    unit: str
+    machines: list[dict[str, Any]]
+    environments: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    cells: list[dict[str, Any]]
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    stores: dict[str, str] = field(default_factory=dict)
+
+
+def slug(*parts: Any) -> str:
+    """A file name for a page: readable, safe on every filesystem, unique by its hash."""
+    text = "|".join(map(str, parts))
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "-", str(parts[0]))[:40].strip("-.") or "x"
+    return f"{readable}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+
+
+def when(t: Any) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(t))) if t is not None and math.isfinite(float(t)) else ""
+
+
+def build(data: Loaded, metric: an.Metric) -> Site:
+    df = data.repeats.copy()
+    if df.empty:
+        return Site(metric, metric.unit, [], [], [], [], stores=data.stores)
+    df["run"] = [strip(r, o) for r, o in zip(df["run_id"], df["origin"], strict=True)]
+    df["key"] = [strip(k, o) for k, o in zip(df["cell_key"], df["origin"], strict=True)]
+    # The same repeat read from two stores (a store and one it was imported into) counts once.
+    df = df.drop_duplicates(["origin", "run", "key", "repeat"], keep="first")
+    units = df["unit"].dropna()
+    unit = str(units.mode().iloc[0]) if not units.empty else metric.unit
+    machines = _machines(df)
+    label = {m["id"]: m["label"] for m in machines}
+    df["run_slug"] = _per_group(df, ["run", "origin"], slug)
+    df["cell_slug"] = _per_group(df, list(NAME_KEYS), slug)
+    runs = _runs(df, data.runs, label)
+    cells = _cells(df, metric, unit, label)
+    envs = [{"name": env, "machines": sorted({label[o] for o in g["origin"]}),
+             "torch": ", ".join(sorted({str(t) for t in g["env_torch"].dropna()})),
+             "runs": int(g["run_slug"].nunique()), "repeats": len(g)}
+            for env, g in sorted(df.groupby("environment", sort=False), key=lambda kv: str(kv[0]))]
+    site = Site(metric, unit, machines, envs, runs, cells, stores=data.stores)
+    site.comparisons = _comparisons(data, machines, metric)
+    return site
+
+
+def _machines(df: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for origin, g in sorted(df.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
+        hosts = sorted({str(h) for h in g["env_hostname"].dropna() if h})
+        hardware = sorted({str(h) for h in g["hardware"] if h})
+        out.append({"id": str(origin), "hosts": ", ".join(hosts), "hardware": ", ".join(hardware),
+                    "label": f"{hosts[0] if hosts else origin} ({str(origin)[:6]})",
+                    "repeats": len(g), "runs": int(g["run"].nunique()),
+                    "first": when(g["started_at"].min()), "last": when(g["started_at"].max())})
+    return out
+
+
+def _per_group(df: pd.DataFrame, keys: list[str], fn: Any) -> list[Any]:
+    """fn(*key) for each row, computed once per distinct key."""
+    groups = df.groupby(keys, sort=False, dropna=False)
+    codes = groups.ngroup().to_numpy()
+    first = df.loc[groups.head(1).index, keys]
+    values = {int(c): fn(*k) for c, k in zip(codes[first.index], first.itertuples(index=False), strict=True)}
+    return [values[int(c)] for c in codes]
+
+
+def _joined(values: pd.Series) -> str:
+    return ", ".join(sorted({str(v) for v in values if v is not None and v == v and str(v)}))
+
+
+def _runs(df: pd.DataFrame, runs: pd.DataFrame, label: dict[str, str]) -> list[dict[str, Any]]:
+    info = {(str(r["origin"]), str(r["run_id"])): r for r in runs.to_dict("records")} if not runs.empty else {}
+    keys = ["run_slug", "cell_slug"]
+    cells = df.groupby(keys, sort=False).agg(n=("status", "size"), torch=("env_torch", _joined),
+                                             hardware=("hardware", _joined)).reset_index()
+    finite = (df["status"] == "ok") & np.isfinite(df["value"].astype(float))
+    ok = df[finite].groupby(keys, sort=False)["value"].agg(["mean", "std"])
+    statuses = df.groupby([*keys, "status"], sort=True).size()
+    counts: dict[tuple[str, str], list[str]] = {}
+    for (run_slug, cell_slug, status), k in statuses.items():
+        counts.setdefault((run_slug, cell_slug), []).append(f"{k} {status}")
+    names = df.drop_duplicates("cell_slug").set_index("cell_slug")[list(NAME_KEYS)].to_dict("index")
+    per_run: dict[str, list[dict[str, Any]]] = {}
+    for c in cells.to_dict("records"):
+        stats = ok.loc[(c["run_slug"], c["cell_slug"])] if (c["run_slug"], c["cell_slug"]) in ok.index else None
+        per_run.setdefault(c["run_slug"], []).append({
+            "name": names[c["cell_slug"]], "slug": c["cell_slug"], "n": int(c["n"]),
+            "statuses": ", ".join(counts[(c["run_slug"], c["cell_slug"])]),
+            "mean": _num(stats["mean"]) if stats is not None else "",
+            "std": _num(stats["std"]) if stats is not None else "", "torch": c["torch"], "hardware": c["hardware"]})
+    head = df.groupby("run_slug", sort=False).agg(run=("run", "first"), origin=("origin", "first"),
+                                                  t=("started_at", "min"), repeats=("status", "size"),
+                                                  ok=("status", lambda s: int((s == "ok").sum())))
+    out = []
+    for run_slug, r in head.iterrows():
+        meta = info.get((str(r["origin"]), str(r["run"])), {})
+        cells_of = sorted(per_run[str(run_slug)], key=lambda c: tuple(str(c["name"][k]) for k in NAME_KEYS))
+        out.append({"id": str(r["run"]), "origin": str(r["origin"]), "machine": label[str(r["origin"])],
+                    "slug": str(run_slug), "started": when(r["t"]), "_t": float(r["t"]),
+                    "matrix": str(meta.get("matrix_name") or ""), "status": str(meta.get("status") or ""),
+                    "host": str(meta.get("host") or ""), "repeats": int(r["repeats"]), "cells": cells_of,
+                    "ok": int(r["ok"])})
+    out.sort(key=lambda r: (r["_t"], r["id"], r["origin"]))
+    return out
+
+
+def _num(v: Any) -> str:
+    return f"{float(v):.4g}" if v is not None and not (isinstance(v, float) and math.isnan(v)) else ""
+
+
+def _cells(df: pd.DataFrame, metric: an.Metric, unit: str, label: dict[str, str]) -> list[dict[str, Any]]:
+    ok = df[(df["status"] == "ok") & df["value"].notna()]
+    cells = []
+    ok_by_cell = dict(iter(ok.groupby("cell_slug", sort=False)))
+    for name, g in df.groupby(list(NAME_KEYS), sort=True):
+        series, tables = [], []
+        mine = ok_by_cell.get(g["cell_slug"].iloc[0], ok.iloc[0:0])
+        for origin, m in sorted(mine.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
+            per_run = m.groupby("run_slug", sort=False).agg(
+                run=("run", "first"), when=("started_at", "min"), mean=("value", "mean"), std=("value", "std"),
+                n=("value", "size"), torch=("env_torch", "first"), hardware=("hardware", "first"),
+                host=("env_hostname", "first")).sort_values(["when", "run"])
+            found: list[Change] = changes(per_run["mean"].to_numpy() * metric.scale, metric)
+            points = [svg.RunPoint(float(r.when), float(r.mean) * metric.scale, _std(r.std) * metric.scale,
+                                   f"{label[str(origin)]} run {r.run} ({when(r.when)} UTC): "
+                                   f"{r.mean * metric.scale:.4g} ± {_std(r.std) * metric.scale:.3g} {unit} (n={r.n}); "
+                                   f"host {r.host}, {r.hardware}, torch {r.torch}", f"../runs/{slug_}.html")
+                      for slug_, r in zip(per_run.index, per_run.itertuples(), strict=True)]
+            marks = [(c.index, f"{c.words} x{c.ratio:.3f}, p={c.p:.2g}") for c in found]
+            series.append((label[str(origin)], points, marks))
+            tables.append({"machine": label[str(origin)], "changes": [
+                {"run": per_run["run"].iloc[c.index], "before": f"{c.before:.4g}", "after": f"{c.after:.4g}",
+                 "ratio": f"{c.ratio:.3f}", "p": f"{c.p:.2g}", "words": c.words} for c in found],
+                "runs": [{"run": r.run, "slug": s, "when": when(r.when), "mean": _num(r.mean * metric.scale),
+                          "std": _num(r.std * metric.scale), "n": int(r.n), "torch": str(r.torch or "")}
+                         for s, r in zip(per_run.index, per_run.itertuples(), strict=True)]})
+        name_d = dict(zip(NAME_KEYS, name, strict=True))
+        cells.append({"name": name_d, "slug": g["cell_slug"].iloc[0], "repeats": len(g),
+                      "machines": [t["machine"] for t in tables], "plot": svg.plot(series, unit) if series else None,
+                      "tables": tables, "changes": sum(len(t["changes"]) for t in tables)})
+    return cells
+
+
+def _std(v: Any) -> float:
+    return float(v) if v is not None and np.isfinite(v) else math.nan
+
+
+def _comparisons(data: Loaded, machines: list[dict[str, Any]], metric: an.Metric) -> list[dict[str, Any]]:
+    """Every pair of machines through `compare`: their newest repeats of each cell, paired on the params, with
+    the compare core's ratio, p-value (adjusted over the pairs) and verdict."""
+    df = data.latest
+    if df.empty or len(machines) < 2:
+        return []
+    sids = data.ids
+    origin = [r.rpartition("@")[2] if "@" in r else sids[s] for r, s in zip(df["run_id"], df["store"], strict=True)]
+    df = df.assign(run_id=[f"{strip(r, o)}@{o}" for r, o in zip(df["run_id"], origin, strict=True)],
+                   cell_key=[f"{strip(k, o)}@{o}" for k, o in zip(df["cell_key"], origin, strict=True)],
+                   id=df["store"] * 10**9 + df["id"])
+    df = df.drop_duplicates(["run_id", "cell_key", "repeat"], keep="first").reset_index(drop=True)
+    out = []
+    for i, a in enumerate(machines):
+        for b in machines[i + 1:]:
+            sa, sb = an.select_side(df, f"machine:{a['id']}"), an.select_side(df, f"machine:{b['id']}")
+            c = an.compare(sa, sb, metric)
+            rows = [{"model": r["model"], "precision": r["precision"], "batch": r["batch_size"],
+                     "options": r["options"], "a": _ms(r["a_mean"], r["a_std"], metric),
+                     "b": _ms(r["b_mean"], r["b_std"], metric), "ratio": _num(r["ratio"]),
+                     "change": str(r["change"]), "p": _num(r["p_adjusted"]), "verdict": str(r["verdict"])}
+                    for r in c.pairs.to_dict("records")]
+            out.append({"a": a["label"], "b": b["label"], "pairs": rows,
+                        "geomean": _num(c.geomean), "unpaired": len(c.unpaired)})
+    return out
+
+
+def _ms(mean: Any, std: Any, metric: an.Metric) -> str:
+    m, s = _num(mean * metric.scale if mean is not None else None), _num(std * metric.scale if std is not None else None)
+    return f"{m} ± {s}" if s else m

@@ -1,0 +1,141 @@
+"""`matrix publish`: a deterministic, escaped static site with histories, change points and cross-machine
+verdicts from the compare core."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import runner.analysis as an
+from runner.errors import ConfigError
+from runner.publish import publish
+from runner.publish.changes import changes
+
+
+def pages(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_same_stores_same_bytes(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "one")
+    publish([pooled_db], tmp_path / "two")
+    first = pages(tmp_path / "one")
+    assert first == pages(tmp_path / "two")
+    assert len([p for p in first if p.startswith("runs/")]) == 16 and len([p for p in first if p.startswith("cells/")]) == 6
+
+
+def test_a_second_publish_leaves_no_stale_page(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "site")
+    (tmp_path / "site" / "runs" / "gone.html").write_text("old")
+    publish([pooled_db], tmp_path / "site")
+    assert not (tmp_path / "site" / "runs" / "gone.html").exists()
+
+
+def test_a_folder_that_is_not_a_site_is_never_emptied(pooled_db: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "home" / "runs" / "notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("a user's file")
+    with pytest.raises(ConfigError, match="not a site `matrix publish` wrote"):
+        publish([pooled_db], tmp_path / "home")
+    assert mine.read_text() == "a user's file"
+    publish([pooled_db], tmp_path / "empty")          # a new folder, and then an empty one, are fine
+    (tmp_path / "empty2").mkdir()
+    publish([pooled_db], tmp_path / "empty2")
+
+
+def test_everything_is_escaped_and_nothing_is_fetched(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "site")
+    for name, data in pages(tmp_path / "site").items():
+        text = data.decode()
+        assert "<script" not in text, name
+        assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text, re.I), name
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in index and "Intel &lt;Xeon&gt; &amp; &#34;co&#34;" in index
+
+
+def test_links_resolve(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "site")
+    for page in (tmp_path / "site").rglob("*.html"):
+        for href in re.findall(r'href="([^"#]+)"', page.read_text()):
+            assert (page.parent / href).resolve().exists(), (page, href)
+
+
+def test_the_step_is_found_where_it_is_and_nowhere_else(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "site")
+    cells = [p.read_text() for p in (tmp_path / "site" / "cells").glob("*.html")]
+    stepped = [c for c in cells if "alpha" in c]
+    assert len(stepped) == 3
+    for c in stepped:
+        assert c.count("<td>slower</td>") == 1 and "<td>20260004-" in c     # the 5th run, the first after the step
+        assert c.count('class="change"') == 1
+    assert all("No change found" in c for c in cells if "alpha" not in c)
+
+
+def test_changes_of_a_flat_history_and_a_step() -> None:
+    m = an.get_metric("throughput")
+    assert changes([100, 101, 99, 100, 101, 100], m) == []
+    found = changes([100, 101, 99, 100, 80, 81, 79, 80], m)
+    assert [(c.index, c.words) for c in found] == [(4, "slower")]
+    assert found[0].p < 0.05 and 0.79 < found[0].ratio < 0.81
+    assert changes([100, float("nan"), 101, 99, 100, 120, 121, 119, 120], m)[0].index == 5
+
+
+def test_machines_are_compared_by_the_compare_core(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "site")
+    html = (tmp_path / "site" / "machines.html").read_text()
+    assert html.count("<td>not significant</td>") + html.count("<td>faster</td>") + html.count("<td>slower</td>") == 3
+
+
+def test_a_metric_the_history_cannot_plot_is_refused(pooled_db: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="a history plots one of throughput"):
+        publish([pooled_db], tmp_path / "site", "iter_time")
+
+
+def test_cli(pooled_db: Path, tmp_path: Path, matrix_cmd: list[str]) -> None:
+    proc = subprocess.run([*matrix_cmd, "publish", "--db", str(pooled_db), "-o", str(tmp_path / "site")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and "index.html" in proc.stdout, proc.stderr
+    bad = subprocess.run([*matrix_cmd, "publish", "--db", str(tmp_path / "none.db"), "-o", str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 6 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_repeat_in_two_stores_counts_once(pooled_db: Path, tmp_path: Path) -> None:
+    publish([pooled_db], tmp_path / "one")
+    publish([pooled_db, pooled_db.parent / "a.db"], tmp_path / "both")     # a.db's repeats are in pooled_db too
+    one, both = pages(tmp_path / "one"), pages(tmp_path / "both")
+    assert one.keys() == both.keys()
+    strip = re.compile(rb"<footer>.*</footer>", re.S)
+    assert all(strip.sub(b"", one[k]) == strip.sub(b"", both[k]) for k in one)
+
+
+def test_an_empty_store_publishes_an_empty_index(tmp_path: Path) -> None:
+    from runner.store import Store
+    Store(tmp_path / "empty.db").close()
+    files = publish([tmp_path / "empty.db"], tmp_path / "site")
+    assert [f.name for f in files] == ["site.css", "index.html"]
+    assert (tmp_path / "site" / ".matrix-site").is_file()
+    assert "0 machines" in (tmp_path / "site" / "index.html").read_text()
+
+
+def test_a_diverged_value_never_stops_the_site(tmp_path: Path) -> None:
+    """Python's json writes NaN and Infinity, which SQLite's JSON functions refuse as malformed."""
+    import json
+
+    from runner.store import Store
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=4, repeats=3, cells=1)
+    with Store(db) as store, store.db:
+        row = dict(store.db.execute("SELECT * FROM results ORDER BY id DESC LIMIT 1").fetchone())
+        for value in (float("nan"), float("inf")):
+            row["metrics"] = json.dumps({"throughput": value, "loss_end": float("nan")})
+            store.db.execute(f"INSERT INTO results ({', '.join(k for k in row if k != 'id')}) VALUES "
+                             f"({', '.join('?' * (len(row) - 1))})", [v for k, v in row.items() if k != "id"])
+    publish([db], tmp_path / "site")
+    cell = next((tmp_path / "site" / "cells").glob("*.html")).read_text()
+    assert cell.count("<circle") == 4 and "nan" not in cell.lower().replace("nano", "")
+    assert "inf" not in re.sub(r"<title>.*?</title>", "", cell)
