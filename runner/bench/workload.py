@@ -87,14 +87,79 @@ def pump(stream, parser, tail):
             parser.feed(line)
 
 
-def read_file(path, parser):
-    """Feed the log file the program wrote; the problem when it is not there."""
+def file_state(path):
+    """What the log file held before the program ran: (device, inode, size, sha256 of its bytes), or None."""
+    import hashlib
+    try:
+        st = os.stat(path)
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except (IOError, OSError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, digest.hexdigest())
+
+
+def this_repeats_bytes(path, before):
+    """(offset to read from, None) or (None, why): only what this repeat wrote is its result. A file the
+    program made is read whole; one it appended to (mlperf-logging's mllog.config(filename=...) appends)
+    from where it ended before; one it did not change is not this repeat's, and a file that was there
+    before and is no longer its former bytes followed by new ones was rewritten: read whole."""
+    import hashlib
+    try:
+        st = os.stat(path)
+    except (IOError, OSError) as e:
+        return None, "the program wrote no log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
+    if before is None or (st.st_dev, st.st_ino) != before[:2]:
+        return 0, None
+    size = before[2]
+    digest = hashlib.sha256()
     try:
         with open(path, "rb") as f:
+            left = size
+            while left > 0:
+                block = f.read(min(left, 1 << 20))
+                if not block:
+                    break
+                digest.update(block)
+                left -= len(block)
+    except (IOError, OSError) as e:
+        return None, "cannot read the log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
+    if digest.hexdigest() != before[3]:
+        return 0, None
+    if st.st_size == size:
+        return None, ("the program wrote nothing to the log file %s during this repeat (its %d bytes were there "
+                      "before it started: an earlier run's, not this one's); point the parser at a file of "
+                      "this repeat, e.g. {output}/log.json" % (path, size))
+    return size, None
+
+
+def read_file(path, parser, before):
+    """Feed what this repeat wrote to the log file; the problem when it wrote nothing there."""
+    offset, problem = this_repeats_bytes(path, before)
+    if problem:
+        return problem
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
             for raw in f:
                 parser.feed(raw.decode("utf-8", "replace").rstrip("\r\n"))
     except (IOError, OSError) as e:
-        return "the program wrote no log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
+        return "cannot read the log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
+    return None
+
+
+def not_finite(metrics, figures):
+    """The first figure that is infinite or not a number (a result's JSON would store it as nothing)."""
+    import math
+    for name in ("throughput", "window_s", "images", "loss_end", "accuracy", "peak_mem_allocated", "images_per_joule"):
+        value = metrics.get(name)
+        if isinstance(value, float) and not math.isfinite(value):
+            return name, value
+    for name, value in list(metrics.items()) + [(n, (f or {}).get("value")) for n, f in figures.items()]:
+        if isinstance(value, float) and not math.isfinite(value):
+            return name, value
     return None
 
 
@@ -159,6 +224,8 @@ def build_result(spec, parser, found, status, reason, returncode, argv, seconds,
         metrics[field] = [value] if field == "iter_times" else value
     if found["figures"]:
         metrics["figures"] = found["figures"]
+    if found.get("definitions"):
+        metrics["definitions"] = found["definitions"]
     try:
         import resource
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -222,14 +289,15 @@ def main(args):
         env["MATRIX_WORKLOAD_OUTPUT"] = output
         tail = collections.deque(maxlen=TAIL_LINES)
         say("running %s" % " ".join(repr(a) if (" " in a or not a) else a for a in argv))
+        before = file_state(config["file"]) if config.get("file") else None
         started = time.time()
         returncode = run_program(argv, env, parser, tail)
         seconds = time.time() - started
         if returncode is None:
             status, reason = "failed", last_line(tail)
-            found = {"metrics": {}, "figures": {}, "notes": {}, "problem": reason}
+            found = {"metrics": {}, "figures": {}, "notes": {}, "problem": reason, "definitions": {}}
         else:
-            problem = read_file(config["file"], parser) if config.get("file") else None
+            problem = read_file(config["file"], parser, before) if config.get("file") else None
             found = parser.outcome()
             if problem:
                 found["problem"] = problem
@@ -237,6 +305,10 @@ def main(args):
         if rank != 0:  # rank 0 reads the figures (programs log from one process); here only the ending counts
             return (EXIT_OK if returncode == 0 else STATUS_EXIT.get(status, EXIT_FAILED)), None
         result = build_result(spec, parser, found, status, reason, returncode, argv, seconds, values)
+        bad = not_finite(result["metrics"], found["figures"]) if result["status"] == "ok" else None
+        if bad:  # JSON would keep it as null: an `ok` without its figure
+            result["status"], status = "failed", "failed"
+            result["reason"] = "%s parser: %s is %r, not a finite number" % (parser.kind, bad[0], bad[1])
         return STATUS_EXIT.get(status, EXIT_FAILED), result
     finally:
         shutil.rmtree(output, ignore_errors=True)

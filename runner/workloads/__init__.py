@@ -14,7 +14,7 @@ from typing import Any
 
 from runner.spec import Task
 from runner.workloads.files import Changed, folder_name
-from runner.workloads.spec import Workload, text
+from runner.workloads.spec import Workload, arithmetic, text
 
 SPEC_VERSION = 1  # runner/bench/workload.py SPEC_VERSION reads it
 
@@ -28,9 +28,12 @@ def launcher_spec(task: Task, files_at: str | None) -> dict[str, Any]:
     settings = {"iterations": cell.run.iterations, "warmup": cell.run.warmup, "seed": cell.run.seed}
     values = {k: text(v) for k, v in cell.params.items()}
     values.update({k: text(v) for k, v in settings.items()}, repeat=str(task.repeat))
+    parser = dict(workload.parser)
+    if parser.get("items_per_step_text") is not None:  # the cell's own count (checked when the matrix was read)
+        parser["items_per_step"] = arithmetic(str(parser["items_per_step_text"]), values)
     return {"v": SPEC_VERSION, "name": workload.name, "argv": list(workload.argv), "values": values,
             "files": files_at if workload.files else None, "params": {**dict(cell.params), **settings},
-            "parser": dict(workload.parser)}
+            "parser": parser}
 
 
 def arguments(task: Task, files_parent: str | None = None) -> list[str]:
