@@ -150,6 +150,38 @@ def read_file(path, parser, before):
     return None
 
 
+def fresh_files(master, digest, into):
+    """(a fresh copy of the workload's files for this repeat, None) or (None, why): every member copied
+    from the placed master by its manifest (whose sha256 the controller sent), its hash checked, its own
+    mode restored. What a program writes beside itself stays in this copy, removed after the repeat."""
+    import hashlib
+    try:
+        with open(os.path.join(master, ".manifest.json"), "rb") as f:
+            data = f.read()
+        if hashlib.sha256(data).hexdigest() != digest:
+            return None, "the manifest of %s is not the one the files were placed with" % master
+        rows = json.loads(data.decode("utf-8"))["members"]
+        target = os.path.join(into, os.path.basename(master.rstrip("/")))
+        for rel, sha, mode in rows:
+            if rel.startswith("/") or ".." in rel.split("/"):
+                return None, "the manifest of %s names %r, outside the folder" % (master, rel)
+            with open(os.path.join(master, rel), "rb") as f:
+                body = f.read()
+            if hashlib.sha256(body).hexdigest() != sha:
+                return None, ("workload file %s changed after it was placed (a program writing beside itself?); "
+                              "run again" % os.path.join(master, rel))
+            dest = os.path.join(target, rel)
+            if not os.path.isdir(os.path.dirname(dest)):
+                os.makedirs(os.path.dirname(dest))
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+            os.chmod(dest, int(mode))
+    except (IOError, OSError, ValueError, KeyError, TypeError) as e:
+        return None, "cannot copy the workload files from %s: %s" % (master, e)
+    return target, None
+
+
 def not_finite(metrics, figures):
     """The first figure that is infinite or not a number (a result's JSON would store it as nothing)."""
     import math
@@ -270,9 +302,12 @@ def main(args):
         return EXIT_BAD_ARGS, None
     rank = int(os.environ.get("RANK", "0") or 0)
     output = tempfile.mkdtemp(prefix="matrix-workload-")
+    copies = tempfile.mkdtemp(prefix="matrix-files-")
     try:
         values = dict(spec.get("values") or {})
-        values.update(python=sys.executable, output=output, files=spec.get("files") or "")
+        files, problem = (fresh_files(spec["files"], spec.get("files_manifest"), copies) if spec.get("files")
+                          else ("", None))
+        values.update(python=sys.executable, output=output, files=files or "")
         try:
             argv = [expand(t, values) for t in spec["argv"]]
             config = dict(spec["parser"])
@@ -291,7 +326,9 @@ def main(args):
         say("running %s" % " ".join(repr(a) if (" " in a or not a) else a for a in argv))
         before = file_state(config["file"]) if config.get("file") else None
         started = time.time()
-        returncode = run_program(argv, env, parser, tail)
+        if problem:
+            tail.append(problem)
+        returncode = run_program(argv, env, parser, tail) if not problem else None
         seconds = time.time() - started
         if returncode is None:
             status, reason = "failed", last_line(tail)
@@ -312,6 +349,7 @@ def main(args):
         return STATUS_EXIT.get(status, EXIT_FAILED), result
     finally:
         shutil.rmtree(output, ignore_errors=True)
+        shutil.rmtree(copies, ignore_errors=True)
 
 
 def run(argv=None):

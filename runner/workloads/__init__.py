@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from runner.spec import Task
-from runner.workloads.files import Changed, folder_name
+from runner.workloads.files import Changed, folder_name, manifest_digest
 from runner.workloads.spec import Workload, arithmetic, text
 
 SPEC_VERSION = 1  # runner/bench/workload.py SPEC_VERSION reads it
@@ -33,7 +33,7 @@ def launcher_spec(task: Task, files_at: str | None) -> dict[str, Any]:
         parser["items_per_step"] = arithmetic(str(parser["items_per_step_text"]), values)
     return {"v": SPEC_VERSION, "name": workload.name, "argv": list(workload.argv), "values": values,
             "files": files_at if workload.files else None, "params": {**dict(cell.params), **settings},
-            "parser": parser}
+            "parser": parser, "files_manifest": manifest_digest(workload.files) if workload.files else None}
 
 
 def arguments(task: Task, files_parent: str | None = None) -> list[str]:
