@@ -10,8 +10,10 @@ launcher in the zipapp (runner/bench/workload.py) runs and parses in the environ
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runner.errors import ConfigError
 from runner.spec import Task
 from runner.workloads.files import Changed, folder_name, manifest_digest
 from runner.workloads.spec import Workload, arithmetic, text
@@ -48,4 +50,22 @@ def arguments(task: Task, files_parent: str | None = None) -> list[str]:
     return ["workload", json.dumps(launcher_spec(task, files_at), ensure_ascii=True, separators=(",", ":"))]
 
 
-__all__ = ["Changed", "Workload", "arguments", "launcher_spec"]
+def adopted(workloads: Mapping[str, Any], template: str | None, names: Sequence[str], option: str) -> dict[str, Any]:
+    """The workloads of environments made on the command line (run --image, bisect --images/--template):
+    the template's, else the one workload every environment of the matrix runs; a ConfigError when the
+    environments run different ones (the generated environment would not know which). Empty for bench."""
+    if not workloads:
+        return {}
+    if template is not None:
+        return {name: workloads[template] for name in names}
+    distinct = {w.digest: w for w in workloads.values()}
+    if len(distinct) != 1:
+        raise ConfigError(f"{option}: the environments of this matrix run different workloads "
+                          f"({', '.join(sorted(workloads))}); say which one the image runs: "
+                          + ("bisect --images with --template ENVIRONMENT" if "images" in option else
+                             "put the image in an environment of the matrix file"))
+    (workload,) = distinct.values()
+    return {name: workload for name in names}
+
+
+__all__ = ["Changed", "Workload", "adopted", "arguments", "launcher_spec"]

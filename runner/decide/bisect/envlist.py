@@ -179,17 +179,19 @@ def _from_images(m: matrix_mod.Matrix, patterns: Sequence[str], template: str | 
                               f"environments with an image: {', '.join(with_image) or '(none)'}")
     images = [image for p in patterns for image in expand_pattern(p)]
     envs = generated(images, base, gpus)
+    from runner.workloads import adopted
+    workloads = {**m.workloads, **adopted(m.workloads, template, [e.name for e in envs], "--images")}
     if base is None:
         # As `matrix run --image`: the axes in the image, rules that name an environment left out.
         axes = m.axes
         if gpus and axes.device == ["cpu"]:
             axes = axes.model_copy(update={"device": ["cuda"]})
-        source = replace(m, axes=axes, environments=(envs[0],),
+        source = replace(m, axes=axes, environments=(envs[0],), workloads=workloads,
                          include=tuple({k: v for k, v in r.items() if k != "environment"} for r in m.include),
                          exclude=tuple(r for r in m.exclude if "environment" not in r))
     else:
         mine = [r for r in m.include if r.get("environment") in (None, base.name)]
-        source = replace(m, environments=(base,), include=tuple(mine),
+        source = replace(m, environments=(base,), include=tuple(mine), workloads=workloads,
                          exclude=tuple(r for r in m.exclude if r.get("environment") in (None, base.name)))
     return envs, source
 
@@ -203,7 +205,7 @@ def _cells(source: matrix_mod.Matrix, envs: Sequence[EnvironmentBase], only: Seq
         if len(all_cells) != 1:
             raise ConfigError(_not_one(all_cells, "the images", only))
         cell = all_cells[0]
-        return [Cell(e, cell.params, cell.run) for e in envs]
+        return [Cell(e, cell.params, cell.run, source.workloads.get(e.name)) for e in envs]
     by_env: dict[str, list[Cell]] = {}
     for c in all_cells:
         by_env.setdefault(c.env_name, []).append(c)

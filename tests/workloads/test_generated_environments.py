@@ -1,0 +1,66 @@
+"""Environments made on the command line (run --image, bisect --images with or without --template) run the
+matrix's workload, never the built-in benchmark in its place; where the matrix's environments run different
+workloads, the option is refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner import cli
+from runner import matrix as matrix_mod
+from runner.decide.bisect.envlist import plan
+from runner.errors import ConfigError
+
+MATRIX = """
+name: gen
+environments:
+  - {name: host, backend: local}
+  - {name: box, backend: docker, image: "debian-torch:1.13"}
+workload:
+  argv: ["{python}", "-c", "print('speed 123 img/s')", "{batch_size}"]
+  parser: {kind: pattern, figures: {throughput: {regex: 'speed (\\\\d+)', unit: img/s}}}
+axes: {batch_size: [8]}
+run: {repeats: 1}
+"""
+
+
+def parsed(text: str = MATRIX) -> matrix_mod.Matrix:
+    return matrix_mod.parse(text, Path("m.yaml"))
+
+
+def test_run_image_runs_the_matrixs_workload() -> None:
+    m = parsed()
+    (cell,) = cli._with_image(m, "debian-torch:2.1", None).cells()
+    assert cell.workload is not None and cell.workload.digest == m.cells()[0].workload.digest
+    assert cell.params == {"batch_size": 8}
+
+
+@pytest.mark.parametrize("template", [None, "box"])
+def test_bisect_images_run_the_matrixs_workload(template: str | None) -> None:
+    m = parsed()
+    b = plan(m, images=["debian-torch:{1..3}"], template=template)
+    assert len(b.cells) == 3 and all(c.workload is not None for c in b.cells)
+    assert {c.workload.digest for c in b.cells} == {m.cells()[0].workload.digest}
+    assert {c.workload.digest for c in b.matrix.cells()} == {m.cells()[0].workload.digest}
+
+
+def test_an_image_is_refused_where_environments_run_different_workloads() -> None:
+    text = MATRIX.replace('- {name: box, backend: docker, image: "debian-torch:1.13"}',
+                          '- {name: box, backend: docker, image: "debian-torch:1.13", workload: {argv: ["{python}", '
+                          '"other.py", "{batch_size}"]}}')
+    m = parsed(text)
+    with pytest.raises(ConfigError) as e:
+        cli._with_image(m, "debian-torch:2.1", None)
+    assert "\n" not in str(e.value) and str(e.value).startswith("--image: the environments of this matrix run "
+                                                                "different workloads (box, host)")
+    with pytest.raises(ConfigError, match="--template ENVIRONMENT"):
+        plan(m, images=["debian-torch:{1..2}"])
+    b = plan(m, images=["debian-torch:{1..2}"], template="box")  # the template says which
+    assert all(c.workload is not None and c.workload.argv[1] == "other.py" for c in b.cells)
+
+
+def test_a_bench_matrix_still_runs_bench_in_an_image() -> None:
+    m = parsed("environments: [{name: host, backend: local}]\naxes: {model: [mlp], batch_size: [8]}\n")
+    assert all(c.workload is None for c in cli._with_image(m, "img:1", None).cells())
