@@ -194,7 +194,7 @@ def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, 
         def locate(loc: Sequence[Any]) -> str:
             return _line(where, text, loc)
 
-        refs = references.parse(top.references, locate)
+        refs = references.parse(top.references, locate, m.own_axes)
         references.check_matches(refs, expand(m), locate)
         m = replace(m, references=refs)
     return m

@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from . import parsers
+from .bounded import BoundedFeed
 from .contract import EXIT_BAD_ARGS, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, SCHEMA
 
 SPEC_VERSION = 1
@@ -273,8 +274,9 @@ def build_result(spec, parser, found, status, reason, returncode, argv, seconds,
                          "script": (child or {}).get("workload")}}
 
 
-def run_program(argv, env, parser, tail):
-    """Start the program, pass its output through, return its exit status (None: it could not start)."""
+def run_program(argv, env, parser, feed, tail):
+    """Start the program, pass its output through (to `feed`, the parser with its time bound), return its exit
+    status (None: it could not start)."""
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, close_fds=True)
@@ -282,7 +284,7 @@ def run_program(argv, env, parser, tail):
         tail.append("cannot start %s: %s" % (argv[0] if argv else "(empty argv)", getattr(e, "strerror", None) or e))
         return None
     try:
-        pump(proc.stdout, None if parser.config.get("file") else parser, tail)
+        pump(proc.stdout, None if parser.config.get("file") else feed, tail)
     finally:
         proc.stdout.close()
     return proc.wait()
@@ -325,19 +327,20 @@ def main(args):
         tail = collections.deque(maxlen=TAIL_LINES)
         say("running %s" % " ".join(repr(a) if (" " in a or not a) else a for a in argv))
         before = file_state(config["file"]) if config.get("file") else None
+        bounded = BoundedFeed(parser)
         started = time.time()
         if problem:
             tail.append(problem)
-        returncode = run_program(argv, env, parser, tail) if not problem else None
+        returncode = run_program(argv, env, parser, bounded, tail) if not problem else None
         seconds = time.time() - started
         if returncode is None:
             status, reason = "failed", last_line(tail)
             found = {"metrics": {}, "figures": {}, "notes": {}, "problem": reason, "definitions": {}}
         else:
-            problem = read_file(config["file"], parser, before) if config.get("file") else None
+            problem = read_file(config["file"], bounded, before) if config.get("file") else None
             found = parser.outcome()
-            if problem:
-                found["problem"] = problem
+            if problem or bounded.problem:
+                found["problem"] = bounded.problem or problem
             status, reason = judge(returncode, found, list(tail), parser)
         if rank != 0:  # rank 0 reads the figures (programs log from one process); here only the ending counts
             return (EXIT_OK if returncode == 0 else STATUS_EXIT.get(status, EXIT_FAILED)), None

@@ -185,7 +185,7 @@ def _problem_text(err: Mapping[str, Any]) -> str:
     return msg
 
 
-def parse(raw: Any, locate: Locate) -> tuple[Reference, ...]:
+def parse(raw: Any, locate: Locate, own: Sequence[str] = ()) -> tuple[Reference, ...]:
     """Validate `references:`; every mistake is one line naming the field, all mistakes together."""
     if raw is None:
         return ()
@@ -206,13 +206,14 @@ def parse(raw: Any, locate: Locate) -> tuple[Reference, ...]:
                             f"with KEY one of {', '.join(MATCH_KEYS)}")
             rule = {}
         for key, value in rule.items():
-            if key not in MATCH_KEYS:
+            if key not in MATCH_KEYS and key not in own:  # own: a workload's own axes
                 problems.append(f"{locate(('references', i, 'match', key))}: unknown key {key!r}; "
-                                f"allowed: {', '.join(MATCH_KEYS)}")
+                                f"allowed: {', '.join([*MATCH_KEYS, *own])}")
                 continue
             values = value if isinstance(value, list) else [value]
             try:
-                match[str(key)] = tuple(_coerce(key, v) if key in AXIS_NAMES else str(v) for v in values)
+                match[str(key)] = tuple(_coerce(key, v) if key in AXIS_NAMES or key in own else str(v)
+                                        for v in values)
             except ValidationError as e:
                 why = str(e.errors()[0]["msg"]).removeprefix("Value error, ")
                 problems.append(f"{locate(('references', i, 'match', key))}: {why}")

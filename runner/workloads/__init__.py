@@ -29,7 +29,8 @@ def launcher_spec(task: Task, files_at: str | None) -> dict[str, Any]:
     assert isinstance(workload, Workload)
     settings = {"iterations": cell.run.iterations, "warmup": cell.run.warmup, "seed": cell.run.seed}
     values = {k: text(v) for k, v in cell.params.items()}
-    values.update({k: text(v) for k, v in settings.items()}, repeat=str(task.repeat))
+    # {repeat} counts 1..n, as `run` and `show` print repeats (the store's repeat index is 0-based).
+    values.update({k: text(v) for k, v in settings.items()}, repeat=str(task.repeat + 1))
     parser = dict(workload.parser)
     if parser.get("items_per_step_text") is not None:  # the cell's own count (checked when the matrix was read)
         parser["items_per_step"] = arithmetic(str(parser["items_per_step_text"]), values)

@@ -64,3 +64,13 @@ def test_an_image_is_refused_where_environments_run_different_workloads() -> Non
 def test_a_bench_matrix_still_runs_bench_in_an_image() -> None:
     m = parsed("environments: [{name: host, backend: local}]\naxes: {model: [mlp], batch_size: [8]}\n")
     assert all(c.workload is None for c in cli._with_image(m, "img:1", None).cells())
+
+
+def test_a_reference_may_name_the_workloads_own_axes() -> None:
+    text = MATRIX.replace("axes: {batch_size: [8]}", "axes: {batch_size: [8], block_size: [64, 128]}") + \
+        "references:\n  - {match: {block_size: 64}, throughput: '>= 100'}\n"
+    m = parsed(text)
+    (ref,) = m.references
+    assert [c.params["block_size"] for c in m.cells() if ref.matches(c)] == [64, 64]
+    with pytest.raises(ConfigError, match="matches no cell"):
+        parsed(text.replace("block_size: 64}", "block_size: 65}"))

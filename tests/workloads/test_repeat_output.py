@@ -199,3 +199,15 @@ def test_items_per_step_is_arithmetic_of_the_cells_values_only(expr: str, words:
 
     with pytest.raises(ValueError, match=words):
         arithmetic(expr, {"batch_size": "8"})
+
+
+def test_a_regular_expression_that_never_returns_is_bounded_and_named_as_the_cause() -> None:
+    import time
+
+    cfg = config({"kind": "pattern", "figures": {"throughput": {"regex": r"(a+)+$", "unit": "img/s"}}})
+    started = time.monotonic()
+    got = repeat([sys.executable, "-c", "print('a' * 40 + 'b'); print('speed 5')"], cfg)
+    assert time.monotonic() - started < 20
+    assert got["status"] == "failed" and got["workload"]["returncode"] == 0
+    assert "regular expressions (/(a+)+$/) stopped being matched" in got["reason"]
+    assert "took more than 2s" in got["reason"]
