@@ -197,7 +197,10 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
         run_id = store.resolve_run(run_ref)
         rows = list(store.rows([run_id], latest_only=False))
     axes = list(dict.fromkeys(k for r in rows for k in shown_params(r["params"])))
-    table = Table(["cell", "environment", *axes, "repeat", "status", "img/s", "note"],
+    from runner.analysis import definition, shown_unit
+    unit = shown_unit((definition(r["metrics"] or {}, "throughput")[1] for r in rows if r["status"] == "ok"),
+                      "throughput")
+    table = Table(["cell", "environment", *axes, "repeat", "status", unit, "note"],
                   align=["l"] * (2 + len(axes)) + ["r", "l", "r"])
     for r in rows:
         tput = (r["metrics"] or {}).get("throughput")

@@ -14,6 +14,7 @@ import collections
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -267,6 +268,12 @@ def build_result(spec, parser, found, status, reason, returncode, argv, seconds,
         pass
     env = (child or {}).get("env") or capture(values)
     env["launcher_python"] = sys.executable
+    # What `matrix diff` and bisect compare: the command that ran, and (as bench records it) the packages and
+    # the variables that steer the libraries, which the program inherited from this process.
+    env["workload_argv"] = " ".join(shlex.quote(a) for a in argv)
+    if "software" not in env:
+        from . import envinfo
+        envinfo.add_software(env)
     return {"schema": SCHEMA, "status": status, "reason": reason, "params": spec.get("params") or {},
             "metrics": metrics, "precision": (child or {}).get("precision"), "env": env,
             "workload": {"name": spec.get("name"), "parser": parser.kind, "argv": argv, "returncode": returncode,

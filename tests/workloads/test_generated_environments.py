@@ -20,7 +20,7 @@ environments:
   - {name: box, backend: docker, image: "debian-torch:1.13"}
 workload:
   argv: ["{python}", "-c", "print('speed 123 img/s')", "{batch_size}"]
-  parser: {kind: pattern, figures: {throughput: {regex: 'speed (\\\\d+)', unit: img/s}}}
+  parser: {kind: pattern, figures: {throughput: {regex: 'speed ([0-9]+)', unit: img/s}}}
 axes: {batch_size: [8]}
 run: {repeats: 1}
 """
@@ -74,3 +74,44 @@ def test_a_reference_may_name_the_workloads_own_axes() -> None:
     assert [c.params["block_size"] for c in m.cells() if ref.matches(c)] == [64, 64]
     with pytest.raises(ConfigError, match="matches no cell"):
         parsed(text.replace("block_size: 64}", "block_size: 65}"))
+
+
+DIFFERING = """
+name: wl-diff
+environments:
+  - {name: a, backend: local, env: {TORCH_SHOW_CPP_STACKTRACES: "0"}}
+  - name: b
+    backend: local
+    env: {TORCH_SHOW_CPP_STACKTRACES: "1"}
+    workload: {argv: ["{python}", "-c", "print('speed 5 img/s')", "--fast", "{batch_size}"]}
+workload:
+  argv: ["{python}", "-c", "print('speed 5 img/s')", "{batch_size}"]
+  parser: {kind: pattern, figures: {throughput: {regex: 'speed ([0-9]+)', unit: img/s}}}
+axes: {batch_size: [8]}
+run: {repeats: 1, timeout: 120}
+"""
+
+
+def test_diff_of_workload_environments_names_their_command_and_steering_variables(tmp_path: Path) -> None:
+    from tests.workloads.conftest import cli as run_cli
+
+    (tmp_path / "m.yaml").write_text(DIFFERING)
+    done = run_cli("run", "-m", "m.yaml", "--db", "r.db", "--workdir", "w", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    diff = run_cli("diff", "a", "b", "--db", "r.db", cwd=tmp_path)
+    assert diff.returncode == 0, diff.stderr
+    assert "Nothing recorded differs" not in diff.stdout
+    assert "TORCH_SHOW_CPP_STACKTRACES" in diff.stdout and "program's command" in diff.stdout, diff.stdout
+
+
+def test_a_huge_image_range_is_refused_before_it_is_made() -> None:
+    import time
+
+    from runner.decide.bisect.envlist import expand_pattern
+
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="1000000000 images, more than"):
+        expand_pattern("img:{1..1000000000}")
+    with pytest.raises(ConfigError, match="images, more than"):
+        expand_pattern("img:{1000.01..9999.01}")
+    assert time.monotonic() - started < 1
