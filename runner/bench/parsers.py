@@ -27,6 +27,10 @@ STORE_FIELDS = {"throughput": "throughput", "window_s": "window_s", "iter_time":
                 "peak_mem": "peak_mem_allocated", "loss_end": "loss_end", "accuracy": "accuracy",
                 "images_per_joule": "images_per_joule", "images": "images"}
 
+# The unit a store metric other than throughput is shown in, whatever the program printed (converted).
+SHOWN_UNITS = {"window_s": "s", "iter_time": "ms", "peak_mem": "MiB", "accuracy": "", "loss_end": "",
+               "images_per_joule": "img/J"}
+
 DLLOGGER_KEYS = {
     "throughput": ("throughput_train", "train.total_ips", "train_throughput", "throughput", "total_ips",
                    "train.compute_ips", "ips"),
@@ -384,7 +388,7 @@ class PatternParser(Parser):
                 problem = ("figure %s: %s is not a fraction between 0 and 1; a percentage (DeepLearningExamples "
                            "logs them) needs unit: %%" % (name, values[-1]))
             definition = {"how": "pattern: figure %s /%s/, %s of the matches after %d" % (name, fig["regex"], how, skip),
-                          "unit": fig.get("shown_unit") or fig.get("unit", "")}
+                          "unit": fig.get("shown_unit") or SHOWN_UNITS.get(fig.get("metric"), fig.get("unit", ""))}
             if fig.get("metric"):
                 if value is not None:
                     metrics[fig["metric"]] = value

@@ -143,7 +143,9 @@ def figure_config(name: str, fig: Figure) -> dict[str, Any]:
     metric = METRIC_ALIASES.get(name, name)
     out: dict[str, Any] = {"name": name, "regex": fig.regex, "unit": fig.unit, "reduce": fig.reduce,
                            "skip": fig.skip, "optional": fig.optional, "scale": 1.0, "metric": None,
-                           "better": fig.better, "decimal": fig.decimal}
+                           "better": fig.better}
+    if fig.decimal != ".":  # only when not the default: a configuration written before keeps its cell key
+        out["decimal"] = fig.decimal
     if metric not in STORE_METRICS:
         if fig.better is None:
             raise ValueError(f"figure {name}: say which direction is better (better: higher or lower); a figure "
@@ -172,7 +174,9 @@ def figure_config(name: str, fig: Figure) -> dict[str, Any]:
         scale = 0.01 if unit == "%" else 1.0
     elif metric == "images_per_joule" and not unit.endswith("/J"):
         raise ValueError(f"figure {name}: unit {fig.unit!r}; images per joule is a count per joule (img/J)")
-    out.update(metric=metric, scale=scale, better=better, stored_unit=stored, shown_unit=shown)
+    out.update(metric=metric, scale=scale, better=better, stored_unit=stored)
+    if metric == "throughput" and shown != unit:  # kimg/s shows img/s; the other metrics' units are fixed
+        out["shown_unit"] = shown
     return out
 
 

@@ -211,3 +211,14 @@ def test_a_regular_expression_that_never_returns_is_bounded_and_named_as_the_cau
     assert got["status"] == "failed" and got["workload"]["returncode"] == 0
     assert "regular expressions (/(a+)+$/) stopped being matched" in got["reason"]
     assert "took more than 2s" in got["reason"]
+
+
+def test_a_pattern_configuration_written_before_keeps_its_cell_key() -> None:
+    """The new settings (decimal, a prefixed unit's shown unit, items_per_step) enter the parser's configuration,
+    and with it the cell key, only when used: an img/s figure measured before is still the same definition."""
+    (fig,) = config({"kind": "pattern", "figures": {"throughput": {"regex": r"(\S+)", "unit": "img/s"}}})["figures"]
+    assert set(fig) == {"name", "regex", "unit", "reduce", "skip", "optional", "scale", "metric", "better",
+                        "stored_unit"}
+    (scaled,) = config({"kind": "pattern", "figures": {"throughput": {"regex": r"(\S+)", "unit": "kimg/s",
+                                                                      "decimal": ","}}})["figures"]
+    assert scaled["shown_unit"] == "img/s" and scaled["decimal"] == "," and scaled["scale"] == 1000.0
