@@ -61,3 +61,46 @@ def test_a_workload_repeat_shows_no_warm_up_or_window_the_program_never_saw() ->
     assert list(df["settings"]) == ["", "iterations=50 warmup=10 seed=0"]
     assert df["warmup_iters"].isna().tolist() == [True, False] and df["window_iters"].isna().tolist() == [True, False]
     assert df["steps"].isna().tolist()[0]
+
+
+NANOGPT_LIKE = r'''
+import sys
+for i, ms in enumerate([900.0, 190.0, 210.0, 200.0]):
+    print("iter %d: loss %.2f, time %.2fms, mfu %.2f%%" % (i * 10, 4.4 - i * 0.1, ms, -100.0 if i == 0 else 1.2))
+'''
+
+
+def test_a_program_printing_its_time_per_step_is_shown_in_its_own_unit(tmp_path: Path) -> None:
+    from tests.workloads.conftest import cli, rows
+
+    (tmp_path / "train.py").write_text(NANOGPT_LIKE)
+    (tmp_path / "m.yaml").write_text("""
+name: gpt-like
+environments: [{name: host, backend: local}, {name: other, backend: local, env: {OMP_NUM_THREADS: "1"}}]
+workload:
+  argv: ["{python}", "{files}/train.py"]
+  files: [train.py]
+  parser:
+    kind: pattern
+    items_per_step: "{batch_size} * {block_size}"
+    items: tokens
+    figures:
+      iter_time: {regex: 'time ([0-9.]+)ms', unit: ms, reduce: mean, skip: 1}
+      loss_end: {regex: 'loss ([0-9.]+)'}
+axes: {batch_size: [12], block_size: [64]}
+run: {repeats: 2, timeout: 120}
+""")
+    run = cli("run", "-m", "m.yaml", "--db", "r.db", "--workdir", "w", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "tokens/s (mean ± std)" in run.stdout and "img/s" not in run.stdout
+    got = rows(tmp_path / "r.db")
+    assert all(r["metrics"]["throughput"] == 12 * 64 / 0.2 for r in got)
+    assert got[0]["metrics"]["definitions"]["throughput"]["unit"] == "tokens/s"
+    show = cli("show", "--db", "r.db", cwd=tmp_path)
+    assert "tokens/s" in show.stdout and "img/s" not in show.stdout, show.stdout
+    report = cli("report", "--db", "r.db", "--format", "md", "--out", "rep", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "throughput (tokens/s)" in md and "warmup=10" not in md and "iterations=50" not in md
+    compare = cli("compare", "host", "other", "--db", "r.db", cwd=tmp_path)
+    assert "Metric: throughput (tokens/s)" in compare.stdout and "(img/s)" not in compare.stdout, compare.stdout
