@@ -185,11 +185,8 @@ def stage(entries: tuple[FileEntry, ...], parent: Path) -> Path:
 
 
 def _remove(folder: Path) -> None:
-    def writable(func: object, path: str, exc: object) -> None:
-        os.chmod(os.path.dirname(path), 0o755)
-        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
-    if folder.exists():
-        shutil.rmtree(folder, onerror=writable)
+    """Remove a placed folder (its files are read-only, its folders are not: rmtree can unlink them)."""
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def tar_members(entries: tuple[FileEntry, ...], inside: str, tar: tarfile.TarFile, mtime: float) -> None:
