@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError, field_validator, model_validator
 
-from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric
+from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric, shown_unit
 from runner.decide import verdict as verdicts_
 from runner.decide.verdict import UNDECIDED_POLICIES, Verdict
 from runner.errors import ConfigError
@@ -346,7 +346,8 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
         verdict, reason = Verdict.FAIL, f"no ok repeat ({statuses})"
     else:
         verdict, reason = Verdict.UNDECIDED, f"nothing measured ({statuses})"
-    return Judgement(ref.index, cell.key, cell_words(cell, keys), metric.name, metric.unit, bound.text(), verdict,
+    unit = shown_unit(ok.get(f"unit_{metric.name}", ()), metric.name)  # the program's own (tok/s), else the metric's
+    return Judgement(ref.index, cell.key, cell_words(cell, keys), metric.name, unit, bound.text(), verdict,
                      st.mean, st.n, st.ci_low, st.ci_high, margin, statuses, reason, ref.undecided)
 
 

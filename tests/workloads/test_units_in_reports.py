@@ -104,3 +104,18 @@ run: {repeats: 2, timeout: 120}
     assert "throughput (tokens/s)" in md and "warmup=10" not in md and "iterations=50" not in md
     compare = cli("compare", "host", "other", "--db", "r.db", cwd=tmp_path)
     assert "Metric: throughput (tokens/s)" in compare.stdout and "(img/s)" not in compare.stdout, compare.stdout
+
+
+def test_a_reference_on_a_workload_is_judged_in_its_own_unit() -> None:
+    import pandas as pd
+
+    from runner.decide import references
+
+    (ref,) = references.parse([{"throughput": ">= 5"}], lambda loc: "m.yaml")
+    (cell,) = M.cells()
+    df = an.frame([row(r, 10.0, {"throughput": TOKENS}) for r in range(2)])
+    judged = references._judgement(ref, cell, df, an.METRICS["throughput"], ref.bounds["throughput"], ["batch_size"])
+    assert judged.unit == "tok/s" and judged.verdict.value == "pass"
+    bench = references._judgement(ref, cell, pd.DataFrame(an.frame([row(0, 10.0, None)])), an.METRICS["throughput"],
+                                  ref.bounds["throughput"], ["batch_size"])
+    assert bench.unit == "img/s"
