@@ -432,7 +432,10 @@ class MatrixParser(Parser):
             return {}, {}, {}, ("found no MATRIX_RESULT line in the program's output (%d lines): does the script "
                                 "call matrix_bench.measure's report()?" % self.lines)
         metrics = dict(self.result.get("metrics") or {})
-        if metrics.get("throughput") is not None:
+        own = metrics.pop("definitions", None)
+        if isinstance(own, dict):
+            self.definitions.update(own)
+        elif metrics.get("throughput") is not None:
             self.definitions["throughput"] = {"how": "measure: items over the script's synchronised window",
                                               "unit": "items/s"}
         return metrics, {}, {}, None

@@ -222,3 +222,16 @@ def test_a_pattern_configuration_written_before_keeps_its_cell_key() -> None:
     (scaled,) = config({"kind": "pattern", "figures": {"throughput": {"regex": r"(\S+)", "unit": "kimg/s",
                                                                       "decimal": ","}}})["figures"]
     assert scaled["shown_unit"] == "img/s" and scaled["decimal"] == "," and scaled["scale"] == 1000.0
+
+
+def test_a_script_measuring_itself_says_what_it_counted() -> None:
+    line = ('MATRIX_RESULT {"status": "ok", "metrics": {"throughput": 12.5, "definitions": {"throughput": '
+            '{"how": "measure: items over the script\'s synchronised window", "unit": "tokens/s"}}}}')
+    found = feed({"kind": "matrix"}, line)
+    assert found["definitions"]["throughput"]["unit"] == "tokens/s"
+    plain = feed({"kind": "matrix"}, 'MATRIX_RESULT {"status": "ok", "metrics": {"throughput": 12.5}}')
+    assert plain["definitions"]["throughput"]["unit"] == "items/s"
+    import inspect
+
+    from runner.bench import measure
+    assert inspect.signature(measure.report).parameters["unit"].default == "items"
