@@ -140,9 +140,12 @@ def _with_image(m: matrix_mod.Matrix, image: str, gpus: str | None) -> matrix_mo
     if gpus and axes.device == ["cpu"]:
         # GPUs were asked for: a CPU-only device axis (the quickstart's) would leave them idle.
         axes = axes.model_copy(update={"device": ["cuda"]})
-    return replace(m, axes=axes, environments=(adhoc_environment(image, gpus),), include=tuple(
+    from runner.workloads import adopted
+    env = adhoc_environment(image, gpus)
+    return replace(m, axes=axes, environments=(env,), include=tuple(
         {k: v for k, v in rule.items() if k != "environment"} for rule in m.include),
-        exclude=tuple(r for r in m.exclude if "environment" not in r))
+        exclude=tuple(r for r in m.exclude if "environment" not in r),
+        workloads=adopted(m.workloads, None, [env.name], "--image"))
 
 
 def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] | None, workdir: Path,
@@ -194,7 +197,10 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
         run_id = store.resolve_run(run_ref)
         rows = list(store.rows([run_id], latest_only=False))
     axes = list(dict.fromkeys(k for r in rows for k in shown_params(r["params"])))
-    table = Table(["cell", "environment", *axes, "repeat", "status", "img/s", "note"],
+    from runner.analysis import definition, shown_unit
+    unit = shown_unit((definition(r["metrics"] or {}, "throughput")[1] for r in rows if r["status"] == "ok"),
+                      "throughput")
+    table = Table(["cell", "environment", *axes, "repeat", "status", unit, "note"],
                   align=["l"] * (2 + len(axes)) + ["r", "l", "r"])
     for r in rows:
         tput = (r["metrics"] or {}).get("throughput")

@@ -194,7 +194,7 @@ def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, 
         def locate(loc: Sequence[Any]) -> str:
             return _line(where, text, loc)
 
-        refs = references.parse(top.references, locate)
+        refs = references.parse(top.references, locate, m.own_axes)
         references.check_matches(refs, expand(m), locate)
         m = replace(m, references=refs)
     return m
@@ -254,6 +254,11 @@ def _placeholders_unset(m: Matrix, envs: Sequence[EnvironmentBase]) -> list[tupl
     found: dict[tuple[Any, ...], str] = {}
     for cell in expand(m):
         missing = sorted(cell.workload.uses() - set(cell.params) - set(BUILTIN_PLACEHOLDERS))
+        why = None if missing else cell.workload.cell_problem(cell.params)
+        if why:
+            i = index[cell.env_name]
+            found.setdefault(("environments", i, "workload", "parser") if envs[i].workload else ("workload", "parser"),
+                             f"cell {cell.label()!r}: {why}")
         if missing:
             i = index[cell.env_name]
             loc = ("environments", i, "workload", "argv") if envs[i].workload else ("workload", "argv")

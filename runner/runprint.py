@@ -22,6 +22,7 @@ from rich.progress import (
 
 from runner import backends
 from runner import console as consoles
+from runner.analysis import definition, shown_unit
 from runner.report.fmt import Cell as TableCell
 from runner.report.fmt import Table
 from runner.results import RERUN_FAILED_TEXT, Outcome, Status
@@ -57,7 +58,9 @@ def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Tabl
     for row in rows:
         by_key[row["cell_key"]].append(row)
     varying = varying_params(cells)
-    table = Table(["environment", *varying, "repeats", "img/s (mean ± std)", "note"],
+    unit = shown_unit((definition(r["metrics"], "throughput")[1] for r in rows
+                       if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)), "throughput")
+    table = Table(["environment", *varying, "repeats", f"{unit} (mean ± std)", "note"],
                   align=["l"] * (1 + len(varying)) + ["r", "r", "l"])
     for cell in cells:
         mine = by_key.get(cell.key, [])

@@ -24,8 +24,48 @@ MERGE_TAG = "tag:yaml.org,2002:merge"
 OCTAL = re.compile(r"^[-+]?0[0-7_]+$")        # YAML 1.1 octal: 010 is 8 (YAML 1.2 and people read 10)
 BASE60 = re.compile(r"^[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?$")  # 1:30 is 90
 
+# What a file may expand to through its aliases, counting an aliased node once per use: a matrix is a few
+# hundred nodes; ten nested aliases of ten (a "billion laughs") are 10^10 and exhaust the machine wherever
+# the value lands (a workload's argv, an environment's env), so they are refused before anything reads them.
+MAX_EXPANDED_NODES = 100_000
+
 Locate = Callable[[Sequence[Any]], str]  # a field path -> "file: a.b[2] (line N)"
 Shape = dict[str, Any]  # known keys of a mapping and their annotations; "*": any other key (else left alone)
+
+
+class TooLarge(yaml.YAMLError):
+    def __init__(self, line: int, why: str) -> None:
+        super().__init__(why)
+        self.line, self.why = line, why
+
+
+def refuse_expansion(root: yaml.Node) -> None:
+    """Raise TooLarge when the node tree, aliases expanded, exceeds MAX_EXPANDED_NODES (counted without
+    expanding: each node's size once, memoised)."""
+    size: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in size:
+            continue
+        if not done and id(node) in open_:
+            raise TooLarge(node.start_mark.line + 1, "an alias (*name) refers to a value that contains it")
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        if not done:
+            open_.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in size)
+            continue
+        open_.discard(id(node))
+        size[id(node)] = 1 + sum(size.get(id(c), 1) for c in children)
+        if size[id(node)] > MAX_EXPANDED_NODES:
+            raise TooLarge(node.start_mark.line + 1, f"its aliases (*name) expand to more than "
+                                                     f"{MAX_EXPANDED_NODES:,} values")
 
 
 class DuplicateKey(yaml.YAMLError):
@@ -41,6 +81,7 @@ class MatrixLoader(yaml.SafeLoader):
     def compose_document(self) -> Any:
         node = super().compose_document()
         if node is not None:
+            refuse_expansion(node)
             refuse_duplicates(node)
         return node
 
@@ -86,6 +127,9 @@ def load(text: str, where: str) -> tuple[Any, yaml.Node | None]:
         raise ConfigError(f"{at}: the key {e.key!r} is "
                           f"given twice (first on line {e.first}); YAML would silently keep only the last: "
                           "write it once") from None
+    except TooLarge as e:
+        raise ConfigError(f"{where} (line {e.line}): {e.why}; write the values out, or use fewer nested "
+                          "aliases") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" (line {mark.line + 1})" if mark else ""

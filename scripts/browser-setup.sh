@@ -2,6 +2,8 @@
 # Installs Debian's headless-capable Chromium for the HTML report tests (tests/report, marker `browser`).
 # Idempotent: does nothing when /usr/bin/chromium is already there. Needs root (or sudo) for apt-get.
 set -euo pipefail
+# shellcheck source=scripts/apt-wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt-wait.sh"
 
 CHROMIUM=/usr/bin/chromium
 
@@ -22,9 +24,9 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 # The package lists may be missing on a fresh machine; install fails without them.
-if ! $SUDO apt-get install -y --no-install-recommends chromium; then
-    $SUDO apt-get update
-    $SUDO apt-get install -y --no-install-recommends chromium
+if ! apt_get install -y --no-install-recommends chromium; then
+    apt_get update
+    apt_get install -y --no-install-recommends chromium
 fi
 
 "$CHROMIUM" --version

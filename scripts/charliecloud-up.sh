@@ -8,6 +8,8 @@
 # DIR.source). ch-run and ch-convert need USER set; under `sudo` or a bare root shell it may not be.
 # `scripts/services.sh` calls it after docker-up.sh.
 set -euo pipefail
+# shellcheck source=scripts/apt-wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt-wait.sh"
 
 IMAGE="${MATRIX_TEST_IMAGE:-matrix/debian-torch:1.13}"
 CACHE=/var/cache/matrix/charliecloud
@@ -20,8 +22,8 @@ say() { printf 'charliecloud-up: %s\n' "$*" >&2; }
 if ! command -v ch-run >/dev/null 2>&1 || ! command -v ch-convert >/dev/null 2>&1; then
     say "installing charliecloud-runtime and charliecloud-builders (apt)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get -o DPkg::Lock::Timeout=600 update -qq
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+    apt_get update -qq
+    apt_get install -y -qq --no-install-recommends \
         charliecloud-runtime charliecloud-builders >/dev/null
 fi
 

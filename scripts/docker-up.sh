@@ -6,6 +6,8 @@
 # answers, then builds matrix/debian-torch:1.13 (skipped when the tag exists).
 # `make services` calls this; it is safe to run again.
 set -euo pipefail
+# shellcheck source=scripts/apt-wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt-wait.sh"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOG=/var/log/matrix-dockerd.log
@@ -33,8 +35,8 @@ else
         fi
         say "installing docker.io and debootstrap (apt)"
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq docker.io debootstrap >/dev/null
+        apt_get update -qq
+        apt_get install -y -qq docker.io debootstrap >/dev/null
     fi
     if [ "$(id -u)" != 0 ]; then
         say "no engine answers and starting dockerd needs root: sudo $0"
@@ -63,7 +65,7 @@ fi
 
 if ! command -v debootstrap >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+        apt_get update -qq && DEBIAN_FRONTEND=noninteractive apt_get install -y -qq debootstrap >/dev/null
     fi
 fi
 

@@ -12,6 +12,8 @@
 #     podman has that image with Docker's image id.
 # `scripts/services.sh` calls it after docker-up.sh; a second call returns in about a second.
 set -euo pipefail
+# shellcheck source=scripts/apt-wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt-wait.sh"
 
 SOCKET="${MATRIX_PODMAN_SOCKET:-/run/podman/podman.sock}"
 LOG=/var/log/matrix-podman.log
@@ -24,8 +26,8 @@ say() { printf 'podman-up: %s\n' "$*" >&2; }
 if ! command -v podman >/dev/null 2>&1; then
     say "installing podman (apt)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get -o DPkg::Lock::Timeout=600 update -qq
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends podman >/dev/null
+    apt_get update -qq
+    apt_get install -y -qq --no-install-recommends podman >/dev/null
 fi
 
 # Limits a container may have here: the open files this shell may have, and no more processes than
@@ -46,7 +48,7 @@ fi
 
 answers() { curl -sf --max-time 5 --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1; }
 if ! command -v curl >/dev/null 2>&1; then
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends curl >/dev/null
+    apt_get install -y -qq --no-install-recommends curl >/dev/null
 fi
 if answers; then
     say "service already answering at unix://$SOCKET"

@@ -17,6 +17,8 @@
 #   SLURM_SUBNET      their bridge's /24, three octets (default: 10.77.0)
 #   SLURM_NO_TORCH=1  skip python3-torch/python3-torchvision (the bare-metal PyTorch 1.13)
 set -euo pipefail
+# shellcheck source=scripts/apt-wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt-wait.sh"
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 TEMPLATES="$HERE/slurm"
@@ -48,7 +50,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     # Other installs (another service script) may hold the dpkg lock: wait for it.
-    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt_get update -qq
     # policy-rc.d: the packages' scripts must not start daemons (unconfigured, no init here);
     # this script starts them below. One left by someone else is kept as it is.
     own_policy=0
@@ -58,7 +60,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
         own_policy=1
         trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     fi
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     if [ "$own_policy" = 1 ]; then
         rm -f /usr/sbin/policy-rc.d
         trap - EXIT

@@ -49,16 +49,19 @@ from runner.analysis.frame import (
     RUN_SETTINGS,
     STAT_NAMES,
     Metric,
+    definition,
     environment_rank,
     frame,
     get_metric,
     latest,
+    metric_heading,
     options_label,
     precision_index,
     precision_rank,
     recipe,
     recipe_text,
     settings_text,
+    shown_unit,
 )
 from runner.analysis.identity import DEFINITION_COLUMNS, Definitions, choose
 from runner.analysis.scaling import scaling
@@ -81,7 +84,7 @@ from runner.analysis.stats import (
 
 __all__ = [
     "ALPHA", "BASELINE_PRECISION", "CELL_KEYS", "CONFIDENCE", "CORE_PARAMS", "DASH_WORD", "DATA_BOUND",
-    "DEFINITION_COLUMNS", "ENV_FIELDS", "FRAME_COLUMNS", "MEASURE_COLUMNS", "MEASURE_SUMMARY_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV",
+    "DEFINITION_COLUMNS", "definition", "metric_heading", "shown_unit", "ENV_FIELDS", "FRAME_COLUMNS", "MEASURE_COLUMNS", "MEASURE_SUMMARY_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV",
     "PARAM_KEYS", "PRECISION_ORDER", "RECIPE_COLUMNS", "RECIPE_FIELDS", "RUN_SETTINGS", "SIDE_KINDS",
     "STAT_NAMES", "Comparison", "Definitions", "Metric", "Side", "Stats", "available_sides", "cell_attributes",
     "change_words", "choose", "compare", "describe", "environment_info", "environment_rank", "frame",

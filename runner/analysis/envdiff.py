@@ -23,7 +23,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("platform", "platform"), ("image", "image"), ("image_id", "image id"), ("repo_digest", "image digest"),
     ("container", "container"), ("device_name", "device"), ("capability", "compute capability"),
     ("driver", "GPU driver"), ("cpu", "CPU"), ("cpu_count", "CPUs"), ("cpu_capability", "CPU capability"),
-    ("torch_threads", "torch threads"), ("hostname", "host"),
+    ("torch_threads", "torch threads"), ("hostname", "host"), ("workload_argv", "program's command"),
 )
 # What matters for speed among system packages: shown first and by default (the others are counted).
 RELEVANT_PACKAGE = re.compile(

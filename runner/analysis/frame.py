@@ -101,7 +101,32 @@ PER_STEP_METRICS = ("loss_end", "accuracy")
 
 FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
                  "settings", "status", "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
-                 "hardware", *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe", *MEASURE_COLUMNS)
+                 "hardware", *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe", *MEASURE_COLUMNS,
+                 *(f"how_{m}" for m in METRICS), *(f"unit_{m}" for m in METRICS))
+# How a metric was obtained when a result does not say (metrics.definitions): the built-in benchmark's.
+DEFAULT_HOW = {"throughput": "bench: items over the synchronised measured window"}
+
+
+def definition(metrics: Mapping[str, Any], name: str) -> tuple[str, str]:
+    """(how, unit) of one metric of a result: its metrics.definitions entry, else the benchmark's default."""
+    own = (metrics.get("definitions") or {}).get(name) if isinstance(metrics.get("definitions"), Mapping) else None
+    m = METRICS[name]
+    if not isinstance(own, Mapping):
+        return DEFAULT_HOW.get(name, f"bench: {m.label}"), m.unit
+    return str(own.get("how") or DEFAULT_HOW.get(name, f"bench: {m.label}")), str(own.get("unit", m.unit) or "")
+
+
+def shown_unit(units: Iterable[Any], name: str) -> str:
+    """The unit to label a column of metric `name` with, from its rows' units (`unit_<m>` values, or ', '-joined
+    ones of a summary): the one they share, else each of them ('img/s | tok/s'); the Metric's own when none."""
+    seen = dict.fromkeys(u.strip() for v in units if isinstance(v, str) for u in v.split(", ") if u.strip())
+    return " | ".join(seen) if seen else METRICS[name].unit
+
+
+def metric_heading(name: str, units: Iterable[Any] = ()) -> str:
+    """'throughput (tok/s)': a metric's label with the unit its rows were measured in."""
+    unit = shown_unit(units, name)
+    return f"{METRICS[name].label} ({unit})" if unit else METRICS[name].label
 
 
 def get_metric(name: str) -> Metric:
@@ -127,13 +152,20 @@ def _num(value: Any) -> float:
         return math.nan
 
 
+def ran_program(raw: Mapping[str, Any] | None) -> bool:
+    """Whether a stored result is a workload's (the launcher's `workload` record names its parser; bench's
+    own `workload` record describes its model's input)."""
+    record = (raw or {}).get("workload") if isinstance(raw, Mapping) else None
+    return isinstance(record, Mapping) and "parser" in record
+
+
 def _iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
     times = metrics.get("iter_times")
     if isinstance(times, list) and times:
         vals = [float(t) for t in times if isinstance(t, int | float)]
         if vals:
             return sum(vals) / len(vals)
-    if isinstance((raw or {}).get("workload"), Mapping):
+    if ran_program(raw):
         return math.nan  # a user's program ran its own steps, not run.iterations: no time/iter unless it said
     iterations = ((raw or {}).get("params") or {}).get("iterations")
     window = _num(metrics.get("window_s"))
@@ -161,8 +193,8 @@ def settings_text(raw: Mapping[str, Any] | None) -> str:
     is written as its definition ('iterations=auto(2s,5-10000) warmup=steady(0-50,60s,w5,5%)'), never as the
     count a first repeat calibrated or the warm-up a repeat took: those differ between repeats of one definition."""
     params = (raw or {}).get("params") if isinstance(raw, Mapping) else None
-    if not isinstance(params, Mapping):
-        return ""
+    if not isinstance(params, Mapping) or ran_program(raw):
+        return ""  # a workload's program ran its own steps: bench's iterations and warm-up are not what it saw
     words: dict[str, Any] = {k: params.get(k) for k in RUN_SETTINGS}
     if params.get("window_time") is not None:
         words["iterations"] = (f"auto({_g(params['window_time'])}s,{params.get('window_min')}-"
@@ -195,10 +227,11 @@ def measured(r: Mapping[str, Any]) -> dict[str, Any]:
     params = _mapping(raw.get("params"))
     warm = _mapping(metrics.get("warmup"))
     warmup_iters = _int_or_none(warm.get("iterations"))
-    if warmup_iters is None and params.get("warmup_max") is None:
+    program = ran_program(raw)  # a workload: only what the program itself reported
+    if warmup_iters is None and params.get("warmup_max") is None and not program:
         warmup_iters = _int_or_none(params.get("warmup"))  # a result from before warm-up was recorded: fixed
     window = _int_or_none(metrics.get("iterations"))
-    if window is None:
+    if window is None and not program:
         window = _int_or_none(params.get("iterations"))
     steps = _int_or_none(metrics.get("steps"))
     if steps is None and warmup_iters is not None and window is not None and params.get("warmup_max") is None:
@@ -342,6 +375,8 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             rec[f"recipe_{f}"] = parts[f]
         rec["recipe"] = recipe_text(parts)
         rec.update(measured(r))
+        for name in METRICS:
+            rec[f"how_{name}"], rec[f"unit_{name}"] = definition(metrics, name)
         records.append(rec)
     return pd.DataFrame.from_records(records, columns=list(FRAME_COLUMNS))
 

@@ -202,6 +202,7 @@ def summarize(df: pd.DataFrame, keys: Sequence[str] = CELL_KEYS,
     stat_cols = [f"{m}_{s}" for m in metrics for s in STAT_NAMES]
     env_cols = [f"env_{f}" for f in ENV_FIELDS]
     settings = ["settings"] if "settings" in df else []
+    settings += [f"unit_{m}" for m in metrics if f"unit_{m}" in df]  # each metric's units, joined
     base_cols = [*keys, "n", "n_ok", "status", "statuses", THROTTLED, "backend", "tags", "hardware", "run_ids",
                  *settings, "reason", "log_tail", *env_cols, "n_unsteady"]
     if df.empty:

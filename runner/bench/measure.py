@@ -62,9 +62,11 @@ def stop(window):
     return window["seconds"]
 
 
-def report(window, items, iterations=None, loss=None, accuracy=None, status="ok", reason=None, **extra):
+def report(window, items, iterations=None, loss=None, accuracy=None, status="ok", reason=None, unit="items",
+           **extra):
     """Print the result line (rank 0) of a window stop() closed (or close it now). `items`: samples this
-    process trained in the window (summed over the ranks here). Returns the result."""
+    process trained in the window (summed over the ranks here), counted in `unit` (images, samples, tokens:
+    the throughput is shown in unit/s). Returns the result."""
     device, dist = window["device"], window["dist"]
     stop(window)
     window_s, seen = window["seconds"], window["telemetry"]
@@ -79,6 +81,8 @@ def report(window, items, iterations=None, loss=None, accuracy=None, status="ok"
     metrics.update(timing.memory_metrics(device))
     metrics.update({"throughput": total / window_s if window_s > 0 and total > 0 else None,
                     "window_s": window_s, "images": int(total), "loss_end": loss, "accuracy": accuracy})
+    metrics["definitions"] = {"throughput": {"how": "measure: items over the script's synchronised window",
+                                             "unit": "%s/s" % unit}}
     if iterations:
         metrics["iter_times"] = [window_s / iterations]  # their mean: one value, not a made-up series
     if seen is not None:

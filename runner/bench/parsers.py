@@ -27,6 +27,10 @@ STORE_FIELDS = {"throughput": "throughput", "window_s": "window_s", "iter_time":
                 "peak_mem": "peak_mem_allocated", "loss_end": "loss_end", "accuracy": "accuracy",
                 "images_per_joule": "images_per_joule", "images": "images"}
 
+# The unit a store metric other than throughput is shown in, whatever the program printed (converted).
+SHOWN_UNITS = {"window_s": "s", "iter_time": "ms", "peak_mem": "MiB", "accuracy": "", "loss_end": "",
+               "images_per_joule": "img/J"}
+
 DLLOGGER_KEYS = {
     "throughput": ("throughput_train", "train.total_ips", "train_throughput", "throughput", "total_ips",
                    "train.compute_ips", "ips"),
@@ -48,6 +52,35 @@ def _number(value):
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
+
+
+THOUSANDS = {".": re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?$"), ",": re.compile(r"^[-+]?\d{1,3}(\.\d{3})+(,\d*)?$")}
+
+
+def read_number(text, decimal="."):
+    """(value, None) or (None, why) for a number as a program printed it, by the figure's stated decimal
+    mark: with `.`, commas may only group thousands (1,234,567.5); with `,`, points may only group them
+    (1.234.567,5). Anything else that holds the other mark (1234,5 with `.`) is ambiguous, never guessed."""
+    text = text.strip()
+    other = "," if decimal == "." else "."
+    if re.match(r"^[-+]?\d[\d.,]*$", text) and text.count(decimal) > 1:
+        return None, ("%r, which holds the figure's decimal mark %r twice: ambiguous, not guessed (set decimal: "
+                      "%r if the program writes 1%s234%s5)" % (text, decimal, other, decimal, other))
+    if other in text:
+        if not THOUSANDS[decimal].match(text):
+            return None, ("%r, where %r cannot be a thousands separator and the figure's decimal mark is %r: "
+                          "ambiguous, not guessed (set decimal: %r if the program writes 1234%s5)"
+                          % (text, other, decimal, other, other))
+        text = text.replace(other, "")
+    if decimal == ",":
+        text = text.replace(",", ".")
+    try:
+        value = float(text)
+    except ValueError:
+        return None, "%r, which is not a number" % text
+    if not math.isfinite(value):
+        return None, "%r, which is not a finite number" % text
+    return value, None
 
 
 def _mean(values):
@@ -75,6 +108,7 @@ class Parser(object):
         self.config = config
         self.lines = 0
         self.records = 0
+        self.definitions = {}  # metric -> {how, unit}: how this parser obtained each figure it gives
 
     def feed(self, line):
         self.lines += 1
@@ -91,7 +125,10 @@ class Parser(object):
             if missing:
                 problem = "found no %s in %s" % (" or ".join(missing), self.where())
         notes = dict(notes, records=self.records, lines=self.lines)
-        return {"metrics": metrics, "figures": figures, "notes": notes, "problem": problem}
+        definitions = dict((k, v) for k, v in self.definitions.items() if metrics.get(k) is not None
+                           or (figures.get(k) or {}).get("value") is not None)
+        return {"metrics": metrics, "figures": figures, "notes": notes, "problem": problem,
+                "definitions": definitions}
 
     def where(self):
         source = self.config.get("file")
@@ -157,9 +194,12 @@ class MllogParser(Parser):
             metrics["window_s"] = (self.run_stop - self.run_start) / 1000.0
         kept = self.throughputs[skip:]
         problem = None
+        key = self.config.get("throughput_key") or "throughput"
         if kept:
             metrics["throughput"] = _mean(kept)
             notes["throughput_from"] = "tracked_stats (mean of %d records after the first %d)" % (len(kept), skip)
+            self.definitions["throughput"] = {"how": "mllog: mean of tracked_stats %s after the first %d records"
+                                                     % (key, skip), "unit": "samples/s"}
         elif self.throughputs:
             problem = ("%d tracked_stats throughput record%s, all discarded as warm-up (skip: %d): log more "
                        "of them, or set skip: 0 in the parser" % (len(self.throughputs),
@@ -167,12 +207,21 @@ class MllogParser(Parser):
         elif self.train_samples and metrics.get("window_s"):
             metrics["throughput"] = self.train_samples / metrics["window_s"]
             notes["throughput_from"] = "train_samples / (run_stop - run_start)"
+            self.definitions["throughput"] = {"how": "mllog: train_samples / (run_stop - run_start)",
+                                              "unit": "samples/s"}
+        if "window_s" in metrics:
+            self.definitions["window_s"] = {"how": "mllog: run_stop - run_start", "unit": "s"}
         if self.train_samples is not None:
             metrics["images"] = self.train_samples
         if self.accuracy is not None:
             metrics["accuracy"] = self.accuracy
+            self.definitions["accuracy"] = {"how": "mllog: last eval_accuracy", "unit": ""}
+            if not 0 <= self.accuracy <= 1:
+                problem = ("eval_accuracy %s is not a fraction between 0 and 1 (MLPerf logs a fraction; a "
+                           "percentage is not taken as one)" % self.accuracy)
         if self.losses:
             metrics["loss_end"] = self.losses[-1]
+            self.definitions["loss_end"] = {"how": "mllog: last tracked_stats loss", "unit": ""}
         if self.stop_status is not None and str(self.stop_status).lower() != "success":
             problem = "run_stop says status %r (the run did not succeed)" % (self.stop_status,)
         return metrics, {}, notes, problem
@@ -252,12 +301,21 @@ class DlloggerParser(Parser):
             if value is None:
                 continue
             unit = self.units.get(key, "")
-            if metric == "accuracy" and (unit.strip() == "%" or self.config.get("accuracy_percent")):
+            percent = unit.strip() == "%" or self.config.get("accuracy_percent")
+            if metric == "accuracy" and percent:
                 value = value / 100.0
             elif metric == "window_s" and unit.strip() in ("ms", "milliseconds"):
                 value = value / 1000.0
+            if metric == "accuracy" and not 0 <= value <= 1 and problem is None:
+                problem = ("%s %s is not a fraction between 0 and 1: DeepLearningExamples logs percent; say so with "
+                           "accuracy_percent: true (or a %% unit in its METADATA record)" % (key, value))
             metrics[metric] = value
             notes["keys"][metric] = {"key": key, "from": source, "unit": unit}
+            shown = {"throughput": unit.strip() or "items/s", "window_s": "s"}.get(metric, "")
+            self.definitions[metric] = {"how": "dllogger: %s (%s)" % (key, "summary record" if source == "summary"
+                                                                     else "mean of the steps after the first %d" % skip
+                                                                     if metric == "throughput" else source),
+                                        "unit": shown}
         return metrics, {}, notes, problem
 
 
@@ -275,21 +333,26 @@ class PatternParser(Parser):
             self.figures.append((fig, re.compile(fig["regex"])))
         self.found = dict((fig["name"], []) for fig, _ in self.figures)
         self.unreadable = {}
+        self.ambiguous = {}
 
     def feed(self, line):
         Parser.feed(self, line)
-        for fig, regex in self.figures:
-            match = regex.search(line)
-            if match is None:
-                continue
-            groups = match.groupdict()
-            text = groups.get("value") if "value" in groups else (match.group(1) if regex.groups else match.group(0))
-            value = _number(text.replace(",", "") if isinstance(text, str) else text)
-            if value is None:
-                self.unreadable.setdefault(fig["name"], text)
-                continue
-            self.records += 1
-            self.found[fig["name"]].append(value)
+        # A progress line redrawn in place holds its updates separated by \r, oldest first.
+        for update in line.split("\r"):
+            for fig, regex in self.figures:
+                match = regex.search(update)
+                if match is None:
+                    continue
+                groups = match.groupdict()
+                text = groups.get("value") if "value" in groups else (match.group(1) if regex.groups else match.group(0))
+                value, why = read_number(text or "", fig.get("decimal", "."))
+                if value is None:
+                    self.unreadable.setdefault(fig["name"], why)
+                    if "ambiguous" in why:
+                        self.ambiguous.setdefault(fig["name"], why)
+                    continue
+                self.records += 1
+                self.found[fig["name"]].append(value)
 
     def where(self):
         source = self.config.get("file")
@@ -300,27 +363,46 @@ class PatternParser(Parser):
         problem = None
         for fig, _ in self.figures:
             name = fig["name"]
-            values = self.found[name][int(fig.get("skip", 0)):]
+            skip = int(fig.get("skip", 0))
+            values = self.found[name][skip:]
             notes["matches"][name] = len(self.found[name])
             how = fig.get("reduce", "last")
             value = None
+            if name in self.ambiguous and problem is None:
+                problem = "figure %s: the pattern matched %s" % (name, self.ambiguous[name])
             if values:
                 value = {"first": values[0], "last": values[-1], "min": min(values), "max": max(values),
                          "mean": _mean(values)}.get(how, values[-1])
                 value = value * float(fig.get("scale", 1.0))
+                if not math.isfinite(value) and problem is None:
+                    problem = "figure %s: %s x %s is not a finite number" % (name, values[-1], fig.get("scale"))
             elif not fig.get("optional") and problem is None:
                 if name in self.unreadable:
-                    problem = "figure %s: the pattern matched %r, which is not a number" % (name, self.unreadable[name])
+                    problem = "figure %s: the pattern matched %s" % (name, self.unreadable[name])
                 else:
                     problem = "figure %s: no line of %s matches %s%s" % (
                         name, self.where(), fig["regex"],
-                        " (%d matches, the first %d skipped)" % (len(self.found[name]), int(fig.get("skip", 0)))
+                        " (%d matches, the first %d skipped)" % (len(self.found[name]), skip)
                         if self.found[name] else "")
+            if value is not None and fig.get("metric") == "accuracy" and not 0 <= value <= 1 and problem is None:
+                problem = ("figure %s: %s is not a fraction between 0 and 1; a percentage (DeepLearningExamples "
+                           "logs them) needs unit: %%" % (name, values[-1]))
+            definition = {"how": "pattern: figure %s /%s/, %s of the matches after %d" % (name, fig["regex"], how, skip),
+                          "unit": fig.get("shown_unit") or SHOWN_UNITS.get(fig.get("metric"), fig.get("unit", ""))}
             if fig.get("metric"):
                 if value is not None:
                     metrics[fig["metric"]] = value
+                    self.definitions[fig["metric"]] = definition
             else:
                 figures[name] = {"value": value, "unit": fig.get("unit", ""), "better": fig.get("better")}
+                self.definitions[name] = definition
+        per_step = self.config.get("items_per_step")
+        if per_step is not None and metrics.get("throughput") is None and metrics.get("iter_time"):
+            metrics["throughput"] = float(per_step) / metrics["iter_time"]
+            self.definitions["throughput"] = {
+                "how": "pattern: items_per_step (%s) / iter_time (%s)" % (
+                    self.config.get("items_per_step_text") or per_step, self.definitions["iter_time"]["how"]),
+                "unit": "%s/s" % (self.config.get("items") or "items")}
         return metrics, figures, notes, problem
 
 
@@ -349,7 +431,14 @@ class MatrixParser(Parser):
         if self.result is None:
             return {}, {}, {}, ("found no MATRIX_RESULT line in the program's output (%d lines): does the script "
                                 "call matrix_bench.measure's report()?" % self.lines)
-        return dict(self.result.get("metrics") or {}), {}, {}, None
+        metrics = dict(self.result.get("metrics") or {})
+        own = metrics.pop("definitions", None)
+        if isinstance(own, dict):
+            self.definitions.update(own)
+        elif metrics.get("throughput") is not None:
+            self.definitions["throughput"] = {"how": "measure: items over the script's synchronised window",
+                                              "unit": "items/s"}
+        return metrics, {}, {}, None
 
 
 PARSERS = {"mllog": MllogParser, "dllogger": DlloggerParser, "pattern": PatternParser, "matrix": MatrixParser}

@@ -14,6 +14,7 @@ import collections
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import tempfile
 import time
 
 from . import parsers
+from .bounded import BoundedFeed
 from .contract import EXIT_BAD_ARGS, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, SCHEMA
 
 SPEC_VERSION = 1
@@ -87,14 +89,111 @@ def pump(stream, parser, tail):
             parser.feed(line)
 
 
-def read_file(path, parser):
-    """Feed the log file the program wrote; the problem when it is not there."""
+def file_state(path):
+    """What the log file held before the program ran: (device, inode, size, sha256 of its bytes), or None."""
+    import hashlib
+    try:
+        st = os.stat(path)
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except (IOError, OSError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, digest.hexdigest())
+
+
+def this_repeats_bytes(path, before):
+    """(offset to read from, None) or (None, why): only what this repeat wrote is its result. A file the
+    program made is read whole; one it appended to (mlperf-logging's mllog.config(filename=...) appends)
+    from where it ended before; one it did not change is not this repeat's, and a file that was there
+    before and is no longer its former bytes followed by new ones was rewritten: read whole."""
+    import hashlib
+    try:
+        st = os.stat(path)
+    except (IOError, OSError) as e:
+        return None, "the program wrote no log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
+    if before is None or (st.st_dev, st.st_ino) != before[:2]:
+        return 0, None
+    size = before[2]
+    digest = hashlib.sha256()
     try:
         with open(path, "rb") as f:
+            left = size
+            while left > 0:
+                block = f.read(min(left, 1 << 20))
+                if not block:
+                    break
+                digest.update(block)
+                left -= len(block)
+    except (IOError, OSError) as e:
+        return None, "cannot read the log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
+    if digest.hexdigest() != before[3]:
+        return 0, None
+    if st.st_size == size:
+        return None, ("the program wrote nothing to the log file %s during this repeat (its %d bytes were there "
+                      "before it started: an earlier run's, not this one's); point the parser at a file of "
+                      "this repeat, e.g. {output}/log.json" % (path, size))
+    return size, None
+
+
+def read_file(path, parser, before):
+    """Feed what this repeat wrote to the log file; the problem when it wrote nothing there."""
+    offset, problem = this_repeats_bytes(path, before)
+    if problem:
+        return problem
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
             for raw in f:
                 parser.feed(raw.decode("utf-8", "replace").rstrip("\r\n"))
     except (IOError, OSError) as e:
-        return "the program wrote no log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
+        return "cannot read the log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
+    return None
+
+
+def fresh_files(master, digest, into):
+    """(a fresh copy of the workload's files for this repeat, None) or (None, why): every member copied
+    from the placed master by its manifest (whose sha256 the controller sent), its hash checked, its own
+    mode restored. What a program writes beside itself stays in this copy, removed after the repeat."""
+    import hashlib
+    try:
+        with open(os.path.join(master, ".manifest.json"), "rb") as f:
+            data = f.read()
+        if hashlib.sha256(data).hexdigest() != digest:
+            return None, "the manifest of %s is not the one the files were placed with" % master
+        rows = json.loads(data.decode("utf-8"))["members"]
+        target = os.path.join(into, os.path.basename(master.rstrip("/")))
+        for rel, sha, mode in rows:
+            if rel.startswith("/") or ".." in rel.split("/"):
+                return None, "the manifest of %s names %r, outside the folder" % (master, rel)
+            with open(os.path.join(master, rel), "rb") as f:
+                body = f.read()
+            if hashlib.sha256(body).hexdigest() != sha:
+                return None, ("workload file %s changed after it was placed (a program writing beside itself?); "
+                              "run again" % os.path.join(master, rel))
+            dest = os.path.join(target, rel)
+            if not os.path.isdir(os.path.dirname(dest)):
+                os.makedirs(os.path.dirname(dest))
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+            os.chmod(dest, int(mode))
+    except (IOError, OSError, ValueError, KeyError, TypeError) as e:
+        return None, "cannot copy the workload files from %s: %s" % (master, e)
+    return target, None
+
+
+def not_finite(metrics, figures):
+    """The first figure that is infinite or not a number (a result's JSON would store it as nothing)."""
+    import math
+    for name in ("throughput", "window_s", "images", "loss_end", "accuracy", "peak_mem_allocated", "images_per_joule"):
+        value = metrics.get(name)
+        if isinstance(value, float) and not math.isfinite(value):
+            return name, value
+    for name, value in list(metrics.items()) + [(n, (f or {}).get("value")) for n, f in figures.items()]:
+        if isinstance(value, float) and not math.isfinite(value):
+            return name, value
     return None
 
 
@@ -159,6 +258,8 @@ def build_result(spec, parser, found, status, reason, returncode, argv, seconds,
         metrics[field] = [value] if field == "iter_times" else value
     if found["figures"]:
         metrics["figures"] = found["figures"]
+    if found.get("definitions"):
+        metrics["definitions"] = found["definitions"]
     try:
         import resource
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -167,6 +268,12 @@ def build_result(spec, parser, found, status, reason, returncode, argv, seconds,
         pass
     env = (child or {}).get("env") or capture(values)
     env["launcher_python"] = sys.executable
+    # What `matrix diff` and bisect compare: the command that ran, and (as bench records it) the packages and
+    # the variables that steer the libraries, which the program inherited from this process.
+    env["workload_argv"] = " ".join(shlex.quote(a) for a in argv)
+    if "software" not in env:
+        from . import envinfo
+        envinfo.add_software(env)
     return {"schema": SCHEMA, "status": status, "reason": reason, "params": spec.get("params") or {},
             "metrics": metrics, "precision": (child or {}).get("precision"), "env": env,
             "workload": {"name": spec.get("name"), "parser": parser.kind, "argv": argv, "returncode": returncode,
@@ -174,8 +281,9 @@ def build_result(spec, parser, found, status, reason, returncode, argv, seconds,
                          "script": (child or {}).get("workload")}}
 
 
-def run_program(argv, env, parser, tail):
-    """Start the program, pass its output through, return its exit status (None: it could not start)."""
+def run_program(argv, env, parser, feed, tail):
+    """Start the program, pass its output through (to `feed`, the parser with its time bound), return its exit
+    status (None: it could not start)."""
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, close_fds=True)
@@ -183,7 +291,7 @@ def run_program(argv, env, parser, tail):
         tail.append("cannot start %s: %s" % (argv[0] if argv else "(empty argv)", getattr(e, "strerror", None) or e))
         return None
     try:
-        pump(proc.stdout, None if parser.config.get("file") else parser, tail)
+        pump(proc.stdout, None if parser.config.get("file") else feed, tail)
     finally:
         proc.stdout.close()
     return proc.wait()
@@ -203,9 +311,12 @@ def main(args):
         return EXIT_BAD_ARGS, None
     rank = int(os.environ.get("RANK", "0") or 0)
     output = tempfile.mkdtemp(prefix="matrix-workload-")
+    copies = tempfile.mkdtemp(prefix="matrix-files-")
     try:
         values = dict(spec.get("values") or {})
-        values.update(python=sys.executable, output=output, files=spec.get("files") or "")
+        files, problem = (fresh_files(spec["files"], spec.get("files_manifest"), copies) if spec.get("files")
+                          else ("", None))
+        values.update(python=sys.executable, output=output, files=files or "")
         try:
             argv = [expand(t, values) for t in spec["argv"]]
             config = dict(spec["parser"])
@@ -222,24 +333,33 @@ def main(args):
         env["MATRIX_WORKLOAD_OUTPUT"] = output
         tail = collections.deque(maxlen=TAIL_LINES)
         say("running %s" % " ".join(repr(a) if (" " in a or not a) else a for a in argv))
+        before = file_state(config["file"]) if config.get("file") else None
+        bounded = BoundedFeed(parser)
         started = time.time()
-        returncode = run_program(argv, env, parser, tail)
+        if problem:
+            tail.append(problem)
+        returncode = run_program(argv, env, parser, bounded, tail) if not problem else None
         seconds = time.time() - started
         if returncode is None:
             status, reason = "failed", last_line(tail)
-            found = {"metrics": {}, "figures": {}, "notes": {}, "problem": reason}
+            found = {"metrics": {}, "figures": {}, "notes": {}, "problem": reason, "definitions": {}}
         else:
-            problem = read_file(config["file"], parser) if config.get("file") else None
+            problem = read_file(config["file"], bounded, before) if config.get("file") else None
             found = parser.outcome()
-            if problem:
-                found["problem"] = problem
+            if problem or bounded.problem:
+                found["problem"] = bounded.problem or problem
             status, reason = judge(returncode, found, list(tail), parser)
         if rank != 0:  # rank 0 reads the figures (programs log from one process); here only the ending counts
             return (EXIT_OK if returncode == 0 else STATUS_EXIT.get(status, EXIT_FAILED)), None
         result = build_result(spec, parser, found, status, reason, returncode, argv, seconds, values)
+        bad = not_finite(result["metrics"], found["figures"]) if result["status"] == "ok" else None
+        if bad:  # JSON would keep it as null: an `ok` without its figure
+            result["status"], status = "failed", "failed"
+            result["reason"] = "%s parser: %s is %r, not a finite number" % (parser.kind, bad[0], bad[1])
         return STATUS_EXIT.get(status, EXIT_FAILED), result
     finally:
         shutil.rmtree(output, ignore_errors=True)
+        shutil.rmtree(copies, ignore_errors=True)
 
 
 def run(argv=None):

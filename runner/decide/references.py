@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError, field_validator, model_validator
 
-from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric
+from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric, shown_unit
 from runner.decide import verdict as verdicts_
 from runner.decide.verdict import UNDECIDED_POLICIES, Verdict
 from runner.errors import ConfigError
@@ -185,7 +185,7 @@ def _problem_text(err: Mapping[str, Any]) -> str:
     return msg
 
 
-def parse(raw: Any, locate: Locate) -> tuple[Reference, ...]:
+def parse(raw: Any, locate: Locate, own: Sequence[str] = ()) -> tuple[Reference, ...]:
     """Validate `references:`; every mistake is one line naming the field, all mistakes together."""
     if raw is None:
         return ()
@@ -206,13 +206,14 @@ def parse(raw: Any, locate: Locate) -> tuple[Reference, ...]:
                             f"with KEY one of {', '.join(MATCH_KEYS)}")
             rule = {}
         for key, value in rule.items():
-            if key not in MATCH_KEYS:
+            if key not in MATCH_KEYS and key not in own:  # own: a workload's own axes
                 problems.append(f"{locate(('references', i, 'match', key))}: unknown key {key!r}; "
-                                f"allowed: {', '.join(MATCH_KEYS)}")
+                                f"allowed: {', '.join([*MATCH_KEYS, *own])}")
                 continue
             values = value if isinstance(value, list) else [value]
             try:
-                match[str(key)] = tuple(_coerce(key, v) if key in AXIS_NAMES else str(v) for v in values)
+                match[str(key)] = tuple(_coerce(key, v) if key in AXIS_NAMES or key in own else str(v)
+                                        for v in values)
             except ValidationError as e:
                 why = str(e.errors()[0]["msg"]).removeprefix("Value error, ")
                 problems.append(f"{locate(('references', i, 'match', key))}: {why}")
@@ -345,7 +346,8 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
         verdict, reason = Verdict.FAIL, f"no ok repeat ({statuses})"
     else:
         verdict, reason = Verdict.UNDECIDED, f"nothing measured ({statuses})"
-    return Judgement(ref.index, cell.key, cell_words(cell, keys), metric.name, metric.unit, bound.text(), verdict,
+    unit = shown_unit(ok.get(f"unit_{metric.name}", ()), metric.name)  # the program's own (tok/s), else the metric's
+    return Judgement(ref.index, cell.key, cell_words(cell, keys), metric.name, unit, bound.text(), verdict,
                      st.mean, st.n, st.ci_low, st.ci_high, margin, statuses, reason, ref.undecided)
 
 

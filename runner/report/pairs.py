@@ -90,9 +90,11 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
     p = c.pairs
     keys = varying(p, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
     m = c.metric
-    unit = f" ({m.unit})" if m.unit else ""
+    side_units = {s: an.shown_unit(getattr(getattr(c, s), "frame", pd.DataFrame()).get(f"unit_{m.name}", ()), m.name)
+                  for s in ("a", "b")}
+    unit_a, unit_b = (f" ({u})" if u else "" for u in side_units.values())
     p_head = "p (BH)" if c.n_tested > 1 else "p"
-    table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit}", f"{b}{unit}", f"{b}/{a}", "change", p_head,
+    table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit_a}", f"{b}{unit_b}", f"{b}/{a}", "change", p_head,
                    "verdict"], align=["l"] * len(keys) + ["r", "r", "r", "l", "r", "l"])
     for r in p.to_dict("records"):
         if r["decision"] == Verdict.UNDECIDED.value:

@@ -177,7 +177,7 @@ def batch_plot(summary: pd.DataFrame, metric: str, svg: bool, png: bool) -> Plot
             ax.set_xticks(range(len(batches)), [str(b) for b in batches])
             ax.set_xlim(-0.5, len(batches) - 0.5)
             ax.set_xlabel("batch size")
-            ax.set_ylabel(m.heading)
+            ax.set_ylabel(an.metric_heading(m.name, g.get(f"unit_{m.name}", ())))
             ax.set_title(_plain(_facet_title(g.iloc[0], varying)))
             ax.set_ylim(0, top * 1.1 if top > 0 else 1)
         for ax in list(axes.flat)[len(facets):]:
@@ -267,7 +267,7 @@ def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None
                 ax.scatter(dates[step], g["mean"][step], s=140, facecolors="none", edgecolors="#d62728",
                            linewidths=1.5, label="significant step" if i == 0 else None, zorder=3)
         ax.set_xlabel("run started (UTC)")
-        ax.set_ylabel("throughput (img/s)")
+        ax.set_ylabel(an.metric_heading("throughput", hist.get("unit_throughput", ())))
         ax.set_title("History: throughput per run (mean, 95% CI)")
         fig.autofmt_xdate()
         ax.legend(frameon=False, fontsize=8, loc="best")

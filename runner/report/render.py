@@ -204,7 +204,8 @@ def compare_view(c: an.Comparison) -> CompareView:
     info = c.environments
     headers = [f"{side}: {env}" for side, env in zip(info["side"], info["environment"], strict=True)]
     env_table = views.environments_table(info.assign(environment=headers))
-    method = (f"Metric: {m.heading}, mean ± std over the repeats that ended ok; the ratio is {b}/{a}. "
+    units = [*c.a.frame.get(f"unit_{m.name}", ()), *c.b.frame.get(f"unit_{m.name}", ())]
+    method = (f"Metric: {an.metric_heading(m.name, units)}, mean ± std over the repeats that ended ok; the ratio is {b}/{a}. "
               f"A change counts as significant when Welch's t-test gives p < {c.alpha:g}, adjusted for the "
               f"false discovery rate over the pairs tested ({c.correction.replace('-', '–').title()}), and the "
               f"change is at least {c.min_effect:.0%}. A pair with fewer than two ok repeats on a side, or run "

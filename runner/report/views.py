@@ -242,7 +242,8 @@ def grid_sections(summary: pd.DataFrame) -> list[Section]:
         for precision, by_batch in by_precision.items():
             for i, m in enumerate(metrics):
                 row = [cell_value(by_batch[b], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
-                table.add(Cell(precision if i == 0 else "", "key"), Cell(m.heading), *row,
+                table.add(Cell(precision if i == 0 else "", "key"),
+                          Cell(an.metric_heading(m.name, (r.get(f"unit_{m.name}") for r in cells))), *row,
                           row_class="group" if i == 0 else "")
         title = " · ".join(p for p in (str(first["environment"]), str(first["hardware"]),
                                        cell_label(first, ["model", "dataset", "gpus", "nodes", "options"])) if p)

@@ -825,7 +825,10 @@ class Store:
         entries are in the store. Returns how many results were imported."""
         imported = 0
         for path in self.journal_paths():
-            if not path.exists():
+            why = journal.refused(path, self.path) if path.exists() or path.is_symlink() else "absent"
+            if why is not None:
+                if why != "absent":  # someone else may have written it: never imported, and it blocks nothing
+                    _note(f"{path}: not imported into {self.path}: {why}; remove it if it is not yours")
                 continue
             try:
                 with journal.locked(path, "r+") as f:
@@ -834,9 +837,12 @@ class Store:
                     path.unlink()
             except FileNotFoundError:
                 continue  # another process imported it meanwhile
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise StoreError(f"cannot import the results kept in {path} ({e}): move it away if it does not "
-                                 f"belong to {self.path}") from e
+            except StoreFull:
+                raise
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, StoreError) as e:
+                aside = journal.set_aside(path)
+                _note(f"{path}: not imported into {self.path} ({e}); "
+                      + (f"moved to {aside}" if aside else "remove it if it does not belong here"))
         return imported
 
     def _import(self, path: Path, entries: list[dict[str, Any]]) -> int:

@@ -10,11 +10,13 @@ launcher in the zipapp (runner/bench/workload.py) runs and parses in the environ
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runner.errors import ConfigError
 from runner.spec import Task
-from runner.workloads.files import Changed, folder_name
-from runner.workloads.spec import Workload, text
+from runner.workloads.files import Changed, folder_name, manifest_digest
+from runner.workloads.spec import Workload, arithmetic, text
 
 SPEC_VERSION = 1  # runner/bench/workload.py SPEC_VERSION reads it
 
@@ -27,10 +29,14 @@ def launcher_spec(task: Task, files_at: str | None) -> dict[str, Any]:
     assert isinstance(workload, Workload)
     settings = {"iterations": cell.run.iterations, "warmup": cell.run.warmup, "seed": cell.run.seed}
     values = {k: text(v) for k, v in cell.params.items()}
-    values.update({k: text(v) for k, v in settings.items()}, repeat=str(task.repeat))
+    # {repeat} counts 1..n, as `run` and `show` print repeats (the store's repeat index is 0-based).
+    values.update({k: text(v) for k, v in settings.items()}, repeat=str(task.repeat + 1))
+    parser = dict(workload.parser)
+    if parser.get("items_per_step_text") is not None:  # the cell's own count (checked when the matrix was read)
+        parser["items_per_step"] = arithmetic(str(parser["items_per_step_text"]), values)
     return {"v": SPEC_VERSION, "name": workload.name, "argv": list(workload.argv), "values": values,
             "files": files_at if workload.files else None, "params": {**dict(cell.params), **settings},
-            "parser": dict(workload.parser)}
+            "parser": parser, "files_manifest": manifest_digest(workload.files) if workload.files else None}
 
 
 def arguments(task: Task, files_parent: str | None = None) -> list[str]:
@@ -45,4 +51,22 @@ def arguments(task: Task, files_parent: str | None = None) -> list[str]:
     return ["workload", json.dumps(launcher_spec(task, files_at), ensure_ascii=True, separators=(",", ":"))]
 
 
-__all__ = ["Changed", "Workload", "arguments", "launcher_spec"]
+def adopted(workloads: Mapping[str, Any], template: str | None, names: Sequence[str], option: str) -> dict[str, Any]:
+    """The workloads of environments made on the command line (run --image, bisect --images/--template):
+    the template's, else the one workload every environment of the matrix runs; a ConfigError when the
+    environments run different ones (the generated environment would not know which). Empty for bench."""
+    if not workloads:
+        return {}
+    if template is not None:
+        return {name: workloads[template] for name in names}
+    distinct = {w.digest: w for w in workloads.values()}
+    if len(distinct) != 1:
+        raise ConfigError(f"{option}: the environments of this matrix run different workloads "
+                          f"({', '.join(sorted(workloads))}); say which one the image runs: "
+                          + ("bisect --images with --template ENVIRONMENT" if "images" in option else
+                             "put the image in an environment of the matrix file"))
+    (workload,) = distinct.values()
+    return {name: workload for name in names}
+
+
+__all__ = ["Changed", "Workload", "adopted", "arguments", "launcher_spec"]

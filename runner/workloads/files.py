@@ -5,20 +5,29 @@ folder, `{files}` in the argv: a staged copy in the work directory for local run
 in a container (put_archive, like the benchmark's zipapp), `files-HASH/` in the Slurm results directory
 that every node and container runtime already sees. What is placed is checked against the hash the cell's
 key was made from: a script edited during a run is refused, not measured under the old definition.
+
+That placed folder is the master, read-only, with a manifest (.manifest.json: each member's path, sha256
+and mode). The launcher never hands it to the program: each repeat gets a fresh copy made from the
+manifest, every member's hash checked, its mode as it was here (0600 stays 0600), so a program that
+caches or writes beside itself leaves nothing for the next repeat or environment. A link inside a folder
+is refused (its target is not part of the folder; a linked folder would be silently left out).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import shutil
+import stat
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from runner.spec import stable_hash
 
+MANIFEST = ".manifest.json"
 MAX_BYTES = 64 * 2**20  # files are scripts and configurations; data sets go through `mounts:` or a dataset path
 SKIPPED_DIRS = ("__pycache__",)  # what running a script beside its sources adds: not part of the definition
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
@@ -37,6 +46,7 @@ class FileEntry:
     source: Path
     digest: str
     members: tuple[tuple[str, str], ...]  # (path relative to the entry's parent, sha256) of every regular file
+    modes: tuple[int, ...] = ()  # each member's permission bits, in the order of members (not in the digest)
 
 
 def _sha256(path: Path) -> str:
@@ -47,9 +57,15 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _walk(root: Path) -> list[Path]:
+def _walk(root: Path, entry: str) -> list[Path]:
+    """Every file under root; a ValueError for a link (a linked folder os.walk would silently skip)."""
     found: list[Path] = []
     for folder, dirs, names in os.walk(root):
+        for name in [*dirs, *names]:
+            if os.path.islink(os.path.join(folder, name)):
+                rel = Path(folder, name).relative_to(root).as_posix()
+                raise ValueError(f"{entry}: {rel} is a symbolic link to {os.readlink(os.path.join(folder, name))}; "
+                                 "its target is not part of the folder: copy it in, or list it in files:")
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
         found += [Path(folder) / n for n in sorted(names) if not n.endswith(SKIPPED_SUFFIXES)]
     return found
@@ -63,8 +79,9 @@ def scan(entry: str, base: Path) -> FileEntry:
     if not source.exists():
         raise ValueError(f"{entry}: no such file or folder (relative paths start at {base})")
     members: list[tuple[str, str]] = []
+    modes: list[int] = []
     total = 0
-    paths = [source] if source.is_file() else _walk(source) if source.is_dir() else []
+    paths = [source] if source.is_file() else _walk(source, entry) if source.is_dir() else []
     if not paths and not source.is_dir():
         raise ValueError(f"{entry}: not a regular file or folder")
     for path in paths:
@@ -76,7 +93,8 @@ def scan(entry: str, base: Path) -> FileEntry:
                              "configurations: give data through `mounts:` or a path the program reads")
         rel = name if path == source else f"{name}/{path.relative_to(source).as_posix()}"
         members.append((rel, _sha256(path)))
-    return FileEntry(name, source, stable_hash(members, 64), tuple(members))
+        modes.append(stat.S_IMODE(path.stat().st_mode))
+    return FileEntry(name, source, stable_hash(members, 64), tuple(members), tuple(modes))
 
 
 def _read(entry: FileEntry, rel: str) -> bytes:
@@ -93,7 +111,10 @@ def _read(entry: FileEntry, rel: str) -> bytes:
 
 
 def _check_members(entry: FileEntry) -> None:
-    now = [(rel, digest) for rel, digest in scan(str(entry.source), entry.source.parent).members]
+    try:
+        now = [(rel, digest) for rel, digest in scan(str(entry.source), entry.source.parent).members]
+    except ValueError as e:
+        raise Changed(f"workload files under {entry.source}: {e}") from None
     if now != list(entry.members):
         raise Changed(f"workload files under {entry.source} changed since the matrix was read (files added, removed "
                       "or edited); run again to measure the new version")
@@ -104,24 +125,54 @@ def folder_name(entries: tuple[FileEntry, ...]) -> str:
     return "files-" + stable_hash({e.name: e.digest for e in entries})
 
 
+def manifest(entries: tuple[FileEntry, ...]) -> bytes:
+    """The manifest the launcher copies each repeat's files from: path, sha256 and mode of every member."""
+    rows = [[rel, digest, e.modes[i] if i < len(e.modes) else 0o644]
+            for e in entries for i, (rel, digest) in enumerate(e.members)]
+    return json.dumps({"members": rows}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def manifest_digest(entries: tuple[FileEntry, ...]) -> str:
+    return hashlib.sha256(manifest(entries)).hexdigest()
+
+
+def _placed_mode(mode: int) -> int:
+    """The master's mode of a member: readable by all (the launcher may run as another user inside a
+    container), executable as it was, writable by none; the member's own mode is in the manifest."""
+    return (mode | 0o444) & ~0o222 & 0o7777
+
+
+def _intact(target: Path, entries: tuple[FileEntry, ...]) -> bool:
+    """Whether a placed folder still holds exactly the hashed bytes (checked on every reuse)."""
+    try:
+        if (target / MANIFEST).read_bytes() != manifest(entries):
+            return False
+        return all(_sha256(target / rel) == digest for e in entries for rel, digest in e.members)
+    except OSError:
+        return False
+
+
 def stage(entries: tuple[FileEntry, ...], parent: Path) -> Path:
-    """The files in parent/files-HASH (written once, atomically; reused when complete). Raises Changed."""
+    """The files in parent/files-HASH (written once, atomically; reused when complete and every member's hash
+    still holds, placed again when not). Raises Changed."""
     target = parent / folder_name(entries)
     if (target / ".complete").exists():
-        return target
+        if _intact(target, entries):
+            return target
+        _remove(target)  # altered since it was placed (by a program run as root, say): placed again
     tmp = parent / f".{target.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    _remove(tmp)
     try:
         for entry in entries:
             if entry.source.is_dir():
                 _check_members(entry)
-            for rel, _ in entry.members:
+            for i, (rel, _) in enumerate(entry.members):
                 dest = tmp / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(_read(entry, rel))
-                if os.access(entry.source if rel == entry.name else entry.source / rel.split("/", 1)[1], os.X_OK):
-                    dest.chmod(0o755)
+                dest.chmod(_placed_mode(entry.modes[i] if i < len(entry.modes) else 0o644))
         tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / MANIFEST).write_bytes(manifest(entries))
         (tmp / ".complete").write_text("")
         try:
             os.replace(tmp, target)
@@ -129,27 +180,36 @@ def stage(entries: tuple[FileEntry, ...], parent: Path) -> Path:
             if not (target / ".complete").exists():  # another process placed it first: theirs is the same
                 raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
     return target
 
 
+def _remove(folder: Path) -> None:
+    """Remove a placed folder (its files are read-only, its folders are not: rmtree can unlink them)."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def tar_members(entries: tuple[FileEntry, ...], inside: str, tar: tarfile.TarFile, mtime: float) -> None:
-    """Add the files under `inside`/files-HASH to a tar for put_archive. Raises Changed."""
+    """Add the files under `inside`/files-HASH, with their manifest, to a tar for put_archive. Raises Changed."""
     root = f"{inside.strip('/')}/{folder_name(entries)}"
     made: set[str] = set()
+
+    def add(name: str, data: bytes, mode: int) -> None:
+        parts = name.split("/")
+        for depth in range(len(inside.strip("/").split("/")) + 1, len(parts)):
+            folder = "/".join(parts[:depth])
+            if folder not in made:
+                made.add(folder)
+                info = tarfile.TarInfo(folder)
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, mtime
+                tar.addfile(info)
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), mode, mtime
+        tar.addfile(info, io.BytesIO(data))
+
     for entry in entries:
         if entry.source.is_dir():
             _check_members(entry)
-        for rel, _ in entry.members:
-            parts = f"{root}/{rel}".split("/")
-            for depth in range(len(inside.strip("/").split("/")) + 1, len(parts)):
-                folder = "/".join(parts[:depth])
-                if folder not in made:
-                    made.add(folder)
-                    info = tarfile.TarInfo(folder)
-                    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, mtime
-                    tar.addfile(info)
-            data = _read(entry, rel)
-            info = tarfile.TarInfo(f"{root}/{rel}")
-            info.size, info.mode, info.mtime = len(data), 0o755, mtime
-            tar.addfile(info, io.BytesIO(data))
+        for i, (rel, _) in enumerate(entry.members):
+            add(f"{root}/{rel}", _read(entry, rel), _placed_mode(entry.modes[i] if i < len(entry.modes) else 0o644))
+    add(f"{root}/{MANIFEST}", manifest(entries), 0o444)

@@ -7,6 +7,7 @@ a changed script is a new definition and is never pooled with the old one.
 
 from __future__ import annotations
 
+import ast
 import re
 import string
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,14 @@ STORE_METRICS: dict[str, tuple[str, str]] = {  # name -> (better, stored unit)
 METRIC_ALIASES = {"time": "window_s", "memory": "peak_mem", "loss": "loss_end", "energy": "images_per_joule"}
 TIME_UNITS = {"s": 1.0, "sec": 1.0, "seconds": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "min": 60.0,
               "minutes": 60.0, "h": 3600.0, "hours": 3600.0}
+# A throughput's unit: ITEMS/TIME, the items one of these words (one of them after a prefix: kimg/s is
+# 1,000 img/s), the time one of RATE_TIMES. Anything else is refused with the reason, not taken as written.
+ITEM_WORDS = ("img", "imgs", "image", "images", "sample", "samples", "tok", "toks", "token", "tokens", "seq", "seqs",
+              "sequence", "sequences", "item", "items", "ex", "example", "examples", "frame", "frames", "word",
+              "words", "char", "chars", "step", "steps", "it", "iter", "iters", "batch", "batches", "query", "queries",
+              "pixel", "pixels", "patch", "patches")
+PREFIXES = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
+RATE_TIMES = {"s": 1.0, "sec": 1.0, "second": 1.0, "ms": 1e3, "min": 1 / 60.0, "h": 1 / 3600.0, "hour": 1 / 3600.0}
 MEMORY_UNITS = {"B": 1.0, "bytes": 1.0, "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "KB": 1e3, "MB": 1e6,
                 "GB": 1e9}
 
@@ -49,6 +58,8 @@ class Figure(Strict):
     reduce: Literal["last", "first", "mean", "min", "max"] = "last"
     skip: int = Field(0, ge=0, description="leading matches discarded (warm-up)")
     optional: bool = False
+    decimal: Literal[".", ","] = Field(".", description="the decimal mark the program writes; the other mark may only "
+                                                        "group thousands")
 
     @field_validator("regex")
     @classmethod
@@ -73,6 +84,9 @@ class ParserSpec(Strict):
     accuracy_percent: bool = False
     figures: dict[str, Figure] = {}
     require: list[str] | None = None
+    items_per_step: str | int | None = Field(None, description="pattern: the items one step processes, from the "
+                                                               "cell's axes, e.g. '{batch_size} * {block_size}'")
+    items: str | None = Field(None, description="pattern: what items_per_step counts (tokens, images, samples)")
 
     @model_validator(mode="before")
     @classmethod
@@ -83,7 +97,7 @@ class ParserSpec(Strict):
     @model_validator(mode="after")
     def _fits_kind(self) -> ParserSpec:
         own = {"mllog": {"skip", "throughput_key", "require"}, "dllogger": {"skip", "keys", "accuracy_percent", "require"},
-               "pattern": {"figures"}, "matrix": set()}[self.kind]
+               "pattern": {"figures", "items_per_step", "items"}, "matrix": set()}[self.kind]
         stray = sorted(n for n in self.model_fields_set - {"kind", "file"} if n not in own)
         if stray:
             raise ValueError(f"{', '.join(stray)} is not a setting of the {self.kind} parser; its settings: "
@@ -95,6 +109,14 @@ class ParserSpec(Strict):
         for name in self.figures:
             if not NAME_RE.match(name):
                 raise ValueError(f"figure name {name!r}: letters, digits and _ only")
+        if self.items_per_step is not None:
+            metrics = {METRIC_ALIASES.get(n, n) for n in self.figures}
+            if "iter_time" not in metrics or "throughput" in metrics:
+                raise ValueError("items_per_step turns the time of a step (a figure named iter_time) into a "
+                                 "throughput; give an iter_time figure and no throughput figure")
+            if self.items is not None and self.items not in ITEM_WORDS:
+                raise ValueError(f"items: {self.items!r}; one of {', '.join(ITEM_WORDS)}")
+            arithmetic(str(self.items_per_step), None)
         for name in [*(self.require or ()), *self.keys]:
             if METRIC_ALIASES.get(name, name) not in ("throughput", "window_s", "accuracy", "loss_end"):
                 raise ValueError(f"{name!r} is not a metric this parser reads; allowed: throughput, window_s, "
@@ -122,6 +144,8 @@ def figure_config(name: str, fig: Figure) -> dict[str, Any]:
     out: dict[str, Any] = {"name": name, "regex": fig.regex, "unit": fig.unit, "reduce": fig.reduce,
                            "skip": fig.skip, "optional": fig.optional, "scale": 1.0, "metric": None,
                            "better": fig.better}
+    if fig.decimal != ".":  # only when not the default: a configuration written before keeps its cell key
+        out["decimal"] = fig.decimal
     if metric not in STORE_METRICS:
         if fig.better is None:
             raise ValueError(f"figure {name}: say which direction is better (better: higher or lower); a figure "
@@ -133,9 +157,9 @@ def figure_config(name: str, fig: Figure) -> dict[str, Any]:
         raise ValueError(f"figure {name}: {metric} is better when {better}; it cannot be declared better: {fig.better}")
     unit = fig.unit.strip()
     scale = 1.0
-    if metric == "throughput" and not (unit.endswith("/s") and len(unit) > 2):
-        raise ValueError(f"figure {name}: unit {fig.unit!r}; a throughput is a rate per second (img/s, samples/s, "
-                         "tokens/s)")
+    shown = {"window_s": "s", "iter_time": "ms", "peak_mem": "MiB", "accuracy": "", "loss_end": ""}.get(metric, unit)
+    if metric == "throughput":
+        scale, shown = rate_unit(name, fig.unit)
     if metric in ("window_s", "iter_time"):
         if unit not in TIME_UNITS:
             raise ValueError(f"figure {name}: unit {fig.unit!r}; allowed: {', '.join(TIME_UNITS)}")
@@ -151,7 +175,30 @@ def figure_config(name: str, fig: Figure) -> dict[str, Any]:
     elif metric == "images_per_joule" and not unit.endswith("/J"):
         raise ValueError(f"figure {name}: unit {fig.unit!r}; images per joule is a count per joule (img/J)")
     out.update(metric=metric, scale=scale, better=better, stored_unit=stored)
+    if metric == "throughput" and shown != unit:  # kimg/s shows img/s; the other metrics' units are fixed
+        out["shown_unit"] = shown
     return out
+
+
+def rate_unit(name: str, written: str) -> tuple[float, str]:
+    """(scale to items per second, the unit shown) of a throughput's unit; a ValueError says why not."""
+    unit = written.strip()
+    items, _, per = unit.partition("/")
+    if not items or per not in RATE_TIMES:
+        raise ValueError(f"figure {name}: unit {written!r}; a throughput is a rate per second (img/s, samples/s, "
+                         f"tokens/s; per {', '.join(RATE_TIMES)})")
+    if items in ITEM_WORDS:
+        return RATE_TIMES[per], f"{items}/s"
+    if items[:1] in PREFIXES and items[1:] in ITEM_WORDS:
+        return PREFIXES[items[0]] * RATE_TIMES[per], f"{items[1:]}/s"
+    if items[:1] == "m" and items[1:] in ITEM_WORDS:
+        why = f"m is milli (a thousandth of {items[1:]}); write M{items[1:]}/s for millions"
+    elif items in TIME_UNITS:
+        why = "a time per time is not a throughput"
+    else:
+        why = f"{items!r} is not a count this parser knows"
+    raise ValueError(f"figure {name}: unit {written!r} is ambiguous: {why}; write ITEMS/s with ITEMS one of "
+                     f"{', '.join(ITEM_WORDS)}, optionally after k, M or G (kimg/s is 1,000 img/s)")
 
 
 def parser_config(p: ParserSpec) -> dict[str, Any]:
@@ -168,11 +215,56 @@ def parser_config(p: ParserSpec) -> dict[str, Any]:
         out["accuracy_percent"] = p.accuracy_percent
     if p.kind == "pattern":
         out["figures"] = [figure_config(name, fig) for name, fig in p.figures.items()]
+        if p.items_per_step is not None:
+            out["items_per_step_text"] = str(p.items_per_step)
+            out["items"] = p.items or "items"
         metrics = [f["metric"] or f["name"] for f in out["figures"]]
         twice = sorted({m for m in metrics if metrics.count(m) > 1})
         if twice:
             raise ValueError(f"figures: {', '.join(twice)} is given by two figures")
     return out
+
+
+ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.Div,
+              ast.FloorDiv, ast.USub, ast.UAdd)
+
+
+def arithmetic(template: str, values: Mapping[str, str] | None) -> float:
+    """items_per_step's value: its placeholders filled from the cell's values (1 when values is None, to
+    check the form), then + - * / // of numbers and brackets, read by Python's parser and walked here (never
+    eval: no names, calls, attributes or powers). A ValueError says what is wrong."""
+    if len(template) > 200:
+        raise ValueError("items_per_step: longer than 200 characters")
+    names = placeholders(template)
+    filled = template.format(**{n: "1" if values is None else str(values.get(n, "")) for n in names})
+    try:
+        tree = ast.parse(filled, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"items_per_step: {filled!r} is not arithmetic of numbers (+ - * / // and brackets)") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, ARITHMETIC) or (isinstance(node, ast.Constant) and (
+                isinstance(node.value, bool) or not isinstance(node.value, int | float))):
+            raise ValueError(f"items_per_step: {filled!r}: only numbers, + - * / // and brackets are allowed")
+    try:
+        value = float(_walk(tree.body))
+    except (ZeroDivisionError, OverflowError) as e:
+        raise ValueError(f"items_per_step: {filled!r}: {e}") from None
+    if values is not None and not (value > 0 and value < float("inf")):
+        raise ValueError(f"items_per_step: {filled!r} is {value:g}; a step processes a positive number of items")
+    return value
+
+
+def _walk(node: ast.AST) -> float:
+    if isinstance(node, ast.Constant):
+        return float(node.value)  # type: ignore[arg-type]  # checked: int or float
+    if isinstance(node, ast.UnaryOp):
+        return -_walk(node.operand) if isinstance(node.op, ast.USub) else _walk(node.operand)
+    assert isinstance(node, ast.BinOp)
+    a, b = _walk(node.left), _walk(node.right)
+    ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}
+    if type(node.op) in ops:
+        return ops[type(node.op)]
+    return a / b if isinstance(node.op, ast.Div) else a // b
 
 
 def placeholders(template: str) -> list[str]:
@@ -225,7 +317,20 @@ class Workload:
         names = {n for t in self.argv for n in placeholders(t)}
         if self.parser.get("file"):
             names |= set(placeholders(str(self.parser["file"])))
+        if self.parser.get("items_per_step_text"):
+            names |= set(placeholders(str(self.parser["items_per_step_text"])))
         return names
+
+    def cell_problem(self, values: Mapping[str, Any]) -> str | None:
+        """Why this workload cannot run with a cell's values (items_per_step of a word), or None."""
+        template = self.parser.get("items_per_step_text")
+        if template is None:
+            return None
+        try:
+            arithmetic(str(template), {k: text(v) for k, v in values.items()})
+        except ValueError as e:
+            return str(e)
+        return None
 
 
 def merged(top: Any, own: Any) -> Any:
@@ -268,6 +373,8 @@ def resolve(raw: Any, base: Path, axis_names: Sequence[str]) -> tuple[Workload |
     where: list[tuple[tuple[Any, ...], str]] = [(("argv", i), t) for i, t in enumerate(spec.argv)]
     if spec.parser.file:
         where.append((("parser", "file"), spec.parser.file))
+    if spec.parser.items_per_step is not None:
+        where.append((("parser", "items_per_step"), str(spec.parser.items_per_step)))
     for loc, template in where:
         try:
             names = placeholders(template)

@@ -154,3 +154,41 @@ def test_run_settings_out_of_range_are_refused(setting: str, says: str) -> None:
 def test_every_reference_is_checked_when_the_file_is_read(bound: str, says: str) -> None:
     msg = error_of(BASE + f"references:\n  - match: {{model: mnist_cnn}}\n    throughput: {bound}\n")
     assert says in msg and "\n" not in msg
+
+
+# Aliases that expand without limit ------------------------------------------------------------------
+LAUGHS = """
+environments: [{name: cpu, backend: local}]
+axes: {n: [1]}
+workload:
+  parser: pattern
+  argv:
+    - &a [x, x, x, x, x, x, x, x, x, x]
+    - &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]
+    - &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]
+    - &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]
+    - &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]
+    - &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]
+"""
+
+
+def test_aliases_that_expand_past_the_bound_are_refused_at_once_wherever_they_are() -> None:
+    started = time.monotonic()
+    says = error_of(LAUGHS)
+    assert time.monotonic() - started < 2
+    assert says.startswith("m.yaml (line ") and "aliases (*name) expand to more than 100,000 values" in says
+
+
+def test_an_alias_inside_its_own_value_is_refused() -> None:
+    says = error_of(BASE + "workload: &w {argv: [*w], parser: pattern}\n")
+    assert "refers to a value that contains it" in says, says
+
+
+def test_a_few_aliases_are_still_read() -> None:
+    m = parse("""
+    environments:
+      - {name: a, backend: local, env: &e {OMP_NUM_THREADS: "1"}}
+      - {name: b, backend: local, env: *e}
+    axes: {model: [mnist_cnn], batch_size: [16]}
+    """)
+    assert len(m.cells()) == 2

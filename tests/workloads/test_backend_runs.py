@@ -71,6 +71,16 @@ def test_mllog_workload_in_the_docker_test_image(tmp_path: Path, mllog_package: 
     assert env["launcher_python"] == "/usr/bin/python3"
 
 
+CACHING = """
+import os, stat
+here = os.path.dirname(os.path.abspath(__file__))
+warm = os.path.exists(os.path.join(here, "cache.bin"))
+open(os.path.join(here, "cache.bin"), "w").write("x")
+print("speed %d img/s" % (200 if warm else 100))
+print("mode %o" % stat.S_IMODE(os.stat(os.path.join(here, "secret.cfg")).st_mode))
+"""
+
+
 def job_nodes(job_id: str, wait: float = 30.0) -> int:
     """The nodes Slurm's accounting gave the job (its array task), waiting for the record to arrive: a result
     read before sacct has the row carries no slurm_nodes, so ask sacct itself."""
@@ -101,3 +111,33 @@ def test_mllog_workload_on_two_slurm_nodes(tmp_path: Path, mllog_package: Path) 
 
     staged = list((tmp_path / "w" / "slurm").glob("*/files-*/mlperf_logging/mllog/mllog.py"))
     assert staged, "the package was placed beside the zipapp in the results directory"
+
+
+@pytest.mark.docker
+def test_files_in_a_container_keep_their_mode_and_never_run_warm(tmp_path: Path) -> None:
+    """A 0600 file stays 0600 where the program reads it, and a program caching beside itself runs cold in
+    every repeat (each repeat has its own copy of the files)."""
+    try:
+        import docker
+
+        docker.from_env().images.get(IMAGE)
+    except Exception as e:  # noqa: BLE001 - any failure means: no engine or no image here
+        require(False, f"no Docker engine with {IMAGE} ({e}); `make services` builds it")
+    (tmp_path / "train.py").write_text(CACHING)  # as tests/workloads/test_staged_files.py
+    (tmp_path / "secret.cfg").write_text("token\n")
+    (tmp_path / "secret.cfg").chmod(0o600)
+    (tmp_path / "m.yaml").write_text(f"""
+name: wl-files
+environments: [{{name: container, backend: docker, image: {IMAGE}}}]
+workload:
+  argv: ["{{python}}", "{{files}}/train.py"]
+  files: [train.py, secret.cfg]
+  parser: {{kind: pattern, figures: {{throughput: {{regex: 'speed ([0-9]+)', unit: img/s}}}}}}
+axes: {{batch_size: [1]}}
+run: {{repeats: 2, timeout: 120}}
+""")
+    run = cli("run", "-m", "m.yaml", "--db", "r.db", "--workdir", "w", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    got = rows(tmp_path / "r.db")
+    assert [r["metrics"]["throughput"] for r in got] == [100.0, 100.0]
+    assert all("mode 600" in str(r["log_tail"]) for r in got)

@@ -85,7 +85,7 @@ def test_launcher_arguments_carry_the_values_verbatim_in_one_ascii_argument(tmp_
     assert all(32 <= ord(c) < 127 for c in words[1])  # a Slurm manifest field: no tab, newline or other control
     spec = json.loads(words[1])
     assert spec["values"]["label"] == WEIRD and spec["values"]["batch_size"] == "8"
-    assert spec["values"]["repeat"] == "2" and spec["files"].startswith("/x/results/files-")
+    assert spec["values"]["repeat"] == "3" and spec["files"]  # Task(cell, 2) is the third repeat, as run prints it.startswith("/x/results/files-")
     assert spec["params"] == {"batch_size": 8, "steps": 10, "label": WEIRD, "iterations": 50, "warmup": 10, "seed": 0}
     assert launcher_spec(Task(cell, 1), None)["argv"][1] == "{files}/train.py"  # the launcher expands, once
 
@@ -180,3 +180,8 @@ def test_pattern_figures_written_as_a_list_are_refused_with_the_shape_to_write(t
     text = BASE.replace("parser: {kind: mllog}", 'parser: {kind: pattern, figures: [{name: throughput, regex: "x"}]}')
     message = refused(tmp_path, text)
     assert "m.yaml: workload.parser.figures" in message and "a mapping of figure names" in message, message
+
+
+def test_the_repeat_placeholder_counts_as_run_and_show_print(tmp_path: Path) -> None:
+    cell = load(tmp_path).cells()[0]
+    assert [launcher_spec(Task(cell, r), None)["values"]["repeat"] for r in range(3)] == ["1", "2", "3"]

@@ -32,6 +32,13 @@ _MONTH = re.compile(r"^(\d{2}|\d{4})\.(\d{2})$")
 _INT = re.compile(r"^-?\d+$")
 
 
+def _bounded(a: int, b: int, step: int, pattern: str) -> None:
+    """Refuse a range longer than a bisect takes before its values are made (img:{1..1000000000})."""
+    n = abs(b - a) // step + 1
+    if n > MOST_ENVIRONMENTS:
+        raise ConfigError(f"--images {pattern}: {n} images, more than {MOST_ENVIRONMENTS}")
+
+
 def _range(spec: str, pattern: str) -> list[str]:
     """The values of one brace group (without its braces)."""
     if ".." not in spec:
@@ -62,12 +69,14 @@ def _range(spec: str, pattern: str) -> list[str]:
                 raise ConfigError(f"--images {pattern}: {{{spec}}}: month {m.group(2)} is not 01 to 12")
             months.append(int(m.group(1)) * 12 + month - 1)
         sign = 1 if months[1] >= months[0] else -1
+        _bounded(months[0], months[1], step, pattern)
         return [f"{v // 12:0{width}d}.{v % 12 + 1:02d}" for v in range(months[0], months[1] + sign, sign * step)]
     if _INT.match(start) and _INT.match(end):
         a, b = int(start), int(end)
         padded = any(len(x.lstrip("-")) > 1 and x.lstrip("-").startswith("0") for x in (start, end))
         width = max(len(start), len(end)) if padded else 0
         sign = 1 if b >= a else -1
+        _bounded(a, b, step, pattern)
         return [f"{v:0{width}d}" for v in range(a, b + sign, sign * step)]
     raise ConfigError(f"--images {pattern}: {{{spec}}}: a range needs two integers (1..12, 01..12) or two "
                       "year.month values (24.01..25.09); a list is {a,b,c}")
@@ -179,17 +188,19 @@ def _from_images(m: matrix_mod.Matrix, patterns: Sequence[str], template: str | 
                               f"environments with an image: {', '.join(with_image) or '(none)'}")
     images = [image for p in patterns for image in expand_pattern(p)]
     envs = generated(images, base, gpus)
+    from runner.workloads import adopted
+    workloads = {**m.workloads, **adopted(m.workloads, template, [e.name for e in envs], "--images")}
     if base is None:
         # As `matrix run --image`: the axes in the image, rules that name an environment left out.
         axes = m.axes
         if gpus and axes.device == ["cpu"]:
             axes = axes.model_copy(update={"device": ["cuda"]})
-        source = replace(m, axes=axes, environments=(envs[0],),
+        source = replace(m, axes=axes, environments=(envs[0],), workloads=workloads,
                          include=tuple({k: v for k, v in r.items() if k != "environment"} for r in m.include),
                          exclude=tuple(r for r in m.exclude if "environment" not in r))
     else:
         mine = [r for r in m.include if r.get("environment") in (None, base.name)]
-        source = replace(m, environments=(base,), include=tuple(mine),
+        source = replace(m, environments=(base,), include=tuple(mine), workloads=workloads,
                          exclude=tuple(r for r in m.exclude if r.get("environment") in (None, base.name)))
     return envs, source
 
@@ -203,7 +214,7 @@ def _cells(source: matrix_mod.Matrix, envs: Sequence[EnvironmentBase], only: Seq
         if len(all_cells) != 1:
             raise ConfigError(_not_one(all_cells, "the images", only))
         cell = all_cells[0]
-        return [Cell(e, cell.params, cell.run) for e in envs]
+        return [Cell(e, cell.params, cell.run, source.workloads.get(e.name)) for e in envs]
     by_env: dict[str, list[Cell]] = {}
     for c in all_cells:
         by_env.setdefault(c.env_name, []).append(c)
