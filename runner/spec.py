@@ -15,7 +15,17 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runner.contract import AMP_IMPLS, DATASET_FORMS, DATASET_KINDS, DEVICES, MODELS, PRECISIONS
+from runner.contract import (
+    AMP_IMPLS,
+    ATTENTION_BACKENDS,
+    DATASET_FORMS,
+    DATASET_KINDS,
+    DEVICES,
+    FP8_IMPLS,
+    FP8_RECIPES,
+    MODELS,
+    PRECISIONS,
+)
 
 Scalar = str | int | float | bool
 MOST_REPEATS = 1000  # repeats per cell, fixed or adaptive: more is a typo (each is a fresh process)
@@ -339,6 +349,11 @@ class Axes(Strict):
     amp_impl: list[Literal[AMP_IMPLS]] | None = None  # type: ignore[valid-type]
     breakdown: list[bool] | None = None
     eval_batches: list[int] | None = None
+    # The transformer's axes (models gpt_*): tokens per sequence, attention implementation, FP8 mechanism.
+    seq_len: list[int] | None = None
+    attention: list[Literal[ATTENTION_BACKENDS]] | None = None  # type: ignore[valid-type]
+    fp8_impl: list[Literal[FP8_IMPLS]] | None = None  # type: ignore[valid-type]
+    fp8_recipe: list[Literal[FP8_RECIPES]] | None = None  # type: ignore[valid-type]
 
     @field_validator("*", mode="before")
     @classmethod
