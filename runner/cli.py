@@ -27,6 +27,7 @@ from runner.cli_boundary import (
 from runner.errors import ConfigError
 from runner.report.fmt import Cell, Table
 from runner.results import RERUN_FAILED_TEXT
+from runner.runprint import throughput_unit
 from runner.spec import shown_params
 from runner.store import DEFAULT_DB, Store
 
@@ -194,13 +195,18 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
         run_id = store.resolve_run(run_ref)
         rows = list(store.rows([run_id], latest_only=False))
     axes = list(dict.fromkeys(k for r in rows for k in shown_params(r["params"])))
-    table = Table(["cell", "environment", *axes, "repeat", "status", "img/s", "note"],
+    units = {throughput_unit(r["metrics"]) for r in rows if r["status"] == "ok"}
+    one_unit = next(iter(units)) if len(units) == 1 else (None if units else "img/s")  # None: per value
+    table = Table(["cell", "environment", *axes, "repeat", "status", one_unit or "throughput", "note"],
                   align=["l"] * (2 + len(axes)) + ["r", "l", "r"])
     for r in rows:
         tput = (r["metrics"] or {}).get("throughput")
+        shown = f"{tput:.1f}" if isinstance(tput, int | float) else "-"
+        if one_unit is None and isinstance(tput, int | float):
+            shown += " " + throughput_unit(r["metrics"])
         table.add(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
                   str(r["repeat"] + 1), Cell(r["status"], "" if r["status"] == "ok" else "status"),
-                  f"{tput:.1f}" if isinstance(tput, int | float) else "-", _show_note(r))
+                  shown, _show_note(r))
     consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
 
 

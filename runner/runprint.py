@@ -47,6 +47,14 @@ def fmt_rate(values: list[float]) -> str:
     return f"{statistics.fmean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
+def throughput_unit(metrics: Any) -> str:
+    """The unit a result gives its throughput (metrics.definitions; tok/s for a transformer), img/s without one."""
+    definitions = metrics.get("definitions") if isinstance(metrics, dict) else None
+    own = definitions.get("throughput") if isinstance(definitions, dict) else None
+    unit = own.get("unit") if isinstance(own, dict) else None
+    return unit if isinstance(unit, str) and unit else "img/s"
+
+
 def _cut(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
@@ -57,7 +65,9 @@ def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Tabl
     for row in rows:
         by_key[row["cell_key"]].append(row)
     varying = varying_params(cells)
-    table = Table(["environment", *varying, "repeats", "img/s (mean ± std)", "note"],
+    units = {throughput_unit(r["metrics"]) for r in rows if r["status"] == Status.OK.value}
+    one_unit = next(iter(units)) if len(units) == 1 else (None if units else "img/s")  # None: each value says its own
+    table = Table(["environment", *varying, "repeats", f"{one_unit or 'throughput'} (mean ± std)", "note"],
                   align=["l"] * (1 + len(varying)) + ["r", "r", "l"])
     for cell in cells:
         mine = by_key.get(cell.key, [])
@@ -71,9 +81,13 @@ def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Tabl
         if unsteady and not note:
             note = f"{unsteady} warm-up{_s(unsteady)} not steady (stopped at a ceiling)"
         shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
+        rate = fmt_rate(rates)
+        mine_units = {throughput_unit(r["metrics"]) for r in mine if r["status"] == Status.OK.value}
+        if one_unit is None and rates:
+            rate += " " + "/".join(sorted(mine_units))
         table.add(cell.env_name, *(str(cell.params.get(k, "")) for k in varying),
                   TableCell(shown, "" if set(statuses) <= {Status.OK.value} else "status"),
-                  fmt_rate(rates), TableCell(_cut(note), "muted"))
+                  rate, TableCell(_cut(note), "muted"))
     return table
 
 
@@ -202,7 +216,7 @@ class RunPrinter:
         if not self.progress.console.is_terminal:
             tput = outcome.metrics.get("throughput")
             say(f"ok {escape(task.cell.label())} repeat {task.repeat + 1}"
-                + (f": {tput:.1f} img/s" if isinstance(tput, int | float) else ""))
+                + (f": {tput:.1f} {throughput_unit(outcome.metrics)}" if isinstance(tput, int | float) else ""))
 
     def environment_done(self, env_name: str) -> None:
         n = self.same_again.pop(env_name, 0)

@@ -266,3 +266,20 @@ def test_transformer_vs_reference_prints_both_sides_and_the_verdict(tmp_path: Pa
     assert len(runs["bench"]) == len(runs["reference"]) == 2
     assert all(r["tokens"] == 3 * 2 * 16 and r["throughput"] > 0 for r in runs["reference"])
     assert all(r["mfu"] > 0 for r in runs["bench"])
+
+
+def test_run_summary_labels_throughput_with_the_results_unit() -> None:
+    """`matrix run`'s summary said img/s for every cell: a transformer's tok/s, and a mix says each value's unit."""
+    from runner import matrix as matrix_mod
+    from runner.runprint import summary_table
+
+    text = MIXED.replace("seq_len: [64]", "").replace("[mnist_cnn, gpt_tiny]", "[mlp, gpt_tiny]")
+    cells = matrix_mod.parse(textwrap.dedent(text), Path("m.yaml")).cells()
+    tok = {"throughput": 100.0, "definitions": {"throughput": {"how": "bench: tokens", "unit": "tok/s"}}}
+    gpt_rows = [{"cell_key": cells[1].key, "status": "ok", "reason": None, "metrics": tok}]
+    table = summary_table(cells[1:], gpt_rows)
+    assert table.columns[-2] == "tok/s (mean ± std)" and table.rows[0][-2].text == "100.0"
+    both = gpt_rows + [{"cell_key": cells[0].key, "status": "ok", "reason": None, "metrics": {"throughput": 5.0}}]
+    table = summary_table(cells, both)
+    assert table.columns[-2] == "throughput (mean ± std)"
+    assert [row[-2].text for row in table.rows] == ["5.0 img/s", "100.0 tok/s"]
