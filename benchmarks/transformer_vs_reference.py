@@ -1,7 +1,8 @@
 """The benchmark's transformer against a plain hand-written training loop of the same model (the GPT of
 runner/bench/models.py), batch, sequence length, data and precision, in the same run: each repeat is a fresh
-process for each side, the two alternating so drift hits both alike. Prints tok/s mean ± std and CV per side,
-the ratio bench/reference, and whether it is within the tolerance (3%: exit 1 outside it).
+process for each side, the two alternating so drift hits both alike (bench first in even repeats, the reference in
+odd ones). Prints tok/s mean ± std and CV per side, the ratio bench/reference, and whether it is within the
+tolerance (3%: exit 1 outside it).
 
 On a GPU (GPT-2 124M, BF16):
     python benchmarks/transformer_vs_reference.py --model gpt2_124m --batch-size 16 --seq-len 1024 \
@@ -132,13 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     ref_argv = [str(Path(__file__).resolve()), *common, "--reference-loop"]
     runs: dict[str, list[dict[str, Any]]] = {"bench": [], "reference": []}
     for r in range(args.repeats):
-        b = run_json(bench_argv, "MATRIX_RESULT ")
-        if b.get("status") != "ok":
-            raise SystemExit(f"bench: {b.get('status')}: {b.get('reason')}")
-        m = b["metrics"]
-        runs["bench"].append({k: m.get(k) for k in ("throughput", "window_s", "tokens", "loss_end", "mfu",
-                                                      "peak_source")})
-        runs["reference"].append(run_json(ref_argv))
+        for side in (("bench", "reference") if r % 2 == 0 else ("reference", "bench")):  # neither always first
+            if side == "reference":
+                runs["reference"].append(run_json(ref_argv))
+                continue
+            b = run_json(bench_argv, "MATRIX_RESULT ")
+            if b.get("status") != "ok":
+                raise SystemExit(f"bench: {b.get('status')}: {b.get('reason')}")
+            m = b["metrics"]
+            runs["bench"].append({k: m.get(k) for k in ("throughput", "window_s", "tokens", "loss_end", "mfu",
+                                                          "peak_source")})
         print(f"repeat {r + 1}/{args.repeats}: bench {runs['bench'][-1]['throughput']:.1f} tok/s, "
               f"reference {runs['reference'][-1]['throughput']:.1f} tok/s", file=sys.stderr, flush=True)
     ref = runs["reference"][-1]
