@@ -283,3 +283,14 @@ def test_run_summary_labels_throughput_with_the_results_unit() -> None:
     table = summary_table(cells, both)
     assert table.columns[-2] == "throughput (mean ± std)"
     assert [row[-2].text for row in table.rows] == ["5.0 img/s", "100.0 tok/s"]
+
+
+@pytest.mark.parametrize(("recipe", "grad_output"), [("tensorwise", "E5M2"), ("rowwise", "E4M3FN")])
+def test_torchao_converts_every_linear_layer_and_keeps_the_tie(recipe: str, grad_output: str) -> None:
+    """With torchao installed (skipped without it): the conversion bench applies on a GPU, checked on the CPU."""
+    pytest.importorskip("torchao.float8")
+    model = models.build_transformer("gpt_small").to(torch.bfloat16)
+    model, record = fp8.convert(model, {"mechanism": "torchao", "fp8_recipe": recipe})
+    assert record["fp8_layers"] == record["linear_layers"] == 4 * 4 + 1
+    assert record["formats"] == f"input E4M3FN, weight E4M3FN, grad_output {grad_output}"
+    assert type(model.head).__name__ == "Float8Linear" and model.head.weight is model.wte.weight
