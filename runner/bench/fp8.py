@@ -45,7 +45,7 @@ def plan_fp8(args, device, capability):
     why = fp8_problem(device.type, capability, hasattr(torch, "float8_e4m3fn"), library)
     if why:
         raise Unsupported(why)
-    plan = {"mechanism": library[0], "dtype": "float8", "model_dtype": torch.bfloat16, "input_dtype": None,
+    plan = {"mechanism": library[0], "dtype": "float8", "model_dtype": torch.bfloat16, "input_dtype": torch.bfloat16,
             "fp8_recipe": args.fp8_recipe if library[0] == "torchao" else "delayed"}
     if library[0] == "te":
         te = _te()

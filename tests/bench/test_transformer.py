@@ -146,6 +146,7 @@ def test_fp8_plan_on_a_hopper_picks_torchao_and_its_recipe(fake_gpu: Any, monkey
     monkeypatch.setattr(fp8, "_torchao", lambda: ao)
     plan = fp8.plan_fp8(args_for("fp8", fp8_recipe="rowwise"), torch.device("cuda"), (9, 0))
     assert (plan["mechanism"], plan["fp8_recipe"], plan["model_dtype"]) == ("torchao", "rowwise", torch.bfloat16)
+    assert plan["input_dtype"] == torch.bfloat16  # an image model's inputs meet its BF16 weights (tokens stay ids)
     monkeypatch.setattr(fp8, "_torchao", lambda: None)
     monkeypatch.setattr(fp8, "_te", lambda: None)
     with pytest.raises(Unsupported, match="no FP8 training library here: torchao float8 training is not importable"):
