@@ -27,6 +27,7 @@ from runner.cli_boundary import (
 from runner.errors import ConfigError
 from runner.report.fmt import Cell, Table
 from runner.results import RERUN_FAILED_TEXT
+from runner.runprint import throughput_unit
 from runner.spec import shown_params
 from runner.store import DEFAULT_DB, Store
 
@@ -200,13 +201,17 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
     from runner.analysis import definition, shown_unit
     unit = shown_unit((definition(r["metrics"] or {}, "throughput")[1] for r in rows if r["status"] == "ok"),
                       "throughput")
+    one_unit = None if " | " in unit else unit  # None: each value says its own
     table = Table(["cell", "environment", *axes, "repeat", "status", unit, "note"],
                   align=["l"] * (2 + len(axes)) + ["r", "l", "r"])
     for r in rows:
         tput = (r["metrics"] or {}).get("throughput")
+        shown = f"{tput:.1f}" if isinstance(tput, int | float) else "-"
+        if one_unit is None and isinstance(tput, int | float):
+            shown += " " + throughput_unit(r["metrics"])
         table.add(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
                   str(r["repeat"] + 1), Cell(r["status"], "" if r["status"] == "ok" else "status"),
-                  f"{tput:.1f}" if isinstance(tput, int | float) else "-", _show_note(r))
+                  shown, _show_note(r))
     consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
 
 

@@ -53,9 +53,14 @@ COMPILE_MODES: tuple[str, ...] = tuple(_C["COMPILE_MODES"])
 DEVICES: tuple[str, ...] = tuple(_C["DEVICES"])
 BUILTIN_MODELS: tuple[str, ...] = tuple(_C["BUILTIN_MODELS"])
 TORCHVISION_MODELS: tuple[str, ...] = tuple(_C["TORCHVISION_MODELS"])
-MODELS: tuple[str, ...] = BUILTIN_MODELS + TORCHVISION_MODELS
+TRANSFORMER_MODELS: dict[str, tuple[int, int, int, int, int]] = _C["TRANSFORMER_MODELS"]
+MODELS: tuple[str, ...] = BUILTIN_MODELS + TORCHVISION_MODELS + tuple(TRANSFORMER_MODELS)
+ATTENTION_BACKENDS: tuple[str, ...] = tuple(_C["ATTENTION_BACKENDS"])
+FP8_IMPLS: tuple[str, ...] = tuple(_C["FP8_IMPLS"])
+FP8_RECIPES: tuple[str, ...] = tuple(_C["FP8_RECIPES"])
 DATASET_KINDS: tuple[str, ...] = tuple(_C["DATASET_KINDS"])
-DATASET_FORMS: tuple[str, ...] = ("synthetic", *(f"{k}:{'PATH' if k == 'npz' else 'DIR'}" for k in DATASET_KINDS))
+DATASET_FORMS: tuple[str, ...] = ("synthetic", *(f"{k}:{'PATH' if k in ('npz', 'text') else 'DIR'}"
+                                                 for k in DATASET_KINDS))
 ARGUMENT_RULES: dict[str, dict[str, Any]] = _C["ARGUMENT_RULES"]
 MIN_IMAGE_SIZE: dict[str, int] = _C["MIN_IMAGE_SIZE"]
 MIN_IMAGE_SIZE_DEFAULT: int = _C["MIN_IMAGE_SIZE_DEFAULT"]
@@ -85,8 +90,42 @@ def min_image_size(model: str) -> int:
 
 def cell_problem(params: Mapping[str, Any]) -> tuple[str, str] | None:
     """(option, why) when a cell's options are each allowed but not together; None when bench takes them."""
-    size, model = params.get("image_size"), params.get("model")
+    size, model, seq_len = params.get("image_size"), params.get("model"), params.get("seq_len")
+    if isinstance(seq_len, int) and isinstance(model, str):
+        why = seq_len_problem(model, seq_len)
+        if why:
+            return "seq_len", why
+    dataset = params.get("dataset")
+    if isinstance(dataset, str) and isinstance(model, str):
+        why = dataset_problem(model, dataset)
+        if why:
+            return "dataset", why
     if isinstance(size, int) and isinstance(model, str) and size < min_image_size(model):
         return "image_size", (f"{size} is too small for model {model}; allowed: at least {min_image_size(model)} "
                               f"for {model} (or exclude the combination: {{model: {model}, image_size: {size}}})")
+    return None
+
+
+def seq_len_problem(model: str, seq_len: int) -> str | None:
+    """Why bench refuses --seq-len for `model` (not a transformer, or longer than its context), or None."""
+    if model not in TRANSFORMER_MODELS:
+        return (f"{seq_len}: seq_len applies to the transformer models ({', '.join(TRANSFORMER_MODELS)}), "
+                f"not {model} (or exclude the combination: {{model: {model}, seq_len: {seq_len}}})")
+    context = TRANSFORMER_MODELS[model][3]
+    if seq_len > context:
+        return (f"{seq_len} is longer than model {model}'s context; allowed: at most {context} for {model} "
+                f"(or exclude the combination: {{model: {model}, seq_len: {seq_len}}})")
+    return None
+
+
+def dataset_problem(model: str, dataset: str) -> str | None:
+    """Why bench refuses `dataset` for `model`: a transformer trains on tokens (synthetic or text:PATH), and
+    text:PATH is token data for the transformers only; None when bench takes the pair."""
+    text = dataset.partition(":")[0] == "text" and dataset != "text"
+    if model in TRANSFORMER_MODELS and not (dataset == "synthetic" or text):
+        return (f"{dataset!r}: model {model} trains on tokens; allowed: synthetic or text:PATH "
+                f"(or exclude the combination: {{model: {model}, dataset: {dataset}}})")
+    if model not in TRANSFORMER_MODELS and text:
+        return (f"{dataset!r} is token data for the transformer models ({', '.join(TRANSFORMER_MODELS)}), "
+                f"not {model} (or exclude the combination: {{model: {model}, dataset: {dataset}}})")
     return None

@@ -298,7 +298,10 @@ def _bench_refuses_together(m: Matrix) -> list[tuple[tuple[Any, ...], str]]:
     (an image size below what a model takes); the grid is expanded only when such a pair can occur."""
     models = {*(m.axes.model or ()), *(r["model"] for r in m.include if "model" in r)}
     sizes = {*(m.axes.image_size or ()), *(r["image_size"] for r in m.include if "image_size" in r)}
-    if not any(contract.cell_problem({"model": mo, "image_size": s}) for mo in models for s in sizes):
+    pairs = [{"image_size": s} for s in sizes]  # with the transformer's: sequence length and token data
+    for axis in ("seq_len", "dataset"):
+        pairs += [{axis: v} for v in {*(getattr(m.axes, axis) or ()), *(r[axis] for r in m.include if axis in r)}]
+    if not any(contract.cell_problem({"model": mo, **pair}) for mo in models for pair in pairs):
         return []
     found: dict[tuple[Any, ...], str] = {}
     for cell in expand(m):

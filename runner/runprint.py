@@ -48,6 +48,11 @@ def fmt_rate(values: list[float]) -> str:
     return f"{statistics.fmean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
+def throughput_unit(metrics: Any) -> str:
+    """The unit a result gives its throughput (its metrics.definitions: tok/s for a transformer), else bench's."""
+    return definition(metrics if isinstance(metrics, dict) else {}, "throughput")[1]
+
+
 def _cut(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
@@ -60,6 +65,7 @@ def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Tabl
     varying = varying_params(cells)
     unit = shown_unit((definition(r["metrics"], "throughput")[1] for r in rows
                        if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)), "throughput")
+    one_unit = None if " | " in unit else unit  # None: each value says its own
     table = Table(["environment", *varying, "repeats", f"{unit} (mean ± std)", "note"],
                   align=["l"] * (1 + len(varying)) + ["r", "r", "l"])
     for cell in cells:
@@ -74,9 +80,13 @@ def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Tabl
         if unsteady and not note:
             note = f"{unsteady} warm-up{_s(unsteady)} not steady (stopped at a ceiling)"
         shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
+        rate = fmt_rate(rates)
+        mine_units = {throughput_unit(r["metrics"]) for r in mine if r["status"] == Status.OK.value}
+        if one_unit is None and rates:
+            rate += " " + "/".join(sorted(mine_units))
         table.add(cell.env_name, *(str(cell.params.get(k, "")) for k in varying),
                   TableCell(shown, "" if set(statuses) <= {Status.OK.value} else "status"),
-                  fmt_rate(rates), TableCell(_cut(note), "muted"))
+                  rate, TableCell(_cut(note), "muted"))
     return table
 
 
@@ -205,7 +215,7 @@ class RunPrinter:
         if not self.progress.console.is_terminal:
             tput = outcome.metrics.get("throughput")
             say(f"ok {escape(task.cell.label())} repeat {task.repeat + 1}"
-                + (f": {tput:.1f} img/s" if isinstance(tput, int | float) else ""))
+                + (f": {tput:.1f} {throughput_unit(outcome.metrics)}" if isinstance(tput, int | float) else ""))
 
     def environment_done(self, env_name: str) -> None:
         n = self.same_again.pop(env_name, 0)

@@ -17,10 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runner.contract import (
     AMP_IMPLS,
+    ATTENTION_BACKENDS,
     COMPILE_MODES,
     DATASET_FORMS,
     DATASET_KINDS,
     DEVICES,
+    FP8_IMPLS,
+    FP8_RECIPES,
     MODELS,
     OPTIMIZER_IMPLS,
     PRECISIONS,
@@ -351,6 +354,11 @@ class Axes(Strict):
     optimizer_impl: list[Literal[OPTIMIZER_IMPLS]] | None = None  # type: ignore[valid-type]
     compile_mode: list[Literal[COMPILE_MODES]] | None = None  # type: ignore[valid-type]
     cuda_graphs: list[bool] | None = None
+    # The transformer's axes (models gpt_*): tokens per sequence, attention implementation, FP8 mechanism.
+    seq_len: list[int] | None = None
+    attention: list[Literal[ATTENTION_BACKENDS]] | None = None  # type: ignore[valid-type]
+    fp8_impl: list[Literal[FP8_IMPLS]] | None = None  # type: ignore[valid-type]
+    fp8_recipe: list[Literal[FP8_RECIPES]] | None = None  # type: ignore[valid-type]
 
     @field_validator("*", mode="before")
     @classmethod

@@ -73,6 +73,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     # GPU energy over the measured window (bench's telemetry: NVML's energy counter or sampled power).
     Metric("images_per_joule", "energy efficiency", "img/J", True, 1.0, "more efficient", "less efficient",
            "img/J"),
+    # A transformer's model FLOPs utilisation (bench's flops.py: the formula and the peak's source per repeat).
+    Metric("mfu", "MFU", "%", True, 100.0, "higher", "lower", "fraction"),
 )}
 METRIC_ALIASES = {"energy": "images_per_joule", "efficiency": "images_per_joule", "forward": "fwd_throughput", "backward": "bwd_throughput", "time": "window_s", "memory": "peak_mem", "mem": "peak_mem", "loss": "loss_end",
                   "iter": "iter_time", "acc": "accuracy"}
@@ -289,6 +291,8 @@ def recipe(record: Mapping[str, Any] | None, precision: str = "") -> dict[str, s
         math_words = f"autocast {dtype}"
     elif mechanism == "apex":
         math_words = f"apex amp {record.get('apex_api') or ''}".strip()
+    elif mechanism in ("torchao", "te"):  # bench's fp8: the library, its recipe, BF16 elsewhere
+        math_words = f"fp8 {'torchao' if mechanism == 'torchao' else 'Transformer Engine'} {record.get('fp8_recipe')}"
     elif mechanism == "manual":
         math_words = "fp16 model, fp32 master weights" + (", BN in fp32" if record.get("bn_fp32") else "")
     elif precision == "tf32" or record.get("dtype") == "tf32":
@@ -363,7 +367,7 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             "window_s": window, "peak_mem": peak, "loss_end": _num(metrics.get("loss_end")),
             "accuracy": _num(metrics.get("accuracy")),
             "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,
-            "images_per_joule": _num(metrics.get("images_per_joule")),
+            "images_per_joule": _num(metrics.get("images_per_joule")), "mfu": _num(metrics.get("mfu")),
             "throttled": throttled(metrics),
             "hardware": _hardware(env),
         }

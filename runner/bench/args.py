@@ -8,16 +8,20 @@ import sys
 from .contract import (
     AMP_IMPLS,
     ARGUMENT_RULES,
+    ATTENTION_BACKENDS,
     BUILTIN_MODELS,
     COMPILE_MODES,
     DATASET_KINDS,
     DEVICES,
     EXIT_BAD_ARGS,
+    FP8_IMPLS,
+    FP8_RECIPES,
     MIN_IMAGE_SIZE,
     MIN_IMAGE_SIZE_DEFAULT,
     OPTIMIZER_IMPLS,
     PRECISIONS,
     TORCHVISION_MODELS,
+    TRANSFORMER_MODELS,
 )
 from .errors import BadArgs
 
@@ -34,12 +38,13 @@ def build_parser():
     p = _ArgParser(prog="bench", description="Train a model for a measured window and print "
                    "one MATRIX_RESULT JSON line on stdout (docs/internals.md).")
     p.add_argument("--model", required=True,
-                   help="torchvision: %s; built-in: %s" % (", ".join(sorted(TORCHVISION_MODELS)),
-                                                            ", ".join(sorted(BUILTIN_MODELS))))
+                   help="torchvision: %s; built-in: %s; transformers: %s" % (
+                       ", ".join(sorted(TORCHVISION_MODELS)), ", ".join(sorted(BUILTIN_MODELS)),
+                       ", ".join(sorted(TRANSFORMER_MODELS))))
     p.add_argument("--precision", required=True, choices=PRECISIONS)
     p.add_argument("--batch-size", required=True, type=int, help="per process (per rank)")
     p.add_argument("--dataset", required=True,
-                   help="synthetic | npz:PATH | cifar10:DIR | imagefolder:DIR")
+                   help="synthetic | npz:PATH | cifar10:DIR | imagefolder:DIR | text:PATH (bytes, for a transformer)")
     p.add_argument("--iterations", type=int, default=None,
                    help="measured iterations (0: no training; default 50); with --window-time, the count an "
                    "earlier repeat calibrated")
@@ -86,7 +91,42 @@ def build_parser():
     p.add_argument("--compile-mode", choices=COMPILE_MODES, default=None, help="with --compile: torch.compile's mode")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="capture the whole training step (forward, backward, optimizer) as one CUDA graph, replayed")
+    add_transformer_options(p)
     return p
+
+
+def add_transformer_options(p):
+    """The transformer's options (models in TRANSFORMER_MODELS) and the FP8 precision's."""
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="tokens per sequence (default: the model's context length)")
+    p.add_argument("--attention", choices=ATTENTION_BACKENDS, default="auto",
+                   help="auto: scaled_dot_product_attention where this torch has it, else plain (hand-written); "
+                   "math, flash, mem_efficient, cudnn: that SDPA backend only")
+    p.add_argument("--fp8-impl", choices=FP8_IMPLS, default="auto",
+                   help="the FP8 training library of --precision fp8 (auto: torchao, else Transformer Engine)")
+    p.add_argument("--fp8-recipe", choices=FP8_RECIPES, default="tensorwise",
+                   help="torchao's float8 scaling recipe")
+
+
+def check_transformer_args(args):
+    """--seq-len: a transformer's, at most its context; a transformer's data is tokens (synthetic or text:PATH)."""
+    spec = TRANSFORMER_MODELS.get(args.model)
+    if spec is None:
+        if args.seq_len is not None:
+            raise BadArgs("--seq-len applies to the transformer models (%s), not %s" % (
+                ", ".join(sorted(TRANSFORMER_MODELS)), args.model))
+        if args.data_kind == "text":
+            raise BadArgs("--dataset text:PATH is token data for the transformer models (%s), not %s" % (
+                ", ".join(sorted(TRANSFORMER_MODELS)), args.model))
+        return
+    if args.seq_len is not None and args.seq_len > spec[3]:
+        raise BadArgs("--seq-len %d is longer than model %s's context; allowed: at most %d" % (
+            args.seq_len, args.model, spec[3]))
+    if args.data_kind not in ("synthetic", "text"):
+        raise BadArgs("model %s trains on tokens: --dataset synthetic or text:PATH, not %s" % (
+            args.model, args.dataset))
+    if args.seq_len is None:
+        args.seq_len = spec[3]
 
 
 def breaks_rule(rule, value):
@@ -114,9 +154,9 @@ def parse_dataset(spec):
         return "synthetic", None
     kind, sep, path = spec.partition(":")
     if not sep or kind not in DATASET_KINDS or not path:
-        raise BadArgs("--dataset %r: expected synthetic, npz:PATH, cifar10:DIR or imagefolder:DIR" % spec)
+        raise BadArgs("--dataset %r: expected synthetic, npz:PATH, cifar10:DIR, imagefolder:DIR or text:PATH" % spec)
     path = os.path.expanduser(path)
-    if kind == "npz" and not os.path.isfile(path):
+    if kind in ("npz", "text") and not os.path.isfile(path):
         raise BadArgs("--dataset %s: no such file %s" % (spec, path))
     if kind in ("cifar10", "imagefolder") and not os.path.isdir(path):
         raise BadArgs("--dataset %s: no such directory %s" % (spec, path))
@@ -126,9 +166,9 @@ def parse_dataset(spec):
 def parse_args(argv):
     """Parse and validate; every mistake is BadArgs or argparse's exit 2."""
     args = build_parser().parse_args(argv)
-    if args.model not in TORCHVISION_MODELS and args.model not in BUILTIN_MODELS:
-        raise BadArgs("unknown model %r (known: %s)" % (
-            args.model, ", ".join(sorted(list(TORCHVISION_MODELS) + list(BUILTIN_MODELS)))))
+    known = list(TORCHVISION_MODELS) + list(BUILTIN_MODELS) + list(TRANSFORMER_MODELS)
+    if args.model not in known:
+        raise BadArgs("unknown model %r (known: %s)" % (args.model, ", ".join(sorted(known))))
     for name in sorted(ARGUMENT_RULES):
         value = getattr(args, name)
         if value is not None and breaks_rule(ARGUMENT_RULES[name], value):
@@ -149,6 +189,7 @@ def parse_args(argv):
     if args.iterations is None and args.window_time is None:
         args.iterations = 50
     args.data_kind, args.data_path = parse_dataset(args.dataset)
+    check_transformer_args(args)
     return args
 
 

@@ -9,10 +9,10 @@ that bench's own parser (args.py) applies: one source, checked twice (tests/unit
 SCHEMA = 1
 RESULT_PREFIX = "MATRIX_RESULT "
 EXIT_OK, EXIT_FAILED, EXIT_BAD_ARGS, EXIT_OOM, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4
-PRECISIONS = ("fp32", "tf32", "fp16", "amp", "amp-bf16", "bf16")
+PRECISIONS = ("fp32", "tf32", "fp16", "amp", "amp-bf16", "bf16", "fp8")
 AMP_IMPLS = ("auto", "native", "apex", "manual")
 DEVICES = ("auto", "cpu", "cuda")
-DATASET_KINDS = ("npz", "cifar10", "imagefolder")  # KIND:PATH, besides "synthetic"
+DATASET_KINDS = ("npz", "cifar10", "imagefolder", "text")  # KIND:PATH, besides "synthetic"
 LOSS_END_WINDOW = 5  # loss_end is the mean of this many last measured iterations
 # Speed levers (args.py's block of the same name): SGD's implementation and torch.compile's mode.
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
@@ -29,6 +29,21 @@ TORCHVISION_MODELS = {
 BUILTIN_MODELS = {
     "cifar_vgg16": (3, 32, 10), "wrn": (3, 32, 10), "mnist_cnn": (1, 28, 10), "mlp": (1, 28, 10),
 }
+
+# The decoder-only transformers (GPT-2 family: learned positions, pre-LayerNorm, GELU, causal self-attention,
+# output projection tied to the token embedding): name -> (layers, heads, width, context length, vocabulary).
+# A sequence is --seq-len tokens, the context length unless given; text data is byte-level (256 ids). GPT-2's
+# 50257-token vocabulary is padded to 50304 (a multiple of 64, as nanoGPT and llm.c train it): every matrix
+# product then has FP8- and tensor-core-friendly sizes, the output projection included.
+TRANSFORMER_MODELS = {
+    "gpt_tiny": (2, 2, 64, 128, 256), "gpt_small": (4, 4, 256, 256, 256),
+    "gpt2_124m": (12, 12, 768, 1024, 50304), "gpt2_350m": (24, 16, 1024, 1024, 50304),
+}
+# --attention: auto (SDPA where this torch has it, else plain), plain (the hand-written softmax(QK^T)V that
+# every torch runs), or one SDPA backend forced through torch.nn.attention.sdpa_kernel.
+ATTENTION_BACKENDS = ("auto", "plain", "math", "flash", "mem_efficient", "cudnn")
+FP8_IMPLS = ("auto", "torchao", "te")  # torchao float8 training; NVIDIA Transformer Engine
+FP8_RECIPES = ("tensorwise", "rowwise")  # torchao's scaling recipes (TE: delayed scaling, HYBRID formats)
 
 # The smallest image (height and width, pixels) each model takes; a model not named takes
 # MIN_IMAGE_SIZE_DEFAULT. A smaller --image-size is a bad argument, whatever the data set.
@@ -64,5 +79,6 @@ ARGUMENT_RULES = {
                   "allowed": "6n+4 with n >= 1 (10, 16, 22, 28, ...)"},
     "wrn_width": {"type": "int", "min": 1, "allowed": "an integer of at least 1"},
     "loss_scale": {"type": "float", "above": 0, "allowed": "a finite number above 0"},
+    "seq_len": {"type": "int", "min": 2, "allowed": "an integer of at least 2 (tokens)"},
     "lr": {"type": "float", "above": 0, "allowed": "a finite number above 0"},
 }

@@ -1,5 +1,6 @@
 """The data: a pool of synthetic batches made once on the device, or a real data set (npz, CIFAR-10
-python batches, an ImageFolder) through a seeded DataLoader, sharded over ranks."""
+python batches, an ImageFolder) through a seeded DataLoader, sharded over ranks; for a transformer,
+synthetic tokens or the bytes of a text file (load_tokens)."""
 
 import os
 
@@ -245,6 +246,60 @@ def load_data(args, device, plan, model_shape, dist_info):
     source = make_train_source(train_ds, args, device, prepare, dist_info)
     info = {"train_samples": len(train_ds), "test_samples": len(test_ds)}
     return source, test_ds, channels_data, hw, classes, info
+
+
+class TextSource(object):
+    """Next-token batches from one byte string on the device: each batch takes --batch-size windows of
+    seq_len + 1 bytes at offsets drawn from a seeded generator (per rank), inputs the first seq_len bytes,
+    targets the last seq_len, flattened as the model's logits are."""
+
+    def __init__(self, tokens, batch_size, seq_len, seed):
+        self.tokens = tokens
+        self.batch_size, self.seq_len = batch_size, seq_len
+        self.span = torch.arange(seq_len + 1, device=tokens.device)
+        self.generator = torch.Generator()
+        self.generator.manual_seed(seed)
+
+    def next(self):
+        starts = torch.randint(0, int(self.tokens.size(0)) - self.seq_len, (self.batch_size,),
+                               generator=self.generator).to(self.tokens.device)
+        window = self.tokens[starts.view(-1, 1) + self.span].long()
+        return window[:, :-1], window[:, 1:].reshape(-1)
+
+
+def read_text_tokens(path, seq_len):
+    """The bytes of a text file as a uint8 tensor (byte-level tokens: ids 0-255), at least seq_len + 2 of them
+    (one window of seq_len + 1 bytes and a second offset to draw)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except (OSError, IOError) as e:
+        raise BadArgs("text:%s cannot be read: %s" % (path, e))
+    if len(raw) < seq_len + 2:
+        raise BadArgs("text:%s has %d bytes; --seq-len %d needs at least %d" % (path, len(raw), seq_len,
+                                                                                 seq_len + 2))
+    np = optional_module("numpy")
+    if np is not None:
+        return torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy())
+    return torch.tensor(bytearray(raw), dtype=torch.uint8)
+
+
+def load_tokens(args, device, vocab, dist_info):
+    """The transformer's training source and what the result says of it: synthetic tokens (a pool of random
+    sequences made once on the device, as for images) or text:PATH read once and sampled on the device."""
+    rank = dist_info[0]
+    b, t = args.batch_size, args.seq_len
+    if args.data_kind == "synthetic":
+        pool = []
+        for _ in range(args.synthetic_batches):
+            seq = torch.randint(0, vocab, (b, t + 1), device=device, dtype=torch.long)
+            pool.append((seq[:, :-1].contiguous(), seq[:, 1:].reshape(-1)))
+        return SyntheticSource(pool), {"train_samples": None, "test_samples": None, "tokens": "synthetic",
+                                       "vocabulary": vocab}
+    tokens = read_text_tokens(args.data_path, t)
+    source = TextSource(tokens.to(device), b, t, args.seed + rank)
+    return source, {"train_samples": int(tokens.size(0)), "test_samples": None, "tokens": "bytes",
+                    "vocabulary": vocab}
 
 
 class Shard(object):

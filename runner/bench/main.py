@@ -12,9 +12,19 @@ import traceback
 
 from . import compat, data, distributed, envinfo, models, precision, preflight, telemetry, timing, training
 from .args import min_image_size, parse_args
+from .attention import attention_plan
 from .compat import first_line, log, optional_module
-from .contract import EXIT_BAD_ARGS, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, LOSS_END_WINDOW
+from .contract import (
+    EXIT_BAD_ARGS,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_OOM,
+    EXIT_UNSUPPORTED,
+    LOSS_END_WINDOW,
+    TRANSFORMER_MODELS,
+)
 from .errors import BadArgs, Unsupported, is_dtype_gap, is_oom
+from .flops import flops_per_token, mfu_metrics
 from .result import ResultChannel, new_result, result_line
 
 
@@ -132,7 +142,8 @@ def record_window(args, state, warm, window, iterations, dist):
     loss_start = warm["first_loss"]
     if loss_start is None and losses:
         loss_start = losses[0]
-    images = iterations * args.batch_size
+    transformer = args.model in TRANSFORMER_MODELS
+    images = iterations * args.batch_size * (args.seq_len if transformer else 1)  # tokens for a transformer
     window_s = window["window_s"]
     data_wait = window["data_wait_s"]
     if world > 1:
@@ -149,6 +160,8 @@ def record_window(args, state, warm, window, iterations, dist):
     })
     if "telemetry" in window:  # every rank sampled its own device: combined on every rank
         metrics.update(telemetry.combine_ranks(window["telemetry"], images, world, dist, device))
+    if transformer:
+        transformer_metrics(metrics, state["result"]["workload"], args, device, state["result"]["env"], world)
     return window_s
 
 
@@ -160,17 +173,11 @@ def benchmark(args, state):
     dist = prepare(args, state)
     device, plan = state["device"], state["plan"]
 
-    source, test_ds, channels, hw, classes, info = data.load_data(
-        args, device, plan, models.model_defaults(args.model), state["dist_info"])
-    least = min_image_size(args.model)
-    if min(hw) < least:  # the data set's own size (--image-size is checked with the arguments)
-        raise BadArgs("model %s needs images of at least %dx%d, got %dx%d" % (
-            args.model, least, least, hw[0], hw[1]))
-    model = models.build_model(args.model, args, channels, hw, classes)
-    models.check_input_size(model, args.model, channels, hw)
-    result["workload"] = dict(info, input_shape=[channels, hw[0], hw[1]], num_classes=classes,
-                              parameters=int(sum(p.numel() for p in model.parameters())),
-                              dataset_kind=args.data_kind)
+    transformer = args.model in TRANSFORMER_MODELS
+    if transformer:
+        source, test_ds, model, result["workload"] = transformer_workload(args, device, plan, state["dist_info"])
+    else:
+        source, test_ds, model, result["workload"] = image_workload(args, device, plan, state["dist_info"])
     model.train()
     model, eval_model, steps, extra = training.setup_training(model, plan, args, device, state["dist_info"])
     extra.update(cpu_math(plan, device, result["env"]))
@@ -215,8 +222,61 @@ def benchmark(args, state):
         metrics["accuracy"] = training.evaluate(training.make_predict(eval_model, plan), eval_model, test_ds,
                                                 args, device, prepare_batch, state["dist_info"], dist)
     if iterations > 0:
-        log("%.1f img/s over %.3f s, loss %s -> %s, accuracy %s" % (
-            metrics["throughput"] or 0.0, window_s, metrics["loss_start"], metrics["loss_end"], metrics["accuracy"]))
+        log("%.1f %s over %.3f s, loss %s -> %s, accuracy %s%s" % (
+            metrics["throughput"] or 0.0, "tok/s" if transformer else "img/s", window_s, metrics["loss_start"],
+            metrics["loss_end"], metrics["accuracy"],
+            ", MFU %.2f%%" % (100 * metrics["mfu"]) if metrics.get("mfu") else ""))
+
+
+def image_workload(args, device, plan, dist_info):
+    """(training source, test set, model, the result's workload record) of an image model."""
+    source, test_ds, channels, hw, classes, info = data.load_data(
+        args, device, plan, models.model_defaults(args.model), dist_info)
+    least = min_image_size(args.model)
+    if min(hw) < least:  # the data set's own size (--image-size is checked with the arguments)
+        raise BadArgs("model %s needs images of at least %dx%d, got %dx%d" % (
+            args.model, least, least, hw[0], hw[1]))
+    model = models.build_model(args.model, args, channels, hw, classes)
+    models.check_input_size(model, args.model, channels, hw)
+    workload = dict(info, input_shape=[channels, hw[0], hw[1]], num_classes=classes,
+                    parameters=int(sum(p.numel() for p in model.parameters())), dataset_kind=args.data_kind)
+    return source, test_ds, model, workload
+
+
+# The dtype attention's products run in, per the plan's math format (fp8: attention stays BF16).
+COMPUTE_DTYPES = {"float32": "float32", "tf32": "float32", "bfloat16": "bfloat16", "float16": "float16",
+                  "float8": "bfloat16"}
+
+
+def transformer_workload(args, device, plan, dist_info):
+    """(token source, no test set, the GPT, the workload record) with the attention --attention asks for."""
+    layers, heads, width, context, vocab = TRANSFORMER_MODELS[args.model]
+    dtype = getattr(compat.torch, COMPUTE_DTYPES[plan["dtype"]])
+    sdpa, kernel, attention = attention_plan(args.attention, device, dtype, heads, width // heads)
+    source, info = data.load_tokens(args, device, vocab, dist_info)
+    model = models.build_transformer(args.model, sdpa, kernel)
+    workload = dict(info, layers=layers, heads=heads, width=width, context=context, seq_len=args.seq_len,
+                    parameters=int(sum(p.numel() for p in model.parameters())),
+                    position_parameters=int(model.wpe.weight.numel()), attention=attention,
+                    dataset_kind=args.data_kind)
+    return source, None, model, workload
+
+
+def transformer_metrics(metrics, workload, args, device, env, world):
+    """Tokens, MFU and the definitions that say throughput is tok/s (and how MFU was counted)."""
+    per_token, formula = flops_per_token(workload["parameters"], workload["position_parameters"],
+                                         workload["layers"], workload["width"], args.seq_len)
+    mfu, how = mfu_metrics(metrics["throughput"], per_token, formula, device, env.get("device_name"),
+                           args.precision, world)
+    metrics.update(mfu, tokens=metrics["images"], sequences=metrics["images"] // args.seq_len)
+    tok = "bench: tokens (sequences x seq_len) over the synchronised measured window"
+    definitions = {"throughput": {"how": tok, "unit": "tok/s"},
+                   "fwd_throughput": {"how": tok.replace("window", "forward passes"), "unit": "tok/s"},
+                   "bwd_throughput": {"how": tok.replace("window", "backward passes"), "unit": "tok/s"},
+                   "images_per_joule": {"how": "bench: tokens over the GPU energy of the window", "unit": "tok/J"}}
+    if how is not None:
+        definitions["mfu"] = {"how": how, "unit": "%"}
+    metrics.setdefault("definitions", {}).update(definitions)
 
 
 def main(argv=None):

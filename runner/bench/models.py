@@ -1,10 +1,12 @@
-"""The models: torchvision's by name, and built-in ones that need nothing but torch (mnist_cnn, mlp,
-cifar_vgg16, wrn), each sized to the data's channels, image size and classes."""
+"""The models: torchvision's by name, built-in ones that need nothing but torch (mnist_cnn, mlp,
+cifar_vgg16, wrn), each sized to the data's channels, image size and classes, and the GPT-2 family of
+decoder-only transformers (gpt_*: sizes in contract.TRANSFORMER_MODELS)."""
 
 import importlib
+import math
 
 from .compat import IMPORT_ERRORS, F, first_line, nn, optional_module, torch, version_of
-from .contract import BUILTIN_MODELS, TORCHVISION_MODELS
+from .contract import BUILTIN_MODELS, TORCHVISION_MODELS, TRANSFORMER_MODELS
 from .errors import Unsupported
 
 _Module = nn.Module if nn is not None else object
@@ -113,9 +115,108 @@ class MLP(_Module):
         return self.fc2(F.relu(self.fc1(x.reshape(x.size(0), -1))))
 
 
+def _gelu():
+    """GPT-2's GELU (the tanh approximation) where F.gelu takes it, else the exact one, else by hand
+    (PyTorch < 1.2 has no F.gelu)."""
+    gelu = getattr(F, "gelu", None)
+    if gelu is not None:
+        try:
+            gelu(torch.zeros(1), approximate="tanh")
+            return lambda x: gelu(x, approximate="tanh")
+        except TypeError:
+            return gelu
+    c = math.sqrt(2.0 / math.pi)
+    return lambda x: 0.5 * x * (1.0 + torch.tanh(c * (x + 0.044715 * x * x * x)))
+
+
+class CausalSelfAttention(_Module):
+    """Multi-head causal self-attention: scaled_dot_product_attention(is_causal) where `sdpa` is given,
+    else the plain softmax(QK^T / sqrt(d) + mask) V that every torch runs."""
+
+    def __init__(self, width, heads, context, sdpa):
+        super(CausalSelfAttention, self).__init__()
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.heads = heads
+        self.sdpa = sdpa
+        if sdpa is None:  # an additive mask: -inf above the diagonal (bool masks need PyTorch 1.2)
+            self.register_buffer("mask", torch.full((context, context), float("-inf")).triu(1))
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.qkv(x).split(c, 2)
+        shape = (b, t, self.heads, c // self.heads)
+        q, k, v = (z.view(*shape).transpose(1, 2) for z in (q, k, v))
+        if self.sdpa is not None:
+            y = self.sdpa(q, k, v, is_causal=True)
+        else:
+            att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.heads))
+            y = torch.matmul(F.softmax(att + self.mask[:t, :t], dim=-1), v)
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+class Block(_Module):
+    """Pre-LayerNorm transformer block: x + attn(ln(x)), then x + mlp(ln(x)) with a 4x GELU MLP."""
+
+    def __init__(self, width, heads, context, sdpa, gelu):
+        super(Block, self).__init__()
+        self.ln1 = nn.LayerNorm(width)
+        self.attn = CausalSelfAttention(width, heads, context, sdpa)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width)
+        self.out = nn.Linear(4 * width, width)
+        self.gelu = gelu
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.out(self.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(_Module):
+    """GPT-2: token and learned position embeddings, pre-LN blocks, a final LayerNorm and an output
+    projection tied to the token embedding. forward(tokens (B, T)) returns the logits of every position
+    as rows, (B*T, vocabulary), so the classification loss of the other models applies unchanged."""
+
+    def __init__(self, layers, heads, width, context, vocab, sdpa=None, kernel=None):
+        super(GPT, self).__init__()
+        gelu = _gelu()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList([Block(width, heads, context, sdpa, gelu) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        self.kernel = kernel  # a no-argument function returning the SDPA backend's context, or None
+        for name, p in self.named_parameters():  # GPT-2's initialisation
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("proj.weight", "out.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def _forward(self, idx):
+        t = idx.size(1)
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        return logits.view(-1, logits.size(-1))
+
+    def forward(self, idx):
+        if self.kernel is None:
+            return self._forward(idx)
+        with self.kernel():
+            return self._forward(idx)
+
+
+def build_transformer(name, sdpa=None, kernel=None):
+    layers, heads, width, context, vocab = TRANSFORMER_MODELS[name]
+    return GPT(layers, heads, width, context, vocab, sdpa, kernel)
+
+
 def check_model_available(name):
     """Raise Unsupported when this environment cannot build `name` (torchvision missing or too old)."""
-    if name in BUILTIN_MODELS:
+    if name in BUILTIN_MODELS or name in TRANSFORMER_MODELS:
         return
     models = optional_module("torchvision.models")
     if models is None:

@@ -5,6 +5,7 @@ recorded with the result."""
 import os
 import shutil
 
+from . import fp8
 from .compat import accepted_kwargs, optional_module, torch
 from .contract import AMP_IMPLS
 from .errors import BadArgs, Unsupported
@@ -160,6 +161,8 @@ def plan_precision(args, device, caps=None):
         if factory is None:
             raise Unsupported("this torch has no bf16 autocast for %s" % device.type)
         plan.update(mechanism="native", dtype="bfloat16", autocast=factory)
+    elif p == "fp8":
+        plan.update(fp8.plan_fp8(args, device, _capability(device)))
     if args.channels_last and not hasattr(torch, "channels_last"):
         raise Unsupported("this torch has no channels_last memory format")
     if args.compile and not hasattr(torch, "compile"):
@@ -241,5 +244,7 @@ def precision_record(plan, flags, args, extra):
            "autocast": bool(plan and plan["autocast"] is not None),
            "master_weights": bool(plan and plan["mechanism"] == "manual"),
            "bn_fp32": bool(plan and plan["bn_fp32"])}
+    if plan and plan["precision"] == "fp8":
+        rec["fp8_recipe"] = plan["fp8_recipe"]
     rec.update(extra)
     return rec

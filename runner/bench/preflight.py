@@ -23,7 +23,8 @@ CUDA_ARCH_RANGES = (
 TENSOR_CORES = (("fp16", (7, 0)), ("bf16", (8, 0)), ("tf32", (8, 0)), ("fp8", (8, 9)))
 # The math format each precision's matrix products run in (fp32: plain FP32 units, no tensor cores).
 PRECISION_FORMAT = {"fp32": None, "tf32": "tf32", "fp16": "fp16", "amp": "fp16", "bf16": "bf16",
-                    "amp-bf16": "bf16"}
+                    "amp-bf16": "bf16", "fp8": "fp8"}
+FP8_CAPABILITY = (8, 9)  # Ada and Hopper: the first GPUs with FP8 tensor cores
 
 
 def _version_tuple(text):
@@ -158,3 +159,20 @@ def native_units(precision, feats):
     if has:
         return {"device": "cuda", "unit": "%s tensor cores" % fmt, "native": True}
     return {"device": "cuda", "unit": "no %s tensor cores (%s)" % (fmt, feats["sm"]), "native": False}
+
+
+def fp8_problem(device_type, capability, has_float8_dtypes, library):
+    """The sentence that says why FP8 training cannot run here, or None when it can: a CPU, a GPU before
+    compute capability 8.9, a torch without float8 dtypes, no FP8 training library. `library` is
+    (name, None) when one is importable, (None, why) when none is."""
+    if device_type != "cuda":
+        return ("fp8 training needs an NVIDIA GPU with FP8 tensor cores (compute capability 8.9: Ada, Hopper "
+                "or newer); this repeat runs on the %s" % ("CPU" if device_type == "cpu" else device_type))
+    if tuple(capability) < FP8_CAPABILITY:
+        return ("fp8 training needs FP8 tensor cores (compute capability 8.9: Ada, Hopper or newer); this GPU "
+                "is %d.%d" % tuple(capability))
+    if not has_float8_dtypes:
+        return "this torch has no float8 dtypes (torch.float8_e4m3fn: PyTorch 2.1+), so no FP8 training"
+    if library[0] is None:
+        return "no FP8 training library here: %s" % library[1]
+    return None

@@ -3,6 +3,7 @@ torch.compile in the order each needs; forward, backward and update as three fun
 
 import importlib
 
+from . import fp8
 from .compat import accepted_kwargs, log, nn, torch
 from .data import Shard, loader_kwargs
 from .distributed import all_reduce_values
@@ -130,6 +131,8 @@ def setup_training(model, plan, args, device, dist_info):
     cast -> optimizer -> apex -> DDP -> compile."""
     extra = {}
     model = convert_model(model, plan, args, device)
+    if plan["precision"] == "fp8":  # the linear layers' matrix products in FP8 (torchao or Transformer Engine)
+        model, extra["fp8"] = fp8.convert(model, plan)
     master = scaler = apex_amp = None
     if plan["mechanism"] == "manual":
         master = ManualMasterWeights(model.parameters(), plan["loss_scale"])

@@ -357,7 +357,7 @@ def test_dataset_smaller_than_batch_is_a_bad_argument(digits_npz: Path, bench_ma
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--precision", "fp8"], "invalid choice"),
+    (["--precision", "fp4"], "invalid choice"),
     (["--batch-size", "0"], "--batch-size"),
     (["--iterations", "-1"], "--iterations"),
     (["--model", "wrn", "--wrn-depth", "12"], "6n+4"),

@@ -40,9 +40,11 @@ def bench_takes(**values: object) -> bool:
 def test_constants_are_benchs() -> None:
     for name in ("SCHEMA", "RESULT_PREFIX", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_ARGS", "EXIT_OOM",
                  "EXIT_UNSUPPORTED", "PRECISIONS", "AMP_IMPLS", "DEVICES", "DATASET_KINDS", "ARGUMENT_RULES",
-                 "MIN_IMAGE_SIZE", "MIN_IMAGE_SIZE_DEFAULT"):
+                 "MIN_IMAGE_SIZE", "MIN_IMAGE_SIZE_DEFAULT", "TRANSFORMER_MODELS", "ATTENTION_BACKENDS",
+                 "FP8_IMPLS", "FP8_RECIPES"):
         assert getattr(contract, name) == getattr(bench_contract, name), name
-    assert set(contract.MODELS) == set(bench_contract.TORCHVISION_MODELS) | set(bench_contract.BUILTIN_MODELS)
+    assert set(contract.MODELS) == (set(bench_contract.TORCHVISION_MODELS) | set(bench_contract.BUILTIN_MODELS)
+                                    | set(bench_contract.TRANSFORMER_MODELS))
     # ast reads every assignment of the bench's contract: nothing there is computed.
     public = {k for k in vars(bench_contract) if k.isupper()}
     assert public == {k for k in contract.constants() if k.isupper()}
@@ -81,9 +83,11 @@ def _probes(rule: dict[str, object]) -> list[int | float]:
 
 @pytest.mark.parametrize("option", sorted(bench_contract.ARGUMENT_RULES))
 def test_plan_and_bench_agree_on_every_value(option: str) -> None:
+    model = {"model": "gpt2_124m"} if option == "seq_len" else {}  # a transformer's option
     for value in _probes(contract.ARGUMENT_RULES[option]):
-        plan_takes = contract.value_problem(option, value) is None
-        assert plan_takes == bench_takes(**{option: value}), (option, value)
+        cell = {**model, option: value}
+        plan_takes = contract.value_problem(option, value) is None and contract.cell_problem(cell) is None
+        assert plan_takes == bench_takes(**cell), (option, value)
 
 
 def test_plan_and_bench_agree_on_image_size_per_model() -> None:
@@ -93,23 +97,34 @@ def test_plan_and_bench_agree_on_image_size_per_model() -> None:
             assert plan_takes == bench_takes(model=model, image_size=size), (model, size)
 
 
-def test_plan_and_bench_agree_on_the_forms_of_a_data_set(tmp_path: Path) -> None:
-    """What a data set may look like; whether its path exists is known only where bench runs."""
+def test_plan_and_bench_agree_on_seq_len_per_model() -> None:
+    """--seq-len is a transformer's, at most its context; an image model refuses it at plan time as in bench."""
+    for model in contract.MODELS:
+        for seq_len in (2, 64, 128, 129, 256, 257, 1024, 1025):
+            plan_takes = contract.cell_problem({"model": model, "seq_len": seq_len}) is None
+            assert plan_takes == bench_takes(model=model, seq_len=seq_len), (model, seq_len)
+
+
+@pytest.mark.parametrize("model", ["mlp", "gpt_tiny"])
+def test_plan_and_bench_agree_on_the_forms_of_a_data_set(tmp_path: Path, model: str) -> None:
+    """What a data set may look like, for an image model and a transformer (tokens: synthetic or text:PATH);
+    whether its path exists is known only where bench runs."""
     (tmp_path / "d.npz").write_bytes(b"")
-    forms = ["synthetic", "mnist", "synthetic:x", ":x", "npz:", "npz", "cifar10:", "imagefolder:",
+    forms = ["synthetic", "mnist", "synthetic:x", ":x", "npz:", "npz", "cifar10:", "imagefolder:", "text:", "text",
              f"npz:{tmp_path / 'd.npz'}", f"cifar10:{tmp_path}", f"imagefolder:{tmp_path}", f"foo:{tmp_path}",
-             f"NPZ:{tmp_path / 'd.npz'}"]
+             f"NPZ:{tmp_path / 'd.npz'}", f"text:{tmp_path / 'd.npz'}"]
     for form in forms:
         try:
             Axes.model_validate({"dataset": [form]})
-            plan_takes = True
+            plan_takes = contract.cell_problem({"model": model, "dataset": form}) is None
         except ValueError:
             plan_takes = False
-        assert plan_takes == bench_takes(dataset=form), form
+        assert plan_takes == bench_takes(dataset=form, model=model), form
 
 
 def test_every_model_bench_knows_is_accepted_by_matrix_yaml() -> None:
-    models = sorted(set(bench_contract.TORCHVISION_MODELS) | set(bench_contract.BUILTIN_MODELS))
+    models = sorted(set(bench_contract.TORCHVISION_MODELS) | set(bench_contract.BUILTIN_MODELS)
+                    | set(bench_contract.TRANSFORMER_MODELS))
     assert Axes.model_validate({"model": models}).model == models
 
 
@@ -119,8 +134,12 @@ def test_bench_args_of_a_full_cell_parse_in_bench() -> None:
               "image_size": 32, "num_classes": 10, "loss_scale": 128.0, "wrn_depth": 10, "wrn_width": 2,
               "lr": 0.1, "amp_impl": "manual", "breakdown": True, "eval_batches": 2,
               "optimizer_impl": "foreach", "compile_mode": None, "cuda_graphs": False}
-    assert set(params) | set(LAYOUT_AXES) == set(AXIS_NAMES), "a new axis needs a value here"
+    transformer = {"seq_len": 64, "attention": "flash", "fp8_impl": "torchao", "fp8_recipe": "rowwise"}
+    assert set(params) | set(transformer) | set(LAYOUT_AXES) == set(AXIS_NAMES), "a new axis needs a value here"
     env = EnvironmentBase(name="e", backend="local")
     args = bench_args.parse_args(Cell(env, params, RunSettings()).bench_args())
     assert args.amp_impl == "manual" and args.channels_last and args.wrn_width == 2
     assert args.optimizer_impl == "foreach" and args.compile_mode is None and not args.cuda_graphs
+    gpt = {**params, **transformer, "model": "gpt_small", "precision": "fp8"}
+    args = bench_args.parse_args(Cell(env, gpt, RunSettings()).bench_args())
+    assert (args.seq_len, args.attention, args.fp8_impl, args.fp8_recipe) == (64, "flash", "torchao", "rowwise")

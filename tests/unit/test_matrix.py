@@ -48,9 +48,9 @@ def test_unknown_key_names_file_field_line_and_allowed_keys() -> None:
 
 
 def test_bad_precision_lists_allowed_values() -> None:
-    msg = error_of(BASE.replace("[fp32, bf16]", "[fp32, fp8]"))
+    msg = error_of(BASE.replace("[fp32, bf16]", "[fp32, fp4]"))
     assert "axes.precision[1] (line 7)" in msg
-    assert "'fp32', 'tf32', 'fp16', 'amp', 'amp-bf16' or 'bf16'" in msg
+    assert "'fp32', 'tf32', 'fp16', 'amp', 'amp-bf16', 'bf16' or 'fp8'" in msg
 
 
 def test_unknown_backend_lists_known_backends() -> None:

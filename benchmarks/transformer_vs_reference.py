@@ -1,0 +1,169 @@
+"""The benchmark's transformer against a plain hand-written training loop of the same model (the GPT of
+runner/bench/models.py), batch, sequence length, data and precision, in the same run: each repeat is a fresh
+process for each side, the two alternating so drift hits both alike (bench first in even repeats, the reference in
+odd ones). Prints tok/s mean ± std and CV per side, the ratio bench/reference, and whether it is within the
+tolerance (3%: exit 1 outside it).
+
+On a GPU (GPT-2 124M, BF16):
+    python benchmarks/transformer_vs_reference.py --model gpt2_124m --batch-size 16 --seq-len 1024 \
+        --precision bf16 --device cuda --iterations 50 --warmup 10 --repeats 5
+On a CPU:
+    .venv/bin/python benchmarks/transformer_vs_reference.py --model gpt_tiny --batch-size 8 --seq-len 128 \
+        --precision fp32 --device cpu --threads 2 --repeats 5
+The hand-written loop alone (one JSON line): add --reference-loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runner import artifact  # noqa: E402
+
+PRECISIONS = ("fp32", "bf16", "amp-bf16")
+
+
+def reference_loop(args: argparse.Namespace) -> dict[str, Any]:
+    """The loop a user would write: the model, a pool of random token batches on the device, SGD momentum 0.9,
+    autocast for amp-bf16 or a BF16 model for bf16, tokens over the synchronised window after warm-up."""
+    import torch
+    import torch.nn.functional as F
+
+    from runner.bench import models
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+    model = models.build_transformer(args.model, sdpa).to(device)
+    if args.precision == "bf16":
+        model = model.to(torch.bfloat16)
+    vocab = models.TRANSFORMER_MODELS[args.model][4]
+    pool = []
+    for _ in range(4):
+        seq = torch.randint(0, vocab, (args.batch_size, args.seq_len + 1), device=device)
+        pool.append((seq[:, :-1].contiguous(), seq[:, 1:].reshape(-1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    step_model = torch.compile(model) if args.compile else model
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    loss = torch.zeros((), device=device)
+    start = 0.0
+    for i in range(args.warmup + args.iterations):
+        if i == args.warmup:
+            sync()
+            start = time.perf_counter()
+        x, y = pool[i % len(pool)]
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "amp-bf16"):
+            loss = F.cross_entropy(step_model(x).float(), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    sync()
+    window = time.perf_counter() - start
+    final = float(loss.item())
+    tokens = args.iterations * args.batch_size * args.seq_len
+    return {"model": args.model, "precision": args.precision, "batch_size": args.batch_size, "seq_len": args.seq_len,
+            "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
+            else platform.processor() or "cpu", "torch": torch.__version__, "iterations": args.iterations,
+            "window_s": window, "tokens": tokens, "throughput": tokens / window if window > 0 else None,
+            "loss_end": final if math.isfinite(final) else None}
+
+
+def run_json(argv: list[str], prefix: str = "") -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = [ln[len(prefix):] for ln in proc.stdout.splitlines() if ln.startswith(prefix) and ln[len(prefix):].strip()]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{' '.join(argv[:2])} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    data: dict[str, Any] = json.loads(lines[-1])
+    return data
+
+
+def stats(values: list[float]) -> tuple[float, float, float]:
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if len(values) > 1 else float("nan")
+    return mean, std, std / mean if mean else float("nan")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="gpt_tiny")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cpu")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--iterations", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--tolerance", type=float, default=0.03, help="the largest |bench/reference - 1| that passes")
+    p.add_argument("--json", type=Path, default=None, help="also write every repeat here")
+    p.add_argument("--reference-loop", action="store_true", help="run the hand-written loop once, print its JSON")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.reference_loop:
+        print(json.dumps(reference_loop(args)))
+        return 0
+    common = ["--model", args.model, "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
+              "--device", args.device, "--iterations", str(args.iterations), "--warmup", str(args.warmup),
+              "--precision", args.precision, *(["--compile"] if args.compile else []),
+              *(["--threads", str(args.threads)] if args.threads else [])]
+    bench_argv = [str(artifact.path()), *common, "--dataset", "synthetic", "--workers", "0"]
+    ref_argv = [str(Path(__file__).resolve()), *common, "--reference-loop"]
+    runs: dict[str, list[dict[str, Any]]] = {"bench": [], "reference": []}
+    for r in range(args.repeats):
+        for side in (("bench", "reference") if r % 2 == 0 else ("reference", "bench")):  # neither always first
+            if side == "reference":
+                runs["reference"].append(run_json(ref_argv))
+                continue
+            b = run_json(bench_argv, "MATRIX_RESULT ")
+            if b.get("status") != "ok":
+                raise SystemExit(f"bench: {b.get('status')}: {b.get('reason')}")
+            m = b["metrics"]
+            runs["bench"].append({k: m.get(k) for k in ("throughput", "window_s", "tokens", "loss_end", "mfu",
+                                                          "peak_source")})
+        print(f"repeat {r + 1}/{args.repeats}: bench {runs['bench'][-1]['throughput']:.1f} tok/s, "
+              f"reference {runs['reference'][-1]['throughput']:.1f} tok/s", file=sys.stderr, flush=True)
+    ref = runs["reference"][-1]
+    print(f"{args.model} {args.precision} batch {args.batch_size} x {args.seq_len} tokens on {args.device}"
+          f"{' compiled' if args.compile else ''}, {args.warmup} warm-up + {args.iterations} measured iterations, "
+          f"{args.repeats} repeats per side")
+    print(f"host: {platform.node()}, device {ref['device_name']}, torch {ref['torch']}, "
+          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
+    means = {}
+    for side, rows in runs.items():
+        mean, std, cv = stats([float(m["throughput"]) for m in rows])
+        means[side] = mean
+        print(f"{side:>9}: {mean:10.1f} ± {std:7.1f} tok/s  (CV {cv:.2%})")
+    ratio = means["bench"] / means["reference"]
+    within = abs(ratio - 1) <= args.tolerance
+    print(f"bench / reference: {ratio:.3f} ({'within' if within else 'outside'} {args.tolerance:.0%})")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs},
+                                        indent=1))
+    return 0 if within else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
