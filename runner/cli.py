@@ -202,7 +202,7 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
     unit = shown_unit((definition(r["metrics"] or {}, "throughput")[1] for r in rows if r["status"] == "ok"),
                       "throughput")
     one_unit = None if " | " in unit else unit  # None: each value says its own
-    table = Table(["cell", "environment", *axes, "repeat", "status", unit, "note"],
+    table = Table(["cell", "environment", *axes, "repeat", "status", one_unit or "throughput", "note"],
                   align=["l"] * (2 + len(axes)) + ["r", "l", "r"])
     for r in rows:
         tput = (r["metrics"] or {}).get("throughput")

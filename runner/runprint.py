@@ -66,7 +66,7 @@ def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Tabl
     unit = shown_unit((definition(r["metrics"], "throughput")[1] for r in rows
                        if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)), "throughput")
     one_unit = None if " | " in unit else unit  # None: each value says its own
-    table = Table(["environment", *varying, "repeats", f"{unit} (mean ± std)", "note"],
+    table = Table(["environment", *varying, "repeats", f"{one_unit or 'throughput'} (mean ± std)", "note"],
                   align=["l"] * (1 + len(varying)) + ["r", "r", "l"])
     for cell in cells:
         mine = by_key.get(cell.key, [])
