@@ -146,7 +146,7 @@ def _with_image(m: matrix_mod.Matrix, image: str, gpus: str | None) -> matrix_mo
 
 
 def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] | None, workdir: Path,
-         **kwargs: bool) -> None:
+         **kwargs: Any) -> None:
     cells = matrix_mod.select(m.cells(), env or (), only or ())
     signal.signal(signal.SIGTERM, _sigterm)
     from runner.decide import commands as decide

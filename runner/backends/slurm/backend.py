@@ -33,9 +33,10 @@ from runner.backends.slurm.commands import SacctRow, SlurmError
 from runner.backends.slurm.config import CONTROL, TASK_ID_RE, SlurmEnvironment
 from runner.backends.slurm.script import array_job, container_launch, render_script, results_seen, time_limit
 from runner.backends.slurm.state import SubmittedJobs, Watched, state_key
+from runner.context import RunContext
 from runner.errors import BackendError
 from runner.results import Outcome, Status
-from runner.spec import EnvironmentBase, RunContext, Task
+from runner.spec import EnvironmentBase, Task
 from runner.workloads import Changed, arguments
 from runner.workloads.files import stage
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from runner.errors import BackendError
 from runner.spec import Task
-from runner.store import BatchJob, Store
+from runner.store import BatchJob, BatchJobs
 
 BACKEND = "slurm"
 LEGACY_SCHEMA = 1  # <workdir>/slurm/submitted.json, where matrix 0.1 kept this
@@ -54,10 +54,10 @@ class Watched:
 class SubmittedJobs:
     """The slurm rows of the store's batch_jobs table."""
 
-    def __init__(self, store: Store | None) -> None:
+    def __init__(self, store: BatchJobs | None) -> None:
         self.store = store
 
-    def _store(self) -> Store:
+    def _store(self) -> BatchJobs:
         if self.store is None:
             raise BackendError("the slurm backend keeps what it submitted in the result store: "
                                "RunContext.store must be set")
