@@ -36,6 +36,11 @@ class Registry(Generic[T]):
         self._found[name] = obj
         return obj
 
+    def forget(self, name: str) -> None:
+        """Take back a name registered for a while (a plug-in a test brings); a built-in module's name stays
+        known and is imported again when asked for."""
+        self._found.pop(name, None)
+
     def names(self) -> list[str]:
         """Every name, without importing any module."""
         names = list(dict.fromkeys([*self.modules, *self._found]))

@@ -99,8 +99,12 @@ def _running(pid: int) -> bool:
             return False
 
 
-if "procqueue" not in backends.loaded():
+@pytest.fixture(autouse=True)
+def procqueue() -> Iterator[None]:
+    """The toy scheduler is known only while these tests run: the other tests see the built-in backends."""
     backends.register(ProcQueue)
+    yield
+    backends.REGISTRY.forget("procqueue")
 
 MATRIX = """
 name: toy
