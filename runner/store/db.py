@@ -151,7 +151,7 @@ class Database:
                 f"`sqlite3 {self.path} 'PRAGMA wal_checkpoint(TRUNCATE)'`, or copy both files to a writable folder")
         why = ("its filesystem is read-only" if _readonly_fs(self.path)
                else f"its folder {self.path.parent} is not writable here")
-        _note(f"reading {self.path} as an immutable file ({why}, so SQLite cannot share its locks): it has no "
+        note(f"reading {self.path} as an immutable file ({why}, so SQLite cannot share its locks): it has no "
               "write-ahead log, so it is complete now, but a run writing to it while this command reads would not "
               "be seen")
         self._snapshot = _file_state(self.path)
@@ -207,7 +207,7 @@ class Database:
             beat.stop()
         self._heartbeats.clear()
         if self._snapshot is not None and _file_state(self.path) != self._snapshot:
-            _note(f"{self.path} changed while this command read it without locks: run the command again for "
+            note(f"{self.path} changed while this command read it without locks: run the command again for "
                   "a consistent answer")
         self.db.close()
 
@@ -325,6 +325,6 @@ def _readonly_fs(path: Path) -> bool:
         return False
 
 
-def _note(text: str) -> None:
+def note(text: str) -> None:
     print(f"note: {text}", file=sys.stderr, flush=True)
 

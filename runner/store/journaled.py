@@ -11,7 +11,7 @@ from runner.errors import StoreError
 from runner.store import journal
 from runner.store.calibrations import Calibrations
 from runner.store.captures import Capture, Captures
-from runner.store.db import StoreFull, _note
+from runner.store.db import StoreFull, note
 from runner.store.schema import COLUMNS, INSERT_RESULT
 
 
@@ -22,7 +22,7 @@ class Journaled(Captures, Calibrations):
             return
         waiting = journal.waiting(self.path)
         if waiting:
-            _note(f"{self.path}: results kept in {waiting[0]} after a full disk are not in the store yet; "
+            note(f"{self.path}: results kept in {waiting[0]} after a full disk are not in the store yet; "
                   "the next `matrix run` on it stores them")
 
     def journal_paths(self) -> list[Path]:
@@ -87,7 +87,7 @@ class Journaled(Captures, Calibrations):
             raise StoreFull(f"cannot import the {len(entries)} entries kept in {path} into {self.path}: the disk is "
                             f"still full; {self.space_advice(len(entries))}", path) from err
         if n:
-            _note(f"stored {n} result{'s' if n != 1 else ''} kept in {path} after a full disk")
+            note(f"stored {n} result{'s' if n != 1 else ''} kept in {path} after a full disk")
         return n
 
     def _import_waiting(self) -> None:
