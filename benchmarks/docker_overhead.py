@@ -33,8 +33,9 @@ from runner.backends.docker.engine import Exec  # noqa: E402
 from runner.backends.docker.host import TEST_IMAGE  # noqa: E402
 from runner.backends.docker.payload import BENCH_IN  # noqa: E402
 from runner.backends.local import LocalBackend, LocalEnvironment  # noqa: E402
+from runner.context import RunContext  # noqa: E402
 from runner.results import Outcome, Status  # noqa: E402
-from runner.spec import Cell, RunContext, RunSettings, Task  # noqa: E402
+from runner.spec import Cell, RunSettings, Task  # noqa: E402
 
 HOST_PYTHON = "/usr/bin/python3"
 PARAMS: dict[str, str | int] = {"model": "mnist_cnn", "precision": "fp32", "batch_size": 16,

@@ -31,8 +31,9 @@ from runner import matrix
 from runner.backends.slurm import SlurmBackend, commands
 from runner.backends.slurm.backend import FINISHED_STATES
 from runner.backends.slurm.state import Watched, state_key
+from runner.context import RunContext
 from runner.results import Outcome
-from runner.spec import RunContext, Task
+from runner.spec import Task
 from runner.store import Store
 
 

@@ -6,30 +6,32 @@ import math
 import signal
 import sys
 from pathlib import Path
-from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from runner import backends, execute
-from runner import console as consoles
+from runner import cli_boundary as boundary
 from runner import matrix as matrix_mod
-from runner.cli_boundary import (
-    Boundary,
-    _out_path,
-    _run_ref,
-    _run_refs,
-    _store_path,
-    _workdir_path,
-    exits,
-    state,
-)
+from runner.cli_boundary import Boundary, exits, state
+from runner.commands import clean as clean_cmd
+from runner.commands import collect as collect_cmd
+from runner.commands import diff as diff_cmd
+from runner.commands import doctor as doctor_cmd
+from runner.commands import load as load_matrix
+from runner.commands import ls as ls_cmd
+from runner.commands import plan as plan_cmd
+from runner.commands import report as report_cmd
+from runner.commands import run as run_cmd
+from runner.commands import show as show_cmd
+from runner.commands import sigterm
+
+# Kept importable from here (tests and older callers): each lives with its command in runner/commands/.
+from runner.commands.plan import plan_runs as plan_runs  # noqa: E402
+from runner.commands.run import with_image as _with_image  # noqa: E402,F401
+from runner.commands.show import note as _show_note  # noqa: E402,F401
 from runner.errors import ConfigError
-from runner.report.fmt import Cell, Table
 from runner.results import RERUN_FAILED_TEXT
-from runner.runprint import throughput_unit
-from runner.spec import shown_params
-from runner.store import DEFAULT_DB, Store
+from runner.store import DEFAULT_DB
 
 app = typer.Typer(cls=Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning training across environments and precisions.")
@@ -37,7 +39,7 @@ app = typer.Typer(cls=Boundary, add_completion=False, no_args_is_help=True, pret
 
 MatrixOpt = Annotated[Path | None, typer.Option("--matrix", "-m", help="matrix file (default: ./matrix.yaml, "
                                                    "else the embedded quickstart)")]
-DbOpt = Annotated[Path, typer.Option("--db", help="SQLite result store", callback=_store_path)]
+DbOpt = Annotated[Path, typer.Option("--db", help="SQLite result store", callback=boundary.store_path)]
 EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="only these environments (name, tag or backend)")]
 OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="only cells with KEY=VALUE (repeatable)")]
 MaxCellsOpt = Annotated[int, typer.Option("--max-cells", min=1, help="refuse a matrix of more cells than this "
@@ -50,14 +52,10 @@ def _global(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show 
     state["verbose"] = verbose
 
 
-def _matrix_path(path: Path | None) -> Path | None:
-    if path is None and Path("matrix.yaml").exists():
-        return Path("matrix.yaml")
-    return path
-
-
-def _load(matrix: Path | None, max_cells: int) -> matrix_mod.Matrix:
-    return matrix_mod.load(_matrix_path(matrix), max_cells=max_cells)
+def _done(status: int) -> None:
+    """A command's exit status, given to Typer."""
+    if status:
+        raise typer.Exit(status)
 
 
 @app.command()
@@ -65,33 +63,7 @@ def _load(matrix: Path | None, max_cells: int) -> matrix_mod.Matrix:
 def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
          db: DbOpt = DEFAULT_DB, max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
     """Validate the matrix file and list its cells; nothing runs."""
-    m = _load(matrix, max_cells)
-    cells = matrix_mod.select(m.cells(), env or (), only or ())
-    stored = {}
-    if db.exists():
-        with Store(db, readonly=True) as store:
-            stored = store.latest_statuses(c.key for c in cells)
-    axes = param_columns(cells)
-    table = Table(["#", "key", "environment", "backend", *axes, "stored"], align=["r"])
-    for i, cell in enumerate(cells, 1):
-        done = [stored[(cell.key, r)].value for r in range(m.run.most_repeats) if (cell.key, r) in stored]
-        table.add(str(i), cell.key, cell.env_name, cell.environment.backend,
-                  *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats_text.split(' ')[0]}")
-    consoles.print_table(consoles.stdout(), table, f"{m.name}: {len(cells)} cells x {m.run.repeats_text} repeats "
-                         f"({plan_runs(m)}{'; repeats interleaved' if m.run.interleave else ''})")
-
-
-def plan_runs(m: Any) -> str:
-    """What one repeat runs: bench's iterations, or the workload programs (whose own arguments say how long)."""
-    if not m.workloads:
-        return str(m.run.window_text)
-    names = sorted({w.name or "unnamed" for w in m.workloads.values()})
-    return f"workload {', '.join(names)}: its own program and parser"
-
-
-def param_columns(cells: list[Any]) -> list[str]:
-    """The axes worth a column: those present in any cell, minus a process layout of 1."""
-    return list(dict.fromkeys(k for cell in cells for k in shown_params(cell.params)))
+    _done(plan_cmd.main(matrix, env or (), only or (), db, max_cells))
 
 
 @app.command()
@@ -106,132 +78,41 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
         workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files (submitted "
-                                              "jobs are kept in --db)", callback=_workdir_path)
+                                              "jobs are kept in --db)", callback=boundary.workdir_path)
                            ] = Path("results"),
         max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS,
         ) -> None:
     """Run every repeat that is not stored yet (resume is the default)."""
-    if gpus is not None and image is None:
-        raise ConfigError(f"--gpus {gpus}: applies to --image only; an environment of the matrix file says its "
-                          "own GPUs (`gpus:` of a docker environment, `gpus_per_node:` of a slurm one, the gpus axis)")
-    m = _load(matrix, max_cells)
-    if image is not None:
-        m = _with_image(m, image, gpus)
-    _run(m, db, env, only, workdir, rerun_failed=rerun_failed, force=force, wait=not no_wait, submit=True)
+    _done(run_cmd.main(matrix, db, env or (), only or (), image, gpus, rerun_failed, force, no_wait, workdir, max_cells,
+                       state["verbose"]))
 
 
 @app.command()
 @exits("collect")
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
             workdir: Annotated[Path, typer.Option("--workdir", help="logs; the jobs to gather are found in "
-                                                  "--db", callback=_workdir_path)
+                                                  "--db", callback=boundary.workdir_path)
                                ] = Path("results"),
             max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
     """Gather results of batch jobs submitted earlier (`run --no-wait`); submits and starts nothing
     (repeats of environments that run here are left to `matrix run`)."""
-    m = _load(matrix, max_cells)
-    _run(m, db, env, only, workdir, submit=False)
-
-
-def _with_image(m: matrix_mod.Matrix, image: str, gpus: str | None) -> matrix_mod.Matrix:
-    from dataclasses import replace
-
-    from runner.backends.docker import adhoc_environment
-    axes = m.axes
-    if gpus and axes.device == ["cpu"]:
-        # GPUs were asked for: a CPU-only device axis (the quickstart's) would leave them idle.
-        axes = axes.model_copy(update={"device": ["cuda"]})
-    from runner.workloads import adopted
-    env = adhoc_environment(image, gpus)
-    return replace(m, axes=axes, environments=(env,), include=tuple(
-        {k: v for k, v in rule.items() if k != "environment"} for rule in m.include),
-        exclude=tuple(r for r in m.exclude if "environment" not in r),
-        workloads=adopted(m.workloads, None, [env.name], "--image"))
-
-
-def _run(m: matrix_mod.Matrix, db: Path, env: list[str] | None, only: list[str] | None, workdir: Path,
-         **kwargs: bool) -> None:
-    cells = matrix_mod.select(m.cells(), env or (), only or ())
-    signal.signal(signal.SIGTERM, _sigterm)
-    from runner.decide import commands as decide
-    decided = 0
-    with Store(db) as store:
-        report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:],
-                                    console=consoles.stdout(), verbose=state["verbose"], **kwargs)
-        if not report.interrupted and not report.pending:  # jobs still queued: `matrix collect` decides
-            text, decided = decide.run_decisions(m, cells, store)
-            if text:
-                typer.echo(text, nl=False)
-    if report.exit_code:
-        raise typer.Exit(int(report.exit_code))
-    if decided:
-        raise typer.Exit(int(decided))
-
-
-def _sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+    _done(collect_cmd.main(matrix, db, env or (), only or (), workdir, max_cells, state["verbose"]))
 
 
 @app.command("ls")
 @exits("ls")
 def ls(db: DbOpt = DEFAULT_DB) -> None:
     """List the runs in the store."""
-    from datetime import datetime
-    with Store(db, readonly=True) as store:
-        runs = store.runs()
-    table = Table(["run", "matrix", "started", "took", "status", "repeats"], align=["l"] * 3 + ["r"])
-    for r in runs:
-        took = f"{r.finished_at - r.started_at:.0f} s" if r.finished_at else "-"
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(r.counts.items())) or "none"
-        table.add(r.run_id, r.matrix_name or "-", datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M"),
-                  took, Cell(r.status, "" if r.status == "complete" else "status"), counts)
-    consoles.print_table(consoles.stdout(), table, f"runs in {db}")
+    _done(ls_cmd.main(db))
 
 
 @app.command()
 @exits("show")
 def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run id or prefix "
-                                                          "(default: latest)", callback=_run_ref)] = None,
+                                                          "(default: latest)", callback=boundary.run_ref)] = None,
          db: DbOpt = DEFAULT_DB) -> None:
     """The cells of one run with their statuses and throughput."""
-    with Store(db, readonly=True) as store:
-        run_id = store.resolve_run(run_ref)
-        rows = list(store.rows([run_id], latest_only=False))
-    axes = list(dict.fromkeys(k for r in rows for k in shown_params(r["params"])))
-    from runner.analysis import definition, shown_unit
-    unit = shown_unit((definition(r["metrics"] or {}, "throughput")[1] for r in rows if r["status"] == "ok"),
-                      "throughput")
-    one_unit = None if " | " in unit else unit  # None: each value says its own
-    table = Table(["cell", "environment", *axes, "repeat", "status", one_unit or "throughput", "note"],
-                  align=["l"] * (2 + len(axes)) + ["r", "l", "r"])
-    for r in rows:
-        tput = (r["metrics"] or {}).get("throughput")
-        shown = f"{tput:.1f}" if isinstance(tput, int | float) else "-"
-        if one_unit is None and isinstance(tput, int | float):
-            shown += " " + throughput_unit(r["metrics"])
-        table.add(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
-                  str(r["repeat"] + 1), Cell(r["status"], "" if r["status"] == "ok" else "status"),
-                  shown, _show_note(r))
-    consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
-
-
-def _show_note(row: dict[str, Any]) -> Cell:
-    """`matrix show`'s note: why a repeat did not end ok, whether the GPU throttled in its window, or that its
-    warm-up reached a ceiling before it was steady (flagged as a noisy cell is in the report)."""
-    metrics = row["metrics"] if isinstance(row["metrics"], dict) else {}
-    notes = []
-    telemetry = metrics.get("telemetry")
-    if isinstance(telemetry, dict) and telemetry.get("throttled") is True:
-        notes.append("throttled: " + str(telemetry.get("throttle_reason") or ""))
-    if row["status"] != "ok":
-        notes.append(str(row["reason"] or ""))
-    else:
-        warm = metrics.get("warmup")
-        if isinstance(warm, dict) and warm.get("steady") is False:
-            notes.append(f"warm-up not steady: stopped at its {'time ' if warm.get('how') == 'max_time' else ''}"
-                         f"ceiling after {warm.get('iterations')} iteration{'' if warm.get('iterations') == 1 else 's'}")
-    text = "; ".join(n for n in notes if n)[:70]
-    return Cell(text, "status" if notes and row["status"] == "ok" else "muted")
+    _done(show_cmd.main(run_ref, db))
 
 
 UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an undecided verdict counts: error "
@@ -296,7 +177,7 @@ def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, 
     `undecided:`) counts it as fail or pass.
     """
     from runner.decide import commands as decide
-    m = _load(matrix, max_cells)
+    m = load_matrix(matrix, max_cells)
     cells = matrix_mod.select(m.cells(), env or (), only or ())
     text, status = decide.check_command(m, cells, db, fmt, undecided)
     typer.echo(text, nl=not text.endswith("\n"))
@@ -326,7 +207,7 @@ def bisect(environments: Annotated[list[str] | None, typer.Argument(
                                                            "while a pair is undecided (default 10)")] = None,
            fmt: Annotated[str | None, typer.Option("--format", help="md or json (default: tables)")] = None,
            workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files",
-                                                 callback=_workdir_path)] = Path("results"),
+                                                 callback=boundary.workdir_path)] = Path("results"),
            max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
     """Find the adjacent pair of environments where the cell's metric changes beyond the threshold, measuring as
     few environments as possible (binary search, repeats added where the answer is not clear yet; every repeat
@@ -335,8 +216,8 @@ def bisect(environments: Annotated[list[str] | None, typer.Argument(
     full sweep, and what differs between the two environments; a change spread over several steps is said so.
     """
     from runner.decide.bisect import bisect_command
-    m = _load(matrix, max_cells)
-    signal.signal(signal.SIGTERM, _sigterm)
+    m = load_matrix(matrix, max_cells)
+    signal.signal(signal.SIGTERM, sigterm)
     text, status = bisect_command(m, db, environments or (), images or (), template, gpus, only or (), metric,
                                   threshold, max_repeats, fmt, workdir, sys.argv[1:], state["verbose"])
     typer.echo(text, nl=not text.endswith("\n"))
@@ -355,25 +236,21 @@ def diff(a: Annotated[str, typer.Argument(help="environment A (a name in the sto
     """What differs between two environments, as their newest repeats recorded it: PyTorch, CUDA, cuDNN, NCCL,
     Python, numpy, the OS, the image, the hardware, the variables that steer the libraries, torch's build, how
     each precision ran, and the Python and system packages."""
-    from runner.report.diff import diff_command
-    text = diff_command(db, a, b, fmt, everything)
-    typer.echo(text, nl=not text.endswith("\n"))
+    _done(diff_cmd.main(db, a, b, fmt, everything))
 
 
 @app.command()
 @exits("report")
 def report(db: DbOpt = DEFAULT_DB,
            run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs",
-                                                              callback=_run_refs)] = None,
+                                                              callback=boundary.run_refs)] = None,
            fmt: Annotated[list[str] | None, typer.Option("--format", help="md, html, csv, json "
                                                             "(repeatable; default: md and html)")] = None,
            out: Annotated[Path | None, typer.Option("--out", help="output folder (default: results/reports/<name>/, "
-                                                       "untracked)", callback=_out_path)
+                                                       "untracked)", callback=boundary.out_path)
                           ] = None) -> None:
     """Write the report views (tables and plots) from the store."""
-    from runner.report import report_command
-    for path in report_command(db, run_refs or None, fmt or ["md", "html"], out):
-        typer.echo(str(path))
+    _done(report_cmd.main(db, run_refs, fmt or ["md", "html"], out))
 
 
 @app.command("export")
@@ -381,7 +258,7 @@ def report(db: DbOpt = DEFAULT_DB,
 def export(out: Annotated[Path, typer.Option("--out", "-o", help="the results file to write (.jsonl.gz)")],
            db: DbOpt = DEFAULT_DB,
            run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs (id or prefix; "
-                                                              "repeatable)", callback=_run_refs)] = None,
+                                                              "repeatable)", callback=boundary.run_refs)] = None,
            env: Annotated[list[str] | None, typer.Option("--env", help="only these environments (repeatable)")] = None
            ) -> None:
     """Write the selected repeats, with their cells, environments, log tails and provenance, to one portable file."""
@@ -407,38 +284,29 @@ def publish(out: Annotated[Path, typer.Option("--out", "-o", help="the site's fo
             ) -> None:
     """Write a static site (opens from file://): machines, environments, runs, each cell's history with its changes."""
     from runner.commands.publish import publish_command
-    typer.echo(publish_command([_store_path(p) for p in db or [DEFAULT_DB]], out, metric))
+    typer.echo(publish_command([boundary.store_path(p) for p in db or [DEFAULT_DB]], out, metric))
 
 
 @app.command()
 @exits("doctor")
 def doctor() -> None:
     """What this host offers: Docker engine and GPU runtime, Slurm, GPUs, Python and torch."""
-    table = Table(["backend", "check", "", "detail"])
-    marks = {True: Cell("ok", "good"), False: Cell("missing", "bad"), None: Cell("n/a", "muted")}
-    for kind in backends.kinds():
-        for check in backends.get(kind).doctor():
-            table.add(kind, check.name, marks[check.ok], check.detail)
-    consoles.print_table(consoles.stdout(), table, "matrix doctor")
+    _done(doctor_cmd.main())
 
 
 @app.command()
 @exits("clean")
 def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this run's leftovers "
-                                                         "(id or prefix)", callback=_run_ref)] = None,
+                                                         "(id or prefix)", callback=boundary.run_ref)] = None,
           db: DbOpt = DEFAULT_DB) -> None:
     """Remove containers and batch jobs left by interrupted runs."""
-    if run_ref and db.exists():
-        with Store(db, readonly=True) as store:
-            run_ref = store.resolve_run(run_ref)
-    removed = [f"{kind}: {item}" for kind in backends.kinds() for item in backends.get(kind).clean(run_ref)]
-    typer.echo("\n".join(["removed:", *removed]) if removed else "nothing to clean")
+    _done(clean_cmd.main(run_ref, db))
 
 
 def main() -> None:
     """Entry point; errors become one line and their exit status in Boundary. SIGTERM interrupts every command
     as Ctrl-C does (130)."""
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, sigterm)
     app(prog_name="matrix")
 
 

@@ -87,7 +87,7 @@ def exits(command: str) -> Callable[[F], F]:
     return add
 
 
-def _store_path(db: Path) -> Path:
+def store_path(db: Path) -> Path:
     """--db: remembered for the error boundary; a path the store cannot use (a folder, a file in the way) is the
     store's StoreError (exit 6), said in one line when it is opened."""
     state["db"] = db
@@ -107,7 +107,7 @@ def _folder_path(path: Path | None, option: str) -> Path | None:
     return path
 
 
-def _run_refs(refs: list[str] | None) -> list[str] | None:
+def run_refs(refs: list[str] | None) -> list[str] | None:
     """--run / RUN: a blank one (an unset shell variable) must not mean every run."""
     for ref in refs or []:
         if not ref.strip():
@@ -116,14 +116,14 @@ def _run_refs(refs: list[str] | None) -> list[str] | None:
     return refs
 
 
-def _run_ref(ref: str | None) -> str | None:
-    _run_refs([ref] if ref is not None else None)
+def run_ref(ref: str | None) -> str | None:
+    run_refs([ref] if ref is not None else None)
     return ref
 
 
-def _workdir_path(path: Path) -> Path:
+def workdir_path(path: Path) -> Path:
     return _folder_path(path, "--workdir") or path
 
 
-def _out_path(path: Path | None) -> Path | None:
+def out_path(path: Path | None) -> Path | None:
     return _folder_path(path, "--out")

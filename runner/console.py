@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from runner.report.fmt import Table
+from runner.table import Table
 
 PIPED_WIDTH = 240  # columns when not a terminal: tables are written whole, not wrapped at 80
 STYLES = {"good": "bold green", "bad": "bold red", "muted": "dim", "status": "yellow", "key": "bold",

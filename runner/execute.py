@@ -1,16 +1,16 @@
 """`matrix run`: decide what is missing, hand each environment's tasks to its backend, store every outcome.
 
-Three parts: `todo` (which repeats to run) and `schedule` (in which order, and which environments are
-only submitted first) are pure functions; `RunPrinter` (runner/runprint.py) says what happens; `run_matrix` wires them to the
-backends and the store.
+Three parts: which repeats to run and in which order (runner/runorder.py, pure functions); a `RunListener`
+(runner/events.py; the printer of runner/runprint.py is one) told what happens; and `Run`, one run's state,
+which wires them to the backends and the store.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +18,17 @@ from rich.console import Console
 
 from runner import backends
 from runner import console as consoles
+from runner.context import RunContext
 from runner.decide import schedule as adaptive
 from runner.errors import BusyError, MatrixError, StoreError
+from runner.events import Held, RunListener, RunReport
 from runner.exitcodes import Exit
 from runner.matrix import Matrix
-from runner.results import RERUN_FAILED, Outcome, Status
+from runner.results import Outcome, Status
+from runner.runorder import EnvWork, Step, Want, calibration_phase, rounds, schedule, todo
 from runner.runprint import RunPrinter
-from runner.spec import Cell, RunContext, Task
-from runner.store import Holder, Store, new_run_id
+from runner.spec import Cell, Task
+from runner.store import Store, new_run_id
 
 # Exit statuses of `matrix run` and `matrix collect` (runner/exitcodes.py has the one table).
 EXIT_OK = Exit.OK                    # every selected repeat is ok or unsupported (or still queued with --no-wait)
@@ -35,229 +38,209 @@ EXIT_REFERENCE_FAILED = Exit.REFERENCE_FAILED  # everything was measured, but a 
 EXIT_BUSY = Exit.BUSY                # --no-wait or collect: another live run holds some of the selected repeats
 EXIT_INTERRUPTED = Exit.INTERRUPTED
 
-
-@dataclass
-class RunReport:
-    run_id: str | None
-    planned: int = 0
-    stored: Counter[str] = field(default_factory=Counter)
-    interrupted: bool = False
-    pending: int = 0
-    unsuccessful: Counter[str] = field(default_factory=Counter)  # current statuses of selected repeats, not ok
-    busy: dict[str, Holder] = field(default_factory=dict)  # runs that held selected repeats this one did not wait for
-    deferred: int = 0  # repeats of `iterations: auto` cells left until their cell's first repeat has calibrated
-
-    @property
-    def exit_code(self) -> int:
-        if self.interrupted:
-            return EXIT_INTERRUPTED
-        if self.unsuccessful:
-            return EXIT_NOT_MEASURED
-        return EXIT_BUSY if self.busy else EXIT_OK
+__all__ = ["EnvWork", "RunReport", "Step", "Want", "calibration_phase", "rounds", "run_matrix", "schedule", "todo"]
 
 
-def calibration_phase(tasks: Sequence[Task], calibrated: Collection[str]) -> tuple[list[Task], list[Task]]:
-    """(now, later): an `iterations: auto` cell without a calibrated count runs one repeat first, which chooses the
-    count; its other repeats come later, so that every repeat of a cell runs the same window. Every other task
-    is run now."""
-    now: list[Task] = []
-    later: list[Task] = []
-    first: set[str] = set()
-    for t in tasks:
-        key = t.cell.key
-        if t.cell.run.calibrated and key not in calibrated:
-            if key in first:
-                later.append(t)
-                continue
-            first.add(key)
-        now.append(t)
-    return now, later
-
-
-@dataclass(frozen=True)
-class Want:
-    """Which repeats a run measures: missing and unfinished ones, failed ones with --rerun-failed, all with
-    --force; `since` is the newest result id when the run began, so a repeat stored after it (by this run or
-    by another run on the same store) is not measured again."""
-
-    rerun_failed: bool = False
-    force: bool = False
-    since: int = 0
-
-    def needs(self, status: Status | None, row_id: int = 0) -> bool:
-        if status is None or not status.final:
-            return True
-        if row_id > self.since:
-            return False
-        return self.force or (self.rerun_failed and status in RERUN_FAILED)
-
-
-def todo(cells: Sequence[Cell], store: Store, rerun_failed: bool = False, force: bool = False) -> list[Task]:
-    """The repeats to run now: missing ones, interrupted or never started ones, and failed ones when asked."""
-    want = Want(rerun_failed, force, store.last_id())
-    current = store.latest(c.key for c in cells)
-    return [Task(cell, r) for cell in cells for r in range(cell.run.repeats)
-            if want.needs(*current.get((cell.key, r), (None, 0)))]
-
-
-# Scheduling ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class EnvWork:
-    """One environment's tasks and what its backend says about how it runs."""
-
-    tasks: tuple[Task, ...]
-    queued: bool = False     # a batch scheduler: can be submitted now and collected later
-    elsewhere: bool = False  # its tasks surely run on other machines
-
-
-@dataclass(frozen=True)
-class Step:
-    work: EnvWork
-    submit_only: bool = False  # submit and come back later in this same run
-
-
-def schedule(work: Sequence[EnvWork], wait: bool = True, submit: bool = True) -> list[Step]:
-    """The order of a run. Batch-scheduled environments are submitted first, so all their jobs wait in the
-    scheduler's queue together. When those jobs surely run on other machines, the other environments run
-    here meanwhile and the jobs are collected last; when they may share this host, the run waits for them
-    first, so no measurement overlaps another. Without waiting (--no-wait) or with one environment, the
-    matrix's order."""
-    queued = [w for w in work if w.queued]
-    others = [w for w in work if not w.queued]
-    if not (wait and submit and queued and len(work) > 1):
-        return [Step(w) for w in work]
-    order = others + queued if all(w.elsewhere for w in queued) else queued + others
-    return [Step(w, submit_only=True) for w in queued] + [Step(w) for w in order]
-
-
-def rounds(tasks: Sequence[Task], interleave: bool, queued: Collection[str] = ()) -> list[list[Task]]:
-    """The run's tasks in rounds. Without interleaving, one round. With it, round r holds repeat r of every
-    cell, so the cells alternate and a change in the machine between the first and the last repeat falls on
-    all of them alike; the tasks of the environments named in `queued` (a batch scheduler's, which orders its
-    own jobs and is submitted once) all go in the first round."""
-    if not interleave:
-        return [list(tasks)] if tasks else []
-    first = [t for t in tasks if t.cell.env_name in queued]
-    by_repeat: dict[int, list[Task]] = defaultdict(list)
-    for t in tasks:
-        if t.cell.env_name not in queued:
-            by_repeat[t.repeat].append(t)
-    ordered = [by_repeat[r] for r in sorted(by_repeat)]
-    if first:
-        ordered = [first + (ordered[0] if ordered else []), *ordered[1:]]
-    return ordered
-
-
-# Running --------------------------------------------------------------------------------------------
 def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: Path,
                rerun_failed: bool = False, force: bool = False, wait: bool = True, submit: bool = True,
                argv: Sequence[str] = (), console: Console | None = None, verbose: bool = False,
-               poll_s: float = 2.0) -> RunReport:
+               poll_s: float = 2.0, listener: RunListener | None = None) -> RunReport:
     """Measure what the selected cells still need and store it. Every repeat is claimed in the store before
     it runs, so runs that share the store share the work: a repeat another live run holds is waited for
     (taken over if that run dies); `--no-wait` and `matrix collect` do not wait and exit 7 (busy) instead.
-    `submit` False (`matrix collect`) only gathers batch jobs submitted earlier; it starts nothing."""
-    printer = RunPrinter(console or consoles.stdout(), consoles.stderr(), cells, verbose)
+    `submit` False (`matrix collect`) only gathers batch jobs submitted earlier; it starts nothing.
+    `listener`: told what happens (by default the printer, on `console` and stderr)."""
+    if listener is None:
+
+        listener = RunPrinter(console or consoles.stdout(), consoles.stderr(), cells, verbose)
     want = Want(rerun_failed, force, store.last_id())
     tasks = todo(cells, store, rerun_failed, force)
     if not submit:
         tasks, left_out = _collectable(tasks, store)
-        printer.left_out(left_out)
+        listener.left_out(left_out)
     elif not tasks and not force:
         tasks = adaptive.more_tasks(cells, store)  # an adaptive cell whose interval is still too wide
-    keys = {c.key for c in cells}
-    if not tasks and not (wait and submit and store.claims(keys)):
+    if not tasks and not (wait and submit and store.claims({c.key for c in cells})):
         if submit:
-            printer.nothing_to_run(cells, matrix.run.repeats_text, store.path)
+            listener.nothing_to_run(cells, matrix.run.repeats_text, store.path)
         else:
-            printer.nothing_to_collect(store.path)
+            listener.nothing_to_collect(store.path)
         report = RunReport(None)
         report.unsuccessful = _unsuccessful(cells, store)
         return report
-    run_id = new_run_id()
-    final = _stored(cells, store)
-    again = len(final & {(t.cell.key, t.repeat) for t in tasks})  # --rerun-failed, --force: measured again
-    store.start_run(run_id, str(matrix.path) if matrix.path else None, matrix.name, list(argv))
-    report = RunReport(run_id, planned=len(tasks))
-    printer.started(run_id, len(tasks), len(final) - again, again, store.path, matrix.run,
-                    store.claims(keys, run_id), {(t.cell.key, t.repeat) for t in tasks})
-    reported: set[str] = set()   # stored by this run
-    gone: set[str] = set()       # stored by another run meanwhile, or no longer needed
-    held: dict[str, tuple[Task, Holder]] = {}  # held by another live run
+    run = Run(matrix, cells, store, listener, want, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
+              poll_s=poll_s)
+    return run.execute(tasks, argv)
 
-    def claim(some: Sequence[Task], here: bool = False) -> list[Task]:
-        answers = store.claim(run_id, some, want.needs, here)
+
+class Run:
+    """One run's state while it measures: which of its tasks are stored (`reported`), stored elsewhere or no
+    longer needed (`gone`), held by another live run (`held`), or deferred until their cell has calibrated."""
+
+    def __init__(self, matrix: Matrix, cells: Sequence[Cell], store: Store, listener: RunListener, want: Want, *,
+                 workdir: Path, wait: bool, submit: bool, verbose: bool, poll_s: float) -> None:
+        self.matrix, self.cells, self.store, self.listener, self.want = matrix, cells, store, listener, want
+        self.wait, self.submit, self.poll_s = wait, submit, poll_s
+        self.run_id = new_run_id()
+        self.report = RunReport(self.run_id)
+        self.reported: set[str] = set()   # stored by this run
+        self.gone: set[str] = set()       # stored by another run meanwhile, or no longer needed
+        self.held: Held = {}              # held by another live run
+        self.deferred: list[Task] = []    # later repeats of auto cells whose calibrating repeat is not stored yet
+        self.cannot_start: dict[str, str] = {}  # environments whose session could not open, with why
+        self.running: list[str] = []      # the environment whose backend runs (it speaks for itself if interrupted)
+        self.ctx = RunContext(run_id=self.run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
+                              on_start=listener.task_started, store=store,
+                              claim=lambda task: bool(self.claim([task], here=True)), prepare=self.prepare)
+
+    @property
+    def waits(self) -> bool:
+        return self.wait and self.submit
+
+    def _settled(self, t: Task) -> bool:
+        return t.id in self.reported or t.id in self.gone
+
+    # the run, start to end ----------------------------------------------------------------------------
+    def execute(self, tasks: list[Task], argv: Sequence[str]) -> RunReport:
+        store, report = self.store, self.report
+        final = _stored(self.cells, store)
+        again = len(final & {(t.cell.key, t.repeat) for t in tasks})  # --rerun-failed, --force: measured again
+        store.start_run(self.run_id, str(self.matrix.path) if self.matrix.path else None, self.matrix.name,
+                        list(argv))
+        report.planned = len(tasks)
+        self.listener.started(self.run_id, len(tasks), len(final) - again, again, store.path, self.matrix.run,
+                              store.claims({c.key for c in self.cells}, self.run_id),
+                              {(t.cell.key, t.repeat) for t in tasks})
+        steps = _steps(tasks, self.ctx, self.matrix.run.interleave, self.wait, self.submit)
+        try:
+            with self.listener.watching():
+                self.measure(tasks)
+        except KeyboardInterrupt:
+            report.interrupted = True
+            store.finish_run(self.run_id, "interrupted")
+            left = sum(1 for s in steps if s.submit_only for t in s.work.tasks
+                       if t.id not in self.reported and t.cell.env_name not in self.running)
+            self.listener.interrupted(self.run_id, sum(report.stored.values()), store.path, left)
+            return report
+        except BaseException:
+            try:
+                store.finish_run(self.run_id, "failed")  # a controller crash: the run says so; its results stay
+            except StoreError:
+                pass  # the store cannot take it (a full disk): the error being raised says what to do
+            raise
+        return self.finish(tasks)
+
+    def measure(self, tasks: list[Task]) -> None:
+        """Every task, the repeats other runs hold, the deferred ones, then the adaptive rounds."""
+        self.phases(tasks)
+        self.settle()
+        while self.deferred and self.waits:
+            retry = list(self.deferred)
+            self.deferred.clear()
+            self.phases(retry)
+            self.settle()
+        # Adaptive repeats: rounds of more repeats for the cells whose interval is still too wide; and
+        # what other runs add to these cells is waited for before deciding again.
+        by_key = {c.key: c for c in self.cells}
+        force = self.want.force
+        while self.waits:
+            extra = [t for t in adaptive.more_tasks(self.cells, self.store, self.run_id if force else None)
+                     if not self._settled(t)]
+            if extra:
+                tasks += extra
+                self.report.planned = len(tasks)
+                self.listener.more(len(tasks))
+                self.phases(extra)
+                self.settle()
+                continue
+            busy = self.store.claims([c.key for c in self.cells if c.run.adaptive], self.run_id)
+            if not busy:
+                break
+            self.held.update({f"{k}-r{r}": (Task(by_key[k], r), h) for (k, r), h in busy.items()})
+            self.settle()
+
+    def finish(self, tasks: list[Task]) -> RunReport:
+        report, held = self.report, set(self.held)
+        settled = self.reported | self.gone
+        report.busy = {h.run_id: h for _, h in self.held.values()}
+        report.deferred = len({t.id for t in self.deferred} - settled - held)
+        report.pending = len({t.id for t in tasks} - settled - held - {t.id for t in self.deferred})
+        report.unsuccessful = _unsuccessful(self.cells, self.store)
+        self.store.finish_run(self.run_id, "complete" if not report.pending else "submitted")
+        self.listener.summary(self.cells, _cell_rows(self.cells, self.store), report, self.held)
+        return report
+
+    # claims and results ----------------------------------------------------------------------------
+    def claim(self, some: Sequence[Task], here: bool = False) -> list[Task]:
+        """The tasks of `some` this run may measure now; the others are held elsewhere or gone."""
+        answers = self.store.claim(self.run_id, some, self.want.needs, here)
         mine = []
         for t in some:
             answer = answers[t.id]
             while answer.machine is not None:
                 # Another run measures on this machine now: wait for its turn (one measurement at a time).
-                printer.machine_busy(answer.machine)
-                time.sleep(poll_s)
-                answer = store.claim(run_id, [t], want.needs, here)[t.id]
+                self.listener.machine_busy(answer.machine)
+                time.sleep(self.poll_s)
+                answer = self.store.claim(self.run_id, [t], self.want.needs, here)[t.id]
             if answer.mine:
-                held.pop(t.id, None)
+                self.held.pop(t.id, None)
                 if answer.taken is not None:
-                    printer.taken_over(answer.taken)
+                    self.listener.taken_over(answer.taken)
                 mine.append(t)
             elif answer.holder is not None:
-                held[t.id] = (t, answer.holder)
+                self.held[t.id] = (t, answer.holder)
             else:
-                held.pop(t.id, None)
-                if t.id not in gone:
-                    gone.add(t.id)
-                    printer.elsewhere_done(t)
+                self.held.pop(t.id, None)
+                if t.id not in self.gone:
+                    self.gone.add(t.id)
+                    self.listener.elsewhere_done(t)
         return mine
 
-    def sink(task: Task, outcome: Outcome) -> None:
-        left = report.planned - len(reported) - len(gone) - 1
-        if store.record(run_id, task, outcome, want.needs, remaining=max(left, 0)):
-            reported.add(task.id)
-            report.stored[outcome.status.value] += 1
-            printer.outcome(task, outcome)
-        elif task.id not in gone:
-            gone.add(task.id)
-            printer.not_stored(task, outcome)
+    def sink(self, task: Task, outcome: Outcome) -> None:
+        left = self.report.planned - len(self.reported) - len(self.gone) - 1
+        if self.store.record(self.run_id, task, outcome, self.want.needs, remaining=max(left, 0)):
+            self.reported.add(task.id)
+            self.report.stored[outcome.status.value] += 1
+            self.listener.outcome(task, outcome)
+        elif task.id not in self.gone:
+            self.gone.add(task.id)
+            self.listener.not_stored(task, outcome)
 
-    def prepare(task: Task) -> Task:
+    def prepare(self, task: Task) -> Task:
         """The task as it runs: with its cell's calibrated count (iterations: auto), when one is stored."""
         if not task.cell.run.calibrated:
             return task
-        return replace(task, iterations=store.calibrations([task.cell.key]).get(task.cell.key))
+        return replace(task, iterations=self.store.calibrations([task.cell.key]).get(task.cell.key))
 
-    ctx = RunContext(run_id=run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
-                     on_start=printer.task_started, store=store, claim=lambda task: bool(claim([task], here=True)),
-                     prepare=prepare)
-    cannot_start: dict[str, str] = {}  # environments whose session could not open, with why: not tried again
-    running: list[str] = []  # the environment whose backend is running (it speaks for itself if interrupted)
-
-    def drive(steps: Sequence[Step]) -> None:
+    # steps ------------------------------------------------------------------------------------------------
+    def drive(self, steps: Sequence[Step]) -> None:
         last_step = {s.work.tasks[0].cell.env_name: i for i, s in enumerate(steps)}
         for i, step in enumerate(steps):
-            step_ctx = replace(ctx, wait=False, back_later=True) if step.submit_only else ctx
+            step_ctx = replace(self.ctx, wait=False, back_later=True) if step.submit_only else self.ctx
             env_name = step.work.tasks[0].cell.env_name
-            mine = [prepare(t) for t in step.work.tasks if t.id not in reported and t.id not in gone]
+            mine = [self.prepare(t) for t in step.work.tasks if not self._settled(t)]
             if backends.get(step.work.tasks[0].cell.environment.backend).claims_each_task:
                 # It claims each task as it starts it; leave out now what another run holds (no session for it).
-                others = store.claims({t.cell.key for t in mine}, run_id)
+                others = self.store.claims({t.cell.key for t in mine}, self.run_id)
                 for t in mine:
                     if (t.cell.key, t.repeat) in others:
-                        held[t.id] = (t, others[(t.cell.key, t.repeat)])
-                mine = [t for t in mine if t.id not in held]
+                        self.held[t.id] = (t, others[(t.cell.key, t.repeat)])
+                mine = [t for t in mine if t.id not in self.held]
             else:
-                mine = claim(mine)
-            running[:] = [env_name]
-            _run_environment(mine, step_ctx, sink, cannot_start)
-            running.pop()
+                mine = self.claim(mine)
+            self.running[:] = [env_name]
+            _run_environment(mine, step_ctx, self.sink, self.cannot_start)
+            self.running.pop()
             if last_step[env_name] == i:
-                printer.environment_done(env_name)
+                self.listener.environment_done(env_name)
 
-    def settle() -> None:
+    def settle(self) -> None:
         """Wait for the repeats other live runs hold; run those whose holder died without storing them."""
-        while held and wait and submit:
-            printer.waiting(held)
-            time.sleep(poll_s)
-            live = store.claims({t.cell.key for t, _ in held.values()}, run_id)
+        held = self.held
+        while held and self.waits:
+            self.listener.waiting(held)
+            time.sleep(self.poll_s)
+            live = self.store.claims({t.cell.key for t, _ in held.values()}, self.run_id)
             free = [t for t, _ in held.values() if (t.cell.key, t.repeat) not in live]
             for t, _ in list(held.values()):
                 if (t.cell.key, t.repeat) in live:
@@ -265,72 +248,21 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
             for t in free:
                 held.pop(t.id)  # stored by its holder meanwhile, or its holder died: claim() tells
             if free:
-                phases(free)
+                self.phases(free)
 
-    deferred: list[Task] = []  # later repeats of auto cells whose calibrating repeat is not stored yet
-
-    def phases(some: Sequence[Task]) -> None:
+    def phases(self, some: Sequence[Task]) -> None:
         """Run tasks, an auto cell's calibrating repeat before its others (calibration_phase); the others of a cell
         whose calibrating repeat ended without being stored here (held by another run, or submitted and not
         waited for) are deferred."""
         pending = list(some)
         while pending:
-            known = store.calibrations({t.cell.key for t in pending if t.cell.run.calibrated})
+            known = self.store.calibrations({t.cell.key for t in pending if t.cell.run.calibrated})
             now, later = calibration_phase(pending, known)
-            drive(_steps(now, ctx, matrix.run.interleave, wait, submit))
+            self.drive(_steps(now, self.ctx, self.matrix.run.interleave, self.wait, self.submit))
             unresolved = {t.cell.key for t in now if t.cell.run.calibrated and t.cell.key not in known
-                          and t.id not in reported and t.id not in gone}
-            deferred.extend(t for t in later if t.cell.key in unresolved)
+                          and not self._settled(t)}
+            self.deferred.extend(t for t in later if t.cell.key in unresolved)
             pending = [t for t in later if t.cell.key not in unresolved]
-
-    steps = _steps(tasks, ctx, matrix.run.interleave, wait, submit)
-    by_key = {c.key: c for c in cells}
-    try:
-        with printer.progress:
-            phases(tasks)
-            settle()
-            while deferred and wait and submit:
-                retry = list(deferred)
-                deferred.clear()
-                phases(retry)
-                settle()
-            # Adaptive repeats: rounds of more repeats for the cells whose interval is still too wide; and
-            # what other runs add to these cells is waited for before deciding again.
-            while wait and submit:
-                extra = [t for t in adaptive.more_tasks(cells, store, run_id if force else None)
-                         if t.id not in reported and t.id not in gone]
-                if extra:
-                    tasks += extra
-                    report.planned = len(tasks)
-                    printer.more(len(tasks))
-                    phases(extra)
-                    settle()
-                    continue
-                busy = store.claims([c.key for c in cells if c.run.adaptive], run_id)
-                if not busy:
-                    break
-                held.update({f"{k}-r{r}": (Task(by_key[k], r), h) for (k, r), h in busy.items()})
-                settle()
-    except KeyboardInterrupt:
-        report.interrupted = True
-        store.finish_run(run_id, "interrupted")
-        left = sum(1 for s in steps if s.submit_only for t in s.work.tasks
-                   if t.id not in reported and t.cell.env_name not in running)
-        printer.interrupted(run_id, sum(report.stored.values()), store.path, left)
-        return report
-    except BaseException:
-        try:
-            store.finish_run(run_id, "failed")  # a controller crash: the run says so; its results stay
-        except StoreError:
-            pass  # the store cannot take it (a full disk): the error being raised says what to do
-        raise
-    report.busy = {h.run_id: h for _, h in held.values()}
-    report.deferred = len({t.id for t in deferred} - reported - gone - set(held))
-    report.pending = len({t.id for t in tasks} - reported - gone - set(held) - {t.id for t in deferred})
-    report.unsuccessful = _unsuccessful(cells, store)
-    store.finish_run(run_id, "complete" if not report.pending else "submitted")
-    printer.summary(cells, _cell_rows(cells, store), report, held)
-    return report
 
 
 def _collectable(tasks: Sequence[Task], store: Store) -> tuple[list[Task], list[Task]]:
@@ -367,7 +299,8 @@ def _env_work(tasks: Sequence[Task], ctx: RunContext) -> list[EnvWork]:
     return work
 
 
-def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Any, cannot_start: dict[str, str]) -> None:
+def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Callable[[Task, Outcome], None],
+                     cannot_start: dict[str, str]) -> None:
     """One environment's tasks through its backend. An environment that cannot be used at all (its
     session could not open) measured nothing: its tasks are `not_started`, and the next run tries again.
     Within this run it is not tried again (`cannot_start` remembers why, for the later rounds)."""

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import math
-import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,17 @@ from pydantic import BaseModel, ValidationError
 
 from runner import backends, contract
 from runner import yamltext as yt
+from runner.cellmatch import AXES, MATCH_KEYS, matches, typed_rule
+
+# Kept importable from here: the commands pick cells with `matrix.select`, and runner/decide/references.py
+# imports the matching helpers from this module (runner.cellmatch is their home).
+from runner.cellmatch import coerce as _coerce  # noqa: F401
+from runner.cellmatch import same as _same  # noqa: F401
+from runner.cellmatch import select as select
+from runner.cellmatch import show as _show  # noqa: F401
+from runner.cellmatch import value as _value  # noqa: F401
 from runner.errors import ConfigError
+from runner.fileproblems import format_errors, line
 from runner.spec import (
     AXIS_NAMES,
     RESERVED_AXES,
@@ -24,7 +32,6 @@ from runner.spec import (
     Cell,
     EnvironmentBase,
     FreeValue,
-    Mount,
     RunSettings,
     Scalar,
     Strict,
@@ -32,7 +39,6 @@ from runner.spec import (
 )
 
 DEFAULT_MATRIX = Path(__file__).with_name("examples") / "quickstart.yaml"
-MATCH_KEYS = ("environment", *AXIS_NAMES)
 MAX_CELLS = 10_000  # more cells than this is most likely a typo in an axis: refused unless --max-cells says so
 
 
@@ -54,11 +60,6 @@ class WorkloadMatrixFile(MatrixFile):
     """A matrix whose environments run a workload: its axes may name the workload's own."""
 
     axes: WorkloadAxes = WorkloadAxes()
-
-
-# The axes model that include/exclude values, --only and reference matches are typed by: bench's, or a
-# workload matrix's while it is read or its cells are selected.
-_AXES: contextvars.ContextVar[type[Axes]] = contextvars.ContextVar("axes", default=Axes)
 
 
 @dataclass(frozen=True)
@@ -134,36 +135,36 @@ def parse(text: str, path: Path | None = None, name: str | None = None, max_cell
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with `environments` and `axes` at the top level")
     workload = _runs_workload(data)
-    token = _AXES.set(WorkloadAxes if workload else Axes)
+    token = AXES.set(WorkloadAxes if workload else Axes)
     try:
         return _parse(text, data, root, where, path, name, max_cells, workload)
     finally:
-        _AXES.reset(token)
+        AXES.reset(token)
 
 
 def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, path: Path | None,
            name: str | None, max_cells: int, workload: bool) -> Matrix:
     problems: list[str] = []
-    data = _as_written(data, root, lambda loc: _line(where, text, loc), problems, workload)
+    data = _as_written(data, root, lambda loc: line(where, text, loc), problems, workload)
     if problems:
         raise ConfigError("\n".join(problems))
     top_model = WorkloadMatrixFile if workload else MatrixFile
     try:
         top = top_model.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format(where, text, e, (), top_model)) from e
+        raise ConfigError(format_errors(where, text, e, (), top_model)) from e
     envs: list[EnvironmentBase] = []
     for i, raw in enumerate(top.environments):
         kind = raw.get("backend", "local") if isinstance(raw, dict) else None
         try:
             cls = backends.get(str(kind))
         except ConfigError as e:
-            problems.append(_line(where, text, ("environments", i, "backend")) + f": {e}")
+            problems.append(line(where, text, ("environments", i, "backend")) + f": {e}")
             continue
         try:
             envs.append(cls.config.model_validate({**raw, "backend": kind}))
         except ValidationError as e:
-            problems.append(_format(where, text, e, ("environments", i), cls.config))
+            problems.append(format_errors(where, text, e, ("environments", i), cls.config))
     names = [e.name for e in envs]
     for dup in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"{where}: environments: the name {dup!r} is used twice; names must be unique")
@@ -175,8 +176,8 @@ def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, 
             problems += _check_rule(where, text, field_name, i, rule, set(names), own)
     if problems:
         raise ConfigError("\n".join(problems))
-    workloads = _workloads(top, envs, path, lambda loc: _line(where, text, loc)) if workload else {}
-    problems = [_line(where, text, loc) + f": {why}" for loc, why in
+    workloads = _workloads(top, envs, path, lambda loc: line(where, text, loc)) if workload else {}
+    problems = [line(where, text, loc) + f": {why}" for loc, why in
                 (_workload_refuses(top.run) if workload else _bench_refuses(top))]
     if problems:
         raise ConfigError("\n".join(problems))
@@ -184,7 +185,7 @@ def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, 
     m = Matrix(path, name or top.name or stem, tuple(envs), top.axes, tuple(map(typed_rule, top.include)),
                tuple(map(typed_rule, top.exclude)), top.run, workloads=workloads)
     check_size(m, max_cells)
-    problems = [_line(where, text, loc) + f": {why}" for loc, why in
+    problems = [line(where, text, loc) + f": {why}" for loc, why in
                 (_placeholders_unset(m, envs) if workload else _bench_refuses_together(m))]
     if problems:
         raise ConfigError("\n".join(problems))
@@ -192,7 +193,7 @@ def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, 
         from runner.decide import references  # pandas: only for files that have references
 
         def locate(loc: Sequence[Any]) -> str:
-            return _line(where, text, loc)
+            return line(where, text, loc)
 
         refs = references.parse(top.references, locate, m.own_axes)
         references.check_matches(refs, expand(m), locate)
@@ -362,126 +363,35 @@ def _environment_model(raw: Any) -> type[BaseModel] | None:
         return None
 
 
-def typed_rule(rule: Mapping[str, Scalar]) -> dict[str, Scalar]:
-    """An include/exclude rule with each axis value converted to its axis's type, once: `lr: 1` must match
-    the cell whose lr axis became 1.0, `channels_last: "true"` the one whose is True."""
-    return {k: (_coerce(k, v) if k in AXIS_NAMES else v) for k, v in rule.items()}
-
-
 def _check_rule(where: str, text: str, field_name: str, i: int, rule: dict[str, Scalar],
                 env_names: set[str], own: Sequence[str] = ()) -> list[str]:
     problems = []
     keys = (*MATCH_KEYS, *own)
     if not rule:
-        problems.append(_line(where, text, (field_name, i)) + f": an empty rule matches every cell; name at least "
+        problems.append(line(where, text, (field_name, i)) + f": an empty rule matches every cell; name at least "
                         f"one of {', '.join(keys)}")
     for key in rule:
         if key in keys:
             pass
-        elif field_name == "include" and _AXES.get().free and key.isidentifier() and key not in RESERVED_AXES:
+        elif field_name == "include" and AXES.get().free and key.isidentifier() and key not in RESERVED_AXES:
             pass  # an include may add an axis of the workload's own to the cells it matches
         else:
-            problems.append(_line(where, text, (field_name, i, key))
+            problems.append(line(where, text, (field_name, i, key))
                             + f": unknown key {key!r}; allowed: {', '.join(keys)}")
         if key not in AXIS_NAMES and key != "environment" and not isinstance(rule[key], bool | int | float | str):
-            problems.append(_line(where, text, (field_name, i, key)) + ": expected one scalar value")
+            problems.append(line(where, text, (field_name, i, key)) + ": expected one scalar value")
     if "environment" in rule and rule["environment"] not in env_names:
-        problems.append(_line(where, text, (field_name, i, "environment"))
+        problems.append(line(where, text, (field_name, i, "environment"))
                         + f": no environment {rule['environment']!r}; allowed: {', '.join(sorted(env_names))}")
     axes = {k: v for k, v in rule.items() if k in AXIS_NAMES}
     try:
-        _AXES.get().model_validate(axes)
+        AXES.get().model_validate(axes)
     except ValidationError as e:
-        problems.append(_format(where, text, e, (field_name, i), Axes, strip_index=True))
+        problems.append(format_errors(where, text, e, (field_name, i), Axes, strip_index=True))
     return problems
 
 
-def _format(where: str, text: str, err: ValidationError, prefix: tuple[Any, ...],
-            model: type[BaseModel] | None = None, strip_index: bool = False) -> str:
-    lines = []
-    for e in err.errors():
-        loc = tuple(e["loc"])
-        if strip_index and len(loc) >= 2 and isinstance(loc[1], int):
-            loc = loc[:1] + loc[2:]  # an include value is one scalar, not a list
-        full = prefix + loc
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            owner = _owner(model, loc[:-1]) if model else _owner(MatrixFile, loc[:-1])
-            allowed = ", ".join(owner.model_fields) if owner else ""
-            msg = f"unknown key {loc[-1]!r}" + (f"; allowed: {allowed}" if allowed else "")
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        elif e["type"] == "literal_error":
-            msg = f"{e['input']!r} is not allowed; allowed: {(e.get('ctx') or {}).get('expected', '')}"
-        elif e["type"] == "value_error":
-            msg = msg.removeprefix("Value error, ")
-        elif e["type"] == "string_type":
-            given = e["input"]
-            kind = "a list" if isinstance(given, list) else "a mapping" if isinstance(given, dict) else \
-                type(given).__name__
-            msg = f"expected text, not {kind}; write one value, in quotes if YAML would read it otherwise"
-        lines.append(_line(where, text, full) + f": {msg}")
-    return "\n".join(lines)
-
-
-def _owner(model: type[BaseModel] | None, loc: Sequence[Any]) -> type[BaseModel] | None:
-    """The model that owns the field at loc, to list its allowed keys."""
-    known: dict[str, type[BaseModel]] = {"axes": _AXES.get(), "run": RunSettings, "mounts": Mount}
-    current = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = current.model_fields.get(str(part)) if current else None
-        nested = [t for t in (field.annotation, *typing.get_args(field.annotation)) if isinstance(t, type)
-                  and issubclass(t, BaseModel)] if field else []
-        current = nested[0] if nested else known.get(str(part))  # a backend's own nested model, e.g. container
-    return current
-
-
-def _line(where: str, text: str, loc: Sequence[Any]) -> str:
-    """'file: a.b[2].c (line N)' for a field path, with the line from the YAML node tree."""
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    line = _find_line(text, loc)
-    return f"{where}: {path}" + (f" (line {line})" if line else "")
-
-
-def _find_line(text: str, loc: Sequence[Any]) -> int | None:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return None
-    best = None
-    for part in loc:
-        if node is None:
-            break
-        best = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            nxt = None
-            for k, v in node.value:
-                if k.value == str(part):
-                    best, nxt = k.start_mark.line + 1, v
-                    break
-            node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            best = node.start_mark.line + 1
-        else:
-            break
-    return best
-
-
 # Expansion --------------------------------------------------------------------------------------
-def _same(a: Any, b: Any) -> bool:
-    """Typed values are equal: 1 is not True (a bool axis and an int axis never meet, but be exact)."""
-    return a == b and isinstance(a, bool) == isinstance(b, bool)
-
-
-def _matches(row: Mapping[str, Any], rule: Mapping[str, Scalar], keys: Iterable[str]) -> bool:
-    return all(_same(row.get(k), rule[k]) for k in keys if k in rule)
-
-
 def expand(m: Matrix) -> list[Cell]:
     """Every environment times the product of the axes, then exclude, then include (GitHub semantics).
 
@@ -499,11 +409,11 @@ def expand(m: Matrix) -> list[Cell]:
     for env in m.environments:
         for values in itertools.product(*axes.values()):
             rows.append({"environment": env.name, **dict(zip(names, values, strict=True))})
-    rows = [r for r in rows if not any(_matches(r, ex, ex.keys()) for ex in m.exclude)]
+    rows = [r for r in rows if not any(matches(r, ex, ex.keys()) for ex in m.exclude)]
     for inc in m.include:
         added = False
         for row in rows:
-            if _matches(row, inc, original):
+            if matches(row, inc, original):
                 row.update({k: v for k, v in inc.items() if k not in original})
                 added = True
         if not added:
@@ -527,74 +437,3 @@ def expand(m: Matrix) -> list[Cell]:
     return cells
 
 
-def _coerce(axis: str, value: Any) -> Any:
-    """Rule and --only values arrive as raw YAML or command-line scalars: give them the axis's type."""
-    validated = _AXES.get().model_validate({axis: [value]})
-    return getattr(validated, axis)[0]
-
-
-def select(cells: Sequence[Cell], envs: Sequence[str] = (), only: Sequence[str] = ()) -> list[Cell]:
-    """Filter cells by environment name/tag/backend and by `KEY=VALUE` pairs (`--env`, `--only`).
-
-    Values are converted to the axis's type (`channels_last=true`, `lr=1`); several values of one key
-    are alternatives, different keys must all match. A selection that matches nothing is a ConfigError
-    naming the values that exist.
-    """
-    token = _AXES.set(WorkloadAxes if any(c.workload is not None for c in cells) else Axes)
-    try:
-        return _select(cells, envs, only)
-    finally:
-        _AXES.reset(token)
-
-
-def _select(cells: Sequence[Cell], envs: Sequence[str], only: Sequence[str]) -> list[Cell]:
-    own = sorted({k for c in cells if c.workload is not None for k in c.params if k not in AXIS_NAMES})
-    wanted = _parse_only(only, own)
-    if envs:
-        picked = [c for c in cells if any(e in (c.env_name, c.environment.backend) or e in c.environment.tags
-                                          for e in envs)]
-        if not picked and cells:
-            known = sorted({c.env_name for c in cells} | {t for c in cells for t in c.environment.tags}
-                           | {c.environment.backend for c in cells})
-            raise ConfigError(f"--env {', '.join(envs)}: matches no environment; known: {', '.join(known)}")
-        cells = picked
-    def hit(cell: Cell, key: str, value: Scalar) -> bool:
-        got = _value(cell, key)
-        return _same(got, value) or (key in own and got is not None and _show(got) == value)  # own axes: as written
-
-    out = [c for c in cells if all(any(hit(c, k, v) for v in values) for k, values in wanted.items())]
-    if wanted and not out and cells:
-        for key, values in wanted.items():
-            present = list(dict.fromkeys(_value(c, key) for c in cells))
-            if not any(_same(p, v) or (key in own and p is not None and _show(p) == v) for p in present for v in values):
-                shown = ", ".join(_show(p) for p in present if p is not None) or "(the axis is not set)"
-                raise ConfigError(f"--only {key}={'|'.join(_show(v) for v in values)}: no cell has that value; "
-                                  f"{key} has: {shown}")
-        raise ConfigError(f"--only {' '.join(only)}: no cell matches all of these together")
-    return out
-
-
-def _parse_only(only: Sequence[str], own: Sequence[str] = ()) -> dict[str, list[Scalar]]:
-    wanted: dict[str, list[Scalar]] = {}
-    for item in only:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or key not in (*MATCH_KEYS, *own):
-            raise ConfigError(f"--only {item!r}: expected KEY=VALUE with KEY one of {', '.join((*MATCH_KEYS, *own))}")
-        typed: Scalar = value
-        if key in AXIS_NAMES:
-            try:
-                typed = _coerce(key, value)
-            except ValidationError as e:
-                why = e.errors()[0]["msg"].removeprefix("Value error, ")
-                raise ConfigError(f"--only {item}: {why}") from None
-        wanted.setdefault(key, []).append(typed)
-    return wanted
-
-
-def _value(cell: Cell, key: str) -> Any:
-    return cell.env_name if key == "environment" else cell.params.get(key)
-
-
-def _show(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)

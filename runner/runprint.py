@@ -1,4 +1,4 @@
-"""What `matrix run` says while it runs (runner/execute.py runs it): the start line, a progress bar or a line
+"""What `matrix run` says while it runs (a RunListener, runner/events.py): the start line, a progress bar or a line
 per repeat, each repeat that did not end ok, the interruption notice, and the summary table per cell."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -23,14 +23,12 @@ from rich.progress import (
 from runner import backends
 from runner import console as consoles
 from runner.analysis import definition, shown_unit
-from runner.report.fmt import Cell as TableCell
-from runner.report.fmt import Table
+from runner.events import Held, RunListener, RunReport
 from runner.results import RERUN_FAILED_TEXT, Outcome, Status
 from runner.spec import Cell, RunSettings, Task
 from runner.store import Holder
-
-if TYPE_CHECKING:
-    from runner.execute import RunReport
+from runner.table import Cell as TableCell
+from runner.table import Table
 
 
 # Saying what happens --------------------------------------------------------------------------------
@@ -90,7 +88,7 @@ def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Tabl
     return table
 
 
-class RunPrinter:
+class RunPrinter(RunListener):
     """Everything `matrix run` says: the start line, a progress bar (or a line per repeat when not a
     terminal), each repeat that did not end ok (an environment that fails every repeat alike is said once,
     then counted), the interruption notice and the summary."""
@@ -107,6 +105,9 @@ class RunPrinter:
         self.waited: set[str] = set()
         self.machine_waited: set[str] = set()
         self.taken: set[str] = set()
+
+    def watching(self) -> Progress:
+        return self.progress
 
     def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path) -> None:
         self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {escape(str(store))}. "
@@ -151,7 +152,7 @@ class RunPrinter:
             self.err.print(f"{len(hs)} of them {_are(len(hs))} being measured by {escape(hs[0].describe())}: this "
                            "run measures the others and then waits for those.")
 
-    def waiting(self, held: dict[str, tuple[Task, Holder]]) -> None:
+    def waiting(self, held: Held) -> None:
         """Said once per holder: this run waits for the repeats another live run holds."""
         by_run: dict[str, list[Holder]] = defaultdict(list)
         for _, h in held.values():
@@ -231,7 +232,7 @@ class RunPrinter:
                            "and keep running there; that command (or `matrix collect`) gathers them.")
 
     def summary(self, cells: Sequence[Cell], rows: Sequence[dict[str, Any]], report: RunReport,
-                held: dict[str, tuple[Task, Holder]] | None = None) -> None:
+                held: Held | None = None) -> None:
         consoles.print_table(self.out, summary_table(cells, rows), "matrix run summary")
         if report.pending:
             self.out.print(f"{report.pending} repeats were submitted and are not finished yet: "

@@ -7,10 +7,8 @@ never imports the Docker SDK. Registering one name twice is an error, not a sile
 
 from __future__ import annotations
 
-import importlib
-
 from runner.backends.base import Backend, Check, Sink
-from runner.errors import BackendError, ConfigError
+from runner.registry import Registry
 
 # Where each built-in backend lives; importing the module registers its class.
 MODULES: dict[str, str] = {
@@ -18,39 +16,27 @@ MODULES: dict[str, str] = {
     "docker": "runner.backends.docker",
     "slurm": "runner.backends.slurm",
 }
-_REGISTRY: dict[str, type[Backend]] = {}
+REGISTRY: Registry[type[Backend]] = Registry("backend", MODULES)
 
 
 def register(cls: type[Backend]) -> type[Backend]:
     """Class decorator: make the backend available under `cls.kind`."""
-    known = _REGISTRY.get(cls.kind)
-    if known is not None:
-        raise BackendError(f"backend {cls.kind!r} is registered twice: by {known.__module__}.{known.__qualname__} "
-                           f"and by {cls.__module__}.{cls.__qualname__}; give one of them another `kind`")
-    _REGISTRY[cls.kind] = cls
-    return cls
+    return REGISTRY.register(cls.kind, cls, rename="kind")
 
 
 def kinds() -> list[str]:
     """Every backend name, without importing any backend."""
-    return sorted(set(MODULES) | set(_REGISTRY))
+    return REGISTRY.names()
 
 
 def get(kind: str) -> type[Backend]:
     """The backend class for a name, importing its module the first time."""
-    if kind not in _REGISTRY:
-        module = MODULES.get(kind)
-        if module is None:
-            raise ConfigError(f"unknown backend {kind!r}; allowed: {', '.join(kinds())}")
-        importlib.import_module(module)
-        if kind not in _REGISTRY:
-            raise BackendError(f"{module} did not register a backend named {kind!r}")
-    return _REGISTRY[kind]
+    return REGISTRY.get(kind)
 
 
 def loaded() -> list[str]:
     """The backend names whose modules have been imported so far."""
-    return sorted(_REGISTRY)
+    return REGISTRY.loaded()
 
 
-__all__ = ["MODULES", "Backend", "Check", "Sink", "get", "kinds", "loaded", "register"]
+__all__ = ["MODULES", "REGISTRY", "Backend", "Check", "Sink", "get", "kinds", "loaded", "register"]

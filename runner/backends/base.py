@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar
 
+from runner.context import RunContext
 from runner.errors import BackendError
 from runner.results import Outcome, Status
-from runner.spec import EnvironmentBase, RunContext, Task
+from runner.spec import EnvironmentBase, Task
 
 Sink = Callable[[Task, Outcome], None]
 

@@ -6,12 +6,13 @@ import csv
 import io
 import math
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from runner.analysis import Metric
+from runner.table import Cell as Cell  # re-exported: the report's modules import it from here
+from runner.table import Table as Table
 
 DASH = "—"
 
@@ -125,32 +126,6 @@ def md_code_block(text: str, lang: str = "text") -> MdSafe:
 
 
 # --- Tables ------------------------------------------------------------------------------------
-
-@dataclass
-class Cell:
-    """One formatted table cell; `cls` is a CSS hint for HTML (num, good, bad, muted, status)."""
-
-    text: str
-    cls: str = ""
-
-
-@dataclass
-class Table:
-    """A formatted table: what both the Markdown and the HTML templates render."""
-
-    columns: list[str]
-    rows: list[list[Cell]] = field(default_factory=list)
-    align: list[str] = field(default_factory=list)  # "l" or "r" per column
-    caption: str = ""
-    row_classes: list[str] = field(default_factory=list)  # CSS class per row ("group" starts a block)
-
-    def add(self, *cells: Cell | str, row_class: str = "") -> None:
-        self.rows.append([c if isinstance(c, Cell) else Cell(str(c)) for c in cells])
-        self.row_classes.append(row_class)
-
-    def aligns(self) -> list[str]:
-        return self.align + ["l"] * (len(self.columns) - len(self.align))
-
 
 def md_table(table: Table) -> MdSafe:
     """A GitHub-flavoured Markdown table, every cell escaped, columns padded for readable source."""

@@ -19,7 +19,9 @@ from typing import Any
 
 from runner.errors import StoreError
 from runner.exchange.format import CONTENT_FIELDS, Bundle, digest
-from runner.store import _COLUMNS, CAPTURES_SCHEMA, SCHEMA, Store
+from runner.store import Store
+from runner.store.schema import CAPTURES_SCHEMA, SCHEMA
+from runner.store.schema import COLUMNS as _COLUMNS
 
 IMPORTED_SCHEMA = 1
 _IMPORTED_DDL = (

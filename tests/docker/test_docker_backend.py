@@ -12,8 +12,9 @@ import pytest
 from dockertools import IMAGE
 
 from runner.backends.docker import DockerBackend, DockerEnvironment
+from runner.context import RunContext
 from runner.results import Outcome, Status
-from runner.spec import Cell, Mount, RunContext, RunSettings, Task
+from runner.spec import Cell, Mount, RunSettings, Task
 
 pytestmark = pytest.mark.docker
 

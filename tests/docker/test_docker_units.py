@@ -11,9 +11,10 @@ import pytest
 from runner.backends import docker as dk
 from runner.backends.base import NotStarted
 from runner.backends.docker import engine, payload, podman
+from runner.context import RunContext
 from runner.errors import ConfigError
 from runner.results import Status
-from runner.spec import Cell, RunContext, RunSettings, Task
+from runner.spec import Cell, RunSettings, Task
 
 
 @pytest.mark.parametrize(("image", "name"), [

@@ -22,8 +22,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runner.backends.slurm import SlurmBackend, SlurmEnvironment  # noqa: E402
+from runner.context import RunContext  # noqa: E402
 from runner.results import Outcome, Status  # noqa: E402
-from runner.spec import Cell, RunContext, RunSettings, Task  # noqa: E402
+from runner.spec import Cell, RunSettings, Task  # noqa: E402
 from runner.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slurm

@@ -275,7 +275,7 @@ def test_bad_container_settings_are_one_line_naming_the_field(container: dict[st
 def test_a_results_directory_a_runtime_cannot_bind_is_not_started(tmp_path: Path) -> None:
     from runner.backends.base import NotStarted
     from runner.backends.slurm import SlurmBackend
-    from runner.spec import RunContext
+    from runner.context import RunContext
 
     env = SlurmEnvironment.model_validate({"name": "c", "container": {"runtime": "podman", "image": "x"}})
     backend = SlurmBackend(env, RunContext(run_id="r1", workdir=tmp_path / "a:b"))

@@ -26,8 +26,9 @@ if str(ROOT) not in sys.path:
 from runner.backends.slurm import SlurmBackend, SlurmEnvironment, commands, pending  # noqa: E402
 from runner.backends.slurm.commands import Pending, SlurmError, parse_sacct  # noqa: E402
 from runner.backends.slurm.state import Watched  # noqa: E402
+from runner.context import RunContext  # noqa: E402
 from runner.results import Outcome, Status  # noqa: E402
-from runner.spec import Cell, RunContext, RunSettings, Task  # noqa: E402
+from runner.spec import Cell, RunSettings, Task  # noqa: E402
 from runner.store import Store  # noqa: E402
 from tests.slurm.test_slurm_units import fake_scripts  # noqa: E402
 

@@ -296,7 +296,8 @@ import sys
 from pathlib import Path
 from runner import matrix
 from runner.backends.local import LocalBackend
-from runner.spec import RunContext, Task
+from runner.spec import Task
+from runner.context import RunContext
 (cell,) = matrix.parse(
     "environments: [{name: slow, backend: local, python: '%s'}]\\n"
     "axes: {model: [mlp], precision: [fp32], batch_size: [8], device: [cpu]}\\n" % sys.argv[1]).cells()

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from runner import store as store_module
 from runner.store import Store
+from runner.store import db as store_module
 
 PROCESSES = 6
 TRIALS = 30

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from runner.backends.containers.base import Launch, Runtime, q
+from runner.backends.containers.base import Launch, Runtime, q, register
 
 
+@register
 class Apptainer(Runtime):
     name = "apptainer"
     default_executable = "apptainer"

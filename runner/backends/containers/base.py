@@ -14,9 +14,10 @@ import abc
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
-from runner.backends.containers.spec import ContainerSpec
+from runner.backends.containers.spec import RUNTIME_MODULES, ContainerSpec
+from runner.registry import Registry
 
 # Paths that runtimes split on: `SRC:DST[:ro]` lists joined with `,` (pyxis, apptainer, podman, ch-run).
 MOUNT_SEPARATORS = (",", ":")
@@ -138,3 +139,15 @@ def q(value: object) -> str:
 
 def joined(words: Sequence[str]) -> str:
     return " ".join(q(w) for w in words)
+
+
+R = TypeVar("R", bound=type[Runtime])
+# Every runtime by its `container.runtime` name, in spec.RUNTIME_MODULES order; a runtime's module is imported
+# when its name is first asked for, and registers its class with `register`.
+RUNTIMES: Registry[type[Runtime]] = Registry("container runtime", RUNTIME_MODULES, ordered=True)
+
+
+def register(cls: R) -> R:
+    """Class decorator: make the runtime available under `cls.name`."""
+    RUNTIMES.register(cls.name, cls)
+    return cls

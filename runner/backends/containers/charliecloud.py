@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runner.backends.containers.base import Bind, Launch, Runtime, q
+from runner.backends.containers.base import Bind, Launch, Runtime, q, register
 
 RESULTS_INSIDE = "/mnt/0"
 
 
+@register
 class Charliecloud(Runtime):
     name = "charliecloud"
     default_executable = "ch-run"

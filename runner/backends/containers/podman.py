@@ -8,13 +8,14 @@ through CDI (`--device nvidia.com/gpu=all`, with `nvidia-ctk cdi generate` run o
 
 from __future__ import annotations
 
-from runner.backends.containers.base import Launch, Runtime, q
+from runner.backends.containers.base import Launch, Runtime, q, register
 
 # Slurm sends SIGTERM at the time limit and SIGKILL KillWait later: podman run passes the SIGTERM on
 # (--sig-proxy, its default), and --timeout ends a container whose podman run was killed first.
 TIMEOUT_MARGIN_S = 120
 
 
+@register
 class Podman(Runtime):
     name = "podman"
     default_executable = "podman"

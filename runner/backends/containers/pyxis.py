@@ -6,9 +6,10 @@ Command line as documented in the pyxis README and `srun --help` of pyxis 0.17 (
 
 from __future__ import annotations
 
-from runner.backends.containers.base import Launch, Runtime, q
+from runner.backends.containers.base import Launch, Runtime, q, register
 
 
+@register
 class Pyxis(Runtime):
     name = "pyxis"
     default_executable = None

@@ -5,20 +5,29 @@ Needs nothing installed: a matrix validates on a host without any runtime.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from runner.spec import Strict
 
-RUNTIME_NAMES = ("apptainer", "pyxis", "podman", "charliecloud")
+# Where each container runtime lives, by the name `container.runtime` takes: the one list of runtimes (its
+# module registers the class, runner/backends/containers/base.py; docs/internals.md, "How to add a container
+# runtime").
+RUNTIME_MODULES = {
+    "apptainer": "runner.backends.containers.apptainer",
+    "pyxis": "runner.backends.containers.pyxis",
+    "podman": "runner.backends.containers.podman",
+    "charliecloud": "runner.backends.containers.charliecloud",
+}
+RUNTIME_NAMES = tuple(RUNTIME_MODULES)
 CONTROL = ("\n", "\r", "\0")
 
 
 class ContainerSpec(Strict):
     """`container: {runtime: podman, image: ...}`; a plain string is a pyxis image (the older form)."""
 
-    runtime: Literal["apptainer", "pyxis", "podman", "charliecloud"]
+    runtime: str
     image: str = Field(min_length=1, description="apptainer: a .sif file or a docker:// (oras://, library://) "
                        "reference; pyxis: an enroot image (nvcr.io#nvidia/pytorch:24.10-py3) or a .sqsh file; "
                        "podman: an image in the nodes' podman storage; charliecloud: an image directory or "
@@ -33,6 +42,14 @@ class ContainerSpec(Strict):
     def _plain_image_is_pyxis(cls, value: Any) -> Any:
         if isinstance(value, str):
             return {"runtime": "pyxis", "image": value}
+        return value
+
+    @field_validator("runtime")
+    @classmethod
+    def _known_runtime(cls, value: str) -> str:
+        if value not in RUNTIME_MODULES:
+            names = [repr(n) for n in RUNTIME_NAMES]
+            raise ValueError(f"{value!r} is not allowed; allowed: {', '.join(names[:-1])} or {names[-1]}")
         return value
 
     @field_validator("image", "executable")

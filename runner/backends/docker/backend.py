@@ -23,9 +23,10 @@ from runner.backends.base import Interrupted, NotStarted, SequentialBackend, not
 from runner.backends.docker import engine, host, payload
 from runner.backends.docker.config import DockerEnvironment
 from runner.backends.docker.engine import ENGINE_ERRORS, Box, Exec
+from runner.context import RunContext
 from runner.contract import EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED
 from runner.results import Outcome, Status, outcome_from_process
-from runner.spec import EnvironmentBase, RunContext, Task
+from runner.spec import EnvironmentBase, Task
 from runner.workloads import Changed, arguments
 from runner.workloads.files import FileEntry
 

@@ -11,7 +11,6 @@ what a killed run left behind, and a session removes every container it made whe
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -19,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from runner.backends.base import NotStarted
+from runner.backends.docker.address import engine_address as engine_address
+from runner.backends.docker.address import engine_hint
 from runner.backends.docker.podman import NO_CDI, NO_RLIMIT, cdi_devices, podman_address
 
 try:
@@ -55,30 +56,6 @@ ENGINES = ("docker", "podman")
 class EngineUnavailable(Exception):
     """No engine answers (or the SDK is missing, or another engine answers than asked for): the
     message says what to do."""
-
-
-def engine_address(kind: str | None = None) -> str:
-    """Where the SDK looks for the engine: Podman's socket for `engine: podman`; else DOCKER_HOST, else
-    the current Docker context."""
-    if kind == "podman":
-        return podman_address()
-    if os.environ.get("DOCKER_HOST"):
-        return os.environ["DOCKER_HOST"]
-    try:
-        from docker.context import ContextAPI
-        context = ContextAPI.get_current_context()
-        return f"{context.Host} (context {context.name})" if context and context.Host else "unix:///var/run/docker.sock"
-    except Exception:  # noqa: BLE001 - a broken CLI config (or no SDK) only makes this description vaguer
-        return "unix:///var/run/docker.sock"
-
-
-def engine_hint(kind: str | None = None) -> str:
-    where = engine_address(kind)
-    if kind == "podman":
-        return (f"no Podman API answers at {where}: start it with `podman system service --time=0 {where} &` "
-                "(scripts/podman-up.sh, as root), or set MATRIX_PODMAN_HOST to where it listens")
-    return (f"no Docker engine answers at {where}: start one with `make services` "
-            "(scripts/docker-up.sh, as root) or `sudo dockerd &`, or point DOCKER_HOST at a running engine")
 
 
 def sdk_version() -> str | None:

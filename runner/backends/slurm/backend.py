@@ -17,25 +17,26 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from runner import artifact
 from runner.backends import containers, register
-from runner.backends.base import Backend, NotStarted, Sink, not_started
+from runner.backends.base import NotStarted, Sink, not_started
+from runner.backends.batch import BatchBackend, Polled
 from runner.backends.containers import ImageIdentity
 from runner.backends.containers.identity import image_identity
 from runner.backends.slurm import commands, host, outcomes, pending
 from runner.backends.slurm.commands import SacctRow, SlurmError
 from runner.backends.slurm.config import CONTROL, TASK_ID_RE, SlurmEnvironment
 from runner.backends.slurm.script import array_job, container_launch, render_script, results_seen, time_limit
-from runner.backends.slurm.state import SubmittedJobs, Watched, state_key
+from runner.backends.slurm.state import SlurmJobs, Watched, state_key
+from runner.context import RunContext
 from runner.errors import BackendError
 from runner.results import Outcome, Status
-from runner.spec import EnvironmentBase, RunContext, Task
+from runner.spec import EnvironmentBase, Task
 from runner.workloads import Changed, arguments
 from runner.workloads.files import stage
 
@@ -53,12 +54,13 @@ STARTED_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "
 
 
 @register
-class SlurmBackend(Backend):
+class SlurmBackend(BatchBackend):
     kind = "slurm"
+    scheduler = "Slurm"
+    cancel_tool = "scancel"
     config = SlurmEnvironment
     doctor = staticmethod(host.doctor)
     clean = staticmethod(host.clean)
-    queued = True
     env: SlurmEnvironment
 
     def __init__(self, env: EnvironmentBase, ctx: RunContext) -> None:
@@ -66,9 +68,10 @@ class SlurmBackend(Backend):
         self.workdir = ctx.workdir.expanduser().resolve()
         base = Path(self.env.results_dir).expanduser().resolve() if self.env.results_dir else self.workdir / "slurm"
         self.results_dir = base / ctx.run_id
-        self.state = SubmittedJobs(ctx.store)
+        self.state: SlurmJobs = SlurmJobs(ctx.store)
+        self.poll_interval = self.env.poll_interval
         self._sacct_failing_since: float | None = None
-        self._reported: set[str] = set()  # state keys reported by this instance
+        self._outcomes: dict[str, Outcome] = {}  # what `poll` found, by state key, until `collect` takes it
         self._identity: ImageIdentity | None = None  # of a file or directory image, taken once per session
 
     def __enter__(self) -> SlurmBackend:
@@ -89,53 +92,6 @@ class SlurmBackend(Backend):
                 self._say(f"moved the jobs listed in {legacy} into the result store {self.ctx.store.path}")
         return self
 
-    # -- the flow --------------------------------------------------------------------------------
-
-    def run(self, tasks: Sequence[Task], sink: Sink) -> None:
-        """Collect what earlier runs submitted, submit what is missing, then poll until all is in.
-
-        ctx.submit False (`matrix collect`): one look, nothing submitted, nothing waited for.
-        ctx.wait False (`--no-wait`): one look at earlier jobs, submit, return.
-        """
-        watch: dict[str, Watched] = {}
-        try:
-            records = self.state.load()
-            for task in tasks:
-                key = state_key(task)
-                if key in records:
-                    watch[key] = Watched.from_record(task, key, records[key])
-            trouble = self._poll(watch, sink, first=True) if watch else commands.accounting_trouble()
-            missing = [t for t in tasks if state_key(t) not in watch and state_key(t) not in self._reported]
-            if not self.ctx.submit:
-                if missing:
-                    self._say(f"{len(missing)} tasks were never submitted, or Slurm does not know their jobs: "
-                              "`matrix run` submits them")
-                return
-            if trouble:
-                # Without accounting, timeouts and cancels would go unseen: submit nothing new.
-                self._not_started(missing, f"not submitted: {trouble}", sink)
-                missing = []
-            self._submit(missing, watch, sink)
-            if not self.ctx.wait:
-                self._leave(watch)
-                return
-            while watch:
-                if self.ctx.stop.wait(self.env.poll_interval):
-                    self._interrupted(watch, sink)
-                    return
-                self._poll(watch, sink)
-        except KeyboardInterrupt:
-            self._interrupted(watch, sink)
-            raise
-
-    def _leave(self, watch: dict[str, Watched]) -> None:
-        """--no-wait: say what keeps running and who gathers it."""
-        if watch and self.ctx.back_later:
-            self._say(f"{len(watch)} tasks queued or running as Slurm jobs {_jobs(watch)}; this run gathers "
-                      "them before it ends")
-        elif watch:
-            self._say(self._how_to_collect(watch))
-
     def elsewhere(self) -> bool:
         """True when this host is not one of the nodes the environment's jobs can land on (sinfo -N)."""
         nodes = commands.nodes_of(self.env.partition)
@@ -143,13 +99,6 @@ class SlurmBackend(Backend):
             return False  # cannot tell: do not overlap
         host_name = socket.gethostname()
         return bool(nodes) and not ({host_name, host_name.split(".")[0]} & nodes)
-
-    def _say(self, text: str) -> None:
-        print(f"slurm ({self.env.name}): {text}", file=sys.stderr, flush=True)
-
-    def _how_to_collect(self, watch: dict[str, Watched]) -> str:
-        return (f"{len(watch)} tasks are queued or running as Slurm jobs {_jobs(watch)}; `matrix collect` "
-                "(or `matrix run` again, with the same -m and --db) gathers their results")
 
     # -- submission ------------------------------------------------------------------------------
 
@@ -159,10 +108,11 @@ class SlurmBackend(Backend):
         # Workers run exactly the controller's benchmark: its zipapp, named by the hash of its bytes.
         artifact.install(self.results_dir)
 
-    def _submit(self, tasks: Sequence[Task], watch: dict[str, Watched], sink: Sink) -> None:
+    def trouble(self) -> str | None:
+        return commands.accounting_trouble()
+
+    def submit(self, tasks: Sequence[Task], sink: Sink) -> Iterator[list[Watched]]:
         """One sbatch per node shape (and per max_array_size tasks): a job array."""
-        if not tasks:
-            return
         self._prepare()
         shapes: dict[tuple[int, int], list[Task]] = {}
         for task in tasks:
@@ -177,12 +127,9 @@ class SlurmBackend(Backend):
                 if broken:
                     self._not_started(chunk, broken, sink)
                 else:
-                    broken = self._submit_array(chunk, gpus, nodes, watch, sink)
-
-    def _report_now(self, tasks: Sequence[Task], outcome: Outcome, sink: Sink) -> None:
-        for task in tasks:
-            sink(task, outcome)
-            self._reported.add(state_key(task))
+                    broken, new = self._submit_array(chunk, gpus, nodes, sink)
+                    if new:
+                        yield new
 
     def _not_started(self, tasks: Sequence[Task], reason: str, sink: Sink, extra: dict[str, Any] | None = None) -> None:
         self._report_now(tasks, not_started(reason, {"backend": "slurm", **(extra or {})}), sink)
@@ -223,13 +170,13 @@ class SlurmBackend(Backend):
             runnable.append(task)
         return lines, runnable
 
-    def _submit_array(self, tasks: Sequence[Task], gpus: int, nodes: int, watch: dict[str, Watched],
-                      sink: Sink) -> str | None:
-        """sbatch one array; returns why Slurm takes no jobs at all (unreachable), else None."""
+    def _submit_array(self, tasks: Sequence[Task], gpus: int, nodes: int,
+                      sink: Sink) -> tuple[str | None, list[Watched]]:
+        """sbatch one array; returns why Slurm takes no jobs at all (unreachable), else None, and its tasks."""
         now = time.time()
         lines, runnable = self._manifest(tasks, sink)
         if not runnable:
-            return None
+            return None, []
         name = self._next_name()
         manifest = f"manifest-{name}.tsv"
         script = self.results_dir / f"job-{name}.sh"
@@ -245,23 +192,21 @@ class SlurmBackend(Backend):
         except SlurmError as e:
             if e.unreachable or e.transient:
                 self._not_started(runnable, str(e), sink, facts)
-                return str(e)
+                return str(e), []
             self._not_started(runnable, f"sbatch refused the job: {e.detail}", sink, facts)
-            return None
+            return None, []
         except BackendError as e:  # sbatch timed out: the job may exist; its tasks are not watched
             now = time.time()
             self._report_now(runnable, Outcome(Status.FAILED, reason=f"{e} (if the job was queued after all, "
                                                f"scancel it: {script})", started_at=now, finished_at=now,
                                                extra={"backend": "slurm", **facts}), sink)
-            return str(e)
+            return str(e), []
         new = [Watched(t, state_key(t), job, i, self.results_dir, now, self.ctx.run_id)
                for i, t in enumerate(runnable)]
-        self.state.add(new)
-        watch.update({w.key: w for w in new})
         if self.ctx.verbose:
             self._say(f"submitted job {job}: {len(runnable)} tasks, {nodes} node(s) x {gpus} "
                       f"process(es), time limit {limit} ({script})")
-        return None
+        return None, new
 
     def _image_identity(self) -> ImageIdentity | None:
         """The hash of the container's image file or directory, taken once per session (cached on disk)."""
@@ -280,7 +225,7 @@ class SlurmBackend(Backend):
 
     # -- polling ---------------------------------------------------------------------------------
 
-    def _sacct(self, watch: dict[str, Watched], first: bool) -> tuple[dict[tuple[str, int], SacctRow], str | None]:
+    def _sacct(self, watch: Mapping[str, Watched], first: bool) -> tuple[dict[tuple[str, int], SacctRow], str | None]:
         """The one sacct call; on failure no rows and what went wrong (result files are still collected)."""
         try:
             rows = commands.sacct(sorted({w.job for w in watch.values()}, key=int))
@@ -293,10 +238,9 @@ class SlurmBackend(Backend):
                 self._say(f"sacct failed ({e}); still collecting result files" + ("" if first else ", and retrying"))
             return {}, f"Slurm accounting does not answer ({e})"
 
-    def _poll(self, watch: dict[str, Watched], sink: Sink, first: bool = False) -> str | None:
-        """One sacct call and one directory listing per results dir: report what is over.
-
-        Returns what went wrong with sacct, if it did: result files are still collected then.
+    def poll(self, watch: Mapping[str, Watched], first: bool) -> Polled:
+        """One sacct call and one directory listing per results dir: what is over (its outcome kept for
+        `collect`), and what went wrong with sacct, if it did: result files are still collected then.
 
         A task that neither sacct nor squeue knows long after its submission is lost: on the
         first look at an earlier run's jobs it is forgotten (so that `matrix run` submits it
@@ -316,7 +260,7 @@ class SlurmBackend(Backend):
         for w in watch.values():
             row = rows.get((w.job, w.index))
             if row is not None and row.state in STARTED_STATES:
-                self._started(w)
+                self.started(w)
             if f"{w.task.id}.done" in listings[w.results_dir]:
                 outcome = outcomes.from_files(w, row, self._extra(w, row))
                 if outcome.result is None and outcome.status not in (Status.OK, Status.NOT_STARTED):
@@ -345,8 +289,16 @@ class SlurmBackend(Backend):
         lost, gone = self._lost(suspects, first, now)
         finished += gone
         finished += self._blocked(waiting, now)
-        self._report(watch, finished, lost, sink)
-        return trouble
+        self._outcomes.update((w.key, outcome) for w, outcome in finished)
+        return Polled([w for w, _ in finished], lost, trouble)
+
+    def collect(self, w: Watched) -> Outcome:
+        return self._outcomes.pop(w.key)
+
+    def cancel(self, watched: Sequence[Watched]) -> list[str]:
+        ids = _array_ids(watched)
+        commands.scancel(ids)
+        return ids
 
     def _lost(self, suspects: list[Watched], first: bool, now: float) -> tuple[list[str], list[tuple[Watched, Outcome]]]:
         """Tasks neither sacct nor squeue knows: (keys to forget, failed outcomes of this run's tasks)."""
@@ -406,68 +358,11 @@ class SlurmBackend(Backend):
                                 {**self._extra(w, None), "slurm_state": "PENDING", "slurm_reason": why}))
                 for w, why in blocked]
 
-    def _report(self, watch: dict[str, Watched], finished: list[tuple[Watched, Outcome]], lost: list[str],
-                sink: Sink) -> None:
-        reported: list[str] = []
-        try:
-            for w, outcome in finished:
-                self._started(w)
-                sink(w.task, outcome)
-                reported.append(w.key)
-                self._reported.add(w.key)
-        finally:
-            for key in reported + lost:
-                watch.pop(key, None)
-            self.state.remove(reported, "collected")
-            self.state.remove(lost, "lost")
-
-    def _started(self, w: Watched) -> None:
-        if not w.started:
-            w.started = True
-            if self.ctx.on_start:
-                self.ctx.on_start(w.task)
-
     def _extra(self, w: Watched, row: SacctRow | None) -> dict[str, Any]:
         return outcomes.extra(self.env, self.ctx.run_id, w, row)
 
-    # -- Ctrl-C ----------------------------------------------------------------------------------
-
-    def _interrupted(self, watch: dict[str, Watched], sink: Sink) -> None:
-        """Offer to scancel what is still queued or running; by default it keeps running."""
-        if not watch:
-            return
-        if sys.stdin is not None and sys.stdin.isatty():
-            print(f"\n{len(watch)} Slurm tasks of environment {self.env.name!r} are not finished "
-                  f"(jobs {_jobs(watch)}). Cancel them with scancel? (y/N) ", end="", file=sys.stderr, flush=True)
-            try:
-                answer = sys.stdin.readline().strip().lower()
-            except (KeyboardInterrupt, EOFError):
-                answer = ""
-            if answer in ("y", "yes"):
-                self._cancel(watch, sink)
-                return
-        self._say("interrupted: " + self._how_to_collect(watch))
-
-    def _cancel(self, watch: dict[str, Watched], sink: Sink) -> None:
-        ids = _array_ids(list(watch.values()))
-        commands.scancel(ids)
-        now = time.time()
-        reported = []
-        try:
-            for key, w in list(watch.items()):
-                sink(w.task, Outcome(Status.CANCELLED, None, "", f"cancelled with scancel (Slurm job {w.job_id})",
-                                     w.submitted_at, now, self._extra(w, None)))
-                reported.append(key)
-                watch.pop(key)
-        finally:
-            self.state.remove(reported, "cancelled")
-        self._say(f"cancelled {len(reported)} tasks ({', '.join(ids)})")
-
-
-
-def _jobs(watch: dict[str, Watched]) -> str:
-    return ", ".join(sorted({w.job for w in watch.values()}, key=int))
-
+    def extra(self, w: Watched) -> dict[str, Any]:
+        return self._extra(w, None)
 
 def _array_ids(watched: Sequence[Watched]) -> list[str]:
     """scancel's names for these array tasks: one `job_[i,j,...]` per job."""

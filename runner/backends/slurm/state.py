@@ -5,72 +5,24 @@ or `--no-wait` run left running, whatever its --workdir was."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.backends.batch import SubmittedJobs, Watched, state_key
 from runner.errors import BackendError
-from runner.spec import Task
-from runner.store import BatchJob, Store
+from runner.store import BatchJob, BatchJobs
 
 BACKEND = "slurm"
 LEGACY_SCHEMA = 1  # <workdir>/slurm/submitted.json, where matrix 0.1 kept this
 
-
-def state_key(task: Task) -> str:
-    return f"{task.cell.env_name}\t{task.cell.key}\t{task.repeat}"
+__all__ = ["BACKEND", "SlurmJobs", "SubmittedJobs", "Watched", "state_key"]
 
 
-@dataclass
-class Watched:
-    """A submitted array task the controller waits for."""
+class SlurmJobs(SubmittedJobs):
+    """The slurm rows of the store's batch_jobs table, and those an older matrix kept in a file."""
 
-    task: Task
-    key: str
-    job: str
-    index: int
-    results_dir: Path
-    submitted_at: float
-    run_id: str
-    started: bool = False
-    finished_seen: float | None = None
-    pending_reason: str | None = None
-    blocked_since: float | None = None
-
-    @property
-    def job_id(self) -> str:
-        return f"{self.job}_{self.index}"
-
-    @classmethod
-    def from_record(cls, task: Task, key: str, rec: BatchJob) -> Watched:
-        return cls(task, key, rec.job, rec.index, Path(rec.results_dir), rec.submitted_at, rec.run_id)
-
-    def record(self) -> BatchJob:
-        return BatchJob(self.key, self.task.id, self.run_id, self.job, self.index, str(self.results_dir),
-                        self.submitted_at)
-
-
-class SubmittedJobs:
-    """The slurm rows of the store's batch_jobs table."""
-
-    def __init__(self, store: Store | None) -> None:
-        self.store = store
-
-    def _store(self) -> Store:
-        if self.store is None:
-            raise BackendError("the slurm backend keeps what it submitted in the result store: "
-                               "RunContext.store must be set")
-        return self.store
-
-    def load(self) -> dict[str, BatchJob]:
-        return self._store().open_jobs(BACKEND)
-
-    def add(self, watched: Sequence[Watched]) -> None:
-        self._store().add_jobs(BACKEND, [w.record() for w in watched])
-
-    def remove(self, keys: Sequence[str], how: str = "collected") -> None:
-        self._store().close_jobs(BACKEND, keys, how)
+    def __init__(self, store: BatchJobs | None) -> None:
+        super().__init__(store, BACKEND)
 
     def import_legacy(self, path: Path) -> int:
         """Move what an older matrix kept in <workdir>/slurm/submitted.json into the store (once)."""

@@ -1,0 +1,17 @@
+"""`matrix doctor`: what this host offers to each backend."""
+
+from __future__ import annotations
+
+from runner import backends
+from runner import console as consoles
+from runner.table import Cell, Table
+
+
+def main() -> int:
+    table = Table(["backend", "check", "", "detail"])
+    marks = {True: Cell("ok", "good"), False: Cell("missing", "bad"), None: Cell("n/a", "muted")}
+    for kind in backends.kinds():
+        for check in backends.get(kind).doctor():
+            table.add(kind, check.name, marks[check.ok], check.detail)
+    consoles.print_table(consoles.stdout(), table, "matrix doctor")
+    return 0

@@ -1,0 +1,66 @@
+"""`matrix run`: run every repeat that is not stored yet (resume is the default), then the matrix file's
+decisions (references); `matrix collect` (runner/commands/collect.py) is the same without submitting."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+
+from runner import console as consoles
+from runner import execute
+from runner import matrix as matrix_mod
+from runner.commands import load, sigterm
+from runner.errors import ConfigError
+from runner.store import Store
+
+
+def main(matrix: Path | None, db: Path, env: Sequence[str], only: Sequence[str], image: str | None,
+         gpus: str | None, rerun_failed: bool, force: bool, no_wait: bool, workdir: Path, max_cells: int,
+         verbose: bool) -> int:
+    if gpus is not None and image is None:
+        raise ConfigError(f"--gpus {gpus}: applies to --image only; an environment of the matrix file says its "
+                          "own GPUs (`gpus:` of a docker environment, `gpus_per_node:` of a slurm one, the gpus axis)")
+    m = load(matrix, max_cells)
+    if image is not None:
+        m = with_image(m, image, gpus)
+    return run_and_decide(m, db, env, only, workdir, verbose, rerun_failed=rerun_failed, force=force,
+                          wait=not no_wait, submit=True)
+
+
+def with_image(m: matrix_mod.Matrix, image: str, gpus: str | None) -> matrix_mod.Matrix:
+    """The matrix's axes in one ad-hoc docker environment (`--image`)."""
+    from runner.backends.docker import adhoc_environment
+    axes = m.axes
+    if gpus and axes.device == ["cpu"]:
+        # GPUs were asked for: a CPU-only device axis (the quickstart's) would leave them idle.
+        axes = axes.model_copy(update={"device": ["cuda"]})
+    from runner.workloads import adopted
+    env = adhoc_environment(image, gpus)
+    return replace(m, axes=axes, environments=(env,), include=tuple(
+        {k: v for k, v in rule.items() if k != "environment"} for rule in m.include),
+        exclude=tuple(r for r in m.exclude if "environment" not in r),
+        workloads=adopted(m.workloads, None, [env.name], "--image"))
+
+
+def run_and_decide(m: matrix_mod.Matrix, db: Path, env: Sequence[str], only: Sequence[str], workdir: Path,
+                   verbose: bool, *, rerun_failed: bool = False, force: bool = False, wait: bool = True,
+                   submit: bool = True) -> int:
+    """Run (or collect) the selected cells, then decide the matrix file's references on what is stored."""
+    cells = matrix_mod.select(m.cells(), env, only)
+    signal.signal(signal.SIGTERM, sigterm)
+    from runner.decide import commands as decide
+    decided = 0
+    with Store(db) as store:
+        report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:], console=consoles.stdout(),
+                                    verbose=verbose, rerun_failed=rerun_failed, force=force, wait=wait,
+                                    submit=submit)
+        if not report.interrupted and not report.pending:  # jobs still queued: `matrix collect` decides
+            text, decided = decide.run_decisions(m, cells, store)
+            if text:
+                typer.echo(text, nl=False)
+    return int(report.exit_code) or int(decided)

@@ -1,0 +1,142 @@
+"""Results: one append-only row per measured repeat, stored with the release of its claim."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
+from typing import Any
+
+from runner.errors import StoreError
+from runner.results import Outcome, Status
+from runner.spec import Task
+from runner.store.captures import Capture, split_capture
+from runner.store.claims import Claims
+from runner.store.db import StoreFull
+from runner.store.schema import COLUMNS, INSERT_RESULT, JSON_COLUMNS, SCHEMA
+
+
+class Results(Claims):
+    def _values(self, run_id: str, task: Task, outcome: Outcome) -> tuple[tuple[Any, ...], Capture | None]:
+        """The row of a result, and its capture (the bench's env.software, which the row refers to by id)."""
+        cell = task.cell
+        env, raw, capture = split_capture(outcome.env, outcome.result)
+        return (SCHEMA, run_id, cell.key, task.repeat, cell.env_name, cell.environment.backend,
+                json.dumps(cell.environment.tags), json.dumps(dict(cell.params)), outcome.status.value,
+                outcome.reason, json.dumps(outcome.metrics), json.dumps(env, default=str),
+                json.dumps(raw, default=str) if raw is not None else None, outcome.log_tail,
+                outcome.started_at, outcome.finished_at, capture.id if capture else None), capture
+
+
+    def add(self, run_id: str, task: Task, outcome: Outcome) -> None:
+        """Append a result, whoever holds its claim (see `record` for a run's results)."""
+        self.record(run_id, task, outcome)
+
+    def record(self, run_id: str, task: Task, outcome: Outcome,
+               needs: Callable[[Status | None, int], bool] | None = None, remaining: int = 0) -> bool:
+        """Store a run's result and release its claim, in one transaction. With `needs`, a result whose
+        repeat this run did not hold is stored only when no live run holds it and `needs` still wants it;
+        returns whether it was stored. On a full disk the result is kept in a journal (`StoreFull` says
+        where, and how much room the store needs for it and `remaining` more)."""
+        values, capture = self._values(run_id, task, outcome)
+        key, r = task.cell.key, task.repeat
+        try:
+            self._import_waiting()
+            with self._tx():
+                if needs is not None:
+                    h = self._claim_holder(key, r)
+                    if h is not None and h.run_id != run_id:
+                        if self._live_or_reap(h):
+                            return False
+                        h = None
+                    if h is None:
+                        status, row_id = self._latest(key, r)
+                        if not needs(status, row_id):
+                            return False
+                self._keep_capture(capture)
+                self.db.execute(INSERT_RESULT, values)
+                self._calibrated_in_tx(key, r, run_id, outcome.status.value, outcome.metrics)
+                self.db.execute("DELETE FROM claims WHERE cell_key=? AND repeat=? AND run_id=?", (key, r, run_id))
+            return True
+        except StoreFull as e:
+            row = dict(zip(COLUMNS, values, strict=True))
+            kept = self._keep({"kind": "result", "row": row,
+                               **({"capture": {"id": capture.id, "content": capture.content}} if capture else {})})
+            size = sum(len(v) for v in values if isinstance(v, str))
+            where = (f"the repeat just measured is kept in {kept} and the next `matrix run` on this store "
+                     "stores it" if kept else "the repeat just measured could not be kept anywhere (no room for "
+                     "a journal either) and must be measured again")
+            raise StoreFull(f"cannot store a result in {self.path}: the disk is full; {where}; "
+                            f"{self.space_advice(remaining + 1, size)}, then run the same command again",
+                            kept) from e
+
+    def last_id(self) -> int:
+        """The newest result's id: rows after it were stored later."""
+        with self._guard():
+            row = self.db.execute("SELECT MAX(id) FROM results").fetchone()
+        return int(row[0] or 0)
+
+
+    def latest(self, keys: Iterable[str]) -> dict[tuple[str, int], tuple[Status, int]]:
+        """The current status of every stored repeat of these cells, with its row id (the newest row wins)."""
+        keys = list(keys)
+        found: dict[tuple[str, int], tuple[Status, int]] = {}
+        with self._guard():
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                marks = ",".join("?" * len(chunk))
+                for row in self.db.execute(
+                        f"SELECT cell_key, repeat, status, id FROM results WHERE id IN (SELECT MAX(id) FROM results"
+                        f" WHERE cell_key IN ({marks}) GROUP BY cell_key, repeat)", chunk):
+                    found[(row[0], row[1])] = (self._status(row[2], row[3]), row[3])
+        return found
+
+    def latest_statuses(self, keys: Iterable[str]) -> dict[tuple[str, int], Status]:
+        """The current status of every stored repeat of these cells (the newest row wins)."""
+        return {k: s for k, (s, _) in self.latest(keys).items()}
+
+    def rows(self, run_ids: Iterable[str] | None = None, latest_only: bool = True, *,
+             keys: Iterable[str] | None = None, environments: Iterable[str] | None = None
+             ) -> Iterator[dict[str, Any]]:
+        """Result rows with JSON decoded; by default only each repeat's newest row. `keys`, `environments`: only
+        the rows of these cells, of these environment names."""
+        where: list[str] = []
+        args: list[Any] = []
+        for column, values in (("run_id", run_ids), ("cell_key", keys), ("environment", environments)):
+            if values is not None:
+                chosen = list(values) or [""]
+                where.append(f"{column} IN ({','.join('?' * len(chosen))})")
+                args += chosen
+        scope = f" WHERE {' AND '.join(where)}" if where else ""
+        if latest_only:
+            sql = f"SELECT * FROM results WHERE id IN (SELECT MAX(id) FROM results{scope} GROUP BY cell_key, repeat)"
+        else:
+            sql = "SELECT * FROM results" + scope
+        with self._guard(), closing(self.db.execute(sql + " ORDER BY id", args)) as cur:
+            for row in cur:
+                yield self._decode(dict(row))
+
+    def _decode(self, d: dict[str, Any]) -> dict[str, Any]:
+        if d["schema"] != SCHEMA:
+            raise StoreError(f"{self.path}: result {d['id']} has row schema {d['schema']!r}; this matrix reads "
+                             f"{SCHEMA}: it was written by another matrix version; use that version")
+        d.setdefault("capture_id", None)  # a store of schema 1 read as it is
+        self._status(d["status"], d["id"])
+        for col, kind in JSON_COLUMNS.items():
+            try:
+                d[col] = json.loads(d[col]) if d[col] is not None else None
+            except (TypeError, ValueError):
+                raise StoreError(f"{self.path} is damaged: column {col} of result {d['id']} is not JSON; restore "
+                                 "the store from a copy, or start a new store with --db") from None
+            if d[col] is not None and not isinstance(d[col], kind):
+                raise StoreError(f"{self.path} is damaged: column {col} of result {d['id']} is a "
+                                 f"{type(d[col]).__name__}, not a {kind.__name__}; restore the store from a copy, or "
+                                 "start a new store with --db")
+        return d
+
+    def environments(self) -> list[str]:
+        """The environment names that have results, in the order they were first stored."""
+        with self._guard():
+            return [r[0] for r in self.db.execute("SELECT environment FROM results GROUP BY environment "
+                                                  "ORDER BY MIN(id)")]
+

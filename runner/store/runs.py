@@ -1,0 +1,99 @@
+"""Runs: one row per `matrix run`, opened with its holder and a heartbeat, closed with its status."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+from runner.errors import StoreError
+from runner.store.db import StoreFull
+from runner.store.holders import Holders
+from runner.store.liveness import Heartbeat, this_process
+from runner.store.schema import HOLDERS_SCHEMA, SCHEMA
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    started_at: float
+    finished_at: float | None
+    matrix_name: str | None
+    matrix_path: str | None
+    host: str | None
+    status: str
+    counts: dict[str, int]
+
+
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+class Runs(Holders):
+    def start_run(self, run_id: str, matrix_path: str | None, matrix_name: str | None,
+                  argv: list[str]) -> None:
+        """Record the run and the process behind it; a heartbeat keeps it alive for other hosts until
+        `finish_run`. Runs whose process died without finishing are marked `killed` first."""
+        self.reap()
+        me = this_process()
+        now = time.time()
+        with self._tx():
+            self.db.execute(
+                "INSERT INTO runs (run_id, schema, started_at, matrix_path, matrix_name, argv, host, status)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')",
+                (run_id, SCHEMA, now, matrix_path, matrix_name, json.dumps(argv), me.host))
+            self.db.execute(
+                "INSERT OR REPLACE INTO holders (run_id, schema, host, ident, pid, pid_start, started_at, heartbeat)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, HOLDERS_SCHEMA, me.host, me.ident, me.pid, me.start, now, now))
+        beat = Heartbeat(self.path, run_id)
+        beat.start()
+        self._heartbeats[run_id] = beat
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        """Close the run: its status, its end, and every claim it still holds is released."""
+        beat = self._heartbeats.pop(run_id, None)
+        if beat:
+            beat.stop()
+        now = time.time()
+        try:
+            with self._tx():
+                self.db.execute("UPDATE runs SET finished_at=?, status=? WHERE run_id=?", (now, status, run_id))
+                self.db.execute("UPDATE holders SET ended_at=? WHERE run_id=? AND ended_at IS NULL", (now, run_id))
+                self.db.execute("DELETE FROM claims WHERE run_id=?", (run_id,))
+        except StoreFull as e:
+            kept = self._keep({"kind": "run_end", "run_id": run_id, "status": status, "finished_at": now})
+            raise StoreFull(str(e), kept) from e
+
+    def runs(self) -> list[RunInfo]:
+        with self._guard():
+            counts: dict[str, dict[str, int]] = {}
+            for row in self.db.execute("SELECT run_id, status, COUNT(*) FROM results GROUP BY run_id, status"):
+                counts.setdefault(row[0], {})[row[1]] = row[2]
+            holders = self._holders()
+            found = []
+            for r in self.db.execute("SELECT * FROM runs ORDER BY started_at"):
+                status = r["status"]
+                h = holders.get(r["run_id"])
+                if status == "running" and h is not None and not h.alive():
+                    status = "killed"  # its process ended without closing the run (SIGKILL, a crash)
+                found.append(RunInfo(r["run_id"], r["started_at"], r["finished_at"], r["matrix_name"],
+                                     r["matrix_path"], r["host"], status, counts.get(r["run_id"], {})))
+            return found
+
+    def resolve_run(self, ref: str | None) -> str:
+        """A run id from a prefix, or 'latest'/None for the newest run."""
+        runs = [r.run_id for r in self.runs()]
+        if not runs:
+            raise StoreError(f"no runs in {self.path} yet: run `matrix run` first")
+        if ref in (None, "latest"):
+            return runs[-1]
+        hits = [r for r in runs if r.startswith(ref or "")]
+        if len(hits) != 1:
+            shown = ", ".join(runs[-5:])
+            raise StoreError(f"run {ref!r} {'is ambiguous' if hits else 'not found'}; recent runs: {shown}")
+        return hits[0]
+
