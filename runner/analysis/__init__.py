@@ -9,7 +9,6 @@ never dropped.
 """
 
 from runner.analysis.compare import (
-    ALPHA,
     MIN_EFFECT,
     SIDE_KINDS,
     Comparison,
@@ -29,8 +28,6 @@ from runner.analysis.compare import (
     recipe_differences,
     select_side,
     side_stats,
-    verdict,
-    welch_p_from_stats,
 )
 from runner.analysis.frame import (
     BASELINE_PRECISION,
@@ -62,8 +59,8 @@ from runner.analysis.frame import (
 )
 from runner.analysis.identity import DEFINITION_COLUMNS, Definitions, choose
 from runner.analysis.scaling import scaling
+from runner.analysis.significance import ALPHA, CONFIDENCE, t_half_width, welch_from_stats
 from runner.analysis.stats import (
-    CONFIDENCE,
     DATA_BOUND,
     MEASURE_SUMMARY_COLUMNS,
     NOISY_CV,
@@ -76,7 +73,6 @@ from runner.analysis.stats import (
     quality_flags,
     status_summary,
     summarize,
-    t_half_width,
 )
 
 __all__ = [
@@ -89,5 +85,5 @@ __all__ = [
     "options_label", "pair_cells", "pair_stats", "precision_index", "precision_rank", "precision_ratios",
     "precision_recipes", "precision_summary", "quality_flags", "recipe", "recipe_differences", "recipe_text",
     "scaling", "select_side", "settings_text", "side_stats", "status_summary", "summarize", "t_half_width",
-    "verdict", "welch_p_from_stats",
+    "welch_from_stats",
 ]

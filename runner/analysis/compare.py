@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from runner.analysis import significance
 from runner.analysis.frame import (
     BASELINE_PRECISION,
     ENV_FIELDS,
@@ -24,12 +25,10 @@ from runner.analysis.frame import (
 )
 from runner.analysis.identity import Definitions, choose
 from runner.analysis.stats import THROTTLED, _join_unique, cell_attributes, metric_stats, throttled_counts
-from runner.decide import significance
-from runner.decide.verdict import Verdict
+from runner.analysis.verdict import Verdict
 from runner.errors import ConfigError
 from runner.results import Status
 
-ALPHA = 0.05
 MIN_EFFECT = 0.02  # a change below 2% is called noise, however small its p-value
 
 SIDE_KINDS = ("env", "tag", "backend", "run")
@@ -139,29 +138,7 @@ def change_words(ratio: float, metric: Metric) -> str:
     return f"{gain:.2f}x {metric.better}" if gain >= 1 else f"{1 / gain:.2f}x {metric.worse}"
 
 
-def welch_p_from_stats(mean_a: Any, std_a: Any, n_a: Any, mean_b: Any, std_b: Any, n_b: Any) -> np.ndarray:
-    """Welch's two-sided p-value from each side's mean, std (ddof=1) and n, for whole columns at once
-    (scipy's ttest_ind_from_stats); NaN where a side has fewer than two values. Neither side with any
-    spread (std 0, n >= 2 each) is certain, as in significance.difference: p = 0 when the means differ,
-    1 when they are equal."""
-    from scipy import stats
-
-    ma, sa, na = (np.asarray(x, dtype=float) for x in (mean_a, std_a, n_a))
-    mb, sb, nb = (np.asarray(x, dtype=float) for x in (mean_b, std_b, n_b))
-    with np.errstate(invalid="ignore"):
-        enough = (na >= 2) & (nb >= 2)
-        flat = enough & (sa == 0) & (sb == 0)
-        valid = enough & ~flat
-    exact = np.where(ma != mb, 0.0, 1.0)
-    if not np.any(valid):
-        return np.where(flat, exact, math.nan) * np.ones(np.broadcast(ma, mb).shape)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = stats.ttest_ind_from_stats(ma, sa, np.where(valid, na, 2), mb, sb, np.where(valid, nb, 2),
-                                       equal_var=False).pvalue
-    return np.where(valid, p, np.where(flat, exact, math.nan))
-
-
-def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha: float = ALPHA,
+def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha: float = significance.ALPHA,
                min_effect: float = MIN_EFFECT) -> tuple[bool, str, Verdict]:
     """(significant, words, decision) for a pair measured on both sides. The decision answers "is B the
     same as A?": pass (no significant change of at least `min_effect`), fail (a significant change, either
@@ -179,13 +156,6 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
     if max(gain, 1 / gain) - 1 < min_effect:
         return False, f"not significant (change < {min_effect:.0%})", Verdict.PASS
     return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
-
-
-def verdict(ratio: float, p: float, n_a: int, n_b: int, metric: Metric,
-            alpha: float = ALPHA, min_effect: float = MIN_EFFECT) -> tuple[bool, str]:
-    """(significant, words): a change counts only when p < alpha AND it is at least `min_effect`."""
-    significant, words, _ = judge_pair(ratio, p, n_a, n_b, metric, alpha, min_effect)
-    return significant, words
 
 
 def not_comparable(settings_a: str, settings_b: str) -> str:
@@ -342,13 +312,13 @@ def side_stats(df: pd.DataFrame, metric: str) -> pd.DataFrame:
                       st], axis=1)
 
 
-def pair_cells(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
+def pair_cells(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, alpha: float = significance.ALPHA,
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pair A's and B's cells (long frames, one definition per params) on their params: (pairs, unpaired)."""
     return pair_stats(side_stats(a, metric.name), side_stats(b, metric.name), metric, alpha, min_effect)
 
 
-def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
+def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = significance.ALPHA,
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p (and adjusted for the false
     discovery rate over the pairs tested), verdict and decision; and the unpaired cells."""
@@ -375,7 +345,7 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         if metric.name in PER_STEP_METRICS:
             apart = [why or steps_differ(x, y, metric) for why, x, y in
                      zip(apart, both["a_steps_ok"], both["b_steps_ok"], strict=True)]
-        p = welch_p_from_stats(am, sda, an_, bm, sdb, bn_)
+        p = significance.welch_from_stats(am, sda, an_, bm, sdb, bn_)
         p = np.where([bool(w) for w in apart], math.nan, p)
         p_adj = significance.adjust(p)
         judged = []
@@ -489,7 +459,7 @@ def environment_info(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     return out.sort_values("_first", kind="stable")[cols].reset_index(drop=True)
 
 
-def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float = ALPHA,
+def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float = significance.ALPHA,
             min_effect: float = MIN_EFFECT) -> Comparison:
     """Side A against side B: pairs with ratio B/A and a verdict, unpaired cells, FP16/FP32 per side."""
     m = get_metric(metric) if isinstance(metric, str) else metric

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 
 from runner import analysis as an
+from runner.analysis.verdict import Verdict, exit_status, parse_policy
 from runner.decide import gate, present, references, schedule
 from runner.decide.adaptive import Stop
-from runner.decide.verdict import Verdict, exit_status, parse_policy
 from runner.errors import ConfigError, StoreError
 from runner.exitcodes import Exit
 from runner.matrix import Matrix

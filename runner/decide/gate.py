@@ -23,9 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from runner.analysis import PARAM_KEYS, choose, not_comparable
-from runner.decide import significance
-from runner.decide.verdict import Verdict, counts, counts_text, overall, policy_note
+from runner.analysis import PARAM_KEYS, choose, not_comparable, significance
+from runner.analysis.verdict import Verdict, counts, counts_text, overall, policy_note
 from runner.errors import ConfigError
 from runner.spec import percentage
 

@@ -18,8 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from runner.analysis import CELL_KEYS, METRICS, MIN_EFFECT, change_words, describe
-from runner.decide import significance
+from runner.analysis import CELL_KEYS, METRICS, MIN_EFFECT, change_words, describe, significance
 
 COLUMNS = ["cell_key", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "mean", "std", "ci_low", "ci_high",
            "ratio", "p_value", "step", "change", "undecided"]

@@ -29,8 +29,8 @@ import pandas as pd
 from pydantic import ValidationError, field_validator, model_validator
 
 from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric
-from runner.decide import verdict as verdicts_
-from runner.decide.verdict import UNDECIDED_POLICIES, Verdict
+from runner.analysis import verdict as verdicts_
+from runner.analysis.verdict import UNDECIDED_POLICIES, Verdict
 from runner.errors import ConfigError
 from runner.exitcodes import Exit
 from runner.matrix import MATCH_KEYS, _coerce, _same, _show, _value

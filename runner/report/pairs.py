@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
-from runner.decide.verdict import Verdict
+from runner.analysis.verdict import Verdict
 from runner.report import fmt
 from runner.report.fmt import DASH, Cell, Table
 from runner.report.labels import (

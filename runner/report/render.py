@@ -17,7 +17,7 @@ import jinja2
 import pandas as pd
 
 from runner import analysis as an
-from runner.decide.verdict import Verdict
+from runner.analysis.verdict import Verdict
 from runner.report import fmt, labels, views
 from runner.report import pairs as pair_views
 from runner.report.fmt import Cell, MdSafe, Table

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runner.analysis.verdict import Verdict
 from runner.decide.bisect import search
 from runner.decide.bisect.search import FOUND, NO_CHANGE, SPREAD, UNDECIDED, Sample, Settings, bisect, replay
-from runner.decide.verdict import Verdict
 from runner.exitcodes import Exit
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
+from runner.analysis.verdict import Verdict
 from runner.decide import references as ref
-from runner.decide.verdict import Verdict
 from runner.errors import ConfigError
 from runner.exitcodes import Exit
 from tests.decide.helpers import long_frame, rows_for

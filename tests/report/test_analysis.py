@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from runner import analysis as an
-from runner.decide.verdict import Verdict
+from runner.analysis.verdict import Verdict
 from runner.errors import ConfigError
 from runner.store import Store
 
@@ -102,12 +102,12 @@ def welch_by_formula(a: list[float], b: list[float]) -> float:
 def test_welch_p_value_matches_the_formula() -> None:
     # By hand: t = 22.5 / sqrt(100/3 + 125/12) = 3.4017, df = 3.2347, p = 0.03782
     assert welch_by_formula(A, B) == pytest.approx(0.0378150822, abs=1e-8)
-    p = an.welch_p_from_stats(np.mean(A), np.std(A, ddof=1), len(A), np.mean(B), np.std(B, ddof=1), len(B))
+    p = an.welch_from_stats(np.mean(A), np.std(A, ddof=1), len(A), np.mean(B), np.std(B, ddof=1), len(B))
     assert float(p) == pytest.approx(welch_by_formula(A, B), rel=1e-9)
-    assert math.isnan(float(an.welch_p_from_stats(1.0, math.nan, 1, np.mean(B), np.std(B, ddof=1), len(B))))
+    assert math.isnan(float(an.welch_from_stats(1.0, math.nan, 1, np.mean(B), np.std(B, ddof=1), len(B))))
     # No spread on either side is certain, not untestable: equal means p = 1, different means p = 0.
-    assert float(an.welch_p_from_stats(5.0, 0.0, 3, 5.0, 0.0, 3)) == 1.0
-    assert float(an.welch_p_from_stats(5.0, 0.0, 3, 6.0, 0.0, 3)) == 0.0
+    assert float(an.welch_from_stats(5.0, 0.0, 3, 5.0, 0.0, 3)) == 1.0
+    assert float(an.welch_from_stats(5.0, 0.0, 3, 6.0, 0.0, 3)) == 0.0
 
 
 def test_geometric_mean() -> None:
@@ -138,12 +138,12 @@ def test_a_time_metric_reads_lower_as_faster() -> None:
 
 def test_verdicts_say_not_significant_plainly() -> None:
     m = an.METRICS["throughput"]
-    assert an.verdict(1.2, 0.2, 3, 3, m) == (False, "not significant")
-    assert an.verdict(1.01, 0.0001, 3, 3, m) == (False, "not significant (change < 2%)")
-    assert an.verdict(0.9, 0.001, 3, 3, m) == (True, "slower")
-    assert an.verdict(1.2, math.nan, 1, 3, m) == (
+    assert an.judge_pair(1.2, 0.2, 3, 3, m)[:2] == (False, "not significant")
+    assert an.judge_pair(1.01, 0.0001, 3, 3, m)[:2] == (False, "not significant (change < 2%)")
+    assert an.judge_pair(0.9, 0.001, 3, 3, m)[:2] == (True, "slower")
+    assert an.judge_pair(1.2, math.nan, 1, 3, m)[:2] == (
         False, "undecided: 1 ok repeat on A (a test needs 2+ per side)")
-    assert an.verdict(math.nan, math.nan, 0, 3, m) == (False, "no result")
+    assert an.judge_pair(math.nan, math.nan, 0, 3, m)[:2] == (False, "no result")
     assert an.judge_pair(1.2, math.nan, 1, 3, m)[2] is Verdict.UNDECIDED
     assert an.judge_pair(1.2, 0.2, 3, 3, m)[2] is Verdict.PASS
     assert an.judge_pair(0.9, 0.001, 3, 3, m)[2] is Verdict.FAIL
@@ -223,9 +223,9 @@ def test_vectorised_welch_matches_scipy_ttest() -> None:
     for n_a, n_b in ((2, 2), (3, 5), (10, 4), (30, 30)):
         a, b = rng.normal(100, 5, n_a), rng.normal(103, 9, n_b)
         expected = stats.ttest_ind(a, b, equal_var=False).pvalue
-        got = an.welch_p_from_stats(a.mean(), a.std(ddof=1), n_a, b.mean(), b.std(ddof=1), n_b)
+        got = an.welch_from_stats(a.mean(), a.std(ddof=1), n_a, b.mean(), b.std(ddof=1), n_b)
         assert float(got) == pytest.approx(expected, rel=1e-9)
-    assert float(an.welch_p_from_stats(1.0, 0.0, 3, 1.0, 0.0, 3)) == 1.0   # no spread, same: certain
+    assert float(an.welch_from_stats(1.0, 0.0, 3, 1.0, 0.0, 3)) == 1.0   # no spread, same: certain
 
 
 def _record(**kw: Any) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from runner.decide import significance
-from runner.decide.verdict import Verdict
+from runner.analysis import significance
+from runner.analysis.verdict import Verdict
 from runner.exitcodes import Exit
 
 STATUS = "status"  # the metric that only looks at how each environment's repeats ended
@@ -149,22 +149,6 @@ def _inside(low: float, high: float, threshold: float) -> bool:
     return low > 1 / (1 + threshold) - 1 and high < threshold
 
 
-def welch_interval(a: np.ndarray, b: np.ndarray, confidence: float) -> tuple[float, float]:
-    """The interval of mean(b) - mean(a) (Welch-Satterthwaite degrees of freedom): it excludes 0 exactly when
-    Welch's test gives p < 1 - confidence."""
-    from scipy import stats
-
-    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    se = math.sqrt(va + vb)
-    diff = float(b.mean() - a.mean())
-    if se == 0:
-        return diff, diff
-    terms = (va * va / (a.size - 1) if va else 0.0) + (vb * vb / (b.size - 1) if vb else 0.0)
-    dof = (va + vb) ** 2 / terms
-    t = float(stats.t.ppf(0.5 + confidence / 2, dof))
-    return diff - t * se, diff + t * se
-
-
 def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_level: bool = False) -> Comparison:
     """Judge environment b against a from their samples. `last_level`: neither can get more repeats."""
     base: dict[str, Any] = {"a": a, "b": b, "state_a": sa.state, "state_b": sb.state, "n_a": sa.n, "n_b": sb.n}
@@ -195,7 +179,7 @@ def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_lev
                           **base)
     change = mb / ma - 1
     d = significance.difference(x, y)
-    low, high = welch_interval(x, y, settings.confidence)
+    low, high = significance.welch_interval(x, y, settings.confidence)
     ci = (low / ma, high / ma)
     p = d.p_value if d.decided else None
     base.update(change=change, ci=ci, p_value=p)
