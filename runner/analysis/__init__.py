@@ -8,6 +8,7 @@ geometric mean. `scaling`: throughput against the process layout. Statuses other
 never dropped.
 """
 
+from runner.analysis.comparable import OutcomeChange, Outcomes, outcome_change, why_not
 from runner.analysis.compare import (
     MIN_EFFECT,
     SIDE_KINDS,
@@ -19,8 +20,6 @@ from runner.analysis.compare import (
     environment_info,
     geometric_mean,
     judge_pair,
-    not_comparable,
-    one_sided,
     pair_cells,
     pair_stats,
     precision_ratios,
@@ -81,9 +80,9 @@ __all__ = [
     "PARAM_KEYS", "PRECISION_ORDER", "RECIPE_COLUMNS", "RECIPE_FIELDS", "RUN_SETTINGS", "SIDE_KINDS",
     "STAT_NAMES", "Comparison", "Definitions", "Metric", "Side", "Stats", "available_sides", "cell_attributes",
     "change_words", "choose", "compare", "describe", "environment_info", "environment_rank", "frame",
-    "geometric_mean", "get_metric", "judge_pair", "latest", "measurement", "metric_stats", "not_comparable", "one_sided",
+    "geometric_mean", "get_metric", "judge_pair", "latest", "measurement", "metric_stats",
     "options_label", "pair_cells", "pair_stats", "precision_index", "precision_rank", "precision_ratios",
     "precision_recipes", "precision_summary", "quality_flags", "recipe", "recipe_differences", "recipe_text",
     "scaling", "select_side", "settings_text", "side_stats", "status_summary", "summarize", "t_half_width",
-    "welch_from_stats",
+    "welch_from_stats", "Outcomes", "OutcomeChange", "outcome_change", "why_not",
 ]

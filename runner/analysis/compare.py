@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 
 from runner.analysis import significance
+from runner.analysis.comparable import Outcomes, definition_text, outcome_change, why_not, with_outcomes
 from runner.analysis.frame import (
     BASELINE_PRECISION,
     ENV_FIELDS,
     PARAM_KEYS,
-    PER_STEP_METRICS,
     RECIPE_COLUMNS,
     Metric,
     environment_rank,
@@ -158,26 +158,6 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
     return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
 
 
-def not_comparable(settings_a: str, settings_b: str) -> str:
-    """Why two sides' cells measured different things although their params match ('' when they did not):
-    other iterations, warmup or seed (as asv calls results of another benchmark version not comparable)."""
-    a, b = str(settings_a or ""), str(settings_b or "")
-    if not a or not b:
-        return ""  # a side without a bench result: nothing measured, nothing to compare anyway
-    if ", " in a or ", " in b:
-        return f"not comparable: run settings differ within a pooled side ({a} | {b})"
-    return f"not comparable: run settings differ ({a} vs {b})" if a != b else ""
-
-
-def steps_differ(steps_a: str, steps_b: str, metric: Metric) -> str:
-    """Why a loss or an accuracy cannot be compared: the two sides (or the repeats of one) trained for different
-    numbers of steps before it was taken ('' when every repeat took it after the same number)."""
-    a, b = str(steps_a or ""), str(steps_b or "")
-    if not a or not b or (a == b and ", " not in a):
-        return ""
-    return f"not comparable: the {metric.label} comes after different numbers of training steps ({a} vs {b})"
-
-
 def align_steps(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[Any, ...], int]]:
     """Where a pair's repeats trained for different numbers of steps (calibrated windows, warm-ups until steady),
     its loss is taken at the last step every ok repeat of both sides recorded (bench's loss_at: steps 1, 2, 5, 10,
@@ -211,23 +191,6 @@ def align_steps(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.Data
     return a, b, at
 
 
-# A side that ran but measured nothing, for a reason that is the environment's fault (not "unsupported").
-BROKEN = frozenset({Status.FAILED.value, Status.OOM.value, Status.TIMEOUT.value, Status.NOT_STARTED.value})
-
-
-def one_sided(n_a: int, n_b: int, statuses_a: str, statuses_b: str) -> tuple[bool, str] | None:
-    """A pair measured on one side only: ok on A and failed (oom, timeout, not started) on B is a
-    regression, the reverse a fix; None when both or neither side measured, or the gap is `unsupported`."""
-    def broken(statuses: str) -> bool:
-        return any(part.split(" ", 1)[-1] in BROKEN for part in str(statuses).split(", ") if part)
-
-    if n_a > 0 and n_b == 0 and broken(statuses_b):
-        return True, f"regression: B {statuses_b}"
-    if n_b > 0 and n_a == 0 and broken(statuses_a):
-        return True, f"fixed: A {statuses_a}"
-    return None
-
-
 def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: int, n_b: int) -> str:
     """'' unless the pair's difference coincides with throttling on one side only: then which side, and how
     many of its ok repeats the GPU's telemetry marked throttled (both sides throttled is said too)."""
@@ -239,11 +202,6 @@ def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: 
     if ta and tb:
         return "both throttled: " + ", ".join(parts)
     return ("coincides with throttling: " if significant else "") + parts[0]
-
-
-def _only_unsupported(statuses: str) -> bool:
-    parts = [p for p in str(statuses).split(", ") if p]
-    return bool(parts) and all(p.split(" ", 1)[-1] == Status.UNSUPPORTED.value for p in parts)
 
 
 def geometric_mean(ratios: Iterable[float]) -> float:
@@ -302,13 +260,18 @@ def side_stats(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     work = df.rename(columns={"environment": "environments", "cell_key": "cell_keys"})
     ok = work["status"] == Status.OK.value
     steps = work["steps"] if "steps" in work else pd.Series("", index=work.index)
+    hows = work[f"how_{metric}"] if f"how_{metric}" in work else pd.Series("", index=work.index)
+    units = work[f"unit_{metric}"] if f"unit_{metric}" in work else pd.Series("", index=work.index)
     work = work.assign(steps_ok=[str(int(s)) if k and isinstance(s, int | float) and s == s else ""
-                                 for s, k in zip(steps, ok, strict=True)])
-    attrs, gid = cell_attributes(work, PARAM_KEYS, ["environments", "settings", "cell_keys", "steps_ok"])
+                                 for s, k in zip(steps, ok, strict=True)],
+                       definition=[definition_text(h, u) if k and h else "" for h, u, k in
+                                   zip(hows, units, ok, strict=True)])
+    attrs, gid = cell_attributes(work, PARAM_KEYS, ["environments", "settings", "cell_keys", "steps_ok", "definition"])
     st = metric_stats(df, gid, len(attrs), [metric])
     st.columns = [c[len(metric) + 1:] for c in st.columns]
     st[THROTTLED] = throttled_counts(df, gid, len(attrs))
-    return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "settings", "cell_keys", "steps_ok", "_first"]],
+    return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "settings", "cell_keys", "steps_ok", "definition",
+                             "_first"]],
                       st], axis=1)
 
 
@@ -323,7 +286,7 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
     """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p (and adjusted for the false
     discovery rate over the pairs tested), verdict and decision; and the unpaired cells."""
     stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys",
-                 "steps_ok", THROTTLED]
+                 "steps_ok", "definition", THROTTLED]
     pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in stat_cols),
                  "ratio", "change", "p_value", "p_adjusted", "significant", "verdict", "decision", "throttling"]
     unpaired_cols = ["side", *PARAM_KEYS, "environments", "statuses"]
@@ -341,10 +304,9 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         # Every repeat equal (min == max): no spread at all, whatever rounding left in the std.
         sda, sdb = (np.where(both[f"{s}_min"] == both[f"{s}_max"], 0.0, both[f"{s}_std"].to_numpy(dtype=float))
                     for s in "ab")
-        apart = [not_comparable(x, y) for x, y in zip(both["a_settings"], both["b_settings"], strict=True)]
-        if metric.name in PER_STEP_METRICS:
-            apart = [why or steps_differ(x, y, metric) for why, x, y in
-                     zip(apart, both["a_steps_ok"], both["b_steps_ok"], strict=True)]
+        apart = [why_not(metric, (sx, sy), (dx, dy), (tx, ty)) for sx, sy, dx, dy, tx, ty in zip(
+            both["a_settings"], both["b_settings"], both["a_definition"], both["b_definition"], both["a_steps_ok"],
+            both["b_steps_ok"], strict=True)]
         p = significance.welch_from_stats(am, sda, an_, bm, sdb, bn_)
         p = np.where([bool(w) for w in apart], math.nan, p)
         p_adj = significance.adjust(p)
@@ -354,13 +316,13 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
             if why:
                 judged.append((False, why, Verdict.UNDECIDED))
                 continue
-            gap = one_sided(x, y, sa_, sb_)
-            if gap:
-                judged.append((*gap, Verdict.FAIL))
-            elif _only_unsupported(sa_) and _only_unsupported(sb_):
-                judged.append((False, "unsupported on both sides", Verdict.PASS))  # as the gate says
-            else:
-                judged.append(judge_pair(r, q, x, y, metric, alpha, min_effect))
+            outcomes = outcome_change(Outcomes.parse(sa_), Outcomes.parse(sb_), alpha)
+            if outcomes is not None and (outcomes.verdict is not Verdict.UNDECIDED or not (x and y)):
+                judged.append((outcomes.verdict is Verdict.FAIL, outcomes.why, outcomes.verdict))
+                continue
+            significant, words, decision = judge_pair(r, q, x, y, metric, alpha, min_effect)
+            decision, words = with_outcomes(decision, words, outcomes)
+            judged.append((significant, words, decision))
         both["a_n"], both["b_n"] = an_, bn_
         both["ratio"] = np.where([bool(w) for w in apart], math.nan, ratio)
         both["p_value"], both["p_adjusted"] = p, p_adj

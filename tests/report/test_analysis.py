@@ -297,10 +297,16 @@ def test_ideal_scaling_line_starts_at_the_smallest_layout() -> None:
 
 
 def test_ok_on_one_side_and_failed_on_the_other_is_a_regression_not_no_result() -> None:
-    assert an.one_sided(3, 0, "3 ok", "2 failed, 1 oom") == (True, "regression: B 2 failed, 1 oom")
-    assert an.one_sided(0, 3, "3 not_started", "3 ok") == (True, "fixed: A 3 not_started")
-    assert an.one_sided(3, 0, "3 ok", "3 unsupported") is None  # the release cannot: not a regression
-    assert an.one_sided(0, 0, "3 failed", "3 failed") is None
+    def change(a: str, b: str) -> tuple[Verdict, str] | None:
+        c = an.outcome_change(an.Outcomes.parse(a), an.Outcomes.parse(b))
+        return None if c is None else (c.verdict, c.why)
+
+    assert change("3 ok", "2 failed, 1 oom") == (Verdict.FAIL, "regression: B 1 oom, 2 failed (A 3 ok)")
+    assert change("3 not_started", "3 ok") == (Verdict.FAIL, "fixed: A 3 not_started (B 3 ok)")
+    # B can no longer run what A ran: a change of outcome in every command (bisect calls it a step too)
+    assert change("3 ok", "3 unsupported") == (Verdict.FAIL, "regression: B 3 unsupported (A 3 ok)")
+    assert change("3 failed", "3 failed") == (Verdict.PASS, "failed on both sides")
+    assert change("3 ok", "3 ok") is None
     ok = {"status": "ok", "metrics": {"throughput": 100.0}}
     rows = [{"id": i, "run_id": "r", "cell_key": f"{env}", "repeat": i % 3, "environment": env,
              "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
@@ -309,7 +315,7 @@ def test_ok_on_one_side_and_failed_on_the_other_is_a_regression_not_no_result() 
     df = an.frame(rows)
     c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
     pair = c.pairs.iloc[0]
-    assert pair["verdict"] == "regression: B 3 failed" and bool(pair["significant"]) and c.n_significant == 1
+    assert pair["verdict"] == "regression: B 3 failed (A 3 ok)" and bool(pair["significant"]) and c.n_significant == 1
 
 
 def test_scaling_across_nodes_with_forward_backward_from_the_breakdown() -> None:
@@ -381,3 +387,21 @@ def test_the_environments_table_names_each_container_runtime_and_its_version() -
     text = {row[0].text: [c.text for c in row[1:]] for row in environments_table(info).rows}
     assert text["container runtime"] == ["podman", "charliecloud", "—"], text
     assert text["runtime version"] == ["4.3.1", "0.31", "—"], text
+
+
+def test_compare_never_pairs_two_definitions_of_a_metric() -> None:
+    """The same program at the same speed, mllog's throughput from tracked_stats on A and from train_samples over
+    the whole run on B: compare used to say `1000 ± 0 | 500.0 ± 0.0 | 2.00x slower | <0.001 | slower`."""
+    def rows(env: str, value: float, how: str) -> list[dict]:
+        return [{"id": i + (10 if env == "b" else 0), "run_id": env, "cell_key": env, "repeat": i, "environment": env,
+                 "status": "ok", "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
+                 "metrics": {"throughput": value, "definitions": {"throughput": {"how": how, "unit": "samples/s"}}}}
+                for i in range(3)]
+    df = an.frame(rows("a", 1000.0, "mllog: mean of tracked_stats")
+                  + rows("b", 500.0, "mllog: train_samples / (run_stop - run_start)"))
+    c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
+    pair = c.pairs.iloc[0]
+    assert pair["decision"] == "undecided" and not bool(pair["significant"]) and math.isnan(pair["p_value"])
+    assert pair["verdict"].startswith("not comparable: the throughput is obtained differently (mllog: mean of "
+                                      "tracked_stats [samples/s] vs mllog: train_samples")
+    assert math.isnan(c.geomean)

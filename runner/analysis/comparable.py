@@ -1,0 +1,187 @@
+"""Which repeats may be compared, and what the outcomes of two sides' repeats say before any metric does.
+
+Every decision asks this module first (compare, the gate, check, bisect, the report's comparison views): two
+sides' repeats of a pair are comparable on a metric only when their run settings match, the metric was obtained
+the same way in the same unit (its definition: the result's metrics.definitions, runner/analysis/frame.py), and a
+loss or accuracy comes after the same number of training steps (or is taken at a step every repeat recorded).
+How the repeats ended is compared as rates (runner/analysis/significance.py): a new failure on one side is a
+regression, a fix, or undecided when too few repeats cannot tell a flaky failure from chance; never silent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runner.analysis import significance
+from runner.analysis.frame import PER_STEP_METRICS, Metric
+from runner.analysis.verdict import Verdict
+from runner.results import Status
+
+OK = Status.OK.value
+UNSUPPORTED = Status.UNSUPPORTED.value
+# Repeats that neither measured nor failed (a user's Ctrl-C, a cell skipped on purpose): not outcomes.
+NOT_OUTCOMES = frozenset({Status.CANCELLED.value, Status.SKIPPED.value})
+
+
+def definition_text(how: Any, unit: Any) -> str:
+    """One repeat's definition of a metric in words: 'mllog: mean of tracked_stats [samples/s]'."""
+    how_s, unit_s = str(how or "").replace(", ", "; "), str(unit or "").replace(", ", "; ")
+    return f"{how_s} [{unit_s}]" if unit_s else how_s
+
+
+def _several(text: str) -> bool:
+    return ", " in text
+
+
+def settings_differ(a: str, b: str) -> str:
+    """Why two sides' cells measured different things although their params match ('' when they did not):
+    other iterations, warmup or seed (as asv calls results of another benchmark version not comparable)."""
+    a, b = str(a or ""), str(b or "")
+    if not a or not b:
+        return ""  # a side without a bench result: nothing measured, nothing to compare anyway
+    if _several(a) or _several(b):
+        return f"not comparable: run settings differ within a pooled side ({a} | {b})"
+    return f"not comparable: run settings differ ({a} vs {b})" if a != b else ""
+
+
+def definitions_differ(a: str, b: str, metric: Metric) -> str:
+    """Why a metric's figures cannot be paired: the sides (or the repeats of one) obtained it differently or in
+    another unit ('' when every repeat defines it the same way)."""
+    a, b = str(a or ""), str(b or "")
+    if not a or not b:
+        return ""
+    if _several(a) or _several(b):
+        return f"not comparable: the {metric.label} is obtained in more than one way within a side ({a} | {b})"
+    return f"not comparable: the {metric.label} is obtained differently ({a} vs {b})" if a != b else ""
+
+
+def steps_differ(a: str, b: str, metric: Metric) -> str:
+    """Why a loss or an accuracy cannot be compared: the two sides (or the repeats of one) trained for different
+    numbers of steps before it was taken ('' when every repeat took it after the same number)."""
+    if metric.name not in PER_STEP_METRICS:
+        return ""
+    a, b = str(a or ""), str(b or "")
+    if not a or not b or (a == b and not _several(a)):
+        return ""
+    return f"not comparable: the {metric.label} comes after different numbers of training steps ({a} vs {b})"
+
+
+def why_not(metric: Metric, settings: tuple[str, str], definitions: tuple[str, str] = ("", ""),
+            steps: tuple[str, str] = ("", "")) -> str:
+    """The one answer to "may these two sides be compared on this metric?": '' when yes, else why not, in the
+    words every command prints."""
+    return (settings_differ(*settings) or definitions_differ(*definitions, metric)
+            or steps_differ(*steps, metric))
+
+
+def common_step(ladders: Sequence[Mapping[int, float] | None]) -> int | None:
+    """The last step at which every repeat recorded its loss (bench's loss_at: steps 1, 2, 5, 10, 20, 50, ...);
+    None when a repeat recorded none or they share no step."""
+    sets = [set(d) for d in ladders if isinstance(d, Mapping)]
+    if not sets or len(sets) != len(ladders):
+        return None
+    common = set.intersection(*sets)
+    return max(common) if common else None
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """How one side's repeats ended: a count per status."""
+
+    counts: Mapping[str, int]
+
+    @classmethod
+    def of(cls, statuses: Iterable[str]) -> Outcomes:
+        return cls(dict(Counter(str(s) for s in statuses if str(s) not in NOT_OUTCOMES)))
+
+    @classmethod
+    def parse(cls, summary: str) -> Outcomes:
+        """From a status summary in words ('2 ok, 1 oom', runner/analysis/stats.py status_summary)."""
+        counts: dict[str, int] = {}
+        for part in str(summary or "").split(", "):
+            n, _, status = part.partition(" ")
+            if n.isdigit() and status and status not in NOT_OUTCOMES:
+                counts[status] = counts.get(status, 0) + int(n)
+        return cls(counts)
+
+    @property
+    def n(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def ok(self) -> int:
+        return self.counts.get(OK, 0)
+
+    @property
+    def modes(self) -> set[str]:
+        """The ways a repeat did not end ok."""
+        return {s for s, k in self.counts.items() if k and s != OK}
+
+    @property
+    def words(self) -> str:
+        order = [s.value for s in Status]
+        parts = sorted(((k, v) for k, v in self.counts.items() if v),
+                       key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
+        return ", ".join(f"{v} {k}" for k, v in parts) or "nothing stored"
+
+
+@dataclass(frozen=True)
+class OutcomeChange:
+    """What the outcomes say before the metric: `verdict` answers "did B end the way A did?" (FAIL: it did not,
+    significantly or certainly; PASS: the same, and there is no metric to compare; UNDECIDED: cannot tell).
+    `direction`: 'worse' (B fails more), 'better' (B fails less) or ''."""
+
+    verdict: Verdict
+    why: str
+    direction: str = ""
+    p_value: float | None = None
+
+    @property
+    def newly_fails(self) -> bool:
+        return self.direction == "worse" and self.verdict is not Verdict.PASS
+
+
+def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) -> OutcomeChange | None:
+    """The outcomes of a pair compared as rates; None when both sides have ok repeats and neither fails in a way
+    the other does not (the metric decides then). A side with nothing stored is undecided, never dropped."""
+    for side, o in (("A", a), ("B", b)):
+        if not o.n:
+            return OutcomeChange(Verdict.UNDECIDED, f"not measured on {side} (no repeat of this cell)")
+    if not a.ok and not b.ok:
+        if a.modes == b.modes == {UNSUPPORTED}:
+            return OutcomeChange(Verdict.PASS, "unsupported on both sides")
+        if len(a.modes) == len(b.modes) == 1 and a.modes != b.modes:
+            return OutcomeChange(Verdict.FAIL, f"{next(iter(a.modes))} -> {next(iter(b.modes))}", "", 0.0)
+        if len(a.modes) == len(b.modes) == 1:
+            return OutcomeChange(Verdict.PASS, f"{next(iter(a.modes))} on both sides")
+        return OutcomeChange(Verdict.UNDECIDED, f"no ok repeat on either side (A {a.words}; B {b.words})")
+    new_b, new_a = b.modes - a.modes, a.modes - b.modes
+    if not new_a and not new_b and a.ok and b.ok:
+        return None
+    d = significance.rate_difference(a.n - a.ok, a.n, b.n - b.ok, b.n)
+    worse = (b.n - b.ok) / b.n > (a.n - a.ok) / a.n or (not new_a and bool(new_b))
+    direction = "worse" if worse else "better"
+    said = f"regression: B {b.words} (A {a.words})" if worse else f"fixed: A {a.words} (B {b.words})"
+    if d.exact:
+        return OutcomeChange(Verdict.FAIL, said, direction, d.p_value)
+    p_text = f"{significance.RATE_TEST} p={d.p_value:.2g}"
+    if d.p_value < alpha:
+        return OutcomeChange(Verdict.FAIL, f"{said}, {p_text}", direction, d.p_value)
+    new = sorted(new_b if worse else new_a)
+    what = f"{', '.join(new)} on {'B' if worse else 'A'} only" if new else "failure rates differ"
+    return OutcomeChange(Verdict.UNDECIDED, f"{what} ({a.words} vs {b.words}), {p_text}: more repeats needed",
+                         direction, d.p_value)
+
+
+def with_outcomes(metric_verdict: Verdict, metric_why: str, outcomes: OutcomeChange | None) -> tuple[Verdict, str]:
+    """The verdict of a pair whose outcomes could not be told apart (a failure on one side that few repeats cannot
+    tell from chance) once its metric is judged: a significant change of the metric fails anyway, with the
+    outcomes said; anything else stays undecided, in the outcomes' words."""
+    if outcomes is None or outcomes.verdict is not Verdict.UNDECIDED:
+        return metric_verdict, metric_why
+    if metric_verdict is Verdict.FAIL:
+        return Verdict.FAIL, f"{metric_why}; {outcomes.why}"
+    return Verdict.UNDECIDED, outcomes.why
