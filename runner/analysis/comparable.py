@@ -159,9 +159,9 @@ def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) 
             return OutcomeChange(Verdict.PASS, f"{next(iter(a.modes))} on both sides")
         return OutcomeChange(Verdict.UNDECIDED, f"no ok repeat on either side (A {a.words}; B {b.words})")
     new_b, new_a = b.modes - a.modes, a.modes - b.modes
-    if not new_a and not new_b and a.ok and b.ok:
-        return None
     d = significance.rate_difference(a.n - a.ok, a.n, b.n - b.ok, b.n)
+    if not new_a and not new_b and a.ok and b.ok and not (d.decided and d.p_value < alpha):
+        return None  # the same ways of failing, at rates not told apart (or none): the metric decides
     worse = (b.n - b.ok) / b.n > (a.n - a.ok) / a.n or (not new_a and bool(new_b))
     direction = "worse" if worse else "better"
     said = f"regression: B {b.words} (A {a.words})" if worse else f"fixed: A {a.words} (B {b.words})"

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from runner import execute
+from runner.analysis.comparable import definition_text
 from runner.analysis.frame import Metric, frame
 from runner.decide.bisect.search import Sample
 from runner.matrix import Matrix
@@ -92,10 +93,20 @@ class StoreMeasure:
             why = next((str(r["reason"]) for r in rows if r.get("reason")), "no repeat stored")
             return Sample(missing=f"{self.cells[index].env_name}: {why}")
         values: tuple[float, ...] = ()
+        steps: tuple[int | None, ...] = ()
+        ladders: tuple[Mapping[int, float] | None, ...] = ()
+        definition = ""
         if self.metric is not None:
             ok = [r for r in final if r["status"] == Status.OK.value]
             if ok:
-                column = frame(ok)[self.metric.name]
-                values = tuple(float(v) for v in column if isinstance(v, int | float) and math.isfinite(v))
+                f = frame(ok)
+                name = self.metric.name
+                f = f[[isinstance(v, int | float) and math.isfinite(v) for v in f[name]]]
+                values = tuple(float(v) for v in f[name])
+                steps = tuple(int(s) if isinstance(s, int | float) and s == s else None for s in f["steps"])
+                ladders = tuple(d if isinstance(d, Mapping) else None for d in f["loss_at"])
+                definition = ", ".join(dict.fromkeys(definition_text(h, u) for h, u in
+                                                     zip(f[f"how_{name}"], f[f"unit_{name}"], strict=True)))
         reason = next((str(r["reason"]) for r in final if r["status"] != Status.OK.value and r.get("reason")), "")
-        return Sample(tuple(str(r["status"]) for r in final), values, reason)
+        return Sample(tuple(str(r["status"]) for r in final), values, reason, steps=steps, ladders=ladders,
+                      definition=definition)

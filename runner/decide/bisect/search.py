@@ -27,12 +27,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from runner.analysis import significance
+from runner.analysis.comparable import Outcomes, common_step, outcome_change, why_not, with_outcomes
+from runner.analysis.frame import METRICS, PER_STEP_METRICS, Metric
 from runner.analysis.verdict import Verdict
 from runner.exitcodes import Exit
 
@@ -50,6 +52,11 @@ class Sample:
     values: tuple[float, ...] = ()
     reason: str = ""
     missing: str = ""
+    # Per value (the ok repeats'): training steps before it, and its losses by step (bench's loss_at); and how
+    # the metric was obtained (runner/analysis/comparable.py definition_text, joined when repeats differ).
+    steps: tuple[int | None, ...] = ()
+    ladders: tuple[Mapping[int, float] | None, ...] = ()
+    definition: str = ""
 
     @property
     def n(self) -> int:
@@ -156,15 +163,29 @@ def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_lev
         if s.missing or not s.statuses:
             return Comparison(verdict=Verdict.UNDECIDED, why=f"nothing measured on {side}: "
                               f"{s.missing or 'no repeat ended'}", **base)
-    if sa.state != sb.state:
-        return Comparison(verdict=Verdict.FAIL, kind=STATUS, why=f"{sa.state} -> {sb.state}", **base)
-    if sa.state != OK:
-        return Comparison(verdict=Verdict.PASS, kind=STATUS, why=f"{sa.state} on both", **base)
-    if settings.metric == STATUS:
-        return Comparison(verdict=Verdict.PASS, kind=STATUS, why="ok on both", **base)
-    x = np.asarray(sa.values, dtype=float)
-    y = np.asarray(sb.values, dtype=float)
-    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
+    metric = METRICS.get(settings.metric)
+    apart = why_not(metric, ("", ""), (sa.definition, sb.definition)) if metric else ""
+    if apart:
+        return Comparison(verdict=Verdict.UNDECIDED, why=apart, **base)
+    outcomes = outcome_change(Outcomes.of(sa.statuses), Outcomes.of(sb.statuses), settings.alpha_look)
+    if outcomes is not None and outcomes.verdict is not Verdict.UNDECIDED:
+        pure = not sa.flaky and not sb.flaky
+        why = f"{sa.state} -> {sb.state}" if pure and outcomes.verdict is Verdict.FAIL else outcomes.why
+        if outcomes.verdict is Verdict.PASS and pure:
+            why = f"{sa.state} on both"
+        return Comparison(verdict=outcomes.verdict, kind=STATUS, why=why, **base)
+    flaky = sa.flaky or sb.flaky
+    if settings.metric == STATUS or outcomes is not None and not (sa.values and sb.values):
+        if not flaky:
+            return Comparison(verdict=Verdict.PASS, kind=STATUS, why="ok on both", **base)
+        why = outcomes.why if outcomes is not None else (
+            f"failure rates not told apart ({Outcomes.of(sa.statuses).words} vs {Outcomes.of(sb.statuses).words})")
+        if last_level:
+            why = why.replace(": more repeats needed", "") + " at the most repeats"
+        return Comparison(verdict=Verdict.UNDECIDED, kind=STATUS, why=why, more=not last_level, **base)
+    x, y, at = aligned(sa, sb, metric)
+    if isinstance(at, str):
+        return Comparison(verdict=Verdict.UNDECIDED, why=at, **base)
     if x.size == 0 or y.size == 0:
         side = "A" if x.size == 0 else "B"
         return Comparison(verdict=Verdict.UNDECIDED, why=f"{settings.metric} not measured in the ok repeats of {side}",
@@ -172,6 +193,37 @@ def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_lev
     if x.size < 2 or y.size < 2:
         return Comparison(verdict=Verdict.UNDECIDED, why=significance.too_few(int(x.size), int(y.size)),
                           more=not last_level, **base)
+    judged = _metric(x, y, settings, last_level, base)
+    if at is not None:
+        judged = replace(judged, why=f"{judged.why} (at step {at}, the last every repeat recorded)")
+    verdict, why = with_outcomes(judged.verdict, judged.why, outcomes)
+    if verdict is judged.verdict and why == judged.why:
+        return judged
+    return replace(judged, verdict=verdict, why=why, more=not last_level and verdict is Verdict.UNDECIDED)
+
+
+def aligned(sa: Sample, sb: Sample, metric: Metric | None) -> tuple[np.ndarray, np.ndarray, int | None | str]:
+    """Both sides' finite values, a loss or accuracy taken at a step every repeat of both reached (as compare does:
+    the last step every repeat recorded when their windows differ); the step used (None: as measured), or why
+    they cannot be compared."""
+    x, y = np.asarray(sa.values, dtype=float), np.asarray(sb.values, dtype=float)
+    if metric is not None and metric.name in PER_STEP_METRICS:
+        steps = set((*sa.steps, *sb.steps))
+        if len(steps) > 1:
+            ladders = [*sa.ladders, *sb.ladders]
+            step = common_step(ladders) if metric.name == "loss_end" and len(ladders) == x.size + y.size else None
+            if step is None:
+                shown = ", ".join(str(s) for s in sorted(st for st in steps if st is not None)) or "unknown"
+                return x[:0], y[:0], (f"not comparable: the {metric.label} comes after different numbers of "
+                                      f"training steps ({shown}) and no step was recorded by every repeat")
+            x = np.asarray([d[step] for d in sa.ladders if d is not None], dtype=float)
+            y = np.asarray([d[step] for d in sb.ladders if d is not None], dtype=float)
+            return x[np.isfinite(x)], y[np.isfinite(y)], step
+    return x[np.isfinite(x)], y[np.isfinite(y)], None
+
+
+def _metric(x: np.ndarray, y: np.ndarray, settings: Settings, last_level: bool, base: dict[str, Any]) -> Comparison:
+    """The metric's verdict: a significant change beyond the threshold, an interval inside it, or neither."""
     ma, mb = float(x.mean()), float(y.mean())
     base.update(mean_a=ma, mean_b=mb)
     if ma <= 0 or mb < 0:
@@ -432,7 +484,8 @@ def replay(samples: Sequence[Sample | Sequence[float] | str]) -> Measure:
             s = full[i]
             statuses = s.statuses[:n]
             ok_seen = sum(1 for st in statuses if st == OK)
-            out[i] = Sample(statuses, s.values[:ok_seen], s.reason, s.missing)
+            out[i] = Sample(statuses, s.values[:ok_seen], s.reason, s.missing, s.steps[:ok_seen],
+                            s.ladders[:ok_seen], s.definition)
         return out
 
     return measure
