@@ -11,7 +11,14 @@ import numpy as np
 import pandas as pd
 
 from runner.analysis import significance
-from runner.analysis.comparable import Outcomes, definition_text, outcome_change, why_not, with_outcomes
+from runner.analysis.comparable import (
+    Outcomes,
+    common_step,
+    definition_text,
+    outcome_change,
+    why_not,
+    with_outcomes,
+)
 from runner.analysis.frame import (
     BASELINE_PRECISION,
     ENV_FIELDS,
@@ -177,13 +184,9 @@ def align_steps(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.Data
         rows = pd.concat([ga, gb])
         if rows["steps"].nunique(dropna=False) <= 1:
             continue
-        ladders = [set(d) for d in rows["loss_at"] if isinstance(d, dict)]
-        if len(ladders) != len(rows):
+        step = common_step(list(rows["loss_at"]))
+        if step is None:
             continue
-        common = set.intersection(*ladders) if ladders else set()
-        if not common:
-            continue
-        step = max(common)
         at[key] = step
         for frame_, g in ((a, ga), (b, gb)):
             frame_.loc[g.index, "loss_end"] = [d[step] for d in g["loss_at"]]

@@ -205,3 +205,12 @@ def _csv_field(value: str) -> str:
     if value.startswith("'") or any(c in value for c in ',"\r\n'):
         return '"' + value.replace('"', '""') + '"'
     return value
+
+
+@dataclass
+class Section:
+    """A heading, an optional note and one table."""
+
+    title: str
+    table: Table
+    note: str = ""

@@ -4,6 +4,7 @@ rest; `matrix compare` renders the same table through runner/report/render.py)."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -11,14 +12,13 @@ import pandas as pd
 from runner import analysis as an
 from runner.analysis.verdict import Verdict
 from runner.report import fmt
-from runner.report.fmt import DASH, Cell, Table
+from runner.report.fmt import DASH, Cell, Section, Table
 from runner.report.labels import (
     KEY_LABELS,
     key_text,
     not_ok,
     varying,
 )
-from runner.report.views import Section, precision_ratio_table
 
 
 def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame
@@ -116,3 +116,20 @@ def side_cell(r: Any, side: str, m: an.Metric) -> Cell:
         return Cell(bad or DASH, "status")
     text = fmt.metric_value(m, r[f"{side}_mean"], r[f"{side}_std"], n)
     return Cell(f"{text} ({bad})" if bad else text, "num")
+
+
+def precision_ratio_table(ratios: pd.DataFrame, sides: Sequence[str]) -> Table:
+    """Rows configuration, columns side × precision: the 2018 Slurm-versus-container table's ratios."""
+    keys = varying(ratios, [k for k in an.PARAM_KEYS if k != "precision"], always=("model", "batch_size"))
+    precisions = list(dict.fromkeys(ratios.sort_values(
+        "precision", key=an.precision_rank, kind="stable")["precision"]))
+    columns = [(s, p) for s in sides for p in precisions
+               if ((ratios["side"] == s) & (ratios["precision"] == p)).any()]
+    table = Table([*(KEY_LABELS[k] for k in keys), *(f"{s} {p}/fp32" for s, p in columns)],
+                  align=["l"] * len(keys) + ["r"] * len(columns))
+    recs = ratios.to_dict("records")
+    lookup = {(r["side"], r["precision"], *(r[k] for k in keys)): r["ratio"] for r in recs}
+    for key in dict.fromkeys(tuple(r[k] for k in keys) for r in recs):
+        table.add(*(key_text(k, v) for k, v in zip(keys, key, strict=True)),
+                  *(Cell(fmt.ratio(lookup.get((s, p, *key))), "num") for s, p in columns))
+    return table

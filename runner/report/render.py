@@ -220,7 +220,7 @@ def compare_view(c: an.Comparison) -> CompareView:
     if not c.precision_ratios.empty:
         side_names = {"A": a, "B": b}
         ratios = c.precision_ratios.assign(side=c.precision_ratios["side"].map(side_names))
-        precision = views.precision_ratio_table(ratios, [a, b])
+        precision = pair_views.precision_ratio_table(ratios, [a, b])
     unpaired = None
     if not c.unpaired.empty:
         u = c.unpaired
