@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import math
 import typing
@@ -16,6 +15,12 @@ from pydantic import BaseModel, ValidationError
 
 from runner import backends, contract
 from runner import yamltext as yt
+from runner.cellmatch import AXES as _AXES
+from runner.cellmatch import MATCH_KEYS
+from runner.cellmatch import coerce as _coerce
+from runner.cellmatch import same as _same
+from runner.cellmatch import show as _show
+from runner.cellmatch import value_of as _value
 from runner.errors import ConfigError
 from runner.spec import (
     AXIS_NAMES,
@@ -32,7 +37,6 @@ from runner.spec import (
 )
 
 DEFAULT_MATRIX = Path(__file__).with_name("examples") / "quickstart.yaml"
-MATCH_KEYS = ("environment", *AXIS_NAMES)
 MAX_CELLS = 10_000  # more cells than this is most likely a typo in an axis: refused unless --max-cells says so
 
 
@@ -58,7 +62,6 @@ class WorkloadMatrixFile(MatrixFile):
 
 # The axes model that include/exclude values, --only and reference matches are typed by: bench's, or a
 # workload matrix's while it is read or its cells are selected.
-_AXES: contextvars.ContextVar[type[Axes]] = contextvars.ContextVar("axes", default=Axes)
 
 
 @dataclass(frozen=True)
@@ -465,11 +468,6 @@ def _find_line(text: str, loc: Sequence[Any]) -> int | None:
 
 
 # Expansion --------------------------------------------------------------------------------------
-def _same(a: Any, b: Any) -> bool:
-    """Typed values are equal: 1 is not True (a bool axis and an int axis never meet, but be exact)."""
-    return a == b and isinstance(a, bool) == isinstance(b, bool)
-
-
 def _matches(row: Mapping[str, Any], rule: Mapping[str, Scalar], keys: Iterable[str]) -> bool:
     return all(_same(row.get(k), rule[k]) for k in keys if k in rule)
 
@@ -517,12 +515,6 @@ def expand(m: Matrix) -> list[Cell]:
             seen.add(cell.key)
             cells.append(cell)
     return cells
-
-
-def _coerce(axis: str, value: Any) -> Any:
-    """Rule and --only values arrive as raw YAML or command-line scalars: give them the axis's type."""
-    validated = _AXES.get().model_validate({axis: [value]})
-    return getattr(validated, axis)[0]
 
 
 def select(cells: Sequence[Cell], envs: Sequence[str] = (), only: Sequence[str] = ()) -> list[Cell]:
@@ -582,11 +574,3 @@ def _parse_only(only: Sequence[str], own: Sequence[str] = ()) -> dict[str, list[
                 raise ConfigError(f"--only {item}: {why}") from None
         wanted.setdefault(key, []).append(typed)
     return wanted
-
-
-def _value(cell: Cell, key: str) -> Any:
-    return cell.env_name if key == "environment" else cell.params.get(key)
-
-
-def _show(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)

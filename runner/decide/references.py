@@ -31,9 +31,13 @@ from pydantic import ValidationError, field_validator, model_validator
 from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric
 from runner.analysis import verdict as verdicts_
 from runner.analysis.verdict import UNDECIDED_POLICIES, Verdict
+from runner.cellmatch import MATCH_KEYS
+from runner.cellmatch import coerce as _coerce
+from runner.cellmatch import same as _same
+from runner.cellmatch import show as _show
+from runner.cellmatch import value_of as _value
 from runner.errors import ConfigError
 from runner.exitcodes import Exit
-from runner.matrix import MATCH_KEYS, _coerce, _same, _show, _value
 from runner.spec import AXIS_NAMES, Cell, Scalar, Strict, percentage
 
 VERDICT_SCHEMA = 2  # 2: verdict pass/fail/undecided with a reason (1 had outcome pass/fail/no data)
