@@ -340,9 +340,20 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
     counts = rows["status"].value_counts() if len(rows) else pd.Series(dtype=int)
     statuses = ", ".join(f"{n} {s}" for s, n in counts.items()) or "nothing stored"
     margin, reason = math.nan, ""
-    if st.n:
+    units = sorted({str(u) for u in ok[f"unit_{metric.name}"]}) if f"unit_{metric.name}" in ok and len(ok) else []
+    if units and units != [metric.unit]:
+        # The reference is in the built-in metric's unit; a figure obtained another way is not comparable to it.
+        hows = sorted({str(h) for h in ok[f"how_{metric.name}"]})
+        verdict, reason = Verdict.UNDECIDED, (f"not comparable: the {metric.label} is obtained differently here "
+                                              f"({'; '.join(hows)} [{', '.join(units)}]); the reference is in "
+                                              f"{metric.unit}")
+    elif st.n:
         inside = bound.low <= st.mean <= bound.high
         verdict, margin = (Verdict.PASS if inside else Verdict.FAIL), bound.margin(st.mean)
+        failed = set(counts.index) & (DID_NOT_DELIVER - {"unsupported"})
+        if inside and failed:
+            # A figure from some repeats only: not every repeat delivered, so the cell is not shown to pass.
+            verdict, reason = Verdict.UNDECIDED, f"not every repeat ended ok ({statuses}): the value is of the ok ones"
     elif len(ok):
         verdict, reason = Verdict.UNDECIDED, f"{metric.name} not measured in its ok repeats"
     elif set(counts.index) & DID_NOT_DELIVER:
