@@ -15,8 +15,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from runner.analysis import significance
-from runner.analysis.frame import PER_STEP_METRICS, Metric
+from runner.analysis.frame import PARAM_KEYS, PER_STEP_METRICS, Metric
+from runner.analysis.stats import _join_unique
 from runner.analysis.verdict import Verdict
 from runner.results import Status
 
@@ -185,3 +188,68 @@ def with_outcomes(metric_verdict: Verdict, metric_why: str, outcomes: OutcomeCha
     if metric_verdict is Verdict.FAIL:
         return Verdict.FAIL, f"{metric_why}; {outcomes.why}"
     return Verdict.UNDECIDED, outcomes.why
+
+
+def align_steps(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[Any, ...], int]]:
+    """Where a pair's repeats trained for different numbers of steps (calibrated windows, warm-ups until steady),
+    its loss is taken at the last step every ok repeat of both sides recorded (bench's loss_at: steps 1, 2, 5, 10,
+    20, 50, ...): loss_end and steps of those rows are replaced. Returns both frames and {params: step}."""
+    if "loss_at" not in a or "loss_at" not in b:
+        return a, b, {}
+    a, b = a.copy(), b.copy()
+    at: dict[tuple[Any, ...], int] = {}
+    ok_a = a[a["status"] == Status.OK.value]
+    ok_b = b[b["status"] == Status.OK.value]
+    groups_b = {k if isinstance(k, tuple) else (k,): g for k, g in ok_b.groupby(list(PARAM_KEYS), sort=False)}
+    for key, ga in ok_a.groupby(list(PARAM_KEYS), sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        gb = groups_b.get(key)
+        if gb is None:
+            continue
+        rows = pd.concat([ga, gb])
+        if rows["steps"].nunique(dropna=False) <= 1:
+            continue
+        step = common_step(list(rows["loss_at"]))
+        if step is None:
+            continue
+        at[key] = step
+        for frame_, g in ((a, ga), (b, gb)):
+            frame_.loc[g.index, "loss_end"] = [d[step] for d in g["loss_at"]]
+            frame_.loc[g.index, "steps"] = step
+    return a, b, at
+
+
+def measure_notes(sides: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
+    """What a reader of a comparison must know about how the sides were measured: a precision emulated on a side's
+    CPU (expect it slower than fp32 there), and cells with a repeat whose warm-up never got steady."""
+    notes = []
+    for label, ref, df in sides:
+        if "cpu_native" not in df:
+            continue
+        ok = df[df["status"] == Status.OK.value]
+        emulated = ok[ok["cpu_native"].map(lambda v: v is False).astype(bool)]
+        for (env, precision), g in emulated.groupby(["environment", "precision"], sort=False):
+            why = _join_unique(g["cpu_why"])
+            notes.append(f"{label} ({env}): {precision} emulated on this CPU{f' ({why})' if why else ''}: expect it "
+                         "slower than fp32.")
+        short = ok[[_short_window(st_, w) for st_, w in zip(ok["settings"], ok["window_iters"], strict=True)]]
+        if not short.empty:
+            n = short["cell_key"].nunique()
+            r = short.iloc[0]
+            notes.append(f"{label} ({ref}): in {n} cell{'s' if n != 1 else ''} a repeat measured a shorter window "
+                         f"than its run settings promised (e.g. {int(r['window_iters'])} iterations; {r['settings']}).")
+        unsteady = ok[ok["steady"].map(lambda v: v is False).astype(bool)]
+        if not unsteady.empty:
+            n = unsteady["cell_key"].nunique()
+            notes.append(f"{label} ({ref}): in {n} cell{'s' if n != 1 else ''} a repeat's warm-up reached its "
+                         "ceiling before the iteration times were steady.")
+    return notes
+
+
+def _short_window(settings: Any, window: Any) -> bool:
+    """A fixed `iterations=N` in the run settings and a measured window of fewer iterations."""
+    for word in str(settings or "").split():
+        key, _, value = word.partition("=")
+        if key == "iterations" and value.isdigit() and isinstance(window, int | float) and window == window:
+            return int(window) < int(value)
+    return False

@@ -13,8 +13,9 @@ import pandas as pd
 from runner.analysis import significance
 from runner.analysis.comparable import (
     Outcomes,
-    common_step,
+    align_steps,
     definition_text,
+    measure_notes,
     outcome_change,
     why_not,
     with_outcomes,
@@ -163,35 +164,6 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
     if max(gain, 1 / gain) - 1 < min_effect:
         return False, f"not significant (change < {min_effect:.0%})", Verdict.PASS
     return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
-
-
-def align_steps(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[Any, ...], int]]:
-    """Where a pair's repeats trained for different numbers of steps (calibrated windows, warm-ups until steady),
-    its loss is taken at the last step every ok repeat of both sides recorded (bench's loss_at: steps 1, 2, 5, 10,
-    20, 50, ...): loss_end and steps of those rows are replaced. Returns both frames and {params: step}."""
-    if "loss_at" not in a or "loss_at" not in b:
-        return a, b, {}
-    a, b = a.copy(), b.copy()
-    at: dict[tuple[Any, ...], int] = {}
-    ok_a = a[a["status"] == Status.OK.value]
-    ok_b = b[b["status"] == Status.OK.value]
-    groups_b = {k if isinstance(k, tuple) else (k,): g for k, g in ok_b.groupby(list(PARAM_KEYS), sort=False)}
-    for key, ga in ok_a.groupby(list(PARAM_KEYS), sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        gb = groups_b.get(key)
-        if gb is None:
-            continue
-        rows = pd.concat([ga, gb])
-        if rows["steps"].nunique(dropna=False) <= 1:
-            continue
-        step = common_step(list(rows["loss_at"]))
-        if step is None:
-            continue
-        at[key] = step
-        for frame_, g in ((a, ga), (b, gb)):
-            frame_.loc[g.index, "loss_end"] = [d[step] for d in g["loss_at"]]
-            frame_.loc[g.index, "steps"] = step
-    return a, b, at
 
 
 def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: int, n_b: int) -> str:
@@ -434,7 +406,7 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
         raise ConfigError(f"{a.ref!r} and {b.ref!r} select the same results (environment {envs}): "
                           "pick two disjoint sides, e.g. two environment names")
     sa, sb = a.stats(m.name), b.stats(m.name)
-    notes = measure_notes(a, b)
+    notes = measure_notes([("A", a.ref, a.chosen), ("B", b.ref, b.chosen)])
     if m.name == "loss_end":
         fa, fb, at = align_steps(a.chosen, b.chosen)
         if at:
@@ -451,25 +423,3 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
         geomean=geometric_mean(pairs["ratio"]) if not pairs.empty else math.nan,
         recipes=recipe_differences(a.chosen, b.chosen), notes=notes,
     )
-
-
-def measure_notes(a: Side, b: Side) -> list[str]:
-    """What a reader of a comparison must know about how the sides were measured: a precision emulated on a side's
-    CPU (expect it slower than fp32 there), and cells with a repeat whose warm-up never got steady."""
-    notes = []
-    for label, side in (("A", a), ("B", b)):
-        df = side.chosen
-        if "cpu_native" not in df:
-            continue
-        ok = df[df["status"] == Status.OK.value]
-        emulated = ok[ok["cpu_native"].map(lambda v: v is False).astype(bool)]
-        for (env, precision), g in emulated.groupby(["environment", "precision"], sort=False):
-            why = _join_unique(g["cpu_why"])
-            notes.append(f"{label} ({env}): {precision} emulated on this CPU{f' ({why})' if why else ''}: expect it "
-                         "slower than fp32.")
-        unsteady = ok[ok["steady"].map(lambda v: v is False).astype(bool)]
-        if not unsteady.empty:
-            n = unsteady["cell_key"].nunique()
-            notes.append(f"{label} ({side.ref}): in {n} cell{'s' if n != 1 else ''} a repeat's warm-up reached its "
-                         "ceiling before the iteration times were steady.")
-    return notes
