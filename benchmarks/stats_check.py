@@ -41,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.adaptive import Stop, assess, replay
 from runner.analysis import MIN_EFFECT, significance, welch_from_stats
-from runner.decide.adaptive import Stop, assess, replay
 from runner.spec import AdaptiveRepeats
 from runner.store import Store
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from rich.console import Console
 
+from runner import adaptive_schedule as adaptive
 from runner import backends
 from runner import console as consoles
-from runner.decide import schedule as adaptive
 from runner.errors import BusyError, MatrixError, StoreError
 from runner.exitcodes import Exit
 from runner.matrix import Matrix

@@ -50,7 +50,7 @@ class MatrixFile(Strict):
     include: list[dict[str, Scalar]] = []
     exclude: list[dict[str, Scalar]] = []
     run: RunSettings = RunSettings()
-    references: Any = None  # validated by runner/decide/references.py
+    references: Any = None  # validated by runner/analysis/references.py
     workload: Any = None  # validated by runner/workloads/spec.py, merged with each environment's own
 
 
@@ -73,7 +73,7 @@ class Matrix:
     include: tuple[dict[str, Scalar], ...]
     exclude: tuple[dict[str, Scalar], ...]
     run: RunSettings
-    references: tuple[Any, ...] = ()  # runner.decide.references.Reference
+    references: tuple[Any, ...] = ()  # runner.analysis.references.Reference
     workloads: Mapping[str, Any] = field(default_factory=dict)  # environment name -> runner.workloads.Workload
 
     @property
@@ -192,7 +192,7 @@ def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, 
     if problems:
         raise ConfigError("\n".join(problems))
     if top.references:
-        from runner.decide import references  # pandas: only for files that have references
+        from runner.analysis import references  # pandas: only for files that have references
 
         def locate(loc: Sequence[Any]) -> str:
             return _line(where, text, loc)
@@ -339,7 +339,7 @@ def _as_written(data: dict[str, Any], root: yaml.Node | None, locate: yt.Locate,
         out["environments"] = [walk.value(raw, node, _environment_model(raw) or Any, ("environments", i))
                                for i, (raw, node) in enumerate(zip(envs, envs_node.value, strict=True))]
     if out.get("references"):
-        from runner.decide.references import Bound  # pandas: only for files that have references
+        from runner.analysis.references import Bound  # pandas: only for files that have references
 
         match = {"environment": str | list[str], **{a: t | list[t] for a, t in items.items()}}  # type: ignore[valid-type]
         entry = {"match": match, "*": str | Bound}

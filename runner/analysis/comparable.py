@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from runner.analysis import significance
@@ -88,6 +89,27 @@ def common_step(ladders: Sequence[Mapping[int, float] | None]) -> int | None:
         return None
     common = set.intersection(*sets)
     return max(common) if common else None
+
+
+Values = tuple[Sequence[float], Sequence[int | None], Sequence[Mapping[int, float] | None]]
+
+
+def at_common_step(metric: Metric | None, a: Values, b: Values) -> tuple[np.ndarray, np.ndarray, int | None | str]:
+    """Both sides' finite values (each side: its ok repeats' values, training steps and losses by step), a loss or
+    accuracy taken at a step every repeat of both reached (as compare's `align_steps`: the last step every repeat
+    recorded when their windows differ); the step used (None: as measured), or why they cannot be compared."""
+    x, y = np.asarray(a[0], dtype=float), np.asarray(b[0], dtype=float)
+    if metric is not None and metric.name in PER_STEP_METRICS and len(set((*a[1], *b[1]))) > 1:
+        ladders = [*a[2], *b[2]]
+        step = common_step(ladders) if metric.name == "loss_end" and len(ladders) == x.size + y.size else None
+        if step is None:
+            shown = ", ".join(str(s) for s in sorted(st for st in set((*a[1], *b[1])) if st is not None)) or "unknown"
+            return x[:0], y[:0], (f"not comparable: the {metric.label} comes after different numbers of training "
+                                  f"steps ({shown}) and no step was recorded by every repeat")
+        x = np.asarray([d[step] for d in a[2] if d is not None], dtype=float)
+        y = np.asarray([d[step] for d in b[2] if d is not None], dtype=float)
+        return x[np.isfinite(x)], y[np.isfinite(y)], step
+    return x[np.isfinite(x)], y[np.isfinite(y)], None
 
 
 @dataclass(frozen=True)

@@ -336,10 +336,10 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
 
 
 def history_sections(hist: pd.DataFrame) -> list[Section]:
-    """One table of every cell measured more than once (runner/decide/history.py)."""
+    """One table of every cell measured more than once (runner/analysis/history.py)."""
     if hist.empty:
         return []
-    from runner.decide.present import history_table
+    from runner.report.decisions import history_table
 
     n_cells, n_steps = hist["cell_key"].nunique(), int(hist["step"].sum())
     note = (f"{n_cells} cell{'s' if n_cells != 1 else ''} measured more than once (a run resumed after an "
@@ -352,7 +352,7 @@ def history_sections(hist: pd.DataFrame) -> list[Section]:
 def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
           history: pd.DataFrame | None = None) -> ReportModel:
     """All views of one report from the long frame and the runs it came from; `history` is
-    runner.decide.history over every stored row (not only each repeat's newest).
+    runner.analysis.history over every stored row (not only each repeat's newest).
 
     A name (environment and params) measured under more than one definition shows its newest definition in
     every table; the others are listed in their own section and counted in the totals, never averaged in."""

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner import analysis as an
+from runner.analysis import bisect as search
+from runner.analysis import gate
 from runner.analysis.verdict import Verdict
-from runner.decide import gate
-from runner.decide.bisect import search
 from runner.report.pairs import comparison_sections
 
 PARAMS = {"model": "mnist_cnn", "precision": "fp32", "batch_size": 32, "dataset": "synthetic"}

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runner.analysis import bisect as search
+from runner.analysis import bisect_pair
+from runner.analysis.bisect import FOUND, NO_CHANGE, SPREAD, UNDECIDED, Sample, Settings, bisect, replay
 from runner.analysis.verdict import Verdict
-from runner.decide.bisect import search
-from runner.decide.bisect.search import FOUND, NO_CHANGE, SPREAD, UNDECIDED, Sample, Settings, bisect, replay
 from runner.exitcodes import Exit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,11 +52,11 @@ def levels_of(level: float, n: int, rng: np.random.Generator, cv: float = QUIET_
 
 
 def test_levels_grow_to_the_most_repeats() -> None:
-    assert search.levels(3, 10) == (3, 5, 8, 10)
-    assert search.levels(3, 20) == (3, 5, 8, 13, 20)
-    assert search.levels(2, 2) == (2,)
-    assert search.levels(1, 4) == (2, 4)   # a test needs two repeats a side
-    assert search.levels(5, 3) == (5,)
+    assert bisect_pair.levels(3, 10) == (3, 5, 8, 10)
+    assert bisect_pair.levels(3, 20) == (3, 5, 8, 13, 20)
+    assert bisect_pair.levels(2, 2) == (2,)
+    assert bisect_pair.levels(1, 4) == (2, 4)   # a test needs two repeats a side
+    assert bisect_pair.levels(5, 3) == (5,)
     assert Settings(levels=(3, 5, 8, 10)).alpha_look == pytest.approx(0.0125)
 
 
@@ -200,7 +201,7 @@ def test_compare_is_exact_without_spread_and_refuses_too_few() -> None:
     one = search.compare(0, 1, Sample(("ok",), (10.0,)), Sample(("ok",) * 3, (12.0, 12.1, 11.9)), s)
     assert one.verdict is Verdict.UNDECIDED and "1 ok repeat on A" in one.why and one.more
     # -4.8% is within a 5% threshold in log scale (1/1.05 - 1), -5% beyond it
-    assert search._beyond(-0.05, 0.05) and not search._beyond(-0.047, 0.05)
+    assert bisect_pair._beyond(-0.05, 0.05) and not bisect_pair._beyond(-0.047, 0.05)
     flaky = Sample(("ok", "oom", "ok"), (10.0, 10.1))
     assert flaky.state == "ok" and flaky.flaky
     assert Sample(("oom", "failed", "oom")).state == "oom"

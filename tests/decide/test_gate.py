@@ -8,9 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from runner.analysis import significance
+from runner.analysis import gate, significance
 from runner.analysis.verdict import Verdict, exit_status
-from runner.decide import gate
 from runner.errors import ConfigError
 from runner.exitcodes import Exit
 from tests.decide.helpers import long_frame, rows_for

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runner.decide.history import history, steps
+from runner.analysis.history import history, steps
 from tests.decide.helpers import long_frame, rows_for
 
 NOISE = np.array([0.0, 0.4, -0.4, 0.2, -0.2])
@@ -91,7 +91,7 @@ def test_rerun_failed_and_more_repeats_continue_the_measurement() -> None:
 
 
 def test_two_definitions_of_one_name_are_two_histories_labelled_by_key() -> None:
-    from runner.decide.present import history_table
+    from runner.report.decisions import history_table
 
     df = long_frame(rows_for("old", [100.0, 100.2], run_id="a", start=1000.0),
                     rows_for("old", [100.1, 100.3], run_id="b", start=2000.0),
@@ -104,7 +104,7 @@ def test_two_definitions_of_one_name_are_two_histories_labelled_by_key() -> None
 
 
 def test_a_point_that_cannot_be_tested_says_undecided_not_no_step() -> None:
-    from runner.decide.present import history_table
+    from runner.report.decisions import history_table
 
     df = long_frame(rows_for("k", [100.0], run_id="a", start=1000.0), rows_for("k", [50.0], run_id="b", start=2000.0))
     h = history(df)

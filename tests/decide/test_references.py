@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
+from runner.analysis import references as ref
 from runner.analysis.verdict import Verdict
-from runner.decide import references as ref
 from runner.errors import ConfigError
 from runner.exitcodes import Exit
 from tests.decide.helpers import long_frame, rows_for
@@ -209,7 +209,7 @@ def test_match_values_take_the_axis_type() -> None:
 
 
 def test_the_table_shows_a_why_column_only_when_a_verdict_has_a_reason() -> None:
-    from runner.decide import present
+    from runner.report import decisions as present
 
     m, df = cells_and_frame([110.0, 112.0])
     plain = present.verdict_table(ref.judge(m.references, m.cells(), df))

@@ -92,7 +92,7 @@ def test_report_errors(matrix_cmd: list[str], db: Path, tmp_path: Path) -> None:
 def test_gate_command_exit_statuses_and_the_undecided_policy(db: Path) -> None:
     """On the fixture (GPU numbers, 3 repeats a cell; three cells of A have no partner in B): the OOM on B fails
     slower; the cells B never measured are undecided, never dropped; an unknown policy is one line."""
-    from runner.decide.commands import gate_command
+    from runner.commands.decide import gate_command
     from runner.exitcodes import Exit
 
     text, status = gate_command(db, "ngc-18.07", "cluster-pt041", ["slower:50%"], "json")

@@ -9,13 +9,15 @@ from typing import Any
 
 import pandas as pd
 
+from runner import adaptive_schedule as schedule
 from runner import analysis as an
+from runner.adaptive import Stop
+from runner.analysis import gate, references
 from runner.analysis.verdict import Verdict, exit_status, parse_policy
-from runner.decide import gate, present, references, schedule
-from runner.decide.adaptive import Stop
 from runner.errors import ConfigError, StoreError
 from runner.exitcodes import Exit
 from runner.matrix import Matrix
+from runner.report import decisions as present
 from runner.spec import Cell
 from runner.store import Store
 

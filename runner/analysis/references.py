@@ -8,7 +8,7 @@ references:
 ```
 
 A cell's value is the mean of its ok repeats in the metric's display unit; the verdict
-(runner/decide/verdict.py) is pass or fail by that mean, with the margin: how far inside (+) or outside (-)
+(runner/analysis/verdict.py) is pass or fail by that mean, with the margin: how far inside (+) or outside (-)
 the bound it is, relative to the reference. A cell without an ok repeat fails when its repeats ended
 failed, oom, timeout or unsupported (it does not deliver), and is undecided when nothing was measured
 (nothing stored, cancelled, not started) or the metric is not measured there (peak memory on a CPU).

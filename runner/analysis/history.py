@@ -7,7 +7,7 @@ only adds repeats the cell did not have yet (a resume after Ctrl-C or a crash, `
 repeat that did not end ok, adaptive repeats or a larger `repeats:` in a later run) continues the point;
 a run that stores an ok repeat whose number already has one (`--force`) starts the next point. A point
 is a step when it differs from the previous point by at least `min_effect` and the chosen test
-(runner/decide/significance.py) says the difference is significant.
+(runner/analysis/significance.py) says the difference is significant.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The regression gate of `matrix compare A B --fail-on slower:3%`: every pair under every rule gets a
-verdict (runner/decide/verdict.py): fail (the change is beyond the threshold and significant), pass, or
+verdict (runner/analysis/verdict.py): fail (the change is beyond the threshold and significant), pass, or
 undecided (the data cannot tell: fewer than two ok repeats on a side, a metric not measured, run settings
 that differ). Exit 1 on a fail; undecided fails closed (exit 5) unless `--undecided` says otherwise.
 

@@ -13,9 +13,9 @@ from typing import Any
 from rich.console import Console
 
 from runner import execute
+from runner.analysis.bisect import Sample
 from runner.analysis.comparable import definition_text
 from runner.analysis.frame import Metric, frame
-from runner.decide.bisect.search import Sample
 from runner.matrix import Matrix
 from runner.results import Status
 from runner.spec import Cell
