@@ -73,6 +73,16 @@ def steps_differ(a: str, b: str, metric: Metric) -> str:
     return f"not comparable: the {metric.label} comes after different numbers of training steps ({a} vs {b})"
 
 
+def unit_of(frame: pd.DataFrame, metric: Metric) -> str:
+    """The unit a side's figures of a metric are in (its ok repeats' `unit_<m>`), the Metric's own when they say
+    several or none: tables label a figure with it, never with a unit written in the code."""
+    col = f"unit_{metric.name}"
+    if col not in frame or frame.empty:
+        return metric.unit
+    units = {str(u) for u, s in zip(frame[col], frame["status"], strict=True) if s == OK and u}
+    return next(iter(units)) if len(units) == 1 else metric.unit
+
+
 def why_not(metric: Metric, settings: tuple[str, str], definitions: tuple[str, str] = ("", ""),
             steps: tuple[str, str] = ("", "")) -> str:
     """The one answer to "may these two sides be compared on this metric?": '' when yes, else why not, in the

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from runner import analysis as an
-from runner.analysis.comparable import common_step
+from runner.analysis.comparable import common_step, unit_of
 from runner.analysis.frame import PER_STEP_METRICS
 from runner.report.fmt import DASH, Cell, Section, Table
 from runner.report.labels import cell_label, cell_value
@@ -86,7 +86,7 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
             by_precision.setdefault(str(r["precision"]), {})[int(r["batch_size"])] = i
         for precision, by_batch in by_precision.items():
             for j, m in enumerate(metrics):
-                rows, label = shown_rows.get(m.name, (cells, m.heading))
+                rows, label = shown_rows.get(m.name, (cells, _heading(m, cells, shown)))
                 row = [_value(rows[by_batch[b]], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
                 table.add(Cell(precision if j == 0 else "", "key"), Cell(label), *row,
                           row_class="group" if j == 0 else "")
@@ -94,6 +94,14 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
                                        cell_label(first, ["model", "dataset", "gpus", "nodes", "options"])) if p)
         sections.append(Section(title, table, " ".join(notes)))
     return sections
+
+
+def _heading(m: an.Metric, cells: list[dict[str, Any]], shown: pd.DataFrame | None) -> str:
+    """The metric's label with the unit its figures in this block are in (`unit_<m>`), never a fixed img/s."""
+    if shown is None or "cell_key" not in shown:
+        return m.heading
+    unit = unit_of(shown[shown["cell_key"].isin({str(r["cell_key"]) for r in cells})], m)
+    return f"{m.label} ({unit})" if unit else m.label
 
 
 def _value(r: dict[str, Any], m: an.Metric) -> Cell:

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
+from runner.analysis.comparable import unit_of
 from runner.analysis.verdict import Verdict
 from runner.report import fmt
 from runner.report.fmt import DASH, Cell, Section, Table
@@ -90,9 +91,10 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
     p = c.pairs
     keys = varying(p, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
     m = c.metric
-    unit = f" ({m.unit})" if m.unit else ""
+    ua, ub = (unit_of(side.chosen, m) for side in (c.a, c.b))
     p_head = "p (BH)" if c.n_tested > 1 else "p"
-    table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit}", f"{b}{unit}", f"{b}/{a}", "change", p_head,
+    table = Table([*(KEY_LABELS[k] for k in keys), f"{a} ({ua})" if ua else a, f"{b} ({ub})" if ub else b, f"{b}/{a}",
+                   "change", p_head,
                    "verdict"], align=["l"] * len(keys) + ["r", "r", "r", "l", "r", "l"])
     for r in p.to_dict("records"):
         if r["decision"] == Verdict.UNDECIDED.value:

@@ -418,3 +418,16 @@ def test_a_window_shorter_than_the_run_settings_promised_is_said() -> None:
     assert [n for n in c.notes if "shorter window" in n] == [
         "B (b): in 1 cell a repeat measured a shorter window than its run settings promised (e.g. 12 iterations; "
         "iterations=50 warmup=5 seed=0)."]
+
+
+def test_the_pairs_table_labels_each_side_with_its_figures_unit() -> None:
+    from runner.report.pairs import pairs_table
+
+    def rows(env: str, start: int) -> list[dict]:
+        return [{"id": start + i, "run_id": env, "cell_key": env, "repeat": i, "environment": env, "status": "ok",
+                 "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
+                 "metrics": {"throughput": 100.0 + i, "definitions": {"throughput": {
+                     "how": "mllog: mean of tracked_stats", "unit": "samples/s"}}}} for i in range(3)]
+    df = an.frame(rows("a", 0) + rows("b", 10))
+    c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
+    assert pairs_table(c, "a", "b").columns[-6:-4] == ["a (samples/s)", "b (samples/s)"]
