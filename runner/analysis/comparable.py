@@ -206,7 +206,7 @@ def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) 
     if d.p_value < alpha:
         return OutcomeChange(Verdict.FAIL, f"{said}, {p_text}", direction, d.p_value)
     new = sorted(new_b if worse else new_a)
-    what = f"{', '.join(new)} on {'B' if worse else 'A'} only" if new else "failure rates differ"
+    what = f"{', '.join(new)} on {'B' if worse else 'A'} only" if new else f"more failures on {'B' if worse else 'A'}"
     return OutcomeChange(Verdict.UNDECIDED, f"{what} ({a.words} vs {b.words}), {p_text}: more repeats needed",
                          direction, d.p_value)
 

@@ -102,6 +102,7 @@ class Check:
     a_throttled: int = 0  # ok repeats the GPU's telemetry marked throttled, per side
     b_throttled: int = 0
     outcomes: OutcomeChange | None = None  # a new failure on B that too few repeats could not tell from chance
+    settled: bool = False  # decided without the metric's test (its p, if any, still counts in the family)
 
     @property
     def note(self) -> str:
@@ -194,10 +195,14 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     metric = METRICS[rule.metric]
     note: dict[str, Any] = {"a_throttled": a.throttled, "b_throttled": b.throttled}
 
-    def done(verdict: Verdict, why: str, change: float = math.nan) -> Check:
-        return Check(rule, params, xa.size, xb.size, ma, mb, change, math.nan, verdict, why, **note)
-
     apart = why_not(metric, (a.settings, b.settings), (a.definition, b.definition))
+    # Every comparable pair with two values a side is one test of the rule's family, however it is decided, as in
+    # compare: the two adjust the same p-values together.
+    tested = significance.difference(xa, xb, test).p_value if not apart else math.nan
+
+    def done(verdict: Verdict, why: str, change: float = math.nan) -> Check:
+        return Check(rule, params, xa.size, xb.size, ma, mb, change, tested, verdict, why, **note, settled=True)
+
     if apart:
         return done(Verdict.UNDECIDED, apart)
     oc = outcome_change(a.outcomes, b.outcomes, alpha)
@@ -234,8 +239,8 @@ _EXACT = "no spread on either side"
 
 def _decide(c: Check, p_adj: float, alpha: float) -> Check:
     """The verdict of a tested check from its adjusted p-value; a check decided without a test is kept."""
-    if math.isnan(c.p_value):
-        return c
+    if c.settled or math.isnan(c.p_value):
+        return replace(c, p_adjusted=p_adj) if c.settled else c
     big = c.change > c.rule.threshold
     significant = p_adj < alpha
     exact = c.reason == _EXACT  # every repeat equal on both sides: the change is certain

@@ -103,14 +103,16 @@ def test_every_command_decides_a_pair_the_same_way(a: dict[str, Any], b: dict[st
         return
 
     # A change of outcome: the same words and the same verdict for "did B newly fail?".
-    outcome_words = ("regression:", "fixed:", "oom on", "failed on", "failure rates")
+    outcome_words = ("regression:", "fixed:", "oom on", "failed on", "more failures on")
     if pair["verdict"].startswith("regression:"):
         assert check.verdict is Verdict.FAIL and check.reason == pair["verdict"]
         assert pair_test.verdict is Verdict.FAIL
     if check.reason.startswith("regression:"):
         assert pair["verdict"] == check.reason
     if pair["verdict"].startswith(outcome_words) and pair["decision"] == "undecided":
-        assert check.verdict is Verdict.UNDECIDED or pair["verdict"].startswith(("oom on A", "failed on A"))
+        on_b = pair["verdict"].startswith(("oom on B", "failed on B", "more failures on B"))
+        assert check.verdict is Verdict.UNDECIDED or not on_b, (pair["verdict"], check.reason)
+        assert not on_b or check.reason == pair["verdict"]
         assert pair_test.verdict is not Verdict.FAIL or pair_test.kind == "metric"
 
     # The same p-value wherever the metric was tested (compare from summary statistics, the gate and bisect from
@@ -126,3 +128,24 @@ def test_every_command_decides_a_pair_the_same_way(a: dict[str, Any], b: dict[st
             assert slower == (check.verdict is Verdict.FAIL), (pair["verdict"], check.reason)
             if pair_test.kind == "metric" and pair_test.p_value is not None and pair_test.p_value < 0.05:
                 assert (pair_test.verdict is Verdict.FAIL) == (pair["decision"] == "fail")
+
+
+def test_compare_and_the_gate_adjust_the_same_family_of_p_values() -> None:
+    """A pair decided by its outcomes (B newly fails in most repeats) still has a p-value from its ok repeats; compare
+    and the gate both count it in the Benjamini-Hochberg family, so a second pair's adjusted p is the same."""
+    def cell(env: str, bs: int, statuses: list[str], values: list[float], start: int) -> list[dict[str, Any]]:
+        s = {"statuses": statuses, "values": values, "how": HOWS[0], "iterations": 20}
+        return [dict(r, cell_key=f"{env}{bs}", params={**PARAMS, "batch_size": bs}) for r in rows(env, s, start)]
+    df = an.frame(cell("A", 32, ["ok"] * 10, [100.0, 100.4, 99.7, 100.2, 99.9] * 2, 0)
+                  + cell("B", 32, ["ok"] * 2 + ["oom"] * 8, [97.0, 97.4] + [0.0] * 8, 100)
+                  + cell("A", 64, ["ok"] * 3, [100.0, 101.0, 99.0], 200)
+                  + cell("B", 64, ["ok"] * 3, [97.0, 98.5, 96.0], 300))
+    comparison = an.compare(an.select_side(df, "A"), an.select_side(df, "B"))
+    checks = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"],
+                           [gate.Rule("slower", an.MIN_EFFECT)])
+    by_batch = {int(r["batch_size"]): r for r in comparison.pairs.to_dict("records")}
+    gated = {int(c.params["batch_size"]): c for c in checks}
+    assert gated[32].verdict is Verdict.FAIL and gated[32].reason.startswith("regression: B 2 ok, 8 oom")
+    assert by_batch[32]["verdict"] == gated[32].reason
+    for bs in (32, 64):
+        assert same_p(by_batch[bs]["p_adjusted"], gated[bs].p_adjusted), bs
