@@ -229,7 +229,7 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     diff = significance.difference(xa, xb, test)
     if not diff.decided:
         return done(*with_outcomes(Verdict.UNDECIDED, f"not tested: {diff.why}", oc), change)
-    pending = oc if oc is not None and oc.direction == "worse" and fears_failure else None
+    pending = oc if oc is not None and oc.verdict is Verdict.UNDECIDED else None
     return Check(rule, params, xa.size, xb.size, ma, mb, change, diff.p_value, Verdict.PASS,
                  _EXACT if diff.exact else "", **note, outcomes=pending)
 
@@ -252,7 +252,12 @@ def _decide(c: Check, p_adj: float, alpha: float) -> Check:
     else:
         verdict, reason = Verdict.PASS, f"{c.change:+.1%} is within {c.rule.threshold:.1%}" + (
             f" ({p_text})" if exact else " (significant)" if significant else "")
-    verdict, reason = with_outcomes(verdict, reason, c.outcomes)
+    if c.outcomes is not None and (c.outcomes.direction != "worse" or c.rule.kind == "faster"):
+        # Failures the rule does not fear (fewer on B; or any, for `faster`): said beside a tripped check only.
+        if verdict is Verdict.FAIL:
+            reason = f"{reason}; {c.outcomes.why}"
+    else:
+        verdict, reason = with_outcomes(verdict, reason, c.outcomes)
     return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason)
 
 
