@@ -1,6 +1,6 @@
 """How often `matrix bisect` names a culprit that is not there, and how often it finds the one that is, on real noise.
 
-Each simulated bisect runs the real search (runner/decide/bisect/search.py) over N ordered environments whose
+Each simulated bisect runs the real search (runner/analysis/bisect.py) over N ordered environments whose
 repeats are drawn from recorded throughput repeats (each cell's repeats over their mean, pooled, as
 benchmarks/stats_check.py does), with a level per environment:
 
@@ -35,7 +35,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.decide.bisect import search  # noqa: E402
+from runner.analysis import bisect as search  # noqa: E402
+from runner.analysis import bisect_pair, significance  # noqa: E402
 
 QUIET = [ROOT / "reports/quickstart-cpu/repeats.csv", ROOT / "reports/container-vs-local-cpu/repeats.csv"]
 NOISY = [ROOT / "reports/eras-cpu/repeats.csv"]
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(args.seed)
     noises = {"quiet (reports/quickstart-cpu, container-vs-local-cpu)": pooled_noise(QUIET),
               "noisy (reports/eras-cpu)": pooled_noise(NOISY)}
-    levels = search.levels(3, 10)
+    levels = bisect_pair.levels(3, 10)
     print(f"{platform.node()} {platform.processor() or platform.machine()}, load {os.getloadavg()[0]:.1f}, "
           f"{args.sims} bisects per row, seed {args.seed}, repeat levels {levels}")
     for label, noise in noises.items():
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> None:
                 for kind, step in (("noise only", 0.0), ("single step", args.step), ("single step", 2 * threshold),
                                    ("two steps", args.step)):
                     for corrected in (True, False):
-                        alpha = search.significance.ALPHA * (1 if corrected else len(levels))
+                        alpha = significance.ALPHA * (1 if corrected else len(levels))
                         settings = search.Settings(threshold=threshold, levels=levels, alpha=alpha)
                         outcomes: Counter[str] = Counter()
                         envs = repeats = 0

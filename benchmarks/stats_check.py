@@ -41,9 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.analysis import MIN_EFFECT, welch_p_from_stats
-from runner.decide import significance
-from runner.decide.adaptive import Stop, assess, replay
+from runner.adaptive import Stop, assess, replay
+from runner.analysis import MIN_EFFECT, significance, welch_from_stats
 from runner.spec import AdaptiveRepeats
 from runner.store import Store
 
@@ -231,7 +230,7 @@ def fdr_check(sampler: Sampler, settings: list[int], pairs: int, sims: int, true
                 b[:k] /= 1 + shift     # the first k pairs: B truly slower
                 truth = np.arange(pairs) < k
                 ma, mb = a.mean(axis=1), b.mean(axis=1)
-                p = welch_p_from_stats(ma, a.std(axis=1, ddof=1), n, mb, b.std(axis=1, ddof=1), n)
+                p = welch_from_stats(ma, a.std(axis=1, ddof=1), n, mb, b.std(axis=1, ddof=1), n)
                 ratio = mb / ma
                 rules = {"compare": np.maximum(ratio, 1 / ratio) - 1 >= MIN_EFFECT, "gate": ma / mb - 1 > THRESHOLD}
                 for how, q in (("raw", p), ("BH", significance.adjust(p))):

@@ -149,7 +149,7 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
         raise ConfigError(f"--min-effect {min_effect}: a fraction from 0 to below 1 (0.02 = 2%)")
     gate_out, status = "", 0
     if fail_on:
-        from runner.decide import commands as decide
+        from runner.commands import decide
         gate_out, status = decide.gate_command(db, a, b, fail_on, fmt, undecided, pool)
     elif undecided is not None:
         raise ConfigError("--undecided applies to the gate: add --fail-on (e.g. --fail-on slower:3%)")
@@ -176,7 +176,7 @@ def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, 
     nothing was measured or the metric is not measured there, unless --undecided (or the entry's
     `undecided:`) counts it as fail or pass.
     """
-    from runner.decide import commands as decide
+    from runner.commands import decide
     m = load_matrix(matrix, max_cells)
     cells = matrix_mod.select(m.cells(), env or (), only or ())
     text, status = decide.check_command(m, cells, db, fmt, undecided)
@@ -215,7 +215,7 @@ def bisect(environments: Annotated[list[str] | None, typer.Argument(
     (unsupported -> ok). Prints the pair, the change with its interval and p-value, what it measured against a
     full sweep, and what differs between the two environments; a change spread over several steps is said so.
     """
-    from runner.decide.bisect import bisect_command
+    from runner.commands.bisect import bisect_command
     m = load_matrix(matrix, max_cells)
     signal.signal(signal.SIGTERM, sigterm)
     text, status = bisect_command(m, db, environments or (), images or (), template, gpus, only or (), metric,

@@ -16,10 +16,10 @@ from typing import Any
 
 from rich.console import Console
 
+from runner import adaptive_schedule as adaptive
 from runner import backends
 from runner import console as consoles
 from runner.context import RunContext
-from runner.decide import schedule as adaptive
 from runner.errors import BusyError, MatrixError, StoreError
 from runner.events import Held, RunListener, RunReport
 from runner.exitcodes import Exit

@@ -16,13 +16,8 @@ from runner import backends, contract
 from runner import yamltext as yt
 from runner.cellmatch import AXES, MATCH_KEYS, matches, typed_rule
 
-# Kept importable from here: the commands pick cells with `matrix.select`, and runner/decide/references.py
-# imports the matching helpers from this module (runner.cellmatch is their home).
-from runner.cellmatch import coerce as _coerce  # noqa: F401
-from runner.cellmatch import same as _same  # noqa: F401
+# Kept importable from here: the commands pick cells with `matrix.select` (runner.cellmatch is its home).
 from runner.cellmatch import select as select
-from runner.cellmatch import show as _show  # noqa: F401
-from runner.cellmatch import value as _value  # noqa: F401
 from runner.errors import ConfigError
 from runner.fileproblems import format_errors, line
 from runner.spec import (
@@ -52,7 +47,7 @@ class MatrixFile(Strict):
     include: list[dict[str, Scalar]] = []
     exclude: list[dict[str, Scalar]] = []
     run: RunSettings = RunSettings()
-    references: Any = None  # validated by runner/decide/references.py
+    references: Any = None  # validated by runner/analysis/references.py
     workload: Any = None  # validated by runner/workloads/spec.py, merged with each environment's own
 
 
@@ -71,7 +66,7 @@ class Matrix:
     include: tuple[dict[str, Scalar], ...]
     exclude: tuple[dict[str, Scalar], ...]
     run: RunSettings
-    references: tuple[Any, ...] = ()  # runner.decide.references.Reference
+    references: tuple[Any, ...] = ()  # runner.analysis.references.Reference
     workloads: Mapping[str, Any] = field(default_factory=dict)  # environment name -> runner.workloads.Workload
 
     @property
@@ -190,7 +185,7 @@ def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, 
     if problems:
         raise ConfigError("\n".join(problems))
     if top.references:
-        from runner.decide import references  # pandas: only for files that have references
+        from runner.analysis import references  # pandas: only for files that have references
 
         def locate(loc: Sequence[Any]) -> str:
             return line(where, text, loc)
@@ -345,7 +340,7 @@ def _as_written(data: dict[str, Any], root: yaml.Node | None, locate: yt.Locate,
         out["environments"] = [walk.value(raw, node, _environment_model(raw) or Any, ("environments", i))
                                for i, (raw, node) in enumerate(zip(envs, envs_node.value, strict=True))]
     if out.get("references"):
-        from runner.decide.references import Bound  # pandas: only for files that have references
+        from runner.analysis.references import Bound  # pandas: only for files that have references
 
         match = {"environment": str | list[str], **{a: t | list[t] for a, t in items.items()}}  # type: ignore[valid-type]
         entry = {"match": match, "*": str | Bound}

@@ -26,7 +26,7 @@ def percentage(value: Any) -> Any:
 
 class AdaptiveRepeats(Strict):
     """`repeats: {min: 3, max: 20, target_ci: 1%}`: add repeats until the 95% confidence interval of the
-    mean throughput is within ±target_ci of the mean, or `max` repeats are stored (runner/decide/adaptive.py)."""
+    mean throughput is within ±target_ci of the mean, or `max` repeats are stored (runner/adaptive.py)."""
 
     min: int = Field(3, ge=2, le=MOST_REPEATS)
     max: int = Field(20, ge=2, le=MOST_REPEATS)

@@ -8,8 +8,8 @@ geometric mean. `scaling`: throughput against the process layout. Statuses other
 never dropped.
 """
 
+from runner.analysis.comparable import OutcomeChange, Outcomes, outcome_change, why_not
 from runner.analysis.compare import (
-    ALPHA,
     MIN_EFFECT,
     SIDE_KINDS,
     Comparison,
@@ -20,8 +20,6 @@ from runner.analysis.compare import (
     environment_info,
     geometric_mean,
     judge_pair,
-    not_comparable,
-    one_sided,
     pair_cells,
     pair_stats,
     precision_ratios,
@@ -29,8 +27,6 @@ from runner.analysis.compare import (
     recipe_differences,
     select_side,
     side_stats,
-    verdict,
-    welch_p_from_stats,
 )
 from runner.analysis.frame import (
     BASELINE_PRECISION,
@@ -65,8 +61,8 @@ from runner.analysis.frame import (
 )
 from runner.analysis.identity import DEFINITION_COLUMNS, Definitions, choose
 from runner.analysis.scaling import scaling
+from runner.analysis.significance import ALPHA, CONFIDENCE, t_half_width, welch_from_stats
 from runner.analysis.stats import (
-    CONFIDENCE,
     DATA_BOUND,
     MEASURE_SUMMARY_COLUMNS,
     NOISY_CV,
@@ -79,7 +75,6 @@ from runner.analysis.stats import (
     quality_flags,
     status_summary,
     summarize,
-    t_half_width,
 )
 
 __all__ = [
@@ -88,9 +83,9 @@ __all__ = [
     "PARAM_KEYS", "PRECISION_ORDER", "RECIPE_COLUMNS", "RECIPE_FIELDS", "RUN_SETTINGS", "SIDE_KINDS",
     "STAT_NAMES", "Comparison", "Definitions", "Metric", "Side", "Stats", "available_sides", "cell_attributes",
     "change_words", "choose", "compare", "describe", "environment_info", "environment_rank", "frame",
-    "geometric_mean", "get_metric", "judge_pair", "latest", "measurement", "metric_stats", "not_comparable", "one_sided",
+    "geometric_mean", "get_metric", "judge_pair", "latest", "measurement", "metric_stats",
     "options_label", "pair_cells", "pair_stats", "precision_index", "precision_rank", "precision_ratios",
     "precision_recipes", "precision_summary", "quality_flags", "recipe", "recipe_differences", "recipe_text",
     "scaling", "select_side", "settings_text", "side_stats", "status_summary", "summarize", "t_half_width",
-    "verdict", "welch_p_from_stats",
+    "welch_from_stats", "Outcomes", "OutcomeChange", "outcome_change", "why_not",
 ]

@@ -10,11 +10,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from runner.analysis import significance
+from runner.analysis.comparable import (
+    Outcomes,
+    align_steps,
+    definition_text,
+    measure_notes,
+    outcome_change,
+    why_not,
+    with_outcomes,
+)
 from runner.analysis.frame import (
     BASELINE_PRECISION,
     ENV_FIELDS,
     PARAM_KEYS,
-    PER_STEP_METRICS,
     RECIPE_COLUMNS,
     Metric,
     environment_rank,
@@ -24,12 +33,10 @@ from runner.analysis.frame import (
 )
 from runner.analysis.identity import Definitions, choose
 from runner.analysis.stats import THROTTLED, _join_unique, cell_attributes, metric_stats, throttled_counts
-from runner.decide import significance
-from runner.decide.verdict import Verdict
+from runner.analysis.verdict import Verdict
 from runner.errors import ConfigError
 from runner.results import Status
 
-ALPHA = 0.05
 MIN_EFFECT = 0.02  # a change below 2% is called noise, however small its p-value
 
 SIDE_KINDS = ("env", "tag", "backend", "run")
@@ -158,29 +165,7 @@ def change_words(ratio: float, metric: Metric) -> str:
     return f"{gain:.2f}x {metric.better}" if gain >= 1 else f"{1 / gain:.2f}x {metric.worse}"
 
 
-def welch_p_from_stats(mean_a: Any, std_a: Any, n_a: Any, mean_b: Any, std_b: Any, n_b: Any) -> np.ndarray:
-    """Welch's two-sided p-value from each side's mean, std (ddof=1) and n, for whole columns at once
-    (scipy's ttest_ind_from_stats); NaN where a side has fewer than two values. Neither side with any
-    spread (std 0, n >= 2 each) is certain, as in significance.difference: p = 0 when the means differ,
-    1 when they are equal."""
-    from scipy import stats
-
-    ma, sa, na = (np.asarray(x, dtype=float) for x in (mean_a, std_a, n_a))
-    mb, sb, nb = (np.asarray(x, dtype=float) for x in (mean_b, std_b, n_b))
-    with np.errstate(invalid="ignore"):
-        enough = (na >= 2) & (nb >= 2)
-        flat = enough & (sa == 0) & (sb == 0)
-        valid = enough & ~flat
-    exact = np.where(ma != mb, 0.0, 1.0)
-    if not np.any(valid):
-        return np.where(flat, exact, math.nan) * np.ones(np.broadcast(ma, mb).shape)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = stats.ttest_ind_from_stats(ma, sa, np.where(valid, na, 2), mb, sb, np.where(valid, nb, 2),
-                                       equal_var=False).pvalue
-    return np.where(valid, p, np.where(flat, exact, math.nan))
-
-
-def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha: float = ALPHA,
+def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha: float = significance.ALPHA,
                min_effect: float = MIN_EFFECT) -> tuple[bool, str, Verdict]:
     """(significant, words, decision) for a pair measured on both sides. The decision answers "is B the
     same as A?": pass (no significant change of at least `min_effect`), fail (a significant change, either
@@ -200,83 +185,6 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
     return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
 
 
-def verdict(ratio: float, p: float, n_a: int, n_b: int, metric: Metric,
-            alpha: float = ALPHA, min_effect: float = MIN_EFFECT) -> tuple[bool, str]:
-    """(significant, words): a change counts only when p < alpha AND it is at least `min_effect`."""
-    significant, words, _ = judge_pair(ratio, p, n_a, n_b, metric, alpha, min_effect)
-    return significant, words
-
-
-def not_comparable(settings_a: str, settings_b: str) -> str:
-    """Why two sides' cells measured different things although their params match ('' when they did not):
-    other iterations, warmup or seed (as asv calls results of another benchmark version not comparable)."""
-    a, b = str(settings_a or ""), str(settings_b or "")
-    if not a or not b:
-        return ""  # a side without a bench result: nothing measured, nothing to compare anyway
-    if ", " in a or ", " in b:
-        return f"not comparable: run settings differ within a pooled side ({a} | {b})"
-    return f"not comparable: run settings differ ({a} vs {b})" if a != b else ""
-
-
-def steps_differ(steps_a: str, steps_b: str, metric: Metric) -> str:
-    """Why a loss or an accuracy cannot be compared: the two sides (or the repeats of one) trained for different
-    numbers of steps before it was taken ('' when every repeat took it after the same number)."""
-    a, b = str(steps_a or ""), str(steps_b or "")
-    if not a or not b or (a == b and ", " not in a):
-        return ""
-    return f"not comparable: the {metric.label} comes after different numbers of training steps ({a} vs {b})"
-
-
-def align_steps(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[Any, ...], int]]:
-    """Where a pair's repeats trained for different numbers of steps (calibrated windows, warm-ups until steady),
-    its loss is taken at the last step every ok repeat of both sides recorded (bench's loss_at: steps 1, 2, 5, 10,
-    20, 50, ...): loss_end and steps of those rows are replaced. Returns both frames and {params: step}."""
-    if "loss_at" not in a or "loss_at" not in b:
-        return a, b, {}
-    a, b = a.copy(), b.copy()
-    at: dict[tuple[Any, ...], int] = {}
-    ok_a = a[a["status"] == Status.OK.value]
-    ok_b = b[b["status"] == Status.OK.value]
-    groups_b = {k if isinstance(k, tuple) else (k,): g for k, g in ok_b.groupby(list(PARAM_KEYS), sort=False)}
-    for key, ga in ok_a.groupby(list(PARAM_KEYS), sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        gb = groups_b.get(key)
-        if gb is None:
-            continue
-        rows = pd.concat([ga, gb])
-        if rows["steps"].nunique(dropna=False) <= 1:
-            continue
-        ladders = [set(d) for d in rows["loss_at"] if isinstance(d, dict)]
-        if len(ladders) != len(rows):
-            continue
-        common = set.intersection(*ladders) if ladders else set()
-        if not common:
-            continue
-        step = max(common)
-        at[key] = step
-        for frame_, g in ((a, ga), (b, gb)):
-            frame_.loc[g.index, "loss_end"] = [d[step] for d in g["loss_at"]]
-            frame_.loc[g.index, "steps"] = step
-    return a, b, at
-
-
-# A side that ran but measured nothing, for a reason that is the environment's fault (not "unsupported").
-BROKEN = frozenset({Status.FAILED.value, Status.OOM.value, Status.TIMEOUT.value, Status.NOT_STARTED.value})
-
-
-def one_sided(n_a: int, n_b: int, statuses_a: str, statuses_b: str) -> tuple[bool, str] | None:
-    """A pair measured on one side only: ok on A and failed (oom, timeout, not started) on B is a
-    regression, the reverse a fix; None when both or neither side measured, or the gap is `unsupported`."""
-    def broken(statuses: str) -> bool:
-        return any(part.split(" ", 1)[-1] in BROKEN for part in str(statuses).split(", ") if part)
-
-    if n_a > 0 and n_b == 0 and broken(statuses_b):
-        return True, f"regression: B {statuses_b}"
-    if n_b > 0 and n_a == 0 and broken(statuses_a):
-        return True, f"fixed: A {statuses_a}"
-    return None
-
-
 def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: int, n_b: int) -> str:
     """'' unless the pair's difference coincides with throttling on one side only: then which side, and how
     many of its ok repeats the GPU's telemetry marked throttled (both sides throttled is said too)."""
@@ -288,11 +196,6 @@ def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: 
     if ta and tb:
         return "both throttled: " + ", ".join(parts)
     return ("coincides with throttling: " if significant else "") + parts[0]
-
-
-def _only_unsupported(statuses: str) -> bool:
-    parts = [p for p in str(statuses).split(", ") if p]
-    return bool(parts) and all(p.split(" ", 1)[-1] == Status.UNSUPPORTED.value for p in parts)
 
 
 def geometric_mean(ratios: Iterable[float]) -> float:
@@ -351,28 +254,33 @@ def side_stats(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     work = df.rename(columns={"environment": "environments", "cell_key": "cell_keys"})
     ok = work["status"] == Status.OK.value
     steps = work["steps"] if "steps" in work else pd.Series("", index=work.index)
+    hows = work[f"how_{metric}"] if f"how_{metric}" in work else pd.Series("", index=work.index)
+    units = work[f"unit_{metric}"] if f"unit_{metric}" in work else pd.Series("", index=work.index)
     work = work.assign(steps_ok=[str(int(s)) if k and isinstance(s, int | float) and s == s else ""
-                                 for s, k in zip(steps, ok, strict=True)])
-    attrs, gid = cell_attributes(work, PARAM_KEYS, ["environments", "settings", "cell_keys", "steps_ok"])
+                                 for s, k in zip(steps, ok, strict=True)],
+                       definition=[definition_text(h, u) if k and h else "" for h, u, k in
+                                   zip(hows, units, ok, strict=True)])
+    attrs, gid = cell_attributes(work, PARAM_KEYS, ["environments", "settings", "cell_keys", "steps_ok", "definition"])
     st = metric_stats(df, gid, len(attrs), [metric])
     st.columns = [c[len(metric) + 1:] for c in st.columns]
     st[THROTTLED] = throttled_counts(df, gid, len(attrs))
-    return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "settings", "cell_keys", "steps_ok", "_first"]],
+    return pd.concat([attrs[[*PARAM_KEYS, "statuses", "environments", "settings", "cell_keys", "steps_ok", "definition",
+                             "_first"]],
                       st], axis=1)
 
 
-def pair_cells(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
+def pair_cells(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, alpha: float = significance.ALPHA,
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pair A's and B's cells (long frames, one definition per params) on their params: (pairs, unpaired)."""
     return pair_stats(side_stats(a, metric.name), side_stats(b, metric.name), metric, alpha, min_effect)
 
 
-def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = ALPHA,
+def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = significance.ALPHA,
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p (and adjusted for the false
     discovery rate over the pairs tested), verdict and decision; and the unpaired cells."""
     stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys",
-                 "steps_ok", THROTTLED]
+                 "steps_ok", "definition", THROTTLED]
     pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in stat_cols),
                  "ratio", "change", "p_value", "p_adjusted", "significant", "verdict", "decision", "throttling"]
     unpaired_cols = ["side", *PARAM_KEYS, "environments", "statuses"]
@@ -390,11 +298,10 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         # Every repeat equal (min == max): no spread at all, whatever rounding left in the std.
         sda, sdb = (np.where(both[f"{s}_min"] == both[f"{s}_max"], 0.0, both[f"{s}_std"].to_numpy(dtype=float))
                     for s in "ab")
-        apart = [not_comparable(x, y) for x, y in zip(both["a_settings"], both["b_settings"], strict=True)]
-        if metric.name in PER_STEP_METRICS:
-            apart = [why or steps_differ(x, y, metric) for why, x, y in
-                     zip(apart, both["a_steps_ok"], both["b_steps_ok"], strict=True)]
-        p = welch_p_from_stats(am, sda, an_, bm, sdb, bn_)
+        apart = [why_not(metric, (sx, sy), (dx, dy), (tx, ty)) for sx, sy, dx, dy, tx, ty in zip(
+            both["a_settings"], both["b_settings"], both["a_definition"], both["b_definition"], both["a_steps_ok"],
+            both["b_steps_ok"], strict=True)]
+        p = significance.welch_from_stats(am, sda, an_, bm, sdb, bn_)
         p = np.where([bool(w) for w in apart], math.nan, p)
         p_adj = significance.adjust(p)
         judged = []
@@ -403,13 +310,13 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
             if why:
                 judged.append((False, why, Verdict.UNDECIDED))
                 continue
-            gap = one_sided(x, y, sa_, sb_)
-            if gap:
-                judged.append((*gap, Verdict.FAIL))
-            elif _only_unsupported(sa_) and _only_unsupported(sb_):
-                judged.append((False, "unsupported on both sides", Verdict.PASS))  # as the gate says
-            else:
-                judged.append(judge_pair(r, q, x, y, metric, alpha, min_effect))
+            outcomes = outcome_change(Outcomes.parse(sa_), Outcomes.parse(sb_), alpha)
+            if outcomes is not None and (outcomes.verdict is not Verdict.UNDECIDED or not (x and y)):
+                judged.append((outcomes.verdict is Verdict.FAIL, outcomes.why, outcomes.verdict))
+                continue
+            significant, words, decision = judge_pair(r, q, x, y, metric, alpha, min_effect)
+            decision, words = with_outcomes(decision, words, outcomes)
+            judged.append((significant, words, decision))
         both["a_n"], both["b_n"] = an_, bn_
         both["ratio"] = np.where([bool(w) for w in apart], math.nan, ratio)
         both["p_value"], both["p_adjusted"] = p, p_adj
@@ -508,7 +415,7 @@ def environment_info(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     return out.sort_values("_first", kind="stable")[cols].reset_index(drop=True)
 
 
-def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float = ALPHA,
+def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float = significance.ALPHA,
             min_effect: float = MIN_EFFECT) -> Comparison:
     """Side A against side B: pairs with ratio B/A and a verdict, unpaired cells, FP16/FP32 per side."""
     m = get_metric(metric) if isinstance(metric, str) else metric
@@ -518,7 +425,7 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
         raise ConfigError(f"{a.ref!r} and {b.ref!r} select the same results (environment {envs}): "
                           "pick two disjoint sides, e.g. two environment names")
     sa, sb = a.stats(m.name), b.stats(m.name)
-    notes = measure_notes(a, b)
+    notes = measure_notes([("A", a.ref, a.chosen), ("B", b.ref, b.chosen)])
     if m.name == "loss_end":
         fa, fb, at = align_steps(a.chosen, b.chosen)
         if at:
@@ -535,25 +442,3 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
         geomean=geometric_mean(pairs["ratio"]) if not pairs.empty else math.nan,
         recipes=recipe_differences(a.chosen, b.chosen), notes=notes,
     )
-
-
-def measure_notes(a: Side, b: Side) -> list[str]:
-    """What a reader of a comparison must know about how the sides were measured: a precision emulated on a side's
-    CPU (expect it slower than fp32 there), and cells with a repeat whose warm-up never got steady."""
-    notes = []
-    for label, side in (("A", a), ("B", b)):
-        df = side.chosen
-        if "cpu_native" not in df:
-            continue
-        ok = df[df["status"] == Status.OK.value]
-        emulated = ok[ok["cpu_native"].map(lambda v: v is False).astype(bool)]
-        for (env, precision), g in emulated.groupby(["environment", "precision"], sort=False):
-            why = _join_unique(g["cpu_why"])
-            notes.append(f"{label} ({env}): {precision} emulated on this CPU{f' ({why})' if why else ''}: expect it "
-                         "slower than fp32.")
-        unsteady = ok[ok["steady"].map(lambda v: v is False).astype(bool)]
-        if not unsteady.empty:
-            n = unsteady["cell_key"].nunique()
-            notes.append(f"{label} ({side.ref}): in {n} cell{'s' if n != 1 else ''} a repeat's warm-up reached its "
-                         "ceiling before the iteration times were steady.")
-    return notes

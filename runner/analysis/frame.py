@@ -101,21 +101,22 @@ MEASURE_COLUMNS = ("warmup_iters", "steady", "warmup_how", "window_iters", "step
 # (the loss at a step both sides recorded, bench's metrics.loss_at, when their windows differ).
 PER_STEP_METRICS = ("loss_end", "accuracy")
 
+# How each metric was obtained and its displayed unit (the shared interface of results: a result's
+# metrics.definitions = {metric: {"how": ..., "unit": ...}}); absent = the built-in benchmark's own definition.
+# Two repeats whose (how, unit) differ for a metric are never paired or pooled on it.
+DEFAULT_HOW = {"throughput": "bench: items over the synchronised measured window"}
+DEFINITION_FIELDS = tuple(f"{part}_{m}" for m in METRICS for part in ("how", "unit"))
+
 FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
                  "settings", "status", "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
                  "hardware", *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe", *MEASURE_COLUMNS,
-                 *(f"how_{m}" for m in METRICS), *(f"unit_{m}" for m in METRICS))
-# How a metric was obtained when a result does not say (metrics.definitions): the built-in benchmark's.
-DEFAULT_HOW = {"throughput": "bench: items over the synchronised measured window"}
+                 *DEFINITION_FIELDS)
 
 
 def definition(metrics: Mapping[str, Any], name: str) -> tuple[str, str]:
     """(how, unit) of one metric of a result: its metrics.definitions entry, else the benchmark's default."""
-    own = (metrics.get("definitions") or {}).get(name) if isinstance(metrics.get("definitions"), Mapping) else None
-    m = METRICS[name]
-    if not isinstance(own, Mapping):
-        return DEFAULT_HOW.get(name, f"bench: {m.label}"), m.unit
-    return str(own.get("how") or DEFAULT_HOW.get(name, f"bench: {m.label}")), str(own.get("unit", m.unit) or "")
+    got = definitions(metrics if isinstance(metrics, Mapping) else {})
+    return got[f"how_{name}"], got[f"unit_{name}"]
 
 
 def shown_unit(units: Iterable[Any], name: str) -> str:
@@ -251,6 +252,22 @@ def measured(r: Mapping[str, Any]) -> dict[str, Any]:
             "loss_at": _loss_at(metrics.get("loss_at"))}
 
 
+def definitions(metrics: Mapping[str, Any]) -> dict[str, str]:
+    """The `how_<m>` and `unit_<m>` columns of one repeat: its result's metrics.definitions (keyed on a metric's
+    name or alias), else the built-in benchmark's definition ("bench: <label>", the Metric's unit)."""
+    given = _mapping(metrics.get("definitions"))
+    out: dict[str, str] = {}
+    for name, m in METRICS.items():
+        entry = _mapping(given.get(name))
+        if not entry:
+            entry = next((_mapping(v) for k, v in given.items() if METRIC_ALIASES.get(str(k)) == name), {})
+        how, unit = entry.get("how"), entry.get("unit")
+        out[f"how_{name}"] = str(how).strip() if isinstance(how, str) and how.strip() else DEFAULT_HOW.get(
+            name, f"bench: {m.label}")
+        out[f"unit_{name}"] = str(unit).strip() if isinstance(unit, str) and unit.strip() else m.unit
+    return out
+
+
 def _loss_at(value: Any) -> dict[int, float] | None:
     """bench's {"step": loss} as {step: loss} (steps as integers, losses that are numbers); None without it."""
     if not isinstance(value, Mapping):
@@ -379,8 +396,7 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             rec[f"recipe_{f}"] = parts[f]
         rec["recipe"] = recipe_text(parts)
         rec.update(measured(r))
-        for name in METRICS:
-            rec[f"how_{name}"], rec[f"unit_{name}"] = definition(metrics, name)
+        rec.update(definitions(metrics if isinstance(metrics, Mapping) else {}))
         records.append(rec)
     return pd.DataFrame.from_records(records, columns=list(FRAME_COLUMNS))
 

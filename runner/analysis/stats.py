@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import special  # the t distribution; much lighter to import than scipy.stats
 
 from runner.analysis.frame import (
     BASELINE_PRECISION,
@@ -20,9 +19,9 @@ from runner.analysis.frame import (
     environment_rank,
     precision_rank,
 )
+from runner.analysis.significance import t_half_width
 from runner.results import Status
 
-CONFIDENCE = 0.95
 NOISY_CV = 0.10    # throughput that varies more than this between repeats is flagged
 THROTTLED = "throttled"  # per cell: how many of its ok repeats the GPU's telemetry marked throttled
 DATA_BOUND = 0.10  # a loader that keeps the device waiting more than this share of the window is flagged
@@ -41,14 +40,6 @@ class Stats:
     median: float
     ci_low: float
     ci_high: float
-
-
-def t_half_width(std: Any, n: Any, confidence: float = CONFIDENCE) -> Any:
-    """Half the width of the t-distribution confidence interval of a mean (NaN where n < 2)."""
-    n_arr = np.asarray(n, dtype=float)
-    df = np.where(n_arr >= 2, n_arr - 1, np.nan)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return special.stdtrit(df, 0.5 + confidence / 2) * np.asarray(std, dtype=float) / np.sqrt(n_arr)
 
 
 def describe(values: Sequence[float] | np.ndarray) -> Stats:

@@ -53,7 +53,7 @@ def run_and_decide(m: matrix_mod.Matrix, db: Path, env: Sequence[str], only: Seq
     """Run (or collect) the selected cells, then decide the matrix file's references on what is stored."""
     cells = matrix_mod.select(m.cells(), env, only)
     signal.signal(signal.SIGTERM, sigterm)
-    from runner.decide import commands as decide
+    from runner.commands import decide
     decided = 0
     with Store(db) as store:
         report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:], console=consoles.stdout(),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import runner.analysis as an
-from runner.decide.verdict import Verdict
+from runner.analysis.verdict import Verdict
 
 MIN_RUNS = 3          # runs each side of a split needs
 
@@ -66,7 +66,7 @@ def _search(x: np.ndarray, lo: int, hi: int, metric: an.Metric, alpha: float, mi
     with np.errstate(invalid="ignore", divide="ignore"):
         va = np.maximum(qa - na * ma * ma, 0) / (na - 1)
         vb = np.maximum(qb - nb * mb * mb, 0) / (nb - 1)
-    p = an.welch_p_from_stats(ma, np.sqrt(va), na, mb, np.sqrt(vb), nb)
+    p = an.welch_from_stats(ma, np.sqrt(va), na, mb, np.sqrt(vb), nb)
     if np.all(np.isnan(p)):
         return
     best = int(np.nanargmin(p))

@@ -57,7 +57,7 @@ def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[st
 
 def load_history(db: Path, runs: Sequence[str] | None = None) -> Any:
     """Each cell's throughput per run over every stored row (a re-run's older repeats are history)."""
-    from runner.decide.history import history
+    from runner.analysis.history import history
 
     with _open(db) as store:
         run_ids = [store.resolve_run(r) for r in runs] if runs else None

@@ -6,6 +6,7 @@ import csv
 import io
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -180,3 +181,12 @@ def _csv_field(value: str) -> str:
     if value.startswith("'") or any(c in value for c in ',"\r\n'):
         return '"' + value.replace('"', '""') + '"'
     return value
+
+
+@dataclass
+class Section:
+    """A heading, an optional note and one table."""
+
+    title: str
+    table: Table
+    note: str = ""

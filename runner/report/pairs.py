@@ -4,21 +4,22 @@ rest; `matrix compare` renders the same table through runner/report/render.py)."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
 from runner import analysis as an
-from runner.decide.verdict import Verdict
+from runner.analysis.comparable import unit_of
+from runner.analysis.verdict import Verdict
 from runner.report import fmt
-from runner.report.fmt import DASH, Cell, Table
+from runner.report.fmt import DASH, Cell, Section, Table
 from runner.report.labels import (
     KEY_LABELS,
     key_text,
     not_ok,
     varying,
 )
-from runner.report.views import Section, precision_ratio_table
 
 
 def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame
@@ -90,11 +91,10 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
     p = c.pairs
     keys = varying(p, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
     m = c.metric
-    side_units = {s: an.shown_unit(getattr(getattr(c, s), "frame", pd.DataFrame()).get(f"unit_{m.name}", ()), m.name)
-                  for s in ("a", "b")}
-    unit_a, unit_b = (f" ({u})" if u else "" for u in side_units.values())
+    ua, ub = (unit_of(side.chosen, m) for side in (c.a, c.b))
     p_head = "p (BH)" if c.n_tested > 1 else "p"
-    table = Table([*(KEY_LABELS[k] for k in keys), f"{a}{unit_a}", f"{b}{unit_b}", f"{b}/{a}", "change", p_head,
+    table = Table([*(KEY_LABELS[k] for k in keys), f"{a} ({ua})" if ua else a, f"{b} ({ub})" if ub else b, f"{b}/{a}",
+                   "change", p_head,
                    "verdict"], align=["l"] * len(keys) + ["r", "r", "r", "l", "r", "l"])
     for r in p.to_dict("records"):
         if r["decision"] == Verdict.UNDECIDED.value:
@@ -118,3 +118,20 @@ def side_cell(r: Any, side: str, m: an.Metric) -> Cell:
         return Cell(bad or DASH, "status")
     text = fmt.metric_value(m, r[f"{side}_mean"], r[f"{side}_std"], n)
     return Cell(f"{text} ({bad})" if bad else text, "num")
+
+
+def precision_ratio_table(ratios: pd.DataFrame, sides: Sequence[str]) -> Table:
+    """Rows configuration, columns side × precision: the 2018 Slurm-versus-container table's ratios."""
+    keys = varying(ratios, [k for k in an.PARAM_KEYS if k != "precision"], always=("model", "batch_size"))
+    precisions = list(dict.fromkeys(ratios.sort_values(
+        "precision", key=an.precision_rank, kind="stable")["precision"]))
+    columns = [(s, p) for s in sides for p in precisions
+               if ((ratios["side"] == s) & (ratios["precision"] == p)).any()]
+    table = Table([*(KEY_LABELS[k] for k in keys), *(f"{s} {p}/fp32" for s, p in columns)],
+                  align=["l"] * len(keys) + ["r"] * len(columns))
+    recs = ratios.to_dict("records")
+    lookup = {(r["side"], r["precision"], *(r[k] for k in keys)): r["ratio"] for r in recs}
+    for key in dict.fromkeys(tuple(r[k] for k in keys) for r in recs):
+        table.add(*(key_text(k, v) for k, v in zip(keys, key, strict=True)),
+                  *(Cell(fmt.ratio(lookup.get((s, p, *key))), "num") for s, p in columns))
+    return table

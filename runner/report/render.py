@@ -17,7 +17,7 @@ import jinja2
 import pandas as pd
 
 from runner import analysis as an
-from runner.decide.verdict import Verdict
+from runner.analysis.verdict import Verdict
 from runner.report import fmt, labels, views
 from runner.report import pairs as pair_views
 from runner.report.fmt import Cell, MdSafe, Table
@@ -221,7 +221,7 @@ def compare_view(c: an.Comparison) -> CompareView:
     if not c.precision_ratios.empty:
         side_names = {"A": a, "B": b}
         ratios = c.precision_ratios.assign(side=c.precision_ratios["side"].map(side_names))
-        precision = views.precision_ratio_table(ratios, [a, b])
+        precision = pair_views.precision_ratio_table(ratios, [a, b])
     unpaired = None
     if not c.unpaired.empty:
         u = c.unpaired

@@ -14,7 +14,8 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.report import fmt
-from runner.report.fmt import DASH, Cell, Table
+from runner.report.fmt import DASH, Cell, Section, Table
+from runner.report.grid import grid_sections
 from runner.report.labels import (
     KEY_LABELS,
     cell_label,
@@ -25,24 +26,15 @@ from runner.report.labels import (
     key_text,
     varying,
 )
+from runner.report.pairs import comparison_sections
 from runner.results import Status
 
-GRID_METRICS = ("throughput", "iter_time", "peak_mem", "images_per_joule", "accuracy", "loss_end")
 ENV_LABELS = (("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"), ("env_torch", "torch"),
               ("env_cuda", "CUDA"), ("env_cudnn", "cuDNN"), ("env_python", "Python"), ("env_image", "image"),
               ("env_repo_digest", "image digest"), ("env_image_id", "image id"),
               ("env_container_runtime", "container runtime"), ("env_container_runtime_version", "runtime version"),
               ("env_hostname", "host"),
               ("backend", "backend"), ("tags", "tags"), ("run_ids", "runs"))
-
-
-@dataclass
-class Section:
-    """A heading, an optional note and one table."""
-
-    title: str
-    table: Table
-    note: str = ""
 
 
 @dataclass
@@ -222,35 +214,6 @@ def runs_table(records: list[dict[str, Any]]) -> Table:
     return table
 
 
-def grid_sections(summary: pd.DataFrame) -> list[Section]:
-    """Precision grid: per environment and configuration, rows precision × metric, columns batch size."""
-    group = ("environment", "model", "dataset", "gpus", "nodes", "options")
-    blocks: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in summary.to_dict("records"):  # summary order: environment, configuration, precision, batch
-        blocks.setdefault(tuple(r[k] for k in group), []).append(r)
-    sections = []
-    for cells in blocks.values():
-        first = cells[0]
-        batches = sorted({int(r["batch_size"]) for r in cells})
-        metrics = ([an.METRICS[m] for m in GRID_METRICS if any(r[f"{m}_n"] > 0 for r in cells)]
-                   or [an.METRICS["throughput"]])
-        table = Table(["precision", "metric", *(f"batch {b}" for b in batches)],
-                      align=["l", "l", *("r" * len(batches))])
-        by_precision: dict[str, dict[int, dict[str, Any]]] = {}
-        for r in cells:
-            by_precision.setdefault(str(r["precision"]), {})[int(r["batch_size"])] = r
-        for precision, by_batch in by_precision.items():
-            for i, m in enumerate(metrics):
-                row = [cell_value(by_batch[b], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
-                table.add(Cell(precision if i == 0 else "", "key"),
-                          Cell(an.metric_heading(m.name, (r.get(f"unit_{m.name}") for r in cells))), *row,
-                          row_class="group" if i == 0 else "")
-        title = " · ".join(p for p in (str(first["environment"]), str(first["hardware"]),
-                                       cell_label(first, ["model", "dataset", "gpus", "nodes", "options"])) if p)
-        sections.append(Section(title, table))
-    return sections
-
-
 def definitions_table(several: pd.DataFrame, keys: Sequence[str], pooled: bool = False,
                       sides: dict[str, str] | None = None) -> Table:
     """Names measured under more than one definition: one row per definition, with what tells them apart,
@@ -281,23 +244,6 @@ def definitions_section(defs: an.Definitions) -> Section | None:
     return Section("Cells measured under more than one definition",
                    definitions_table(defs.several, defs.keys, defs.pooled),
                    definitions_sentence(defs.n_names, defs.pooled))
-
-
-def precision_ratio_table(ratios: pd.DataFrame, sides: Sequence[str]) -> Table:
-    """Rows configuration, columns side × precision: the 2018 Slurm-versus-container table's ratios."""
-    keys = varying(ratios, [k for k in an.PARAM_KEYS if k != "precision"], always=("model", "batch_size"))
-    precisions = list(dict.fromkeys(ratios.sort_values(
-        "precision", key=an.precision_rank, kind="stable")["precision"]))
-    columns = [(s, p) for s in sides for p in precisions
-               if ((ratios["side"] == s) & (ratios["precision"] == p)).any()]
-    table = Table([*(KEY_LABELS[k] for k in keys), *(f"{s} {p}/fp32" for s, p in columns)],
-                  align=["l"] * len(keys) + ["r"] * len(columns))
-    recs = ratios.to_dict("records")
-    lookup = {(r["side"], r["precision"], *(r[k] for k in keys)): r["ratio"] for r in recs}
-    for key in dict.fromkeys(tuple(r[k] for k in keys) for r in recs):
-        table.add(*(key_text(k, v) for k, v in zip(keys, key, strict=True)),
-                  *(Cell(fmt.ratio(lookup.get((s, p, *key))), "num") for s, p in columns))
-    return table
 
 
 def precision_sections(info: pd.DataFrame, prec: pd.DataFrame) -> list[Section]:
@@ -390,10 +336,10 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
 
 
 def history_sections(hist: pd.DataFrame) -> list[Section]:
-    """One table of every cell measured more than once (runner/decide/history.py)."""
+    """One table of every cell measured more than once (runner/analysis/history.py)."""
     if hist.empty:
         return []
-    from runner.decide.present import history_table
+    from runner.report.decisions import history_table
 
     n_cells, n_steps = hist["cell_key"].nunique(), int(hist["step"].sum())
     note = (f"{n_cells} cell{'s' if n_cells != 1 else ''} measured more than once (a run resumed after an "
@@ -406,7 +352,7 @@ def history_sections(hist: pd.DataFrame) -> list[Section]:
 def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
           history: pd.DataFrame | None = None) -> ReportModel:
     """All views of one report from the long frame and the runs it came from; `history` is
-    runner.decide.history over every stored row (not only each repeat's newest).
+    runner.analysis.history over every stored row (not only each repeat's newest).
 
     A name (environment and params) measured under more than one definition shows its newest definition in
     every table; the others are listed in their own section and counted in the totals, never averaged in."""
@@ -415,7 +361,6 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     shown = defs.frame
     summary = an.summarize(shown)
     info = an.environment_info(shown)
-    from runner.report.pairs import comparison_sections  # it builds on this module's Section
 
     comparison, comparisons = comparison_sections(shown, summary)
     prec = an.precision_summary(summary)
@@ -438,7 +383,7 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
         name=name, totals=totals, hardware=hardware_lines(info), warnings=notes,
         runs=runs_table(run_records),
         environments=environments_table(info), recipes=recipes_section(recipes),
-        grid=grid_sections(summary), comparison=comparison,
+        grid=grid_sections(summary, shown), comparison=comparison,
         precision=precision_sections(info, prec), scaling=scaling_sections(scale),
         failures=failures(summary), frame=df, summary=summary, comparisons=comparisons,
         precision_df=prec, scaling_df=scale, recipes_df=recipes, run_records=run_records,

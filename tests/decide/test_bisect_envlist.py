@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from runner import matrix as matrix_mod
-from runner.decide.bisect.envlist import expand_pattern, plan
+from runner.bisect_envs import expand_pattern, plan
 from runner.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runner.decide.bisect import search
-from runner.decide.bisect.search import FOUND, NO_CHANGE, SPREAD, UNDECIDED, Sample, Settings, bisect, replay
-from runner.decide.verdict import Verdict
+from runner.analysis import bisect as search
+from runner.analysis import bisect_pair
+from runner.analysis.bisect import FOUND, NO_CHANGE, SPREAD, UNDECIDED, Sample, Settings, bisect, replay
+from runner.analysis.verdict import Verdict
 from runner.exitcodes import Exit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,11 +52,11 @@ def levels_of(level: float, n: int, rng: np.random.Generator, cv: float = QUIET_
 
 
 def test_levels_grow_to_the_most_repeats() -> None:
-    assert search.levels(3, 10) == (3, 5, 8, 10)
-    assert search.levels(3, 20) == (3, 5, 8, 13, 20)
-    assert search.levels(2, 2) == (2,)
-    assert search.levels(1, 4) == (2, 4)   # a test needs two repeats a side
-    assert search.levels(5, 3) == (5,)
+    assert bisect_pair.levels(3, 10) == (3, 5, 8, 10)
+    assert bisect_pair.levels(3, 20) == (3, 5, 8, 13, 20)
+    assert bisect_pair.levels(2, 2) == (2,)
+    assert bisect_pair.levels(1, 4) == (2, 4)   # a test needs two repeats a side
+    assert bisect_pair.levels(5, 3) == (5,)
     assert Settings(levels=(3, 5, 8, 10)).alpha_look == pytest.approx(0.0125)
 
 
@@ -200,7 +201,7 @@ def test_compare_is_exact_without_spread_and_refuses_too_few() -> None:
     one = search.compare(0, 1, Sample(("ok",), (10.0,)), Sample(("ok",) * 3, (12.0, 12.1, 11.9)), s)
     assert one.verdict is Verdict.UNDECIDED and "1 ok repeat on A" in one.why and one.more
     # -4.8% is within a 5% threshold in log scale (1/1.05 - 1), -5% beyond it
-    assert search._beyond(-0.05, 0.05) and not search._beyond(-0.047, 0.05)
+    assert bisect_pair._beyond(-0.05, 0.05) and not bisect_pair._beyond(-0.047, 0.05)
     flaky = Sample(("ok", "oom", "ok"), (10.0, 10.1))
     assert flaky.state == "ok" and flaky.flaky
     assert Sample(("oom", "failed", "oom")).state == "oom"
@@ -220,3 +221,43 @@ def test_a_step_whose_other_side_stays_undecided_is_a_candidate_not_a_culprit() 
     assert answer.culprit is not None and (answer.culprit.a, answer.culprit.b) == (0, 1)
     assert [(u.a, u.b) for u in answer.unresolved] == [(1, 4)]
     assert "candidate" in answer.why
+
+
+def test_a_flaky_onset_is_not_one_step() -> None:
+    """Crashes in 0/3, 0/3, 1/3, 1/3, 2/3 repeats: "ok when at least half are ok" used to name e3 -> e4 as the
+    culprit explaining 100%, though crashes began at e1 -> e2. Rates are compared as rates (Fisher's exact test):
+    more repeats where a side is flaky, else undecided; never a culprit from a rising failure rate."""
+    f, o = "failed", "ok"
+
+    def env(statuses: list[str]) -> Sample:
+        return Sample(tuple(statuses), (1.0,) * statuses.count(o))
+    data: list[list[float] | str | Sample] = [
+        env([o] * 10), env([o] * 10), env([o, f, o, o, o, f, o, o, o, o]), env([o, o, f, o, f, o, o, o, o, o]),
+        env([f, o, f, f, o, f, f, o, f, f])]
+    for levels in ((3,), (3, 5, 8, 10)):
+        answer = bisect(5, replay(data), Settings(metric=search.STATUS, levels=levels))
+        assert answer.outcome == UNDECIDED and answer.exit_code == Exit.UNDECIDED, answer.why
+        assert not any(s.verdict is Verdict.FAIL and (s.a, s.b) == (3, 4) for s in answer.steps)
+    three = bisect(5, replay(data), Settings(metric=search.STATUS, levels=(3,)))
+    assert "fisher p=0.4" in three.why and "at the most repeats" in three.why
+    many = [env([o] * 20), env([o] * 20), env([f] * 14 + [o] * 6), env([f] * 14 + [o] * 6), env([f] * 20)]
+    found = bisect(5, replay(many), Settings(metric=search.STATUS, levels=(3, 10, 20)))
+    assert found.culprit is None or (found.culprit.a, found.culprit.b) == (1, 2), found.why
+
+
+def test_a_loss_is_compared_at_a_step_both_recorded() -> None:
+    """With `iterations: auto` the slower environment trains fewer steps: bisect used to name fast -> slow +28%
+    while compare aligned the steps and said the same. Now both take the loss at the last step every repeat
+    recorded; without such a step the pair is not comparable, never a culprit."""
+    def env(steps: int, final: float, seed: int) -> Sample:
+        rng = np.random.default_rng(seed)
+        ladders = tuple({1: 2.3, 10: 1.9, 20: 1.5 + 0.01 * rng.standard_normal(), steps: final} for _ in range(5))
+        return Sample(("ok",) * 5, (final,) * 5, steps=(steps,) * 5, ladders=ladders)
+    data: list[list[float] | str | Sample] = [env(73, 0.389, 1), env(40, 0.5, 2)]
+    answer = bisect(2, replay(data), Settings(metric="loss_end", threshold=0.10, levels=(5,)))
+    assert answer.outcome == NO_CHANGE, answer.why
+    assert "at step 20" in answer.end.why
+    bare = [Sample(("ok",) * 5, (0.389,) * 5, steps=(73,) * 5), Sample(("ok",) * 5, (0.5,) * 5, steps=(40,) * 5)]
+    answer = bisect(2, replay(bare), Settings(metric="loss_end", threshold=0.10, levels=(5,)))
+    assert answer.outcome == UNDECIDED and answer.culprit is None
+    assert "comes after different numbers of training steps (40, 73)" in answer.end.why

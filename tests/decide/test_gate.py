@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from runner.decide import gate, significance
-from runner.decide.verdict import Verdict, exit_status
+from runner.analysis import gate, significance
+from runner.analysis.verdict import Verdict, exit_status
 from runner.errors import ConfigError
 from runner.exitcodes import Exit
 from tests.decide.helpers import long_frame, rows_for
@@ -79,13 +79,15 @@ def test_memory_growth_trips() -> None:
 def test_a_cell_that_newly_fails_trips_slower() -> None:
     a, b = sides([100.0, 101.0], [math.nan, math.nan], b_status="oom")
     (c,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]))
-    assert c.tripped and c.reason == "B has no ok repeat (A has)"
+    assert c.tripped and c.reason == "regression: B 2 oom (A 2 ok)"
 
 
 def test_cells_pair_on_params_only() -> None:
     a = long_frame(rows_for("k1", list(BASE), environment="A", batch_size=32))
     b = long_frame(rows_for("k2", list(BASE / 1.1), environment="B", batch_size=64, run_id="r2", start=9.0))
-    assert gate.evaluate(a, b, gate.parse_rules(["slower:3%"])) == []
+    (c,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]))
+    assert c.params["batch_size"] == 32 and c.verdict is Verdict.UNDECIDED
+    assert gate.only_in_b(a, b)[0]["batch_size"] == 64
 
 
 def test_json_is_stable_and_lists_every_check() -> None:
@@ -171,7 +173,9 @@ def test_no_pair_to_check_is_undecided() -> None:
     a = long_frame(rows_for("k1", list(BASE), environment="A", batch_size=32))
     b = long_frame(rows_for("k2", list(BASE), environment="B", batch_size=64, run_id="r2", start=9.0))
     rules = gate.parse_rules(["slower:3%"])
-    assert gate.evaluate(a, b, rules) == [] and gate.verdict_of([]) is Verdict.UNDECIDED
+    checks = gate.evaluate(a, b, rules)
+    assert [c.verdict for c in checks] == [Verdict.UNDECIDED] and gate.verdict_of(checks) is Verdict.UNDECIDED
+    assert gate.verdict_of([]) is Verdict.UNDECIDED
     assert gate.summary_line(rules, []).startswith("Gate undecided")
 
 
@@ -217,3 +221,67 @@ def test_pairs_whose_run_settings_differ_are_not_comparable() -> None:
     assert c.verdict is Verdict.UNDECIDED
     assert c.reason == ("not comparable: run settings differ (iterations=20 warmup=5 seed=0 vs "
                         "iterations=200 warmup=5 seed=0)")
+
+
+def test_cells_b_never_measured_are_undecided_checks_not_dropped() -> None:
+    """A has three cells, B ran one: the other two are undecided checks in the text and the JSON (the gate used to
+    say `Gate passed (slower:3%): 1 passed of 1 check over 1 pair`)."""
+    a = long_frame(*(rows_for(f"a{bs}", list(BASE), environment="A", batch_size=bs, start=1000.0 * i)
+                     for i, bs in enumerate((32, 64, 128), 1)))
+    b = long_frame(rows_for("b32", list(BASE), environment="B", batch_size=32, run_id="r2", start=9000.0))
+    rules = gate.parse_rules(["slower:3%"])
+    checks = gate.evaluate(a, b, rules)
+    assert [c.verdict for c in checks] == [Verdict.PASS, Verdict.UNDECIDED, Verdict.UNDECIDED]
+    assert checks[1].reason == "not measured on B (no repeat of this cell)"
+    assert gate.summary_line(rules, checks).startswith("Gate undecided (slower:3%): 1 passed, 2 undecided of 3")
+    assert exit_status([c.verdict for c in checks]) is Exit.UNDECIDED
+    assert exit_status([c.verdict for c in checks], "pass") is Exit.OK  # the user's choice, said in the line
+    assert "counted as passed" in gate.summary_line(rules, checks, "pass")
+    doc = json.loads(gate.to_json("A", "B", rules, checks))
+    assert doc["counts"] == {"pass": 1, "fail": 0, "undecided": 2}
+    assert [c["batch_size"] for c in doc["checks"] if c["verdict"] == "undecided"] == [64, 128]
+
+
+def test_a_new_failure_on_b_is_not_passed_over() -> None:
+    """A 3 ok; B 2 ok and 1 oom: too few repeats to tell a flaky OOM from chance, so undecided, and said; with
+    many repeats a frequent new OOM fails the check (the gate used to pass and never mention it)."""
+    a = long_frame(rows_for("ka", [100.0, 100.5, 99.8], environment="A"))
+    oom = rows_for("kb", [math.nan], environment="B", run_id="r2", start=3000.0, status="oom")
+    b = long_frame(rows_for("kb", [100.2, 99.9], environment="B", run_id="r2", start=2000.0),
+                   [dict(r, repeat=2) for r in oom])
+    rules = gate.parse_rules(["slower:3%"])
+    (c,) = gate.evaluate(a, b, rules)
+    assert c.verdict is Verdict.UNDECIDED and c.reason == "oom on B only (3 ok vs 2 ok, 1 oom), fisher p=1: more repeats needed"
+    assert json.loads(gate.to_json("A", "B", rules, [c]))["checks"][0]["reason"] == c.reason
+    many_a = long_frame(rows_for("ka", list(BASE) + list(BASE), environment="A"))
+    oom = [dict(r, repeat=r["repeat"] + 4, id=r["id"] + 100) for r in
+           rows_for("kb", [math.nan] * 12, environment="B", run_id="r2", start=2000.0, status="oom")]
+    many_b = long_frame(rows_for("kb", list(BASE[:4]), environment="B", run_id="r2", start=2000.0), oom)
+    (c,) = gate.evaluate(many_a, many_b, rules)
+    assert c.tripped and c.reason.startswith("regression: B 4 ok, 12 oom (A 16 ok), fisher p=")
+    slower = long_frame(rows_for("kb", list(BASE[:4] / 1.2), environment="B", run_id="r2", start=2000.0), oom[:1])
+    (c,) = gate.evaluate(many_a, slower, rules)  # the speed decides: slower anyway, the new OOM said
+    assert c.tripped and c.reason.startswith("slower by 20.") and "oom on B only" in c.reason
+
+
+def test_the_gate_says_throttling_as_compare_does() -> None:
+    a, b = sides(list(BASE), list(BASE / 1.10))
+    b = b.assign(throttled=True)
+    (c,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]))
+    assert c.tripped and c.note == "coincides with throttling: B throttled in 8 of 8"
+    assert json.loads(gate.to_json("A", "B", gate.parse_rules(["slower:3%"]), [c]))["checks"][0]["note"] == c.note
+    assert "coincides with throttling" in gate.rows([c])[0]["why"]
+
+
+def test_two_definitions_of_a_metric_are_not_compared_as_one() -> None:
+    """mllog's throughput from tracked_stats on A, from train_samples over the whole run on B: never paired."""
+    def defined(rows: list[dict], how: str) -> list[dict]:
+        for r in rows:
+            r["metrics"]["definitions"] = {"throughput": {"how": how, "unit": "samples/s"}}
+        return rows
+    a = long_frame(defined(rows_for("k", [1000.0] * 3, environment="A"), "mllog: mean of tracked_stats"))
+    b = long_frame(defined(rows_for("k", [500.0] * 3, environment="B", run_id="r2", start=2000.0),
+                           "mllog: train_samples / (run_stop - run_start)"))
+    (c,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]))
+    assert c.verdict is Verdict.UNDECIDED and c.reason.startswith("not comparable: the throughput is obtained "
+                                                                  "differently (mllog: mean of tracked_stats")

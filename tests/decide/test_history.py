@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runner.decide.history import history, steps
+from runner.analysis.history import history, steps
 from tests.decide.helpers import long_frame, rows_for
 
 NOISE = np.array([0.0, 0.4, -0.4, 0.2, -0.2])
@@ -91,7 +91,7 @@ def test_rerun_failed_and_more_repeats_continue_the_measurement() -> None:
 
 
 def test_two_definitions_of_one_name_are_two_histories_labelled_by_key() -> None:
-    from runner.decide.present import history_table
+    from runner.report.decisions import history_table
 
     df = long_frame(rows_for("old", [100.0, 100.2], run_id="a", start=1000.0),
                     rows_for("old", [100.1, 100.3], run_id="b", start=2000.0),
@@ -104,9 +104,21 @@ def test_two_definitions_of_one_name_are_two_histories_labelled_by_key() -> None
 
 
 def test_a_point_that_cannot_be_tested_says_undecided_not_no_step() -> None:
-    from runner.decide.present import history_table
+    from runner.report.decisions import history_table
 
     df = long_frame(rows_for("k", [100.0], run_id="a", start=1000.0), rows_for("k", [50.0], run_id="b", start=2000.0))
     h = history(df)
     assert not h["step"].any() and h["undecided"].iloc[1].startswith("1 ok repeat before and 1 ok repeat here")
     assert history_table(h).rows[1][-1].text.startswith("undecided: 1 ok repeat before")
+
+
+def test_a_change_of_how_the_metric_is_obtained_is_not_a_step() -> None:
+    """A parser that switched from tracked_stats to train_samples over the whole run halves the figure: not a
+    step of the cell's speed, the point says why it was not compared."""
+    later = rows_for("k", list(50 + NOISE), run_id="night-2", start=2000.0)
+    for r in later:
+        r["metrics"]["definitions"] = {"throughput": {"how": "mllog: train_samples / (run_stop - run_start)",
+                                                      "unit": "samples/s"}}
+    h = history(long_frame(rows_for("k", list(100 + NOISE), run_id="night-1", start=1000.0), later))
+    assert list(h["step"]) == [False, False]
+    assert h["undecided"].iloc[1].startswith("not comparable: the throughput is obtained differently")

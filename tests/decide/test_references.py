@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
-from runner.decide import references as ref
-from runner.decide.verdict import Verdict
+from runner.analysis import references as ref
+from runner.analysis.verdict import Verdict
 from runner.errors import ConfigError
 from runner.exitcodes import Exit
 from tests.decide.helpers import long_frame, rows_for
@@ -209,7 +209,7 @@ def test_match_values_take_the_axis_type() -> None:
 
 
 def test_the_table_shows_a_why_column_only_when_a_verdict_has_a_reason() -> None:
-    from runner.decide import present
+    from runner.report import decisions as present
 
     m, df = cells_and_frame([110.0, 112.0])
     plain = present.verdict_table(ref.judge(m.references, m.cells(), df))
@@ -219,3 +219,18 @@ def test_the_table_shows_a_why_column_only_when_a_verdict_has_a_reason() -> None
     assert why.columns[-1] == "why" and why.rows[0][-1].text == "nothing measured (nothing stored)"
     assert "References undecided" in present.terminal(why, ref.summary_line(ref.judge(m2.references, m2.cells(),
                                                                                       empty)))
+
+
+def test_a_cell_with_a_failed_repeat_is_not_shown_to_pass() -> None:
+    """2 ok and 1 oom inside the bound used to pass on the ok repeats alone, never mentioning the OOM."""
+    m, df = cells_and_frame([110.0, 112.0, 108.0])
+    df.loc[df.index[-1], "status"] = "oom"
+    (v,) = ref.judge(m.references, m.cells(), df)
+    assert v.verdict is Verdict.UNDECIDED and v.reason.startswith("not every repeat ended ok (2 ok, 1 oom)")
+
+
+def test_a_figure_in_another_unit_is_not_judged_against_the_reference() -> None:
+    m, df = cells_and_frame([110.0, 112.0, 108.0])
+    df["how_throughput"], df["unit_throughput"] = "mllog: mean of tracked_stats", "samples/s"
+    (v,) = ref.judge(m.references, m.cells(), df)
+    assert v.verdict is Verdict.UNDECIDED and v.reason.startswith("not comparable: the throughput is obtained")

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from runner import analysis as an
-from runner.decide import gate, references
-from runner.decide.verdict import Verdict
+from runner.analysis import gate, references
+from runner.analysis.verdict import Verdict
 from runner.report import compare_command, report_command
 from tests.report.conftest import fill_store, load_results
 

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from runner import analysis as an
-from runner.decide.verdict import Verdict
+from runner.analysis.verdict import Verdict
 from runner.errors import ConfigError
 from runner.store import Store
 
@@ -102,12 +102,12 @@ def welch_by_formula(a: list[float], b: list[float]) -> float:
 def test_welch_p_value_matches_the_formula() -> None:
     # By hand: t = 22.5 / sqrt(100/3 + 125/12) = 3.4017, df = 3.2347, p = 0.03782
     assert welch_by_formula(A, B) == pytest.approx(0.0378150822, abs=1e-8)
-    p = an.welch_p_from_stats(np.mean(A), np.std(A, ddof=1), len(A), np.mean(B), np.std(B, ddof=1), len(B))
+    p = an.welch_from_stats(np.mean(A), np.std(A, ddof=1), len(A), np.mean(B), np.std(B, ddof=1), len(B))
     assert float(p) == pytest.approx(welch_by_formula(A, B), rel=1e-9)
-    assert math.isnan(float(an.welch_p_from_stats(1.0, math.nan, 1, np.mean(B), np.std(B, ddof=1), len(B))))
+    assert math.isnan(float(an.welch_from_stats(1.0, math.nan, 1, np.mean(B), np.std(B, ddof=1), len(B))))
     # No spread on either side is certain, not untestable: equal means p = 1, different means p = 0.
-    assert float(an.welch_p_from_stats(5.0, 0.0, 3, 5.0, 0.0, 3)) == 1.0
-    assert float(an.welch_p_from_stats(5.0, 0.0, 3, 6.0, 0.0, 3)) == 0.0
+    assert float(an.welch_from_stats(5.0, 0.0, 3, 5.0, 0.0, 3)) == 1.0
+    assert float(an.welch_from_stats(5.0, 0.0, 3, 6.0, 0.0, 3)) == 0.0
 
 
 def test_geometric_mean() -> None:
@@ -138,12 +138,12 @@ def test_a_time_metric_reads_lower_as_faster() -> None:
 
 def test_verdicts_say_not_significant_plainly() -> None:
     m = an.METRICS["throughput"]
-    assert an.verdict(1.2, 0.2, 3, 3, m) == (False, "not significant")
-    assert an.verdict(1.01, 0.0001, 3, 3, m) == (False, "not significant (change < 2%)")
-    assert an.verdict(0.9, 0.001, 3, 3, m) == (True, "slower")
-    assert an.verdict(1.2, math.nan, 1, 3, m) == (
+    assert an.judge_pair(1.2, 0.2, 3, 3, m)[:2] == (False, "not significant")
+    assert an.judge_pair(1.01, 0.0001, 3, 3, m)[:2] == (False, "not significant (change < 2%)")
+    assert an.judge_pair(0.9, 0.001, 3, 3, m)[:2] == (True, "slower")
+    assert an.judge_pair(1.2, math.nan, 1, 3, m)[:2] == (
         False, "undecided: 1 ok repeat on A (a test needs 2+ per side)")
-    assert an.verdict(math.nan, math.nan, 0, 3, m) == (False, "no result")
+    assert an.judge_pair(math.nan, math.nan, 0, 3, m)[:2] == (False, "no result")
     assert an.judge_pair(1.2, math.nan, 1, 3, m)[2] is Verdict.UNDECIDED
     assert an.judge_pair(1.2, 0.2, 3, 3, m)[2] is Verdict.PASS
     assert an.judge_pair(0.9, 0.001, 3, 3, m)[2] is Verdict.FAIL
@@ -223,9 +223,9 @@ def test_vectorised_welch_matches_scipy_ttest() -> None:
     for n_a, n_b in ((2, 2), (3, 5), (10, 4), (30, 30)):
         a, b = rng.normal(100, 5, n_a), rng.normal(103, 9, n_b)
         expected = stats.ttest_ind(a, b, equal_var=False).pvalue
-        got = an.welch_p_from_stats(a.mean(), a.std(ddof=1), n_a, b.mean(), b.std(ddof=1), n_b)
+        got = an.welch_from_stats(a.mean(), a.std(ddof=1), n_a, b.mean(), b.std(ddof=1), n_b)
         assert float(got) == pytest.approx(expected, rel=1e-9)
-    assert float(an.welch_p_from_stats(1.0, 0.0, 3, 1.0, 0.0, 3)) == 1.0   # no spread, same: certain
+    assert float(an.welch_from_stats(1.0, 0.0, 3, 1.0, 0.0, 3)) == 1.0   # no spread, same: certain
 
 
 def _record(**kw: Any) -> dict[str, Any]:
@@ -297,10 +297,16 @@ def test_ideal_scaling_line_starts_at_the_smallest_layout() -> None:
 
 
 def test_ok_on_one_side_and_failed_on_the_other_is_a_regression_not_no_result() -> None:
-    assert an.one_sided(3, 0, "3 ok", "2 failed, 1 oom") == (True, "regression: B 2 failed, 1 oom")
-    assert an.one_sided(0, 3, "3 not_started", "3 ok") == (True, "fixed: A 3 not_started")
-    assert an.one_sided(3, 0, "3 ok", "3 unsupported") is None  # the release cannot: not a regression
-    assert an.one_sided(0, 0, "3 failed", "3 failed") is None
+    def change(a: str, b: str) -> tuple[Verdict, str] | None:
+        c = an.outcome_change(an.Outcomes.parse(a), an.Outcomes.parse(b))
+        return None if c is None else (c.verdict, c.why)
+
+    assert change("3 ok", "2 failed, 1 oom") == (Verdict.FAIL, "regression: B 1 oom, 2 failed (A 3 ok)")
+    assert change("3 not_started", "3 ok") == (Verdict.FAIL, "fixed: A 3 not_started (B 3 ok)")
+    # B can no longer run what A ran: a change of outcome in every command (bisect calls it a step too)
+    assert change("3 ok", "3 unsupported") == (Verdict.FAIL, "regression: B 3 unsupported (A 3 ok)")
+    assert change("3 failed", "3 failed") == (Verdict.PASS, "failed on both sides")
+    assert change("3 ok", "3 ok") is None
     ok = {"status": "ok", "metrics": {"throughput": 100.0}}
     rows = [{"id": i, "run_id": "r", "cell_key": f"{env}", "repeat": i % 3, "environment": env,
              "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
@@ -309,7 +315,7 @@ def test_ok_on_one_side_and_failed_on_the_other_is_a_regression_not_no_result() 
     df = an.frame(rows)
     c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
     pair = c.pairs.iloc[0]
-    assert pair["verdict"] == "regression: B 3 failed" and bool(pair["significant"]) and c.n_significant == 1
+    assert pair["verdict"] == "regression: B 3 failed (A 3 ok)" and bool(pair["significant"]) and c.n_significant == 1
 
 
 def test_scaling_across_nodes_with_forward_backward_from_the_breakdown() -> None:
@@ -381,3 +387,47 @@ def test_the_environments_table_names_each_container_runtime_and_its_version() -
     text = {row[0].text: [c.text for c in row[1:]] for row in environments_table(info).rows}
     assert text["container runtime"] == ["podman", "charliecloud", "—"], text
     assert text["runtime version"] == ["4.3.1", "0.31", "—"], text
+
+
+def test_compare_never_pairs_two_definitions_of_a_metric() -> None:
+    """The same program at the same speed, mllog's throughput from tracked_stats on A and from train_samples over
+    the whole run on B: compare used to say `1000 ± 0 | 500.0 ± 0.0 | 2.00x slower | <0.001 | slower`."""
+    def rows(env: str, value: float, how: str) -> list[dict]:
+        return [{"id": i + (10 if env == "b" else 0), "run_id": env, "cell_key": env, "repeat": i, "environment": env,
+                 "status": "ok", "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
+                 "metrics": {"throughput": value, "definitions": {"throughput": {"how": how, "unit": "samples/s"}}}}
+                for i in range(3)]
+    df = an.frame(rows("a", 1000.0, "mllog: mean of tracked_stats")
+                  + rows("b", 500.0, "mllog: train_samples / (run_stop - run_start)"))
+    c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
+    pair = c.pairs.iloc[0]
+    assert pair["decision"] == "undecided" and not bool(pair["significant"]) and math.isnan(pair["p_value"])
+    assert pair["verdict"].startswith("not comparable: the throughput is obtained differently (mllog: mean of "
+                                      "tracked_stats [samples/s] vs mllog: train_samples")
+    assert math.isnan(c.geomean)
+
+
+def test_a_window_shorter_than_the_run_settings_promised_is_said() -> None:
+    def rows(env: str, window: int, start: int) -> list[dict]:
+        return [{"id": start + i, "run_id": env, "cell_key": env, "repeat": i, "environment": env, "status": "ok",
+                 "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
+                 "metrics": {"throughput": 100.0 + i, "iterations": window},
+                 "raw": {"params": {"iterations": 50, "warmup": 5, "seed": 0}}} for i in range(3)]
+    df = an.frame(rows("a", 50, 0) + rows("b", 12, 10))
+    c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
+    assert [n for n in c.notes if "shorter window" in n] == [
+        "B (b): in 1 cell a repeat measured a shorter window than its run settings promised (e.g. 12 iterations; "
+        "iterations=50 warmup=5 seed=0)."]
+
+
+def test_the_pairs_table_labels_each_side_with_its_figures_unit() -> None:
+    from runner.report.pairs import pairs_table
+
+    def rows(env: str, start: int) -> list[dict]:
+        return [{"id": start + i, "run_id": env, "cell_key": env, "repeat": i, "environment": env, "status": "ok",
+                 "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
+                 "metrics": {"throughput": 100.0 + i, "definitions": {"throughput": {
+                     "how": "mllog: mean of tracked_stats", "unit": "samples/s"}}}} for i in range(3)]
+    df = an.frame(rows("a", 0) + rows("b", 10))
+    c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
+    assert pairs_table(c, "a", "b").columns[-6:-4] == ["a (samples/s)", "b (samples/s)"]

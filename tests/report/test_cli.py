@@ -90,16 +90,20 @@ def test_report_errors(matrix_cmd: list[str], db: Path, tmp_path: Path) -> None:
 
 
 def test_gate_command_exit_statuses_and_the_undecided_policy(db: Path) -> None:
-    """On the fixture (GPU numbers, 3 repeats a cell; one cell with a single repeat has no partner): the OOM
-    on B fails slower; a memory gate is decided on every pair; an unknown policy is one line."""
-    from runner.decide.commands import gate_command
+    """On the fixture (GPU numbers, 3 repeats a cell; three cells of A have no partner in B): the OOM on B fails
+    slower; the cells B never measured are undecided, never dropped; an unknown policy is one line."""
+    from runner.commands.decide import gate_command
     from runner.exitcodes import Exit
 
     text, status = gate_command(db, "ngc-18.07", "cluster-pt041", ["slower:50%"], "json")
     doc = json.loads(text)
-    assert status is Exit.FAILED and doc["verdict"] == "fail" and doc["counts"]["undecided"] == 0
-    assert [c["reason"] for c in doc["checks"] if c["verdict"] == "fail"] == ["B has no ok repeat (A has)"]
+    assert status is Exit.FAILED and doc["verdict"] == "fail" and doc["counts"]["undecided"] == 3
+    assert [c["reason"] for c in doc["checks"] if c["verdict"] == "fail"] == ["regression: B 3 oom (A 3 ok)"]
+    assert {c["reason"] for c in doc["checks"] if c["verdict"] == "undecided"} == {
+        "not measured on B (no repeat of this cell)"}
     text, status = gate_command(db, "ngc-18.07", "cluster-pt041", ["faster:50%"], None)
-    assert status is Exit.OK and "Gate passed (faster:50%): 8 passed of 8 checks over 8 pairs" in text
+    assert status is Exit.UNDECIDED and "Gate undecided (faster:50%): 8 passed, 3 undecided of 11 checks" in text
+    text, status = gate_command(db, "ngc-18.07", "cluster-pt041", ["faster:50%"], None, "pass")
+    assert status is Exit.OK and "Gate passed (faster:50%), with 3 undecided counted as passed" in text
     with pytest.raises(MatrixError, match="--undecided 'maybe': allowed: error, fail, pass"):
         gate_command(db, "ngc-18.07", "cluster-pt041", ["slower:3%"], None, "maybe")

@@ -234,7 +234,7 @@ run: {iterations: 1, warmup: 0, repeats: {min: 3, max: 6, target_ci: 1%}}
 
 
 def test_adaptive_repeats_leave_out_the_numbers_another_run_measures(tmp_path: Path) -> None:
-    from runner.decide import schedule
+    from runner import adaptive_schedule as schedule
     adaptive = matrix.parse("""
 name: adaptive
 environments: [{name: cpu, backend: local}]

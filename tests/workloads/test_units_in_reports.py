@@ -109,7 +109,7 @@ run: {repeats: 2, timeout: 120}
 def test_a_reference_on_a_workload_is_judged_in_its_own_unit() -> None:
     import pandas as pd
 
-    from runner.decide import references
+    from runner.analysis import references
 
     (ref,) = references.parse([{"throughput": ">= 5"}], lambda loc: "m.yaml")
     (cell,) = M.cells()

@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from runner import adaptive_schedule as schedule
 from runner import analysis as an
-from runner.decide import gate, present, references, schedule
-from runner.decide.adaptive import Stop
-from runner.decide.verdict import Verdict, exit_status, parse_policy
+from runner.adaptive import Stop
+from runner.analysis import gate, references
+from runner.analysis.verdict import Verdict, exit_status, parse_policy
 from runner.errors import ConfigError, StoreError
 from runner.exitcodes import Exit
 from runner.matrix import Matrix
+from runner.report import decisions as present
 from runner.spec import Cell
 from runner.store import Store
 
@@ -81,19 +84,23 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
 
 
 def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str], pool: bool = False
-                ) -> tuple[list[gate.Rule], list[gate.Check]]:
+                ) -> tuple[list[gate.Rule], list[gate.Check], list[dict[str, Any]]]:
+    """The rules, every check, and B's cells that A has no cell for."""
     rules = gate.parse_rules(specs)
     side_a, side_b = an.select_side(df, a, pool), an.select_side(df, b, pool)
-    return rules, gate.evaluate(side_a.frame, side_b.frame, rules, pool=pool)
+    return (rules, gate.evaluate(side_a.frame, side_b.frame, rules, pool=pool),
+            gate.only_in_b(side_a.frame, side_b.frame))
 
 
 def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.Check], fmt: str | None,
-              policy: str = "error") -> str:
+              policy: str = "error", unchecked: Sequence[dict[str, Any]] = ()) -> str:
     if fmt == "json":
-        return gate.to_json(a, b, rules, checks, policy=policy)
+        return gate.to_json(a, b, rules, checks, policy=policy, unchecked=unchecked)
     lines: list[present.Table | str] = []
     if gate.rows(checks):
         lines.append(present.gate_table(checks))
+    if gate.unchecked_line(unchecked):
+        lines.append(gate.unchecked_line(unchecked))
     lines.append(gate.summary_line(rules, checks, policy))
     return present.terminal(*lines, titles=["Gate: checks that failed or could not be decided"])
 
@@ -108,15 +115,16 @@ def gate_command(db: Path, a: str, b: str, specs: Sequence[str], fmt: str | None
         df = an.frame(store.rows(latest_only=False))
     if df.empty:
         raise StoreError(f"no results in {db}: run `matrix run` first")
-    rules, checks = gate_result(df, a, b, specs, pool)
+    rules, checks, unchecked = gate_result(df, a, b, specs, pool)
     verdicts = [c.verdict for c in checks] or [Verdict.UNDECIDED]  # no pair checked: nothing was decided
     status = exit_status(verdicts, policy)
     if fmt == "md":
         from runner.report.fmt import md_table
         table = f"{md_table(present.gate_table(checks))}\n\n" if gate.rows(checks) else ""
-        text = f"## Gate\n\n{table}**{gate.summary_line(rules, checks, policy)}**\n"
+        extra = f"{gate.unchecked_line(unchecked)}\n\n" if unchecked else ""
+        text = f"## Gate\n\n{table}{extra}**{gate.summary_line(rules, checks, policy)}**\n"
     else:
-        text = gate_text(a, b, rules, checks, fmt, policy)
+        text = gate_text(a, b, rules, checks, fmt, policy, unchecked)
     return text, status
 
 

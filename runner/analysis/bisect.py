@@ -24,193 +24,12 @@ store always gives the same answer, and a second bisect over it measures nothing
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import numpy as np
-
-from runner.decide import significance
-from runner.decide.verdict import Verdict
+from runner.analysis.bisect_pair import OK, STATUS, Comparison, Sample, Settings, compare
+from runner.analysis.verdict import Verdict
 from runner.exitcodes import Exit
-
-STATUS = "status"  # the metric that only looks at how each environment's repeats ended
-OK = "ok"
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One environment's repeats of the cell, as far as a comparison may look: how each ended (final statuses,
-    in repeat order) and the metric of the ok ones. `missing`: why nothing final could be measured there
-    (the environment could not start), '' when it could."""
-
-    statuses: tuple[str, ...] = ()
-    values: tuple[float, ...] = ()
-    reason: str = ""
-    missing: str = ""
-
-    @property
-    def n(self) -> int:
-        return len(self.statuses)
-
-    @property
-    def state(self) -> str:
-        """'ok' when at least half of the repeats ended ok, else their most common status; '' with none."""
-        if not self.statuses:
-            return ""
-        counts = Counter(self.statuses)
-        if 2 * counts[OK] >= len(self.statuses):
-            return OK
-        return max((s for s in counts if s != OK), key=lambda s: (counts[s], s))
-
-    @property
-    def flaky(self) -> bool:
-        """Repeats that ended in more than one way (2 ok and 1 oom)."""
-        return len(set(self.statuses)) > 1
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How the search decides. `threshold`: the smallest relative change that counts (0.05 = 5%), symmetric in
-    log scale (+5% or -4.76%); `levels`: the repeats an environment gets, in growing steps; `share`: the part of
-    the end-to-end change (log scale) a single culprit must explain."""
-
-    threshold: float = 0.05
-    metric: str = "throughput"
-    levels: tuple[int, ...] = (3, 5, 8, 10)
-    alpha: float = significance.ALPHA
-    share: float = 0.5
-
-    @property
-    def alpha_look(self) -> float:
-        """The significance level of one look: alpha over the number of levels (Bonferroni)."""
-        return self.alpha / len(self.levels)
-
-    @property
-    def confidence(self) -> float:
-        return 1 - self.alpha_look
-
-
-def levels(first: int, most: int) -> tuple[int, ...]:
-    """Repeat levels from `first` to `most`, each about 1.6 times the one before (3, 5, 8, 13, 20)."""
-    first = max(2, first)
-    most = max(first, most)
-    out = [first]
-    while out[-1] < most:
-        out.append(min(most, max(out[-1] + 1, math.ceil(out[-1] * 1.6))))
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Environment b against environment a (indices into the ordered list), judged with the one verdict type:
-    FAIL changed (beyond the threshold and significant, or another status), PASS the same (the interval of the
-    change inside ±threshold, or the same status that has no metric), UNDECIDED neither. `change` is b/a - 1,
-    `ci` its interval at the look's confidence; `more`: more repeats could still decide it."""
-
-    a: int
-    b: int
-    verdict: Verdict
-    why: str
-    kind: str = "metric"            # "metric" or "status"
-    state_a: str = ""
-    state_b: str = ""
-    n_a: int = 0
-    n_b: int = 0
-    mean_a: float | None = None
-    mean_b: float | None = None
-    change: float | None = None
-    ci: tuple[float, float] | None = None
-    p_value: float | None = None
-    more: bool = False
-
-    @property
-    def changed(self) -> bool:
-        return self.verdict is Verdict.FAIL
-
-    @property
-    def same(self) -> bool:
-        return self.verdict is Verdict.PASS
-
-    @property
-    def log_ratio(self) -> float | None:
-        if self.change is None or self.change <= -1:
-            return None
-        return math.log1p(self.change)
-
-
-def _beyond(change: float, threshold: float) -> bool:
-    return change > threshold or change < 1 / (1 + threshold) - 1
-
-
-def _inside(low: float, high: float, threshold: float) -> bool:
-    return low > 1 / (1 + threshold) - 1 and high < threshold
-
-
-def welch_interval(a: np.ndarray, b: np.ndarray, confidence: float) -> tuple[float, float]:
-    """The interval of mean(b) - mean(a) (Welch-Satterthwaite degrees of freedom): it excludes 0 exactly when
-    Welch's test gives p < 1 - confidence."""
-    from scipy import stats
-
-    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    se = math.sqrt(va + vb)
-    diff = float(b.mean() - a.mean())
-    if se == 0:
-        return diff, diff
-    terms = (va * va / (a.size - 1) if va else 0.0) + (vb * vb / (b.size - 1) if vb else 0.0)
-    dof = (va + vb) ** 2 / terms
-    t = float(stats.t.ppf(0.5 + confidence / 2, dof))
-    return diff - t * se, diff + t * se
-
-
-def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_level: bool = False) -> Comparison:
-    """Judge environment b against a from their samples. `last_level`: neither can get more repeats."""
-    base: dict[str, Any] = {"a": a, "b": b, "state_a": sa.state, "state_b": sb.state, "n_a": sa.n, "n_b": sb.n}
-    for side, s in (("A", sa), ("B", sb)):
-        if s.missing or not s.statuses:
-            return Comparison(verdict=Verdict.UNDECIDED, why=f"nothing measured on {side}: "
-                              f"{s.missing or 'no repeat ended'}", **base)
-    if sa.state != sb.state:
-        return Comparison(verdict=Verdict.FAIL, kind=STATUS, why=f"{sa.state} -> {sb.state}", **base)
-    if sa.state != OK:
-        return Comparison(verdict=Verdict.PASS, kind=STATUS, why=f"{sa.state} on both", **base)
-    if settings.metric == STATUS:
-        return Comparison(verdict=Verdict.PASS, kind=STATUS, why="ok on both", **base)
-    x = np.asarray(sa.values, dtype=float)
-    y = np.asarray(sb.values, dtype=float)
-    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
-    if x.size == 0 or y.size == 0:
-        side = "A" if x.size == 0 else "B"
-        return Comparison(verdict=Verdict.UNDECIDED, why=f"{settings.metric} not measured in the ok repeats of {side}",
-                          **base)
-    if x.size < 2 or y.size < 2:
-        return Comparison(verdict=Verdict.UNDECIDED, why=significance.too_few(int(x.size), int(y.size)),
-                          more=not last_level, **base)
-    ma, mb = float(x.mean()), float(y.mean())
-    base.update(mean_a=ma, mean_b=mb)
-    if ma <= 0 or mb < 0:
-        return Comparison(verdict=Verdict.UNDECIDED, why=f"{settings.metric} is not positive (mean {ma:g} on A)",
-                          **base)
-    change = mb / ma - 1
-    d = significance.difference(x, y)
-    low, high = welch_interval(x, y, settings.confidence)
-    ci = (low / ma, high / ma)
-    p = d.p_value if d.decided else None
-    base.update(change=change, ci=ci, p_value=p)
-    thr = settings.threshold
-    if d.decided and d.p_value < settings.alpha_look and _beyond(change, thr):
-        return Comparison(verdict=Verdict.FAIL, why=f"{change:+.1%} beyond ±{thr:.0%}, p={d.p_value:.2g}", **base)
-    if _inside(ci[0], ci[1], thr):
-        return Comparison(verdict=Verdict.PASS, why=f"{change:+.1%}, interval {ci[0]:+.1%}..{ci[1]:+.1%} within "
-                          f"±{thr:.0%}", **base)
-    why = (f"{change:+.1%}, interval {ci[0]:+.1%}..{ci[1]:+.1%}: neither within ±{thr:.0%} nor a significant "
-           "change beyond it")
-    if last_level:
-        why += " at the most repeats"
-    return Comparison(verdict=Verdict.UNDECIDED, why=why, more=not last_level, **base)
-
 
 FOUND, SPREAD, NO_CHANGE, UNDECIDED = "found", "spread", "no change", "undecided"
 EXIT = {FOUND: Exit.OK, NO_CHANGE: Exit.FAILED, UNDECIDED: Exit.UNDECIDED, SPREAD: Exit.SPREAD}
@@ -448,7 +267,8 @@ def replay(samples: Sequence[Sample | Sequence[float] | str]) -> Measure:
             s = full[i]
             statuses = s.statuses[:n]
             ok_seen = sum(1 for st in statuses if st == OK)
-            out[i] = Sample(statuses, s.values[:ok_seen], s.reason, s.missing)
+            out[i] = Sample(statuses, s.values[:ok_seen], s.reason, s.missing, s.steps[:ok_seen],
+                            s.ladders[:ok_seen], s.definition)
         return out
 
     return measure

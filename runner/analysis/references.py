@@ -8,7 +8,7 @@ references:
 ```
 
 A cell's value is the mean of its ok repeats in the metric's display unit; the verdict
-(runner/decide/verdict.py) is pass or fail by that mean, with the margin: how far inside (+) or outside (-)
+(runner/analysis/verdict.py) is pass or fail by that mean, with the margin: how far inside (+) or outside (-)
 the bound it is, relative to the reference. A cell without an ok repeat fails when its repeats ended
 failed, oom, timeout or unsupported (it does not deliver), and is undecided when nothing was measured
 (nothing stored, cancelled, not started) or the metric is not measured there (peak memory on a CPU).
@@ -29,11 +29,15 @@ import pandas as pd
 from pydantic import ValidationError, field_validator, model_validator
 
 from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric, shown_unit
-from runner.decide import verdict as verdicts_
-from runner.decide.verdict import UNDECIDED_POLICIES, Verdict
+from runner.analysis import verdict as verdicts_
+from runner.analysis.verdict import UNDECIDED_POLICIES, Verdict
+from runner.cellmatch import MATCH_KEYS
+from runner.cellmatch import coerce as _coerce
+from runner.cellmatch import same as _same
+from runner.cellmatch import show as _show
+from runner.cellmatch import value as _value
 from runner.errors import ConfigError
 from runner.exitcodes import Exit
-from runner.matrix import MATCH_KEYS, _coerce, _same, _show, _value
 from runner.spec import AXIS_NAMES, Cell, Scalar, Strict, percentage
 
 VERDICT_SCHEMA = 2  # 2: verdict pass/fail/undecided with a reason (1 had outcome pass/fail/no data)
@@ -337,9 +341,20 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
     counts = rows["status"].value_counts() if len(rows) else pd.Series(dtype=int)
     statuses = ", ".join(f"{n} {s}" for s, n in counts.items()) or "nothing stored"
     margin, reason = math.nan, ""
-    if st.n:
+    units = sorted({str(u) for u in ok[f"unit_{metric.name}"]}) if f"unit_{metric.name}" in ok and len(ok) else []
+    if units and units != [metric.unit]:
+        # The reference is in the built-in metric's unit; a figure obtained another way is not comparable to it.
+        hows = sorted({str(h) for h in ok[f"how_{metric.name}"]})
+        verdict, reason = Verdict.UNDECIDED, (f"not comparable: the {metric.label} is obtained differently here "
+                                              f"({'; '.join(hows)} [{', '.join(units)}]); the reference is in "
+                                              f"{metric.unit}")
+    elif st.n:
         inside = bound.low <= st.mean <= bound.high
         verdict, margin = (Verdict.PASS if inside else Verdict.FAIL), bound.margin(st.mean)
+        failed = set(counts.index) & (DID_NOT_DELIVER - {"unsupported"})
+        if inside and failed:
+            # A figure from some repeats only: not every repeat delivered, so the cell is not shown to pass.
+            verdict, reason = Verdict.UNDECIDED, f"not every repeat ended ok ({statuses}): the value is of the ok ones"
     elif len(ok):
         verdict, reason = Verdict.UNDECIDED, f"{metric.name} not measured in its ok repeats"
     elif set(counts.index) & DID_NOT_DELIVER:

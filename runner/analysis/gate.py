@@ -1,5 +1,5 @@
 """The regression gate of `matrix compare A B --fail-on slower:3%`: every pair under every rule gets a
-verdict (runner/decide/verdict.py): fail (the change is beyond the threshold and significant), pass, or
+verdict (runner/analysis/verdict.py): fail (the change is beyond the threshold and significant), pass, or
 undecided (the data cannot tell: fewer than two ok repeats on a side, a metric not measured, run settings
 that differ). Exit 1 on a fail; undecided fails closed (exit 5) unless `--undecided` says otherwise.
 
@@ -23,9 +23,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from runner.analysis import PARAM_KEYS, choose, not_comparable
-from runner.decide import significance
-from runner.decide.verdict import Verdict, counts, counts_text, overall, policy_note
+from runner.analysis import METRICS, PARAM_KEYS, choose, significance
+from runner.analysis.comparable import (
+    OutcomeChange,
+    Outcomes,
+    definition_text,
+    outcome_change,
+    why_not,
+    with_outcomes,
+)
+from runner.analysis.compare import throttling_note
+from runner.analysis.verdict import Verdict, counts, counts_text, overall, policy_note
 from runner.errors import ConfigError
 from runner.spec import percentage
 
@@ -91,6 +99,15 @@ class Check:
     verdict: Verdict
     reason: str          # why it failed, passed or is undecided
     p_adjusted: float = math.nan  # p_value adjusted over the rule's pairs: what is compared with alpha
+    a_throttled: int = 0  # ok repeats the GPU's telemetry marked throttled, per side
+    b_throttled: int = 0
+    outcomes: OutcomeChange | None = None  # a new failure on B that too few repeats could not tell from chance
+    settled: bool = False  # decided without the metric's test (its p, if any, still counts in the family)
+
+    @property
+    def note(self) -> str:
+        """Throttling on a side, in compare's words ('' when none)."""
+        return throttling_note(self.tripped, self.a_throttled, self.b_throttled, self.a_n, self.b_n)
 
     @property
     def tripped(self) -> bool:
@@ -102,17 +119,27 @@ class Check:
         return {"rule": self.rule.text, "metric": self.rule.metric, **{k: self.params[k] for k in PARAM_KEYS},
                 "a_n": self.a_n, "b_n": self.b_n, "a_mean": num(self.a_mean), "b_mean": num(self.b_mean),
                 "change": num(self.change), "p_value": num(self.p_value), "p_adjusted": num(self.p_adjusted),
-                "verdict": self.verdict.value, "tripped": self.tripped, "reason": self.reason}
+                "verdict": self.verdict.value, "tripped": self.tripped, "reason": self.reason, "note": self.note}
 
 
 @dataclass(frozen=True)
 class _Cell:
-    """One side's cell for one metric: its measured values, ok repeats, statuses and run settings."""
+    """One side's cell for one metric: its measured values, how its repeats ended, its run settings, how the
+    metric was obtained, and how many ok repeats the GPU's telemetry marked throttled."""
 
     values: np.ndarray
-    ok: int
-    statuses: tuple[str, ...]
+    outcomes: Outcomes
     settings: str
+    definition: str = ""
+    throttled: int = 0
+
+    @property
+    def ok(self) -> int:
+        return self.outcomes.ok
+
+
+def _joined(values: Iterable[Any]) -> str:
+    return ", ".join(dict.fromkeys(str(v) for v in values if v))
 
 
 def _cells(frame: pd.DataFrame, metric: str, pool: bool) -> dict[tuple[Any, ...], _Cell]:
@@ -122,60 +149,89 @@ def _cells(frame: pd.DataFrame, metric: str, pool: bool) -> dict[tuple[Any, ...]
     if frame.empty:
         return out
     for key, g in choose(frame, PARAM_KEYS, pool).frame.groupby(list(PARAM_KEYS), sort=False, dropna=False):
-        ok = g[g["status"] == "ok"][metric].to_numpy(dtype=float)
+        okr = g[g["status"] == "ok"]
+        ok = okr[metric].to_numpy(dtype=float)
         settings = ", ".join(sorted({s for s in g["settings"] if s})) if "settings" in g else ""
-        out[tuple(key)] = _Cell(ok[~np.isnan(ok)], int(ok.size), tuple(g["status"]), settings)
+        how, unit = f"how_{metric}", f"unit_{metric}"
+        definition = _joined(definition_text(h, u) for h, u in zip(okr[how], okr[unit], strict=True)) \
+            if how in okr and unit in okr else ""
+        throttled = int(okr["throttled"].fillna(False).astype(bool).sum()) if "throttled" in okr else 0
+        out[tuple(key)] = _Cell(ok[~np.isnan(ok)], Outcomes.of(g["status"]), settings, definition, throttled)
     return out
+
+
+_MISSING = _Cell(np.array([]), Outcomes({}), "")
 
 
 def evaluate(a: pd.DataFrame, b: pd.DataFrame, rules: Sequence[Rule], alpha: float = significance.ALPHA,
              test: significance.PValue = significance.TEST, pool: bool = False) -> list[Check]:
-    """Every pair of cells (params equal on both sides) under every rule, in A's cell order. Each side
-    contributes its newest definition of a cell (runner/analysis/identity.py), all of them with `pool`."""
+    """Every cell of A under every rule, in A's cell order, against B's cell of the same params. Each side
+    contributes its newest definition of a cell (runner/analysis/identity.py), all of them with `pool`. A cell
+    of A that B never measured is an undecided check (never dropped: `--undecided` says how it counts)."""
     checks = []
     for rule in rules:
         ca, cb = _cells(a, rule.metric, pool), _cells(b, rule.metric, pool)
-        raw = [_check(rule, dict(zip(PARAM_KEYS, key, strict=True)), cell, cb[key], test)
-               for key, cell in ca.items() if key in cb]
+        raw = [_check(rule, dict(zip(PARAM_KEYS, key, strict=True)), cell, cb.get(key, _MISSING), test, alpha)
+               for key, cell in ca.items()]
         adjusted = significance.adjust([c.p_value for c in raw])
         checks += [_decide(c, q, alpha) for c, q in zip(raw, adjusted, strict=True)]
     return checks
 
 
-def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: significance.PValue) -> Check:
+def only_in_b(a: pd.DataFrame, b: pd.DataFrame) -> list[dict[str, Any]]:
+    """B's cells that A has no cell for: nothing to gate them against, said in the text and the JSON."""
+    keys_a = set(_cells(a, "throughput", True)) if not a.empty else set()
+    return [dict(zip(PARAM_KEYS, key, strict=True)) for key in _cells(b, "throughput", True) if key not in keys_a]
+
+
+def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: significance.PValue,
+           alpha: float = significance.ALPHA) -> Check:
     """The check before the false-discovery adjustment: decided here when the data says so without a test
-    (a side without ok repeats, a metric not measured, settings that differ), else its p-value."""
+    (the sides not comparable, a change of outcome, a metric not measured), else its p-value. What may be
+    compared and what a change of outcome means come from runner/analysis/comparable.py, as for compare."""
     xa, xb = a.values, b.values
     ma = float(xa.mean()) if xa.size else math.nan
     mb = float(xb.mean()) if xb.size else math.nan
+    metric = METRICS[rule.metric]
+    note: dict[str, Any] = {"a_throttled": a.throttled, "b_throttled": b.throttled}
+
+    apart = why_not(metric, (a.settings, b.settings), (a.definition, b.definition))
+    # Every comparable pair with two values a side is one test of the rule's family, however it is decided, as in
+    # compare: the two adjust the same p-values together.
+    tested = significance.difference(xa, xb, test).p_value if not apart else math.nan
 
     def done(verdict: Verdict, why: str, change: float = math.nan) -> Check:
-        return Check(rule, params, xa.size, xb.size, ma, mb, change, math.nan, verdict, why)
+        return Check(rule, params, xa.size, xb.size, ma, mb, change, tested, verdict, why, **note, settled=True)
 
-    apart = not_comparable(a.settings, b.settings)
     if apart:
         return done(Verdict.UNDECIDED, apart)
-    if not a.ok and not b.ok:
-        if set(a.statuses) | set(b.statuses) == {"unsupported"}:
-            return done(Verdict.PASS, "unsupported on both sides: nothing to compare")
-        return done(Verdict.UNDECIDED, "no ok repeat on either side")
-    if a.ok and not b.ok:
-        if rule.kind == "faster":
-            return done(Verdict.PASS, "no ok repeat on B: not faster")
-        return done(Verdict.FAIL, "B has no ok repeat (A has)")
-    if b.ok and not a.ok:
-        if rule.kind == "faster":
-            return done(Verdict.UNDECIDED, "no ok repeat on A to compare B with")
-        return done(Verdict.PASS, "A has no ok repeat, B has: not a regression")
+    oc = outcome_change(a.outcomes, b.outcomes, alpha)
+    fears_failure = rule.kind != "faster"
+    both_ok = bool(a.ok and b.ok)
+    if oc is not None:
+        if oc.direction == "worse" and fears_failure and (oc.verdict is not Verdict.UNDECIDED or not both_ok):
+            return done(oc.verdict, oc.why)
+        if oc.direction == "" and oc.verdict is Verdict.PASS and "unsupported" in oc.why:
+            return done(Verdict.PASS, f"{oc.why}: nothing to compare")
+        if oc.direction == "":
+            return done(Verdict.UNDECIDED, oc.why if "not measured" in oc.why or "either side" in oc.why
+                        else f"no ok repeat on either side ({oc.why})")
+        if not both_ok:
+            if oc.direction == "worse":
+                return done(Verdict.PASS, f"{oc.why}: not faster")
+            if fears_failure:
+                return done(Verdict.PASS, f"{oc.why}: not a regression")
+            return done(Verdict.UNDECIDED, f"{oc.why}: no ok repeat on A to compare B with")
     if not (xa.size and xb.size):
         where = "either side" if not (xa.size or xb.size) else ("A" if not xa.size else "B")
         return done(Verdict.UNDECIDED, f"{rule.metric} not measured on {where}")
     change = rule.change(ma, mb)
     diff = significance.difference(xa, xb, test)
     if not diff.decided:
-        return done(Verdict.UNDECIDED, f"not tested: {diff.why}", change)
+        return done(*with_outcomes(Verdict.UNDECIDED, f"not tested: {diff.why}", oc), change)
+    pending = oc if oc is not None and oc.verdict is Verdict.UNDECIDED else None
     return Check(rule, params, xa.size, xb.size, ma, mb, change, diff.p_value, Verdict.PASS,
-                 _EXACT if diff.exact else "")
+                 _EXACT if diff.exact else "", **note, outcomes=pending)
 
 
 _EXACT = "no spread on either side"
@@ -183,21 +239,26 @@ _EXACT = "no spread on either side"
 
 def _decide(c: Check, p_adj: float, alpha: float) -> Check:
     """The verdict of a tested check from its adjusted p-value; a check decided without a test is kept."""
-    if math.isnan(c.p_value):
-        return c
+    if c.settled or math.isnan(c.p_value):
+        return replace(c, p_adjusted=p_adj) if c.settled else c
     big = c.change > c.rule.threshold
     significant = p_adj < alpha
     exact = c.reason == _EXACT  # every repeat equal on both sides: the change is certain
     p_text = _EXACT if exact else f"p={p_adj:.3g}"
     if big and significant:
-        return replace(c, verdict=Verdict.FAIL, p_adjusted=p_adj,
-                       reason=f"{c.rule.kind} by {c.change:.1%} > {c.rule.threshold:.1%}, {p_text}")
-    if big:
-        reason = f"{c.change:+.1%} but not significant ({p_text})"
+        verdict, reason = Verdict.FAIL, f"{c.rule.kind} by {c.change:.1%} > {c.rule.threshold:.1%}, {p_text}"
+    elif big:
+        verdict, reason = Verdict.PASS, f"{c.change:+.1%} but not significant ({p_text})"
     else:
-        reason = f"{c.change:+.1%} is within {c.rule.threshold:.1%}" + (
+        verdict, reason = Verdict.PASS, f"{c.change:+.1%} is within {c.rule.threshold:.1%}" + (
             f" ({p_text})" if exact else " (significant)" if significant else "")
-    return replace(c, verdict=Verdict.PASS, p_adjusted=p_adj, reason=reason)
+    if c.outcomes is not None and (c.outcomes.direction != "worse" or c.rule.kind == "faster"):
+        # Failures the rule does not fear (fewer on B; or any, for `faster`): said beside a tripped check only.
+        if verdict is Verdict.FAIL:
+            reason = f"{reason}; {c.outcomes.why}"
+    else:
+        verdict, reason = with_outcomes(verdict, reason, c.outcomes)
+    return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason)
 
 
 def tripped(checks: Iterable[Check]) -> list[Check]:
@@ -214,22 +275,23 @@ def verdict_of(checks: Sequence[Check]) -> Verdict:
 
 
 def to_json(a: str, b: str, rules: Sequence[Rule], checks: Sequence[Check], alpha: float = significance.ALPHA,
-            policy: str = "error") -> str:
+            policy: str = "error", unchecked: Sequence[Mapping[str, Any]] = ()) -> str:
     """Stable JSON for CI: sorted keys per record, checks in rule then pair order, no NaN."""
     verdicts = [c.verdict for c in checks]
     doc = {"schema": GATE_SCHEMA, "a": a, "b": b, "test": significance.TEST_NAME, "alpha": alpha,
            "correction": significance.CORRECTION, "rules": [r.text for r in rules],
            "verdict": verdict_of(checks).value, "undecided_policy": policy, "counts": counts(verdicts),
            "tripped": bool(tripped(checks)), "n_tripped": len(tripped(checks)),
-           "checks": [c.as_json() for c in checks]}
+           "checks": [c.as_json() for c in checks],
+           "only_in_b": [{k: u[k] for k in PARAM_KEYS} for u in unchecked]}
     return json.dumps(doc, indent=2, allow_nan=False)
 
 
 def rows(checks: Sequence[Check]) -> list[dict[str, str]]:
-    """The checks that failed or could not be decided, as table rows of text."""
+    """The checks that failed or could not be decided, and passed ones with a throttled side, as rows of text."""
     out = []
     for c in checks:
-        if c.verdict is Verdict.PASS:
+        if c.verdict is Verdict.PASS and not c.note:
             continue
         cell = " ".join(f"{k}={c.params[k]}" for k in ("model", "precision", "batch_size"))
         extra = [f"{k}={c.params[k]}" for k in ("dataset", "gpus", "nodes") if str(c.params[k]) not in
@@ -239,8 +301,19 @@ def rows(checks: Sequence[Check]) -> list[dict[str, str]]:
         out.append({"verdict": c.verdict.value, "rule": c.rule.text, "cell": " ".join([cell, *extra, opts]).strip(),
                     "A": _num(c.a_mean), "B": _num(c.b_mean),
                     "change": "—" if math.isnan(c.change) else f"{c.change:+.1%}",
-                    "p": "—" if math.isnan(p) else f"{p:.3g}", "why": c.reason})
+                    "p": "—" if math.isnan(p) else f"{p:.3g}",
+                    "why": "; ".join(x for x in (c.reason, c.note) if x)})
     return out
+
+
+def unchecked_line(unchecked: Sequence[Mapping[str, Any]]) -> str:
+    """'' or how many cells B measured that A has no cell for (nothing to gate them against)."""
+    n = len(unchecked)
+    if not n:
+        return ""
+    cells = "; ".join(" ".join(str(u[k]) for k in ("model", "precision", "batch_size")) for u in unchecked[:5])
+    return (f"{n} cell{'s' if n != 1 else ''} of B {'have' if n != 1 else 'has'} no partner in A, not checked: "
+            f"{cells}{' ...' if n > 5 else ''}.")
 
 
 def summary_line(rules: Sequence[Rule], checks: Sequence[Check], policy: str = "error") -> str:
@@ -251,7 +324,7 @@ def summary_line(rules: Sequence[Rule], checks: Sequence[Check], policy: str = "
     rule_text = ", ".join(r.text for r in rules)
     pairs = f"{n_pairs} pair{'s' if n_pairs != 1 else ''}"
     if not checks:
-        return (f"Gate undecided ({rule_text}): no cell of B has a partner in A, nothing was checked"
+        return (f"Gate undecided ({rule_text}): A has no cell to check, nothing was checked"
                 + ("" if policy == "error" else f"; counted as {'passed' if policy == 'pass' else 'failed'} "
                    f"(--undecided {policy})") + ".")
     tally = f"{counts_text(verdicts)} of {len(checks)} check{'s' if len(checks) != 1 else ''} over {pairs}"

@@ -12,13 +12,15 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from runner import bisect_envs as envlist
 from runner import console as consoles
-from runner.analysis import envdiff
+from runner.analysis import bisect as search
+from runner.analysis import bisect_pair, envdiff
 from runner.analysis.frame import get_metric
-from runner.decide.bisect import envlist, present, search
-from runner.decide.bisect.measure import StoreMeasure
+from runner.bisect_measure import StoreMeasure
 from runner.errors import ConfigError
 from runner.matrix import Matrix
+from runner.report import bisect as present
 from runner.spec import MOST_REPEATS, percentage
 from runner.store import Store
 
@@ -43,7 +45,7 @@ def settings_for(first: int, most: int | None, threshold: str, metric: str) -> s
         raise ConfigError(f"--max-repeats {most}: from 2 to {MOST_REPEATS}")
     top = most if most is not None else max(DEFAULT_MOST, first)
     return search.Settings(threshold=parse_threshold(threshold), metric=metric,
-                           levels=search.levels(min(first, top), top))
+                           levels=bisect_pair.levels(min(first, top), top))
 
 
 def bisect_command(m: Matrix, db: Path, names: Sequence[str] = (), images: Sequence[str] = (),

@@ -7,7 +7,7 @@ only adds repeats the cell did not have yet (a resume after Ctrl-C or a crash, `
 repeat that did not end ok, adaptive repeats or a larger `repeats:` in a later run) continues the point;
 a run that stores an ok repeat whose number already has one (`--force`) starts the next point. A point
 is a step when it differs from the previous point by at least `min_effect` and the chosen test
-(runner/decide/significance.py) says the difference is significant.
+(runner/analysis/significance.py) says the difference is significant.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from runner.analysis import CELL_KEYS, METRICS, MIN_EFFECT, change_words, describe
-from runner.decide import significance
+from runner.analysis import CELL_KEYS, METRICS, MIN_EFFECT, change_words, describe, significance
+from runner.analysis.comparable import definition_text, why_not
 
 COLUMNS = ["cell_key", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "mean", "std", "ci_low", "ci_high",
            "ratio", "p_value", "step", "change", "undecided"]
@@ -62,6 +62,7 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
         if len(measured) < min_points:
             continue
         prev: np.ndarray | None = None
+        prev_definition = ""
         first = cell.iloc[0]
         for i, (runs, g) in enumerate(measured):
             values = g[metric].to_numpy(dtype=float)
@@ -69,7 +70,11 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
             ratio = p = math.nan
             step = False
             why = ""
-            if prev is not None:
+            definition = _definition(g, metric)
+            apart = why_not(m, ("", ""), (prev_definition, definition)) if prev is not None else ""
+            if prev is not None and apart:
+                why = apart
+            elif prev is not None:
                 ratio = st.mean / float(prev.mean()) if prev.mean() else math.nan
                 diff = significance.difference(prev, values, test)
                 p = diff.p_value
@@ -81,8 +86,17 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
                          "mean": st.mean, "std": st.std, "ci_low": st.ci_low, "ci_high": st.ci_high,
                          "ratio": ratio, "p_value": p, "step": step,
                          "change": change_words(ratio, m) if step else "", "undecided": why})
-            prev = values
+            prev, prev_definition = values, definition
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _definition(g: pd.DataFrame, metric: str) -> str:
+    """How a point's repeats obtained the metric (joined when they differ): two points defined differently are
+    never a step (runner/analysis/comparable.py)."""
+    how, unit = f"how_{metric}", f"unit_{metric}"
+    if how not in g or unit not in g:
+        return ""
+    return ", ".join(dict.fromkeys(definition_text(h, u) for h, u in zip(g[how], g[unit], strict=True)))
 
 
 def steps(hist: pd.DataFrame) -> pd.DataFrame:

@@ -4,19 +4,17 @@ every repeat stored), and reads back from the store only the repeats a compariso
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from runner import execute
-from runner.analysis.frame import Metric, frame
-from runner.decide.bisect.search import Sample
+from runner.analysis.bisect import Sample
+from runner.analysis.frame import Metric
+from runner.analysis.repeat import Repeat
 from runner.matrix import Matrix
-from runner.results import Status
 from runner.spec import Cell
 from runner.store import Store
 
@@ -54,13 +52,13 @@ class StoreMeasure:
         self.poll_s = poll_s
         self.tally = Tally()
 
-    def _repeats(self, index: int, n: int) -> list[dict[str, Any]]:
+    def _repeats(self, index: int, n: int) -> list[Repeat]:
         """The newest row of each of the cell's repeats 0..n-1 that are stored."""
-        rows = self.store.rows(keys=[self.cells[index].key])
-        return sorted((r for r in rows if int(r["repeat"]) < n), key=lambda r: int(r["repeat"]))
+        rows = [Repeat.from_row(r) for r in self.store.rows(keys=[self.cells[index].key])]
+        return sorted((r for r in rows if r.number < n), key=lambda r: r.number)
 
     def _complete(self, index: int, n: int) -> bool:
-        final = {int(r["repeat"]) for r in self._repeats(index, n) if Status(r["status"]).final}
+        final = {r.number for r in self._repeats(index, n) if r.final}
         return final >= set(range(n))
 
     def __call__(self, wanted: Mapping[int, int]) -> dict[int, Sample]:
@@ -87,15 +85,24 @@ class StoreMeasure:
         """The cell's first n repeats as the search sees them: final statuses in repeat order, the metric of the
         ok ones; `missing` says why when none ended (the environment could not start)."""
         rows = self._repeats(index, n)
-        final = [r for r in rows if Status(r["status"]).final]
+        final = [r for r in rows if r.final]
         if not final:
-            why = next((str(r["reason"]) for r in rows if r.get("reason")), "no repeat stored")
+            why = next((r.reason for r in rows if r.reason), "no repeat stored")
             return Sample(missing=f"{self.cells[index].env_name}: {why}")
-        values: tuple[float, ...] = ()
+        values: list[float] = []
+        steps: list[int | None] = []
+        ladders: list[Mapping[int, float] | None] = []
+        defined: dict[str, None] = {}
         if self.metric is not None:
-            ok = [r for r in final if r["status"] == Status.OK.value]
-            if ok:
-                column = frame(ok)[self.metric.name]
-                values = tuple(float(v) for v in column if isinstance(v, int | float) and math.isfinite(v))
-        reason = next((str(r["reason"]) for r in final if r["status"] != Status.OK.value and r.get("reason")), "")
-        return Sample(tuple(str(r["status"]) for r in final), values, reason)
+            for r in final:
+                v = r.value(self.metric.name) if r.ok else None
+                if v is None:
+                    continue
+                values.append(v)
+                steps.append(r.steps)
+                ladders.append(r.loss_at)
+                defined[r.definition(self.metric.name)] = None
+        reason = next((r.reason for r in final if not r.ok and r.reason), "")
+        return Sample(tuple(r.status for r in final), tuple(values), reason, steps=tuple(steps),
+                      ladders=tuple(ladders), definition=", ".join(defined))
+

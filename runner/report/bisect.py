@@ -11,11 +11,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from runner.analysis.bisect import FOUND, NO_CHANGE, SPREAD, STATUS, Answer, Comparison, Sample, Settings
 from runner.analysis.compare import change_words
 from runner.analysis.envdiff import EnvDiff, Side
 from runner.analysis.envdiff import to_json as diff_json
 from runner.analysis.frame import Metric
-from runner.decide.bisect.search import FOUND, NO_CHANGE, SPREAD, STATUS, Answer, Comparison, Sample, Settings
 from runner.report import diff as diff_view
 from runner.report.fmt import DASH, Cell, Table, md_table, mean_std, p_value
 

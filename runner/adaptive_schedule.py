@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runner.decide.adaptive import Assessment, assess
+from runner.adaptive import Assessment, assess
 from runner.results import Status
 from runner.spec import Cell, Task
 from runner.store import Store

@@ -15,9 +15,8 @@ from enum import Enum
 
 import numpy as np
 
+from runner.analysis.significance import CONFIDENCE, t_quantile
 from runner.spec import AdaptiveRepeats
-
-CONFIDENCE = 0.95
 
 
 class Stop(str, Enum):
@@ -46,19 +45,13 @@ class Assessment:
         return f"{self.n} repeats, CI {ci}: {text}"
 
 
-def t_quantile(dof: float, confidence: float = CONFIDENCE) -> float:
-    from scipy import special
-
-    return float(special.stdtrit(dof, 0.5 + confidence / 2))
-
-
 def relative_ci(values: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE) -> float:
     """Half-width of the t confidence interval of the mean, over the mean; NaN below two values."""
     x = np.asarray(values, dtype=float)
     x = x[~np.isnan(x)]
     if x.size < 2 or x.mean() == 0:
         return math.nan
-    return t_quantile(x.size - 1, confidence) * float(x.std(ddof=1)) / math.sqrt(x.size) / abs(float(x.mean()))
+    return float(t_quantile(x.size - 1, confidence)) * float(x.std(ddof=1)) / math.sqrt(x.size) / abs(float(x.mean()))
 
 
 def assess(values: Sequence[float], rule: AdaptiveRepeats, stored: int | None = None, all_ok: bool = True

@@ -11,10 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from runner.decide import gate, references
-from runner.decide.adaptive import Stop
-from runner.decide.schedule import CellState
-from runner.decide.verdict import Verdict
+from runner.adaptive import Stop
+from runner.adaptive_schedule import CellState
+from runner.analysis import gate, references
+from runner.analysis.verdict import Verdict
 from runner.report.fmt import Cell, Table, number, p_value
 
 VERDICT_CLS = {Verdict.PASS.value: "good", Verdict.FAIL.value: "bad", Verdict.UNDECIDED.value: "status"}

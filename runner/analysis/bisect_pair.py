@@ -1,0 +1,212 @@
+"""Bisect's pair test: one environment's repeats against another's, judged with the shared core (outcomes as
+rates, metric definitions, a loss at a common step: runner/analysis/comparable.py; Welch's test and its interval:
+runner/analysis/significance.py) and the one verdict type. The search over many environments is bisect.py."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from runner.analysis import significance
+from runner.analysis.comparable import Outcomes, at_common_step, outcome_change, why_not, with_outcomes
+from runner.analysis.frame import METRICS, Metric
+from runner.analysis.verdict import Verdict
+
+STATUS = "status"  # the metric that only looks at how each environment's repeats ended
+OK = "ok"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One environment's repeats of the cell, as far as a comparison may look: how each ended (final statuses,
+    in repeat order) and the metric of the ok ones. `missing`: why nothing final could be measured there
+    (the environment could not start), '' when it could."""
+
+    statuses: tuple[str, ...] = ()
+    values: tuple[float, ...] = ()
+    reason: str = ""
+    missing: str = ""
+    # Per value (the ok repeats'): training steps before it, and its losses by step (bench's loss_at); and how
+    # the metric was obtained (runner/analysis/comparable.py definition_text, joined when repeats differ).
+    steps: tuple[int | None, ...] = ()
+    ladders: tuple[Mapping[int, float] | None, ...] = ()
+    definition: str = ""
+
+    @property
+    def n(self) -> int:
+        return len(self.statuses)
+
+    @property
+    def state(self) -> str:
+        """'ok' when at least half of the repeats ended ok, else their most common status; '' with none."""
+        if not self.statuses:
+            return ""
+        counts = Counter(self.statuses)
+        if 2 * counts[OK] >= len(self.statuses):
+            return OK
+        return max((s for s in counts if s != OK), key=lambda s: (counts[s], s))
+
+    @property
+    def flaky(self) -> bool:
+        """Repeats that ended in more than one way (2 ok and 1 oom)."""
+        return len(set(self.statuses)) > 1
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the search decides. `threshold`: the smallest relative change that counts (0.05 = 5%), symmetric in
+    log scale (+5% or -4.76%); `levels`: the repeats an environment gets, in growing steps; `share`: the part of
+    the end-to-end change (log scale) a single culprit must explain."""
+
+    threshold: float = 0.05
+    metric: str = "throughput"
+    levels: tuple[int, ...] = (3, 5, 8, 10)
+    alpha: float = significance.ALPHA
+    share: float = 0.5
+
+    @property
+    def alpha_look(self) -> float:
+        """The significance level of one look: alpha over the number of levels (Bonferroni)."""
+        return self.alpha / len(self.levels)
+
+    @property
+    def confidence(self) -> float:
+        return 1 - self.alpha_look
+
+
+def levels(first: int, most: int) -> tuple[int, ...]:
+    """Repeat levels from `first` to `most`, each about 1.6 times the one before (3, 5, 8, 13, 20)."""
+    first = max(2, first)
+    most = max(first, most)
+    out = [first]
+    while out[-1] < most:
+        out.append(min(most, max(out[-1] + 1, math.ceil(out[-1] * 1.6))))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Environment b against environment a (indices into the ordered list), judged with the one verdict type:
+    FAIL changed (beyond the threshold and significant, or another status), PASS the same (the interval of the
+    change inside ±threshold, or the same status that has no metric), UNDECIDED neither. `change` is b/a - 1,
+    `ci` its interval at the look's confidence; `more`: more repeats could still decide it."""
+
+    a: int
+    b: int
+    verdict: Verdict
+    why: str
+    kind: str = "metric"            # "metric" or "status"
+    state_a: str = ""
+    state_b: str = ""
+    n_a: int = 0
+    n_b: int = 0
+    mean_a: float | None = None
+    mean_b: float | None = None
+    change: float | None = None
+    ci: tuple[float, float] | None = None
+    p_value: float | None = None
+    more: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.verdict is Verdict.FAIL
+
+    @property
+    def same(self) -> bool:
+        return self.verdict is Verdict.PASS
+
+    @property
+    def log_ratio(self) -> float | None:
+        if self.change is None or self.change <= -1:
+            return None
+        return math.log1p(self.change)
+
+
+def _beyond(change: float, threshold: float) -> bool:
+    return change > threshold or change < 1 / (1 + threshold) - 1
+
+
+def _inside(low: float, high: float, threshold: float) -> bool:
+    return low > 1 / (1 + threshold) - 1 and high < threshold
+
+
+def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_level: bool = False) -> Comparison:
+    """Judge environment b against a from their samples. `last_level`: neither can get more repeats."""
+    base: dict[str, Any] = {"a": a, "b": b, "state_a": sa.state, "state_b": sb.state, "n_a": sa.n, "n_b": sb.n}
+    for side, s in (("A", sa), ("B", sb)):
+        if s.missing or not s.statuses:
+            return Comparison(verdict=Verdict.UNDECIDED, why=f"nothing measured on {side}: "
+                              f"{s.missing or 'no repeat ended'}", **base)
+    metric = METRICS.get(settings.metric)
+    apart = why_not(metric, ("", ""), (sa.definition, sb.definition)) if metric else ""
+    if apart:
+        return Comparison(verdict=Verdict.UNDECIDED, why=apart, **base)
+    outcomes = outcome_change(Outcomes.of(sa.statuses), Outcomes.of(sb.statuses), settings.alpha_look)
+    if outcomes is not None and outcomes.verdict is not Verdict.UNDECIDED:
+        pure = not sa.flaky and not sb.flaky
+        why = f"{sa.state} -> {sb.state}" if pure and outcomes.verdict is Verdict.FAIL else outcomes.why
+        if outcomes.verdict is Verdict.PASS and pure:
+            why = f"{sa.state} on both"
+        return Comparison(verdict=outcomes.verdict, kind=STATUS, why=why, **base)
+    flaky = sa.flaky or sb.flaky
+    if settings.metric == STATUS or outcomes is not None and not (sa.values and sb.values):
+        if not flaky:
+            return Comparison(verdict=Verdict.PASS, kind=STATUS, why="ok on both", **base)
+        why = outcomes.why if outcomes is not None else (
+            f"failure rates not told apart ({Outcomes.of(sa.statuses).words} vs {Outcomes.of(sb.statuses).words})")
+        if last_level:
+            why = why.replace(": more repeats needed", "") + " at the most repeats"
+        return Comparison(verdict=Verdict.UNDECIDED, kind=STATUS, why=why, more=not last_level, **base)
+    x, y, at = aligned(sa, sb, metric)
+    if isinstance(at, str):
+        return Comparison(verdict=Verdict.UNDECIDED, why=at, **base)
+    if x.size == 0 or y.size == 0:
+        side = "A" if x.size == 0 else "B"
+        return Comparison(verdict=Verdict.UNDECIDED, why=f"{settings.metric} not measured in the ok repeats of {side}",
+                          **base)
+    if x.size < 2 or y.size < 2:
+        return Comparison(verdict=Verdict.UNDECIDED, why=significance.too_few(int(x.size), int(y.size)),
+                          more=not last_level, **base)
+    judged = _metric(x, y, settings, last_level, base)
+    if at is not None:
+        judged = replace(judged, why=f"{judged.why} (at step {at}, the last every repeat recorded)")
+    verdict, why = with_outcomes(judged.verdict, judged.why, outcomes)
+    if verdict is judged.verdict and why == judged.why:
+        return judged
+    return replace(judged, verdict=verdict, why=why, more=not last_level and verdict is Verdict.UNDECIDED)
+
+
+def aligned(sa: Sample, sb: Sample, metric: Metric | None) -> tuple[np.ndarray, np.ndarray, int | None | str]:
+    """Both sides' values as compare takes them (runner/analysis/comparable.py `at_common_step`)."""
+    return at_common_step(metric, (sa.values, sa.steps, sa.ladders), (sb.values, sb.steps, sb.ladders))
+
+
+def _metric(x: np.ndarray, y: np.ndarray, settings: Settings, last_level: bool, base: dict[str, Any]) -> Comparison:
+    """The metric's verdict: a significant change beyond the threshold, an interval inside it, or neither."""
+    ma, mb = float(x.mean()), float(y.mean())
+    base.update(mean_a=ma, mean_b=mb)
+    if ma <= 0 or mb < 0:
+        return Comparison(verdict=Verdict.UNDECIDED, why=f"{settings.metric} is not positive (mean {ma:g} on A)",
+                          **base)
+    change = mb / ma - 1
+    d = significance.difference(x, y)
+    low, high = significance.welch_interval(x, y, settings.confidence)
+    ci = (low / ma, high / ma)
+    p = d.p_value if d.decided else None
+    base.update(change=change, ci=ci, p_value=p)
+    thr = settings.threshold
+    if d.decided and d.p_value < settings.alpha_look and _beyond(change, thr):
+        return Comparison(verdict=Verdict.FAIL, why=f"{change:+.1%} beyond ±{thr:.0%}, p={d.p_value:.2g}", **base)
+    if _inside(ci[0], ci[1], thr):
+        return Comparison(verdict=Verdict.PASS, why=f"{change:+.1%}, interval {ci[0]:+.1%}..{ci[1]:+.1%} within "
+                          f"±{thr:.0%}", **base)
+    why = (f"{change:+.1%}, interval {ci[0]:+.1%}..{ci[1]:+.1%}: neither within ±{thr:.0%} nor a significant "
+           "change beyond it")
+    if last_level:
+        why += " at the most repeats"
+    return Comparison(verdict=Verdict.UNDECIDED, why=why, more=not last_level, **base)

@@ -1,0 +1,287 @@
+"""Which repeats may be compared, and what the outcomes of two sides' repeats say before any metric does.
+
+Every decision asks this module first (compare, the gate, check, bisect, the report's comparison views): two
+sides' repeats of a pair are comparable on a metric only when their run settings match, the metric was obtained
+the same way in the same unit (its definition: the result's metrics.definitions, runner/analysis/frame.py), and a
+loss or accuracy comes after the same number of training steps (or is taken at a step every repeat recorded).
+How the repeats ended is compared as rates (runner/analysis/significance.py): a new failure on one side is a
+regression, a fix, or undecided when too few repeats cannot tell a flaky failure from chance; never silent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from runner.analysis import significance
+from runner.analysis.frame import PARAM_KEYS, PER_STEP_METRICS, Metric
+from runner.analysis.stats import _join_unique
+from runner.analysis.verdict import Verdict
+from runner.results import Status
+
+OK = Status.OK.value
+UNSUPPORTED = Status.UNSUPPORTED.value
+# Repeats that neither measured nor failed (a user's Ctrl-C, a cell skipped on purpose): not outcomes.
+NOT_OUTCOMES = frozenset({Status.CANCELLED.value, Status.SKIPPED.value})
+
+
+def definition_text(how: Any, unit: Any) -> str:
+    """One repeat's definition of a metric in words: 'mllog: mean of tracked_stats [samples/s]'."""
+    how_s, unit_s = str(how or "").replace(", ", "; "), str(unit or "").replace(", ", "; ")
+    return f"{how_s} [{unit_s}]" if unit_s else how_s
+
+
+def _several(text: str) -> bool:
+    return ", " in text
+
+
+def settings_differ(a: str, b: str) -> str:
+    """Why two sides' cells measured different things although their params match ('' when they did not):
+    other iterations, warmup or seed (as asv calls results of another benchmark version not comparable)."""
+    a, b = str(a or ""), str(b or "")
+    if not a or not b:
+        return ""  # a side without a bench result: nothing measured, nothing to compare anyway
+    if _several(a) or _several(b):
+        return f"not comparable: run settings differ within a pooled side ({a} | {b})"
+    return f"not comparable: run settings differ ({a} vs {b})" if a != b else ""
+
+
+def definitions_differ(a: str, b: str, metric: Metric) -> str:
+    """Why a metric's figures cannot be paired: the sides (or the repeats of one) obtained it differently or in
+    another unit ('' when every repeat defines it the same way)."""
+    a, b = str(a or ""), str(b or "")
+    if not a or not b:
+        return ""
+    if _several(a) or _several(b):
+        return f"not comparable: the {metric.label} is obtained in more than one way within a side ({a} | {b})"
+    return f"not comparable: the {metric.label} is obtained differently ({a} vs {b})" if a != b else ""
+
+
+def steps_differ(a: str, b: str, metric: Metric) -> str:
+    """Why a loss or an accuracy cannot be compared: the two sides (or the repeats of one) trained for different
+    numbers of steps before it was taken ('' when every repeat took it after the same number)."""
+    if metric.name not in PER_STEP_METRICS:
+        return ""
+    a, b = str(a or ""), str(b or "")
+    if not a or not b or (a == b and not _several(a)):
+        return ""
+    return f"not comparable: the {metric.label} comes after different numbers of training steps ({a} vs {b})"
+
+
+def unit_of(frame: pd.DataFrame, metric: Metric) -> str:
+    """The unit a side's figures of a metric are in (its ok repeats' `unit_<m>`), the Metric's own when they say
+    several or none: tables label a figure with it, never with a unit written in the code."""
+    col = f"unit_{metric.name}"
+    if col not in frame or frame.empty:
+        return metric.unit
+    units = {str(u) for u, s in zip(frame[col], frame["status"], strict=True) if s == OK and u}
+    return next(iter(units)) if len(units) == 1 else metric.unit
+
+
+def why_not(metric: Metric, settings: tuple[str, str], definitions: tuple[str, str] = ("", ""),
+            steps: tuple[str, str] = ("", "")) -> str:
+    """The one answer to "may these two sides be compared on this metric?": '' when yes, else why not, in the
+    words every command prints."""
+    return (settings_differ(*settings) or definitions_differ(*definitions, metric)
+            or steps_differ(*steps, metric))
+
+
+def common_step(ladders: Sequence[Mapping[int, float] | None]) -> int | None:
+    """The last step at which every repeat recorded its loss (bench's loss_at: steps 1, 2, 5, 10, 20, 50, ...);
+    None when a repeat recorded none or they share no step."""
+    sets = [set(d) for d in ladders if isinstance(d, Mapping)]
+    if not sets or len(sets) != len(ladders):
+        return None
+    common = set.intersection(*sets)
+    return max(common) if common else None
+
+
+Values = tuple[Sequence[float], Sequence[int | None], Sequence[Mapping[int, float] | None]]
+
+
+def at_common_step(metric: Metric | None, a: Values, b: Values) -> tuple[np.ndarray, np.ndarray, int | None | str]:
+    """Both sides' finite values (each side: its ok repeats' values, training steps and losses by step), a loss or
+    accuracy taken at a step every repeat of both reached (as compare's `align_steps`: the last step every repeat
+    recorded when their windows differ); the step used (None: as measured), or why they cannot be compared."""
+    x, y = np.asarray(a[0], dtype=float), np.asarray(b[0], dtype=float)
+    if metric is not None and metric.name in PER_STEP_METRICS and len(set((*a[1], *b[1]))) > 1:
+        ladders = [*a[2], *b[2]]
+        step = common_step(ladders) if metric.name == "loss_end" and len(ladders) == x.size + y.size else None
+        if step is None:
+            shown = ", ".join(str(s) for s in sorted(st for st in set((*a[1], *b[1])) if st is not None)) or "unknown"
+            return x[:0], y[:0], (f"not comparable: the {metric.label} comes after different numbers of training "
+                                  f"steps ({shown}) and no step was recorded by every repeat")
+        x = np.asarray([d[step] for d in a[2] if d is not None], dtype=float)
+        y = np.asarray([d[step] for d in b[2] if d is not None], dtype=float)
+        return x[np.isfinite(x)], y[np.isfinite(y)], step
+    return x[np.isfinite(x)], y[np.isfinite(y)], None
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """How one side's repeats ended: a count per status."""
+
+    counts: Mapping[str, int]
+
+    @classmethod
+    def of(cls, statuses: Iterable[str]) -> Outcomes:
+        return cls(dict(Counter(str(s) for s in statuses if str(s) not in NOT_OUTCOMES)))
+
+    @classmethod
+    def parse(cls, summary: str) -> Outcomes:
+        """From a status summary in words ('2 ok, 1 oom', runner/analysis/stats.py status_summary)."""
+        counts: dict[str, int] = {}
+        for part in str(summary or "").split(", "):
+            n, _, status = part.partition(" ")
+            if n.isdigit() and status and status not in NOT_OUTCOMES:
+                counts[status] = counts.get(status, 0) + int(n)
+        return cls(counts)
+
+    @property
+    def n(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def ok(self) -> int:
+        return self.counts.get(OK, 0)
+
+    @property
+    def modes(self) -> set[str]:
+        """The ways a repeat did not end ok."""
+        return {s for s, k in self.counts.items() if k and s != OK}
+
+    @property
+    def words(self) -> str:
+        order = [s.value for s in Status]
+        parts = sorted(((k, v) for k, v in self.counts.items() if v),
+                       key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
+        return ", ".join(f"{v} {k}" for k, v in parts) or "nothing stored"
+
+
+@dataclass(frozen=True)
+class OutcomeChange:
+    """What the outcomes say before the metric: `verdict` answers "did B end the way A did?" (FAIL: it did not,
+    significantly or certainly; PASS: the same, and there is no metric to compare; UNDECIDED: cannot tell).
+    `direction`: 'worse' (B fails more), 'better' (B fails less) or ''."""
+
+    verdict: Verdict
+    why: str
+    direction: str = ""
+    p_value: float | None = None
+
+    @property
+    def newly_fails(self) -> bool:
+        return self.direction == "worse" and self.verdict is not Verdict.PASS
+
+
+def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) -> OutcomeChange | None:
+    """The outcomes of a pair compared as rates; None when both sides have ok repeats and neither fails in a way
+    the other does not (the metric decides then). A side with nothing stored is undecided, never dropped."""
+    for side, o in (("A", a), ("B", b)):
+        if not o.n:
+            return OutcomeChange(Verdict.UNDECIDED, f"not measured on {side} (no repeat of this cell)")
+    if not a.ok and not b.ok:
+        if a.modes == b.modes == {UNSUPPORTED}:
+            return OutcomeChange(Verdict.PASS, "unsupported on both sides")
+        if len(a.modes) == len(b.modes) == 1 and a.modes != b.modes:
+            return OutcomeChange(Verdict.FAIL, f"{next(iter(a.modes))} -> {next(iter(b.modes))}", "", 0.0)
+        if len(a.modes) == len(b.modes) == 1:
+            return OutcomeChange(Verdict.PASS, f"{next(iter(a.modes))} on both sides")
+        return OutcomeChange(Verdict.UNDECIDED, f"no ok repeat on either side (A {a.words}; B {b.words})")
+    new_b, new_a = b.modes - a.modes, a.modes - b.modes
+    d = significance.rate_difference(a.n - a.ok, a.n, b.n - b.ok, b.n)
+    if not new_a and not new_b and a.ok and b.ok and not (d.decided and d.p_value < alpha):
+        return None  # the same ways of failing, at rates not told apart (or none): the metric decides
+    worse = (b.n - b.ok) / b.n > (a.n - a.ok) / a.n or (not new_a and bool(new_b))
+    direction = "worse" if worse else "better"
+    said = f"regression: B {b.words} (A {a.words})" if worse else f"fixed: A {a.words} (B {b.words})"
+    if d.exact:
+        return OutcomeChange(Verdict.FAIL, said, direction, d.p_value)
+    p_text = f"{significance.RATE_TEST} p={d.p_value:.2g}"
+    if d.p_value < alpha:
+        return OutcomeChange(Verdict.FAIL, f"{said}, {p_text}", direction, d.p_value)
+    new = sorted(new_b if worse else new_a)
+    what = f"{', '.join(new)} on {'B' if worse else 'A'} only" if new else f"more failures on {'B' if worse else 'A'}"
+    return OutcomeChange(Verdict.UNDECIDED, f"{what} ({a.words} vs {b.words}), {p_text}: more repeats needed",
+                         direction, d.p_value)
+
+
+def with_outcomes(metric_verdict: Verdict, metric_why: str, outcomes: OutcomeChange | None) -> tuple[Verdict, str]:
+    """The verdict of a pair whose outcomes could not be told apart (a failure on one side that few repeats cannot
+    tell from chance) once its metric is judged: a significant change of the metric fails anyway, with the
+    outcomes said; anything else stays undecided, in the outcomes' words."""
+    if outcomes is None or outcomes.verdict is not Verdict.UNDECIDED:
+        return metric_verdict, metric_why
+    if metric_verdict is Verdict.FAIL:
+        return Verdict.FAIL, f"{metric_why}; {outcomes.why}"
+    return Verdict.UNDECIDED, outcomes.why
+
+
+def align_steps(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[Any, ...], int]]:
+    """Where a pair's repeats trained for different numbers of steps (calibrated windows, warm-ups until steady),
+    its loss is taken at the last step every ok repeat of both sides recorded (bench's loss_at: steps 1, 2, 5, 10,
+    20, 50, ...): loss_end and steps of those rows are replaced. Returns both frames and {params: step}."""
+    if "loss_at" not in a or "loss_at" not in b:
+        return a, b, {}
+    a, b = a.copy(), b.copy()
+    at: dict[tuple[Any, ...], int] = {}
+    ok_a = a[a["status"] == Status.OK.value]
+    ok_b = b[b["status"] == Status.OK.value]
+    groups_b = {k if isinstance(k, tuple) else (k,): g for k, g in ok_b.groupby(list(PARAM_KEYS), sort=False)}
+    for key, ga in ok_a.groupby(list(PARAM_KEYS), sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        gb = groups_b.get(key)
+        if gb is None:
+            continue
+        rows = pd.concat([ga, gb])
+        if rows["steps"].nunique(dropna=False) <= 1:
+            continue
+        step = common_step(list(rows["loss_at"]))
+        if step is None:
+            continue
+        at[key] = step
+        for frame_, g in ((a, ga), (b, gb)):
+            frame_.loc[g.index, "loss_end"] = [d[step] for d in g["loss_at"]]
+            frame_.loc[g.index, "steps"] = step
+    return a, b, at
+
+
+def measure_notes(sides: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
+    """What a reader of a comparison must know about how the sides were measured: a precision emulated on a side's
+    CPU (expect it slower than fp32 there), and cells with a repeat whose warm-up never got steady."""
+    notes = []
+    for label, ref, df in sides:
+        if "cpu_native" not in df:
+            continue
+        ok = df[df["status"] == Status.OK.value]
+        emulated = ok[ok["cpu_native"].map(lambda v: v is False).astype(bool)]
+        for (env, precision), g in emulated.groupby(["environment", "precision"], sort=False):
+            why = _join_unique(g["cpu_why"])
+            notes.append(f"{label} ({env}): {precision} emulated on this CPU{f' ({why})' if why else ''}: expect it "
+                         "slower than fp32.")
+        short = ok[[_short_window(st_, w) for st_, w in zip(ok["settings"], ok["window_iters"], strict=True)]]
+        if not short.empty:
+            n = short["cell_key"].nunique()
+            r = short.iloc[0]
+            notes.append(f"{label} ({ref}): in {n} cell{'s' if n != 1 else ''} a repeat measured a shorter window "
+                         f"than its run settings promised (e.g. {int(r['window_iters'])} iterations; {r['settings']}).")
+        unsteady = ok[ok["steady"].map(lambda v: v is False).astype(bool)]
+        if not unsteady.empty:
+            n = unsteady["cell_key"].nunique()
+            notes.append(f"{label} ({ref}): in {n} cell{'s' if n != 1 else ''} a repeat's warm-up reached its "
+                         "ceiling before the iteration times were steady.")
+    return notes
+
+
+def _short_window(settings: Any, window: Any) -> bool:
+    """A fixed `iterations=N` in the run settings and a measured window of fewer iterations."""
+    for word in str(settings or "").split():
+        key, _, value = word.partition("=")
+        if key == "iterations" and value.isdigit() and isinstance(window, int | float) and window == window:
+            return int(window) < int(value)
+    return False

@@ -1,0 +1,66 @@
+"""A stored repeat as a typed record (as pyperf's `Run`): its identity, how it ended, and its figures with their
+definitions, built once from a store row instead of reading the row's dict by string everywhere. The long frame
+(runner/analysis/frame.py) is the same data for whole stores; this is for code that walks a few repeats."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.analysis.comparable import definition_text
+from runner.analysis.frame import definitions, frame, measured
+from runner.results import Status
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """One stored repeat: the newest row of (cell key, repeat number)."""
+
+    id: int
+    run_id: str
+    cell_key: str
+    number: int
+    environment: str
+    status: str
+    reason: str = ""
+    row: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Repeat:
+        return cls(int(row.get("id") or 0), str(row.get("run_id") or ""), str(row.get("cell_key") or ""),
+                   int(row.get("repeat") or 0), str(row.get("environment") or ""), str(row.get("status") or ""),
+                   str(row.get("reason") or ""), row)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK.value
+
+    @property
+    def final(self) -> bool:
+        """Measured, as resume counts it (an unknown status is not)."""
+        try:
+            return Status(self.status).final
+        except ValueError:
+            return False
+
+    def value(self, metric: str) -> float | None:
+        """The metric as the frame computes it (stored units); None when not measured or not finite."""
+        v = frame([self.row])[metric].iloc[0]
+        return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+    @property
+    def steps(self) -> int | None:
+        """Training steps before its loss (warm-up included), when recorded."""
+        steps = measured(self.row)["steps"]
+        return steps if isinstance(steps, int) else None
+
+    @property
+    def loss_at(self) -> Mapping[int, float] | None:
+        return measured(self.row)["loss_at"]
+
+    def definition(self, metric: str) -> str:
+        """How this repeat obtained the metric, in the words comparability compares ('how [unit]')."""
+        d = definitions(self.row.get("metrics") or {})
+        return definition_text(d[f"how_{metric}"], d[f"unit_{metric}"])

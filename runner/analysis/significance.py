@@ -1,0 +1,191 @@
+"""The statistics every decision uses, in one place: one alpha and one confidence, Welch's test (from samples or
+from each side's mean, std and n: one formula), its interval, the t interval of a mean, the exact test that
+compares failure rates as rates, and the Benjamini-Hochberg correction. compare, the gate, check, bisect, the
+history and the report's comparison views all come here; none computes a p-value or an interval of its own.
+
+benchmarks/stats_check.py measures the candidate tests on resampled real repeats (false positives on A/A, power on
+a slowdown); docs/statistics.md gives the figures and why TEST is the one chosen.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import special  # the t distribution; much lighter to import than scipy.stats
+
+ALPHA = 0.05
+CONFIDENCE = 1 - ALPHA  # every interval matrix prints is at this confidence (0.95)
+BOOTSTRAP_RESAMPLES = 2000
+# Many pairs, one threshold: the p-values of one comparison (compare's pairs, one gate rule's pairs) are
+# adjusted together so that the expected share of false discoveries stays under alpha.
+CORRECTION = "benjamini-hochberg"
+RATE_TEST = "fisher"  # failure rates: Fisher's exact test on the 2x2 table of ok and not-ok repeats
+
+PValue = Callable[[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray], float]
+
+
+def _clean(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    x = np.asarray(values, dtype=float)
+    return x[~np.isnan(x)]
+
+
+def t_quantile(dof: Any, confidence: float = CONFIDENCE) -> Any:
+    """The two-sided t quantile for `confidence` at `dof` degrees of freedom (arrays welcome)."""
+    return special.stdtrit(dof, 0.5 + confidence / 2)
+
+
+def t_half_width(std: Any, n: Any, confidence: float = CONFIDENCE) -> Any:
+    """Half the width of the t confidence interval of a mean (NaN where n < 2)."""
+    n_arr = np.asarray(n, dtype=float)
+    df = np.where(n_arr >= 2, n_arr - 1, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return t_quantile(df, confidence) * np.asarray(std, dtype=float) / np.sqrt(n_arr)
+
+
+def _welch_parts(std_a: Any, n_a: Any, std_b: Any, n_b: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Welch's standard error of the difference of means and its Welch-Satterthwaite degrees of freedom."""
+    sa, na = np.asarray(std_a, dtype=float), np.asarray(n_a, dtype=float)
+    sb, nb = np.asarray(std_b, dtype=float), np.asarray(n_b, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        va, vb = sa * sa / na, sb * sb / nb
+        se = np.sqrt(va + vb)
+        terms = np.where(va > 0, va * va / (na - 1), 0.0) + np.where(vb > 0, vb * vb / (nb - 1), 0.0)
+        dof = (va + vb) ** 2 / terms
+    return se, dof
+
+
+def welch_from_stats(mean_a: Any, std_a: Any, n_a: Any, mean_b: Any, std_b: Any, n_b: Any) -> np.ndarray:
+    """Welch's two-sided p-value from each side's mean, std (ddof=1) and n, for whole columns at once. The rule of
+    `difference` holds: fewer than two values on a side is NaN (undecided); neither side with any spread (std 0,
+    n >= 2 each) is certain, p = 0 when the means differ and 1 when they are equal."""
+    ma, sa, na = (np.asarray(x, dtype=float) for x in (mean_a, std_a, n_a))
+    mb, sb, nb = (np.asarray(x, dtype=float) for x in (mean_b, std_b, n_b))
+    se, dof = _welch_parts(sa, na, sb, nb)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        enough = (na >= 2) & (nb >= 2)
+        flat = enough & (sa == 0) & (sb == 0)
+        t = np.abs(mb - ma) / se
+        p = 2 * special.stdtr(dof, -t)
+    exact = np.where(ma != mb, 0.0, 1.0)
+    out = np.where(enough & ~flat, np.clip(p, 0.0, 1.0), np.where(flat, exact, math.nan))
+    return out * np.ones(np.broadcast(ma, mb).shape)
+
+
+def welch(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Two-sided p-value of Welch's t-test; NaN below two values a side or with no spread at all."""
+    x, y = _clean(a), _clean(b)
+    if x.size < 2 or y.size < 2 or (np.ptp(x) == 0 and np.ptp(y) == 0):
+        return math.nan
+    return float(welch_from_stats(x.mean(), x.std(ddof=1), x.size, y.mean(), y.std(ddof=1), y.size))
+
+
+def welch_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+                   confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The interval of mean(b) - mean(a) with Welch's degrees of freedom: it excludes 0 exactly when `welch`
+    gives p < 1 - confidence. Neither side with spread: the difference itself, both ends."""
+    x, y = _clean(a), _clean(b)
+    diff = float(y.mean() - x.mean())
+    se, dof = _welch_parts(x.std(ddof=1), x.size, y.std(ddof=1), y.size)
+    if float(se) == 0:
+        return diff, diff
+    half = float(t_quantile(dof, confidence) * se)
+    return diff - half, diff + half
+
+
+def mann_whitney(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (exact for small samples without ties)."""
+    x, y = _clean(a), _clean(b)
+    if x.size < 2 or y.size < 2 or (np.ptp(x) == 0 and np.ptp(y) == 0):
+        return math.nan
+    from scipy import stats
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.mannwhitneyu(x, y, alternative="two-sided").pvalue)
+
+
+def bootstrap(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+              resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> float:
+    """Two-sided percentile-bootstrap p-value for a difference of means: twice the share of resampled
+    differences on the far side of zero (each side resampled with replacement, a fixed seed)."""
+    x, y = _clean(a), _clean(b)
+    if x.size < 2 or y.size < 2 or (np.ptp(x) == 0 and np.ptp(y) == 0):
+        return math.nan
+    rng = np.random.default_rng(seed)
+    diff = (rng.choice(y, (resamples, y.size)).mean(axis=1) - rng.choice(x, (resamples, x.size)).mean(axis=1))
+    below = float(np.mean(diff <= 0))
+    above = float(np.mean(diff >= 0))
+    return min(1.0, 2 * min(below, above))
+
+
+TESTS: dict[str, PValue] = {"welch": welch, "mann-whitney": mann_whitney, "bootstrap": bootstrap}
+TEST_NAME = "welch"  # chosen from benchmarks/stats_check.py's figures: docs/statistics.md
+TEST: PValue = TESTS[TEST_NAME]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Whether two samples differ as far as the data can tell: a p-value, or why there is none."""
+
+    p_value: float      # NaN when undecided
+    why: str = ""       # why undecided ('' when decided)
+    exact: bool = False  # both sides without any spread: the difference (or its absence) is certain
+
+    @property
+    def decided(self) -> bool:
+        return not math.isnan(self.p_value)
+
+
+def too_few(n_a: int, n_b: int) -> str:
+    """Why a pair cannot be tested: '1 ok repeat on A (a test needs 2+ per side)'."""
+    short = [f"{n} ok repeat{'s' if n != 1 else ''} on {side}" for side, n in (("A", n_a), ("B", n_b)) if n < 2]
+    return f"{' and '.join(short)} (a test needs 2+ per side)"
+
+
+def difference(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, test: PValue = TEST
+               ) -> Difference:
+    """The one rule every decision uses: fewer than two values on a side is undecided; every value equal on
+    both sides (n >= 2 each; typical of GPU peak memory) is certain, p = 0 when the values differ and 1 when
+    they do not, so the size of the change decides; otherwise the test's p-value."""
+    x, y = _clean(a), _clean(b)
+    if x.size < 2 or y.size < 2:
+        return Difference(math.nan, too_few(int(x.size), int(y.size)))
+    if np.ptp(x) == 0 and np.ptp(y) == 0:
+        return Difference(0.0 if x[0] != y[0] else 1.0, exact=True)
+    p = test(x, y)
+    if math.isnan(p):
+        return Difference(math.nan, "the test gave no p-value")
+    return Difference(p)
+
+
+def rate_difference(bad_a: int, n_a: int, bad_b: int, n_b: int) -> Difference:
+    """Two failure rates compared as rates (`bad` of `n` repeats did not end ok). Both sides pure (every repeat
+    one way on each side) is certain, as `difference` calls two sides without spread: p = 0 when they differ,
+    1 when not. A side with mixed outcomes gets Fisher's exact test, so one crash in three is not "failed"."""
+    if n_a < 1 or n_b < 1:
+        return Difference(math.nan, f"no repeat ended on {'A' if n_a < 1 else 'B'}")
+    pure_a, pure_b = bad_a in (0, n_a), bad_b in (0, n_b)
+    if pure_a and pure_b:
+        return Difference(0.0 if (bad_a == 0) != (bad_b == 0) else 1.0, exact=True)
+    from scipy.stats import fisher_exact
+
+    table = [[n_a - bad_a, bad_a], [n_b - bad_b, bad_b]]
+    return Difference(float(fisher_exact(table, alternative="two-sided").pvalue))
+
+
+def adjust(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (scipy.stats.false_discovery_control) over the decided ones;
+    NaN (undecided) stays NaN and does not count as a test. Compare each with alpha."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, math.nan)
+    tested = ~np.isnan(p)
+    if tested.any():
+        from scipy.stats import false_discovery_control
+
+        out[tested] = false_discovery_control(np.clip(p[tested], 0.0, 1.0), method="bh")
+    return out

@@ -1,0 +1,110 @@
+"""The precision grid: per environment and configuration, rows precision × metric, columns batch size.
+
+A loss or an accuracy sits beside another only when both come after the same number of training steps: where a
+block's windows differ (calibrated windows, warm-ups until steady), the loss is shown at the last step every ok
+repeat of the block recorded (bench's loss_at, runner/analysis/comparable.py), and otherwise each value carries
+its step count and the section says the row is not comparable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from runner import analysis as an
+from runner.analysis.comparable import common_step, unit_of
+from runner.analysis.frame import PER_STEP_METRICS
+from runner.report.fmt import DASH, Cell, Section, Table
+from runner.report.labels import cell_label, cell_value
+from runner.results import Status
+
+GRID_METRICS = ("throughput", "iter_time", "peak_mem", "images_per_joule", "accuracy", "loss_end")
+GROUP = ("environment", "model", "dataset", "gpus", "nodes", "options")
+
+
+def _steps(ok: pd.DataFrame) -> set[int]:
+    return {int(s) for s in ok["steps"] if isinstance(s, int | float) and s == s} if "steps" in ok else set()
+
+
+def per_step_rows(cells: list[dict[str, Any]], shown: pd.DataFrame | None, metric: an.Metric
+                  ) -> tuple[list[dict[str, Any]], str, str]:
+    """The block's rows for a loss or accuracy: (rows to show, the row's label, a note). Unchanged when every ok
+    repeat trained as many steps; the loss at a common step when they differ; else the step count in each value
+    and a note that the figures are not comparable."""
+    if shown is None or shown.empty or "cell_key" not in shown:
+        return cells, metric.heading, ""
+    keys = {str(r["cell_key"]) for r in cells}
+    ok = shown[shown["cell_key"].isin(keys) & (shown["status"] == Status.OK.value) & shown[metric.name].notna()]
+    steps = _steps(ok)
+    if len(steps) <= 1:
+        return cells, metric.heading, ""
+    step = common_step(list(ok["loss_at"])) if metric.name == "loss_end" and "loss_at" in ok else None
+    out = []
+    for r in cells:
+        own = ok[ok["cell_key"] == r["cell_key"]]
+        if step is not None:
+            values = np.asarray([d[step] for d in own["loss_at"]], dtype=float)
+            std = float(values.std(ddof=1)) if values.size > 1 else float("nan")
+            out.append({**r, f"{metric.name}_mean": float(values.mean()) if values.size else float("nan"),
+                        f"{metric.name}_std": std, f"{metric.name}_n": int(values.size)})
+        else:
+            out.append({**r, "_steps": ", ".join(map(str, sorted(_steps(own))))})
+    if step is not None:
+        return out, f"loss at step {step}", (f"The {metric.label} is shown at step {step}, the last every repeat "
+                                             f"recorded: the windows trained {', '.join(map(str, sorted(steps)))} "
+                                             "steps.")
+    return out, f"{metric.heading} (not comparable)", (
+        f"The {metric.label} values are not comparable across precisions: they come after "
+        f"{', '.join(map(str, sorted(steps)))} training steps and no step was recorded by every repeat; compare them "
+        "at fixed iterations.")
+
+
+def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> list[Section]:
+    """Precision grid: per environment and configuration, rows precision × metric, columns batch size."""
+    blocks: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in summary.to_dict("records"):  # summary order: environment, configuration, precision, batch
+        blocks.setdefault(tuple(r[k] for k in GROUP), []).append(r)
+    sections = []
+    for cells in blocks.values():
+        first = cells[0]
+        batches = sorted({int(r["batch_size"]) for r in cells})
+        metrics = ([an.METRICS[m] for m in GRID_METRICS if any(r[f"{m}_n"] > 0 for r in cells)]
+                   or [an.METRICS["throughput"]])
+        table = Table(["precision", "metric", *(f"batch {b}" for b in batches)],
+                      align=["l", "l", *("r" * len(batches))])
+        shown_rows: dict[str, tuple[list[dict[str, Any]], str]] = {}
+        notes = []
+        for m in metrics:
+            if m.name in PER_STEP_METRICS:
+                rows, label, note = per_step_rows(cells, shown, m)
+                shown_rows[m.name] = (rows, label)
+                notes += [note] if note else []
+        by_precision: dict[str, dict[int, int]] = {}
+        for i, r in enumerate(cells):
+            by_precision.setdefault(str(r["precision"]), {})[int(r["batch_size"])] = i
+        for precision, by_batch in by_precision.items():
+            for j, m in enumerate(metrics):
+                rows, label = shown_rows.get(m.name, (cells, _heading(m, cells, shown)))
+                row = [_value(rows[by_batch[b]], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
+                table.add(Cell(precision if j == 0 else "", "key"), Cell(label), *row,
+                          row_class="group" if j == 0 else "")
+        title = " · ".join(p for p in (str(first["environment"]), str(first["hardware"]),
+                                       cell_label(first, ["model", "dataset", "gpus", "nodes", "options"])) if p)
+        sections.append(Section(title, table, " ".join(notes)))
+    return sections
+
+
+def _heading(m: an.Metric, cells: list[dict[str, Any]], shown: pd.DataFrame | None) -> str:
+    """The metric's label with the unit its figures in this block are in (`unit_<m>`), never a fixed img/s."""
+    if shown is None or "cell_key" not in shown:
+        return m.heading
+    unit = unit_of(shown[shown["cell_key"].isin({str(r["cell_key"]) for r in cells})], m)
+    return f"{m.label} ({unit})" if unit else m.label
+
+
+def _value(r: dict[str, Any], m: an.Metric) -> Cell:
+    cell = cell_value(r, m)
+    steps = r.get("_steps")
+    return Cell(f"{cell.text} @ {steps} steps", cell.cls) if steps and cell.text != DASH else cell
