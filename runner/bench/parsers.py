@@ -44,7 +44,7 @@ MLLOG_LOSS_KEYS = ("loss", "train_loss", "reduced_train_loss")
 
 
 # Kind -> parser class, filled by @register (the built-ins below, and each parser_KIND.py module).
-PARSERS = {}
+PARSERS = {}  # type: dict
 KIND_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
