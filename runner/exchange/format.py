@@ -112,7 +112,11 @@ def read(path: Path) -> Bundle:
         raise DamagedFile(f"{path} is damaged: {what}; nothing was imported (export it again)") from None
     except OSError as e:
         raise StoreError(f"cannot read {path} ({e.strerror or e})") from e
-    return parse(path, lines)
+    try:
+        return parse(path, lines)
+    except RecursionError:  # a record nested just within what json reads, too deep to write back
+        raise DamagedFile(f"{path} nests a record's JSON deeper than matrix writes or reads back; nothing was "
+                          "imported") from None
 
 
 def _bounded_lines(path: Path, stream: gzip.GzipFile) -> list[bytes]:
@@ -244,6 +248,9 @@ def _record(path: Path, number: int, line: bytes) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError):
         raise DamagedFile(f"{path} line {number} is not JSON (the file is damaged or cut short); nothing was "
                           "imported") from None
+    except RecursionError:
+        raise DamagedFile(f"{path} line {number} nests its JSON deeper than Python reads, more than any record "
+                          "matrix writes; nothing was imported") from None
     if not isinstance(rec, dict):
         raise DamagedFile(f"{path} line {number} is a JSON {type(rec).__name__}, not a record; nothing was imported")
     return rec

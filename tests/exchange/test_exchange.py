@@ -276,3 +276,13 @@ def test_a_gzip_bomb_is_refused_by_the_cli_with_the_store_status(tmp_path: Path,
     assert proc.returncode == 6, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "longer than 16,777,216 bytes" in proc.stderr
     assert not (tmp_path / "c.db").exists() or count(tmp_path / "c.db") == 0
+
+
+def test_a_record_nested_without_end_is_refused_in_one_line(tmp_path: Path, matrix_cmd: list[str]) -> None:
+    """JSON nested deeper than Python's recursion limit (a few hundred bytes compressed) is a damaged file,
+    exit 6 in one line, never an internal error."""
+    deep = tmp_path / "deep.jsonl.gz"
+    deep.write_bytes(gzip.compress(b'{"a":' + b"[" * 200_000 + b"]" * 200_000 + b"}\n", 9))
+    proc = cli(matrix_cmd, "import", str(deep), "--db", str(tmp_path / "c.db"))
+    assert proc.returncode == 6, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "nests its JSON deeper" in proc.stderr
