@@ -415,7 +415,7 @@ def make(config):
             importlib.import_module(".parser_" + kind, __package__)
         except ImportError as e:
             if getattr(e, "name", None) != "%s.parser_%s" % (__package__, kind):
-                raise
+                raise ValueError("the workload parser module parser_%s.py cannot be imported here: %s" % (kind, e))
     if kind not in PARSERS:
         raise ValueError("no workload parser %r in this benchmark (it has %s)" % (kind, ", ".join(sorted(PARSERS))))
     return PARSERS[kind](config)
