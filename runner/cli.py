@@ -119,11 +119,14 @@ UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an un
                                                    "(exit 5, the default), fail (exit 1) or pass (exit 0; still "
                                                    "said undecided)")]
 
+SIDE_HELP = ("side {side}: environment, tag, backend or run id; or env:NAME, tag:NAME, backend:KIND, run:ID, "
+             "host:NAME (the host a repeat ran on), machine:X (its hardware, or the store it was imported from)")
+
 
 @app.command()
 @exits("compare")
-def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, backend or run id")],
-            b: Annotated[str, typer.Argument(help="side B: environment, tag, backend or run id")],
+def compare(a: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="A"))],
+            b: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="B"))],
             db: DbOpt = DEFAULT_DB,
             fmt: Annotated[str | None, typer.Option("--format", help="md, csv or json "
                                                        "(default: a table)")] = None,
@@ -138,6 +141,10 @@ def compare(a: Annotated[str, typer.Argument(help="side A: environment, tag, bac
             pool: Annotated[bool, typer.Option("--pool", help="pool every definition a side holds for a cell "
                                                "(default: the newest, the others listed)")] = False) -> None:
     """Pair the cells of A and B and say which is faster, by how much, and whether it is significant.
+
+    A side is an environment name, a tag, a backend kind or a run id, or one spelled with its kind:
+    env:NAME, tag:NAME, backend:KIND, run:ID, host:NAME (the host a repeat ran on) or machine:X (its
+    hardware in words, or the id of the store it was imported from).
 
     With --fail-on, a regression gate: exit status 1 when a pair changed more than the threshold AND
     significantly, 5 when a pair could not be decided (fewer than 2 ok repeats a side, a metric not

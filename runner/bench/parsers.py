@@ -13,11 +13,13 @@ is missing: a result without its figure is `failed`, never a zero.
   matrix    the `MATRIX_RESULT` line a script prints through matrix_bench.measure
 """
 
+import importlib
 import json
 import math
 import re
 
 from .contract import RESULT_PREFIX
+from .readings import json_after, mean, number, read_number
 
 MLLOG_MARK = ":::MLLOG "
 DLLOG_MARK = "DLLL "
@@ -41,66 +43,25 @@ DLLOGGER_KEYS = {
 MLLOG_LOSS_KEYS = ("loss", "train_loss", "reduced_train_loss")
 
 
-def _number(value):
-    """A finite float from a logged value (numbers, numeric strings), else None."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (list, tuple)) and len(value) == 1:
-        value = value[0]
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+# Kind -> parser class, filled by @register (the built-ins below, and each parser_KIND.py module).
+PARSERS = {}  # type: dict
+KIND_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-THOUSANDS = {".": re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?$"), ",": re.compile(r"^[-+]?\d{1,3}(\.\d{3})+(,\d*)?$")}
-
-
-def read_number(text, decimal="."):
-    """(value, None) or (None, why) for a number as a program printed it, by the figure's stated decimal
-    mark: with `.`, commas may only group thousands (1,234,567.5); with `,`, points may only group them
-    (1.234.567,5). Anything else that holds the other mark (1234,5 with `.`) is ambiguous, never guessed."""
-    text = text.strip()
-    other = "," if decimal == "." else "."
-    if re.match(r"^[-+]?\d[\d.,]*$", text) and text.count(decimal) > 1:
-        return None, ("%r, which holds the figure's decimal mark %r twice: ambiguous, not guessed (set decimal: "
-                      "%r if the program writes 1%s234%s5)" % (text, decimal, other, decimal, other))
-    if other in text:
-        if not THOUSANDS[decimal].match(text):
-            return None, ("%r, where %r cannot be a thousands separator and the figure's decimal mark is %r: "
-                          "ambiguous, not guessed (set decimal: %r if the program writes 1234%s5)"
-                          % (text, other, decimal, other, other))
-        text = text.replace(other, "")
-    if decimal == ",":
-        text = text.replace(",", ".")
-    try:
-        value = float(text)
-    except ValueError:
-        return None, "%r, which is not a number" % text
-    if not math.isfinite(value):
-        return None, "%r, which is not a finite number" % text
-    return value, None
-
-
-def _mean(values):
-    return sum(values) / len(values) if values else None
-
-
-def _json_after(line, mark):
-    """The JSON object that follows `mark` in a line (a launcher or logging prefix may precede it)."""
-    at = line.find(mark)
-    if at < 0:
-        return None
-    try:
-        record = json.loads(line[at + len(mark):].strip())
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+def register(cls):
+    """Make a Parser subclass the parser of its `kind` (the kind of its settings model in runner/workloads/)."""
+    if not KIND_RE.match(cls.kind or ""):
+        raise TypeError("%s: kind %r is not a name (letters, digits, _)" % (cls.__name__, cls.kind))
+    if cls.kind in PARSERS and PARSERS[cls.kind] is not cls:
+        raise TypeError("workload parser %r is registered twice: by %s and by %s"
+                        % (cls.kind, PARSERS[cls.kind].__name__, cls.__name__))
+    PARSERS[cls.kind] = cls
+    return cls
 
 
 class Parser(object):
-    """Fed line by line; `outcome()` says what was found."""
+    """Fed line by line; `outcome()` says what was found. A parser of a new kind subclasses it, sets `kind`,
+    implements `feed` (calling Parser.feed) and `measured`, and is decorated with @register."""
 
     kind = ""
 
@@ -137,6 +98,7 @@ class Parser(object):
                                           what, self.lines)
 
 
+@register
 class MllogParser(Parser):
     """MLPerf logging: run_start/run_stop (time to train), tracked_stats throughput (the first `skip` records
     are warm-up), train_samples, eval_accuracy, the loss in tracked_stats, run_stop's status."""
@@ -158,30 +120,30 @@ class MllogParser(Parser):
         Parser.feed(self, line)
         if MLLOG_MARK not in line:
             return
-        event = _json_after(line, MLLOG_MARK)
+        event = json_after(line, MLLOG_MARK)
         if event is None or "key" not in event:
             return
         self.records += 1
         key, value = event.get("key"), event.get("value")
         metadata = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
-        time_ms = _number(event.get("time_ms"))
+        time_ms = number(event.get("time_ms"))
         if key == "run_start" and self.run_start is None:
             self.run_start = time_ms
         elif key == "run_stop":
             self.run_stop = time_ms
             self.stop_status = metadata.get("status")
         elif key == "tracked_stats" and isinstance(value, dict):
-            throughput = _number(value.get(self.config.get("throughput_key") or "throughput"))
+            throughput = number(value.get(self.config.get("throughput_key") or "throughput"))
             if throughput is not None:
                 self.throughputs.append(throughput)
             for name in MLLOG_LOSS_KEYS:
-                if _number(value.get(name)) is not None:
-                    self.losses.append(_number(value.get(name)))
+                if number(value.get(name)) is not None:
+                    self.losses.append(number(value.get(name)))
                     break
-        elif key == "eval_accuracy" and _number(value) is not None:
-            self.accuracy = _number(value)
-        elif key in ("train_samples", "trained_samples") and _number(value) is not None:
-            self.train_samples = _number(value)
+        elif key == "eval_accuracy" and number(value) is not None:
+            self.accuracy = number(value)
+        elif key in ("train_samples", "trained_samples") and number(value) is not None:
+            self.train_samples = number(value)
         elif key in ("global_batch_size", "submission_benchmark", "submission_division", "seed",
                      "gradient_accumulation_steps"):
             self.logged[key] = value
@@ -196,7 +158,7 @@ class MllogParser(Parser):
         problem = None
         key = self.config.get("throughput_key") or "throughput"
         if kept:
-            metrics["throughput"] = _mean(kept)
+            metrics["throughput"] = mean(kept)
             notes["throughput_from"] = "tracked_stats (mean of %d records after the first %d)" % (len(kept), skip)
             self.definitions["throughput"] = {"how": "mllog: mean of tracked_stats %s after the first %d records"
                                                      % (key, skip), "unit": "samples/s"}
@@ -227,6 +189,7 @@ class MllogParser(Parser):
         return metrics, {}, notes, problem
 
 
+@register
 class DlloggerParser(Parser):
     """DLLogger's JSON stream: a metric from the summary record (step []) when there is one, else the
     mean of its per-step values after the first `skip` (throughput) or the last one (the others)."""
@@ -244,7 +207,7 @@ class DlloggerParser(Parser):
         Parser.feed(self, line)
         if DLLOG_MARK not in line:
             return
-        record = _json_after(line, DLLOG_MARK)
+        record = json_after(line, DLLOG_MARK)
         if record is None:
             return
         self.records += 1
@@ -264,8 +227,8 @@ class DlloggerParser(Parser):
             self.summary.update(data)
         else:
             for key, value in data.items():
-                if _number(value) is not None:
-                    self.series.setdefault(key, []).append(_number(value))
+                if number(value) is not None:
+                    self.series.setdefault(key, []).append(number(value))
 
     def _key(self, metric):
         keys = self.config.get("keys") or {}
@@ -285,7 +248,7 @@ class DlloggerParser(Parser):
             key, _ = self._key(metric)
             if key is None:
                 continue
-            value = _number(self.summary.get(key))
+            value = number(self.summary.get(key))
             source = "summary"
             if value is None and key in self.series:
                 values = self.series[key]
@@ -295,7 +258,7 @@ class DlloggerParser(Parser):
                         problem = ("%d per-step %s value%s, all discarded as warm-up (skip: %d) and no summary "
                                    "record" % (len(values), key, "s" if len(values) != 1 else "", skip))
                         continue
-                    value, source = _mean(kept), "mean of %d steps after the first %d" % (len(kept), skip)
+                    value, source = mean(kept), "mean of %d steps after the first %d" % (len(kept), skip)
                 else:
                     value, source = values[-1], "last step"
             if value is None:
@@ -319,6 +282,7 @@ class DlloggerParser(Parser):
         return metrics, {}, notes, problem
 
 
+@register
 class PatternParser(Parser):
     """Named figures by regular expression, one line at a time. Each figure: `regex` (its number is the
     group named `value`, else group 1, else the match), `scale` (to the store's unit), `reduce` (last,
@@ -372,7 +336,7 @@ class PatternParser(Parser):
                 problem = "figure %s: the pattern matched %s" % (name, self.ambiguous[name])
             if values:
                 value = {"first": values[0], "last": values[-1], "min": min(values), "max": max(values),
-                         "mean": _mean(values)}.get(how, values[-1])
+                         "mean": mean(values)}.get(how, values[-1])
                 value = value * float(fig.get("scale", 1.0))
                 if not math.isfinite(value) and problem is None:
                     problem = "figure %s: %s x %s is not a finite number" % (name, values[-1], fig.get("scale"))
@@ -406,6 +370,7 @@ class PatternParser(Parser):
         return metrics, figures, notes, problem
 
 
+@register
 class MatrixParser(Parser):
     """The result line of matrix_bench.measure: the script measured its own window."""
 
@@ -441,9 +406,16 @@ class MatrixParser(Parser):
         return metrics, {}, {}, None
 
 
-PARSERS = {"mllog": MllogParser, "dllogger": DlloggerParser, "pattern": PatternParser, "matrix": MatrixParser}
-
-
 def make(config):
-    """The parser a normalised configuration names."""
-    return PARSERS[config["kind"]](config)
+    """The parser a normalised configuration names: a built-in one, or the one the module parser_KIND.py of
+    this package registers (imported the first time the kind is asked for)."""
+    kind = config["kind"]
+    if kind not in PARSERS and KIND_RE.match(kind):
+        try:
+            importlib.import_module(".parser_" + kind, __package__)
+        except ImportError as e:
+            if getattr(e, "name", None) != "%s.parser_%s" % (__package__, kind):
+                raise ValueError("the workload parser module parser_%s.py cannot be imported here: %s" % (kind, e))
+    if kind not in PARSERS:
+        raise ValueError("no workload parser %r in this benchmark (it has %s)" % (kind, ", ".join(sorted(PARSERS))))
+    return PARSERS[kind](config)

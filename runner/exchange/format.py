@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import re
 import zlib
@@ -27,6 +26,11 @@ SCHEMA = 1
 # Schemas this matrix reads, and why the others are refused.
 READS = (1,)
 SUFFIX = ".jsonl.gz"
+# What one results file may hold once decompressed (docs/exchange.md): import reads it as a stream and refuses
+# it past these, so a small file that expands without end (a gzip bomb) cannot exhaust the memory.
+MAX_LINE_BYTES = 16 * 2**20
+MAX_TOTAL_BYTES = 512 * 2**20
+MAX_LINES = 2_000_000
 
 # The fields of a repeat whose sha256 is its `digest`: what it measured and how, as the source store kept it.
 CONTENT_FIELDS = ("run_id", "cell_key", "repeat", "environment", "backend", "tags", "params", "status", "reason",
@@ -93,21 +97,45 @@ def _with_header(header: dict[str, Any], records: Iterable[dict[str, Any]]) -> I
 
 
 def read(path: Path) -> Bundle:
-    """Read and check a whole file; any damage raises DamagedFile naming the file and the line."""
+    """Read and check a whole file; any damage raises DamagedFile naming the file and the line. The file is
+    decompressed as a stream within MAX_LINE_BYTES a line, MAX_TOTAL_BYTES and MAX_LINES in all: a file that
+    grows past them (a gzip bomb) is refused before it fills the memory."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as raw, gzip.GzipFile(fileobj=raw) as stream:
+            lines = _bounded_lines(path, stream)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file (pass a file `matrix export` wrote)") from None
     except IsADirectoryError:
         raise ConfigError(f"{path} is a folder: pass a file `matrix export` wrote") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        what = "cut short" if isinstance(e, EOFError) else f"not an intact gzip file ({e})"
+        raise DamagedFile(f"{path} is damaged: {what}; nothing was imported (export it again)") from None
     except OSError as e:
         raise StoreError(f"cannot read {path} ({e.strerror or e})") from e
     try:
-        text = gzip.GzipFile(fileobj=io.BytesIO(data)).read()
-    except (OSError, EOFError, zlib.error) as e:
-        what = "cut short" if isinstance(e, EOFError) else f"not an intact gzip file ({e})"
-        raise DamagedFile(f"{path} is damaged: {what}; nothing was imported (export it again)") from None
-    return parse(path, text.splitlines(keepends=True))
+        return parse(path, lines)
+    except RecursionError:  # a record nested just within what json reads, too deep to write back
+        raise DamagedFile(f"{path} nests a record's JSON deeper than matrix writes or reads back; nothing was "
+                          "imported") from None
+
+
+def _bounded_lines(path: Path, stream: gzip.GzipFile) -> list[bytes]:
+    """The decompressed lines, refused past the bounds (module constants, read at call time)."""
+    lines: list[bytes] = []
+    total = 0
+    while True:
+        line = stream.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return lines
+        total += len(line)
+        if len(line) > MAX_LINE_BYTES:
+            raise DamagedFile(f"{path} line {len(lines) + 1} is longer than {MAX_LINE_BYTES:,} bytes decompressed, "
+                              "more than any record matrix writes; nothing was imported")
+        if total > MAX_TOTAL_BYTES or len(lines) >= MAX_LINES:
+            raise DamagedFile(f"{path} decompresses to more than {MAX_TOTAL_BYTES:,} bytes or {MAX_LINES:,} lines, "
+                              "the most one results file may hold (docs/exchange.md); nothing was imported (export "
+                              "it in parts with --run or --env)")
+        lines.append(line)
 
 
 def parse(path: Path, lines: list[bytes]) -> Bundle:
@@ -220,6 +248,9 @@ def _record(path: Path, number: int, line: bytes) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError):
         raise DamagedFile(f"{path} line {number} is not JSON (the file is damaged or cut short); nothing was "
                           "imported") from None
+    except RecursionError:
+        raise DamagedFile(f"{path} line {number} nests its JSON deeper than Python reads, more than any record "
+                          "matrix writes; nothing was imported") from None
     if not isinstance(rec, dict):
         raise DamagedFile(f"{path} line {number} is a JSON {type(rec).__name__}, not a record; nothing was imported")
     return rec

@@ -245,3 +245,44 @@ def test_a_run_here_never_takes_another_machines_repeats_for_its_own(two: tuple[
     with Store(tmp_path / "c.db", readonly=True) as store:
         assert store.latest_statuses(keys) == {}
         assert len(store.latest_statuses({f"{k}@{origin}" for k in keys})) == 12     # 4 cells x 3 repeats
+
+
+@pytest.mark.parametrize("bound, value", [("MAX_TOTAL_BYTES", 4096), ("MAX_LINE_BYTES", 1024), ("MAX_LINES", 3)])
+def test_a_file_that_expands_past_the_bounds_is_refused(two: tuple[Path, Path], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch, bound: str,
+                                                         value: int) -> None:
+    """A small file that decompresses past a bound (a gzip bomb, here a few hundred bytes that expand to a
+    megabyte) is refused in one line, the store unchanged, before the whole of it is read."""
+    db = tmp_path / "c.db"
+    import_command(db, [two[1]])
+    before = fingerprint(db)
+    bomb = tmp_path / "bomb.jsonl.gz"
+    head = gzip.decompress(two[0].read_bytes()).splitlines(keepends=True)[0]
+    bomb.write_bytes(gzip.compress(head + b"\n" * 10 + b" " * 2**20 + b"\n", 9))
+    assert bomb.stat().st_size < 4096 and sum(len(x) for x in [head]) < 4096
+    monkeypatch.setattr(fmt, bound, value)
+    with pytest.raises(fmt.DamagedFile, match=f"{bomb}.*(longer than|more than).*nothing was imported") as e:
+        import_command(db, [bomb])
+    assert "\n" not in str(e.value)
+    assert fingerprint(db) == before
+
+
+def test_a_gzip_bomb_is_refused_by_the_cli_with_the_store_status(tmp_path: Path, matrix_cmd: list[str]) -> None:
+    """With the real bounds: one line of 17 MiB (under 20 KB compressed) is refused, exit status 6."""
+    bomb = tmp_path / "bomb.jsonl.gz"
+    bomb.write_bytes(gzip.compress(b"{" + b" " * (17 * 2**20) + b"}\n", 9))
+    assert bomb.stat().st_size < 50_000
+    proc = cli(matrix_cmd, "import", str(bomb), "--db", str(tmp_path / "c.db"))
+    assert proc.returncode == 6, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "longer than 16,777,216 bytes" in proc.stderr
+    assert not (tmp_path / "c.db").exists() or count(tmp_path / "c.db") == 0
+
+
+def test_a_record_nested_without_end_is_refused_in_one_line(tmp_path: Path, matrix_cmd: list[str]) -> None:
+    """JSON nested deeper than Python's recursion limit (a few hundred bytes compressed) is a damaged file,
+    exit 6 in one line, never an internal error."""
+    deep = tmp_path / "deep.jsonl.gz"
+    deep.write_bytes(gzip.compress(b'{"a":' + b"[" * 200_000 + b"]" * 200_000 + b"}\n", 9))
+    proc = cli(matrix_cmd, "import", str(deep), "--db", str(tmp_path / "c.db"))
+    assert proc.returncode == 6, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "nests its JSON deeper" in proc.stderr

@@ -1,0 +1,64 @@
+"""Numbers as programs print them, for the workload parsers (parsers.py). Standard library only, Python 3.6
+syntax."""
+
+import json
+import math
+import re
+
+
+def number(value):
+    """A finite float from a logged value (numbers, numeric strings), else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    try:
+        found = float(value)
+    except (TypeError, ValueError):
+        return None
+    return found if math.isfinite(found) else None
+
+
+THOUSANDS = {".": re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?$"), ",": re.compile(r"^[-+]?\d{1,3}(\.\d{3})+(,\d*)?$")}
+
+
+def read_number(text, decimal="."):
+    """(value, None) or (None, why) for a number as a program printed it, by the figure's stated decimal
+    mark: with `.`, commas may only group thousands (1,234,567.5); with `,`, points may only group them
+    (1.234.567,5). Anything else that holds the other mark (1234,5 with `.`) is ambiguous, never guessed."""
+    text = text.strip()
+    other = "," if decimal == "." else "."
+    if re.match(r"^[-+]?\d[\d.,]*$", text) and text.count(decimal) > 1:
+        return None, ("%r, which holds the figure's decimal mark %r twice: ambiguous, not guessed (set decimal: "
+                      "%r if the program writes 1%s234%s5)" % (text, decimal, other, decimal, other))
+    if other in text:
+        if not THOUSANDS[decimal].match(text):
+            return None, ("%r, where %r cannot be a thousands separator and the figure's decimal mark is %r: "
+                          "ambiguous, not guessed (set decimal: %r if the program writes 1234%s5)"
+                          % (text, other, decimal, other, other))
+        text = text.replace(other, "")
+    if decimal == ",":
+        text = text.replace(",", ".")
+    try:
+        value = float(text)
+    except ValueError:
+        return None, "%r, which is not a number" % text
+    if not math.isfinite(value):
+        return None, "%r, which is not a finite number" % text
+    return value, None
+
+
+def mean(values):
+    return sum(values) / len(values) if values else None
+
+
+def json_after(line, mark):
+    """The JSON object that follows `mark` in a line (a launcher or logging prefix may precede it)."""
+    at = line.find(mark)
+    if at < 0:
+        return None
+    try:
+        record = json.loads(line[at + len(mark):].strip())
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
