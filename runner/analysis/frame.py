@@ -109,11 +109,20 @@ FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend",
 DEFAULT_HOW = {"throughput": "bench: items over the synchronised measured window"}
 
 
-def definition(metrics: Mapping[str, Any], name: str) -> tuple[str, str]:
-    """(how, unit) of one metric of a result: its metrics.definitions entry, else the benchmark's default."""
+# The built-in benchmark's units for a transformer (models gpt_*): its results say so in metrics.definitions, and a
+# repeat that measured nothing (unsupported, failed) is labelled as its cell's measured ones are, never img/s.
+TOKEN_UNITS = {"throughput": "tok/s", "fwd_throughput": "tok/s", "bwd_throughput": "tok/s", "images_per_joule": "tok/J"}
+
+
+def definition(metrics: Mapping[str, Any], name: str, model: Any = None) -> tuple[str, str]:
+    """(how, unit) of one metric of a result: its metrics.definitions entry, else the benchmark's default for its
+    `model` (a transformer's throughput is in tok/s)."""
     own = (metrics.get("definitions") or {}).get(name) if isinstance(metrics.get("definitions"), Mapping) else None
     m = METRICS[name]
     if not isinstance(own, Mapping):
+        from runner.contract import TRANSFORMER_MODELS
+        if model in TRANSFORMER_MODELS and name in TOKEN_UNITS:
+            return "bench: tokens (sequences x seq_len) over the synchronised measured window", TOKEN_UNITS[name]
         return DEFAULT_HOW.get(name, f"bench: {m.label}"), m.unit
     return str(own.get("how") or DEFAULT_HOW.get(name, f"bench: {m.label}")), str(own.get("unit", m.unit) or "")
 
@@ -380,7 +389,7 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         rec["recipe"] = recipe_text(parts)
         rec.update(measured(r))
         for name in METRICS:
-            rec[f"how_{name}"], rec[f"unit_{name}"] = definition(metrics, name)
+            rec[f"how_{name}"], rec[f"unit_{name}"] = definition(metrics, name, params.get("model"))
         records.append(rec)
     return pd.DataFrame.from_records(records, columns=list(FRAME_COLUMNS))
 
