@@ -293,9 +293,11 @@ class Kit:
         words = status
         if status == "ok":
             tel = metrics.get("telemetry") or {}
-            unit = ((metrics.get("definitions") or {}).get("throughput") or {}).get("unit") or "img/s"
+            defs = metrics.get("definitions") or {}
+            unit = (defs.get("throughput") or {}).get("unit") or "img/s"
+            per_joule = (defs.get("images_per_joule") or {}).get("unit") or "img/J"
             words = (f"{metrics.get('throughput') or 0:.1f} {unit} over {metrics.get('window_s') or 0:.2f} s"
-                     + (f", {metrics['images_per_joule']:.2f} img/J" if metrics.get("images_per_joule") else "")
+                     + (f", {metrics['images_per_joule']:.2f} {per_joule}" if metrics.get("images_per_joule") else "")
                      + (", THROTTLED" if tel.get("throttled") else ""))
         elif row and row.get("reason"):
             words += f": {str(row['reason'])[:160]}"

@@ -4,9 +4,9 @@ a CPU dry run.
 
 A cell here is a mapping of `matrix.yaml` axis values (the kit writes one matrix file per cell, since each
 cell gets its own calibrated iteration count). The dry run keeps every phase and table but one or two cells
-each, with a tiny model (`mlp`) and batches that a CPU trains in milliseconds, and `amp-bf16` where the
-plan says `amp` (a CPU has no FP16 autocast); what a CPU cannot run at all (the manual FP16 recipe, an image
-folder without torchvision) stays, and comes back `unsupported`.
+each, with a tiny model (`mlp`; `gpt_tiny` for GPT-2) and batches that a CPU trains in milliseconds, and
+`amp-bf16` where the plan says `amp` (a CPU has no FP16 autocast); what a CPU cannot run at all (the manual FP16
+recipe, an image folder without torchvision, FP8) stays, and comes back `unsupported`.
 """
 
 from __future__ import annotations
@@ -105,8 +105,9 @@ def guess_seconds(params: Mapping[str, Any], window: float, warmup: float, later
 
 def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: str = "") -> list[Phase]:
     """The phases, in the order they run: the headline first (a lease cut at any call still has it), then GPT-2
-    124M at BF16 and FP8, then the 2018 recipe, then every write-up's grid at one repeat a cell, then the grids' other repeats. `dry`: the CPU
-    dry run's tiny version of the same plan (every phase, one or two cells each)."""
+    124M at BF16 and FP8, then the 2018 recipe, then every write-up's grid at one repeat a cell, then the grids'
+    (and GPT-2's) other repeats. `dry`: the CPU dry run's tiny version of the same plan (every phase, one or two
+    cells each)."""
     dev = "cpu" if dry else device
     base: Params = {"dataset": "synthetic", "device": dev, **({"threads": 1} if dry else {})}
     rn50: Params = {"model": "mlp" if dry else "resnet50", "batch_size": 4 if dry else 256, "cudnn_benchmark": True}
@@ -170,7 +171,7 @@ def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: s
     ]
     if repeats > 1:
         every = tuple(c for g in [gpt2, *grids] for c in g.cells)
-        phases.append(Phase("more-repeats", f"The write-ups' grids up to {repeats} repeats a cell", every, repeats,
+        phases.append(Phase("more-repeats", f"The write-ups' grids and GPT-2 up to {repeats} repeats a cell", every, repeats,
                             first_repeat=1))
     return [_strip_labels(p) for p in phases]
 

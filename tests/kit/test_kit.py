@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from runner import analysis, matrix
 from runner.contract import PRECISIONS
@@ -98,7 +99,7 @@ def test_the_gpt2_cells_warm_up_up_to_180_s_and_measure_windows_of_10_s(tmp_path
     k = evidence.Kit(evidence.options(["--state", str(tmp_path)]))
     for c in k.cells:
         run = matrix.parse(k.matrix_text(c, 2), tmp_path / "m.yaml").cells()[0].run
-        doc = __import__("yaml").safe_load(k.matrix_text(c, 2))["run"]
+        doc = yaml.safe_load(k.matrix_text(c, 2))["run"]
         if c.params["model"] == "gpt2_124m":
             assert doc["warmup"]["max_time"] == 180.0 and doc["iterations"]["min_time"] >= 10.0, doc
         else:
