@@ -7,6 +7,8 @@ On a machine with an NVIDIA GPU and PyTorch it needs nothing installed: run from
 project from here, and where the project's Python dependencies are missing it installs the wheels that
 scripts/gpu_evidence_wheels.py put in .whl/ (pip --target, no network) and runs again with them on the path:
 only the wheels of distributions this machine lacks or has older, so a newer package already here is kept.
+torchao (the GPT-2 phase's FP8 training) is installed only where the machine has none: a torchao of any version
+already here was built for this machine's PyTorch and is kept; without one, the fp8 cells are `unsupported`.
 What only the report needs (Jinja2, matplotlib) missing does not stop the measuring: the report is written
 later, where they are, with --report-only.
 """
@@ -26,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEELS = ROOT / ".whl"
 TO_MEASURE = ("pydantic", "typer", "rich", "yaml", "pandas", "scipy")  # matrix run imports these
 TO_REPORT = ("jinja2", "matplotlib")
+FP8 = ("torchao",)  # the fp8 cells need it; the rest of the plan measures without
+KEEP_ANY = ("torchao",)  # tied to the PyTorch it was built for: a version already here is kept, older or not
 MARK = "MATRIX_KIT_SITE"
 
 
@@ -47,7 +51,7 @@ def wheels_to_install(wheels: list[Path]) -> list[Path]:
         except importlib.metadata.PackageNotFoundError:
             out.append(w)
             continue
-        if _version_key(have) < _version_key(version):
+        if dist.lower().replace("_", "-") not in KEEP_ANY and _version_key(have) < _version_key(version):
             out.append(w)
     return out
 
@@ -55,13 +59,14 @@ def wheels_to_install(wheels: list[Path]) -> list[Path]:
 def with_wheels() -> None:
     """Where a dependency is missing, install the wheels it needs from .whl/ into a private folder and run this
     script again with that folder on the path (bench's processes inherit the path too)."""
-    if os.environ.get(MARK) or not missing():
+    lacking = missing(TO_MEASURE + FP8)
+    if os.environ.get(MARK) or not lacking:
         return
     wheels = wheels_to_install(sorted(WHEELS.glob("*.whl")))
     if not wheels:
         return
     site = Path(tempfile.gettempdir()) / "matrix-kit-site"
-    print(f"[gpu-evidence] {', '.join(missing())} missing: installing {len(wheels)} wheels from .whl/ into {site} "
+    print(f"[gpu-evidence] {', '.join(lacking)} missing: installing {len(wheels)} wheels from .whl/ into {site} "
           f"({', '.join(w.name.split('-')[0] for w in wheels)})", flush=True)
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                           "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, wheels)])

@@ -6,8 +6,10 @@ CPython 3.12 on x86-64 Linux, into .whl/ (ignored by git): scripts/gpu_evidence.
     python3 scripts/gpu_evidence_wheels.py [--dest .whl] [--python-version 3.12]
 
 It needs no virtual environment: any python3 with pip does. Run from the project's virtual environment, the versions
-are the ones installed there (the project's tested set); from any other interpreter, the pinned ones below. The GPU machines' image has PyTorch, pandas, scipy, matplotlib, Jinja2, PyYAML and
-rich; it has no pydantic (and typer needs it).
+are the ones installed there (the project's tested set); from any other interpreter, the pinned ones below. The GPU
+machines' image has PyTorch, pandas, scipy, matplotlib, Jinja2, PyYAML and rich; it has no pydantic (and typer needs
+it). torchao (FP8 training, the GPT-2 phase's fp8 cells) comes along too: scripts/gpu_evidence.py installs it only
+where the machine has no torchao at all (one there, of any version, is the one built for its PyTorch, and kept).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # distribution name -> the version used when this interpreter does not have it
 PACKAGES = {"pydantic": "2.14.3", "pydantic-core": "2.50.4", "annotated-types": "0.8.0",
             "typing-inspection": "0.4.5", "typing-extensions": "4.16.0", "typer": "0.29.2",
-            "annotated-doc": "0.0.7"}
+            "annotated-doc": "0.0.7", "torchao": "0.18.0"}
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "manylinux_2_24_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64")
 

@@ -113,9 +113,16 @@ FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend",
                  *DEFINITION_FIELDS)
 
 
-def definition(metrics: Mapping[str, Any], name: str) -> tuple[str, str]:
-    """(how, unit) of one metric of a result: its metrics.definitions entry, else the benchmark's default."""
-    got = definitions(metrics if isinstance(metrics, Mapping) else {})
+# The built-in benchmark's units for a transformer (models gpt_*): its results say so in metrics.definitions, and a
+# repeat that measured nothing (unsupported, failed) is labelled as its cell's measured ones are, never img/s.
+TOKEN_UNITS = {"throughput": "tok/s", "fwd_throughput": "tok/s", "bwd_throughput": "tok/s", "images_per_joule": "tok/J"}
+TOKEN_HOW = "bench: tokens (sequences x seq_len) over the synchronised measured window"
+
+
+def definition(metrics: Mapping[str, Any], name: str, model: Any = None) -> tuple[str, str]:
+    """(how, unit) of one metric of a result: its metrics.definitions entry, else the benchmark's default for its
+    `model` (a transformer's throughput is in tok/s)."""
+    got = definitions(metrics if isinstance(metrics, Mapping) else {}, model)
     return got[f"how_{name}"], got[f"unit_{name}"]
 
 
@@ -252,19 +259,24 @@ def measured(r: Mapping[str, Any]) -> dict[str, Any]:
             "loss_at": _loss_at(metrics.get("loss_at"))}
 
 
-def definitions(metrics: Mapping[str, Any]) -> dict[str, str]:
+def definitions(metrics: Mapping[str, Any], model: Any = None) -> dict[str, str]:
     """The `how_<m>` and `unit_<m>` columns of one repeat: its result's metrics.definitions (keyed on a metric's
-    name or alias), else the built-in benchmark's definition ("bench: <label>", the Metric's unit)."""
+    name or alias), else the built-in benchmark's definition for its `model` ("bench: <label>", the Metric's unit;
+    a transformer's throughput in tok/s)."""
+    from runner.contract import TRANSFORMER_MODELS
+
     given = _mapping(metrics.get("definitions"))
+    tokens = model in TRANSFORMER_MODELS
     out: dict[str, str] = {}
     for name, m in METRICS.items():
         entry = _mapping(given.get(name))
         if not entry:
             entry = next((_mapping(v) for k, v in given.items() if METRIC_ALIASES.get(str(k)) == name), {})
         how, unit = entry.get("how"), entry.get("unit")
-        out[f"how_{name}"] = str(how).strip() if isinstance(how, str) and how.strip() else DEFAULT_HOW.get(
-            name, f"bench: {m.label}")
-        out[f"unit_{name}"] = str(unit).strip() if isinstance(unit, str) and unit.strip() else m.unit
+        default_how = TOKEN_HOW if tokens and name in TOKEN_UNITS else DEFAULT_HOW.get(name, f"bench: {m.label}")
+        default_unit = TOKEN_UNITS[name] if tokens and name in TOKEN_UNITS else m.unit
+        out[f"how_{name}"] = str(how).strip() if isinstance(how, str) and how.strip() else default_how
+        out[f"unit_{name}"] = str(unit).strip() if isinstance(unit, str) and unit.strip() else default_unit
     return out
 
 
@@ -396,7 +408,7 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             rec[f"recipe_{f}"] = parts[f]
         rec["recipe"] = recipe_text(parts)
         rec.update(measured(r))
-        rec.update(definitions(metrics if isinstance(metrics, Mapping) else {}))
+        rec.update(definitions(metrics if isinstance(metrics, Mapping) else {}, params.get("model")))
         records.append(rec)
     return pd.DataFrame.from_records(records, columns=list(FRAME_COLUMNS))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import math
 import signal
 import statistics
@@ -93,6 +94,9 @@ class Kit:
         self.device = device.bind(self.state, found)
         self.say(f"state {self.state} of {device.text(self.device)}; measuring {', '.join(self.selected)}"
                  f"{' (dry run)' if self.args.dry_run else ''}; {self.budget.text()}")
+        if "gpt2-124m" in self.selected and not self.args.dry_run and importlib.util.find_spec("torchao") is None:
+            self.say("torchao missing (no .whl/torchao-*.whl: scripts/gpu_evidence_wheels.py): the gpt2-124m phase's "
+                     "fp8 cells are stored unsupported")
         if "wrn-apex-levels" in self.selected:
             from runner.kit.images import make_image_folder
             made = make_image_folder(self.data_dir, per_class=8 if self.args.dry_run else 260)
@@ -131,13 +135,14 @@ class Kit:
         dev = self.args.device
         dry = self.args.dry_run
         compiled = 300.0 if c.params.get("compile") and not dry else 0.0
+        window, most = plans.limits(c.params, self.args.window, self.args.warmup_seconds, compiled)
         doc = {"name": "gpu-evidence", "description": c.phase.title,
                "environments": [{"name": self.env_name, "backend": "local"}],
                "axes": {k: [v] for k, v in c.params.items()},
-               "run": {"iterations": {"min_time": round(self.args.window * WINDOW_MARGIN, 4),
+               "run": {"iterations": {"min_time": round(window * WINDOW_MARGIN, 4),
                                       "min": MIN_ITERATIONS[dev], "max": MAX_ITERATIONS},
                        "warmup": {"min": 2 if dry else 5, "max": 50 if dry else 2000,
-                                  "max_time": self.args.warmup_seconds + compiled, "window": 2 if dry else 5},
+                                  "max_time": most, "window": 2 if dry else 5},
                        "repeats": repeats, "timeout": max(300, math.ceil(10 * self.repeat_estimate(c))), "seed": 0}}
         return yaml.safe_dump(doc, sort_keys=False)
 
@@ -197,15 +202,16 @@ class Kit:
                             self._walls.setdefault(r["cell_key"], []).append(wall)
         return self._walls
 
-    def repeat_estimate(self, c: KitCell) -> float:
-        """Its stored repeats' median wall time, else the plan's model (runner/kit/plan.py guess_seconds)."""
+    def repeat_estimate(self, c: KitCell, repeat: int = 0) -> float:
+        """Its stored repeats' median wall time, else the plan's model (runner/kit/plan.py guess_seconds; a
+        repeat after the first compiles with warm caches)."""
         seen = self.walls().get(c.key)
         if seen:
             return float(statistics.median(seen))
-        return plans.guess_seconds(c.params, self.args.window, self.args.warmup_seconds)
+        return plans.guess_seconds(c.params, self.args.window, self.args.warmup_seconds, later=repeat > 0)
 
     def estimate_left(self, phases: Sequence[str] | None = None) -> float:
-        return sum(self.repeat_estimate(c) * (2 if c.phase.reference else 1) for c, _ in self.missing(phases))
+        return sum(self.repeat_estimate(c, r) * (2 if c.phase.reference else 1) for c, r in self.missing(phases))
 
     def print_plan(self) -> None:
         """Each phase in order: its cells, what is left and its device minutes; the whole, in calls of a lease."""
@@ -214,7 +220,7 @@ class Kit:
         left = self.missing()
         for i, phase in enumerate(self.phases, 1):
             todo = [m for m in left if m[0].phase is phase]
-            secs = sum(self.repeat_estimate(c) * (2 if phase.reference else 1) for c, _ in todo)
+            secs = sum(self.repeat_estimate(c, r) * (2 if phase.reference else 1) for c, r in todo)
             total += secs
             calls = max(1, math.ceil(total / room)) if total else 0
             mark = "" if phase.name in self.selected else " (not selected)"
@@ -287,8 +293,11 @@ class Kit:
         words = status
         if status == "ok":
             tel = metrics.get("telemetry") or {}
-            words = (f"{metrics.get('throughput') or 0:.1f} img/s over {metrics.get('window_s') or 0:.2f} s"
-                     + (f", {metrics['images_per_joule']:.2f} img/J" if metrics.get("images_per_joule") else "")
+            defs = metrics.get("definitions") or {}
+            unit = (defs.get("throughput") or {}).get("unit") or "img/s"
+            per_joule = (defs.get("images_per_joule") or {}).get("unit") or "img/J"
+            words = (f"{metrics.get('throughput') or 0:.1f} {unit} over {metrics.get('window_s') or 0:.2f} s"
+                     + (f", {metrics['images_per_joule']:.2f} {per_joule}" if metrics.get("images_per_joule") else "")
                      + (", THROTTLED" if tel.get("throttled") else ""))
         elif row and row.get("reason"):
             words += f": {str(row['reason'])[:160]}"

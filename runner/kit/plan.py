@@ -4,13 +4,14 @@ a CPU dry run.
 
 A cell here is a mapping of `matrix.yaml` axis values (the kit writes one matrix file per cell, since each
 cell gets its own calibrated iteration count). The dry run keeps every phase and table but one or two cells
-each, with a tiny model (`mlp`) and batches that a CPU trains in milliseconds, and `amp-bf16` where the
-plan says `amp` (a CPU has no FP16 autocast); what a CPU cannot run at all (the manual FP16 recipe, an image
-folder without torchvision) stays, and comes back `unsupported`.
+each, with a tiny model (`mlp`; `gpt_tiny` for GPT-2) and batches that a CPU trains in milliseconds, and
+`amp-bf16` where the plan says `amp` (a CPU has no FP16 autocast); what a CPU cannot run at all (the manual FP16
+recipe, an image folder without torchvision, FP8) stays, and comes back `unsupported`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,23 @@ OPT_LEVELS = {
     "O3": {"precision": "fp16"},                                  # pure FP16
 }
 MANUAL_2018 = {"precision": "amp", "amp_impl": "manual", "loss_scale": 256.0}  # FP16 + FP32 masters, scale 256
+# The image models' precisions: every one but fp8, which the transformer phase measures (FP8 training converts
+# linear layers; a ResNet's convolutions stay BF16, so an fp8 ResNet cell would measure a BF16 network).
+IMAGE_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp8")
+# The transformer phase: GPT-2 124M at BF16 beside FP8 (torchao's two scaling recipes), compiled.
+GPT2_PRECISIONS: tuple[Params, ...] = (
+    {"precision": "bf16"}, {"precision": "amp-bf16"},
+    {"precision": "fp8", "fp8_impl": "torchao", "fp8_recipe": "tensorwise"},
+    {"precision": "fp8", "fp8_impl": "torchao", "fp8_recipe": "rowwise"})
+# A model's own least window and most warm-up (compilation included), in seconds, where the kit's --window and
+# --warmup-seconds do not fit it: GPT-2 124M's steps are long (a short window is a few steps) and it compiles.
+LIMITS = {"gpt2_124m": (10.0, 180.0)}
+
+
+def limits(params: Mapping[str, Any], window: float, warmup: float, compiled: float) -> tuple[float, float]:
+    """(least window, most warm-up with compilation's `compiled` seconds) of a cell."""
+    least, most = LIMITS.get(str(params.get("model")), (0.0, 0.0))
+    return max(window, least), (most or warmup + compiled)
 
 
 @dataclass(frozen=True)
@@ -73,19 +91,23 @@ def _each(key: str, values: Sequence[Any]) -> list[dict[str, Any]]:
 # (at most --warmup-seconds) and the window (at least --window); torch.compile adds its compilation.
 PROCESS_S = {"cuda": 12.0, "cpu": 3.0}
 COMPILE_S = 75.0
+COMPILE_WARM_S = 25.0  # a cell's later repeats on the same machine: inductor's FX graph and Triton caches are warm
 CALL_START_S = 150.0   # one call of the lease: the machine's start, the transfers, the wheels and the kit's start
 
 
-def guess_seconds(params: Mapping[str, Any], window: float, warmup: float) -> float:
+def guess_seconds(params: Mapping[str, Any], window: float, warmup: float, later: bool = False) -> float:
+    """`later`: not the cell's first repeat (its compilation finds this machine's caches warm)."""
     dev = "cpu" if params.get("device") == "cpu" else "cuda"
-    compiled = COMPILE_S if params.get("compile") and dev == "cuda" else 0.0
-    return PROCESS_S[dev] + warmup + 1.1 * window + compiled
+    compiled = (COMPILE_WARM_S if later else COMPILE_S) if params.get("compile") and dev == "cuda" else 0.0
+    window, most = limits(params, window, warmup, compiled)
+    return PROCESS_S[dev] + min(warmup + compiled, most) + 1.1 * window
 
 
 def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: str = "") -> list[Phase]:
-    """The phases, in the order they run: the headline first (a lease cut at any call still has it), then the
-    2018 recipe, then every write-up's grid at one repeat a cell, then the grids' other repeats. `dry`: the CPU
-    dry run's tiny version of the same plan (every phase, one or two cells each)."""
+    """The phases, in the order they run: the headline first (a lease cut at any call still has it), then GPT-2
+    124M at BF16 and FP8, then the 2018 recipe, then every write-up's grid at one repeat a cell, then the grids'
+    (and GPT-2's) other repeats. `dry`: the CPU dry run's tiny version of the same plan (every phase, one or two
+    cells each)."""
     dev = "cpu" if dry else device
     base: Params = {"dataset": "synthetic", "device": dev, **({"threads": 1} if dry else {})}
     rn50: Params = {"model": "mlp" if dry else "resnet50", "batch_size": 4 if dry else 256, "cudnn_benchmark": True}
@@ -95,7 +117,7 @@ def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: s
     def pick(full: Sequence[Params], small: Sequence[Params]) -> tuple[Params, ...]:
         return tuple(dict(c) for c in (small if dry else full))
 
-    main = _cells({**base, **rn50}, _each("precision", PRECISIONS), _each("channels_last", [False, True]))
+    main = _cells({**base, **rn50}, _each("precision", IMAGE_PRECISIONS), _each("channels_last", [False, True]))
     wrn = {"model": "wrn", "wrn_depth": 10 if dry else 28, "wrn_width": 1 if dry else 10, "batch_size": 4 if dry
            else 128, "device": dev, "eval_batches": 1, "dataset": f"imagefolder:{data_dir}",
            **({"threads": 1} if dry else {})}
@@ -132,6 +154,7 @@ def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: s
                     {**wrn, **OPT_LEVELS["O1"], "precision": amp, "opt_level": "O1", "workers": 2}]),
               1, writeup="wrn-apex-t4-p100"),
     ]
+    gpt2 = gpt2_phase(base, repeats, dry)
     phases = [
         Phase("headline", "ResNet-50 at batch " + str(rn50["batch_size"]) + ": the plain eager recipe (autocast, "
               "channels_last, cudnn.benchmark) beside the fastest honest settings (every speed lever on)",
@@ -139,6 +162,7 @@ def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: s
         Phase("reference", "The hand-written autocast loop on the plain cell's model, batch, data and optimizer "
               "(benchmarks/bench_vs_reference.py), alternating with bench",
               (dict(plain),), repeats, reference=True),
+        gpt2,
         Phase("recipe-2018", "The 2018 recipe (FP16 model, FP32 master weights, static loss scale 256) beside "
               "native autocast",
               pick(_cells({**base, **rn50, **MANUAL_2018}, _each("channels_last", [False, True])),
@@ -146,10 +170,28 @@ def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: s
         *grids,
     ]
     if repeats > 1:
-        every = tuple(c for g in grids for c in g.cells)
-        phases.append(Phase("more-repeats", f"The write-ups' grids up to {repeats} repeats a cell", every, repeats,
+        every = tuple(c for g in [gpt2, *grids] for c in g.cells)
+        phases.append(Phase("more-repeats", f"The write-ups' grids and GPT-2 up to {repeats} repeats a cell", every, repeats,
                             first_repeat=1))
     return [_strip_labels(p) for p in phases]
+
+
+def gpt2_phase(base: Params, repeats: int, dry: bool) -> Phase:
+    """GPT-2 124M, 1024 tokens a sequence, batch 32, synthetic tokens, compiled, at BF16 (pure and autocast)
+    beside FP8 through torchao (tensorwise and rowwise scaling): two repeats a cell here, the fewest that give
+    FP8 over BF16 a p-value (more-repeats adds the rest). The dry run's stand-in: `gpt_tiny`, 32 tokens, batch 2,
+    eager (inductor on a CPU compiles C++ for minutes); FP8 there is `unsupported`, with preflight's sentence."""
+    if dry:
+        model: Params = {"model": "gpt_tiny", "seq_len": 32, "batch_size": 2, "compile": False}
+        precisions = [GPT2_PRECISIONS[0], GPT2_PRECISIONS[2]]
+    else:
+        model = {"model": "gpt2_124m", "seq_len": 1024, "batch_size": 32, "compile": True}
+        precisions = list(GPT2_PRECISIONS)
+    cells = _cells({**base, **model, "attention": "auto"}, [dict(p) for p in precisions])
+    return Phase("gpt2-124m", f"GPT-2 124M ({model['model']}), {model['seq_len']} tokens x batch "
+                 f"{model['batch_size']}, synthetic tokens, torch.compile {'on' if model['compile'] else 'off'}: "
+                 "bf16 and amp-bf16 beside fp8 (torchao, tensorwise and rowwise scaling)",
+                 cells, min(repeats, 2))
 
 
 def headline_cells(plain: Params, dry: bool) -> list[Params]:
@@ -170,8 +212,7 @@ def _strip_labels(phase: Phase) -> Phase:
         c = dict(c)
         labels.append({"opt_level": str(c.pop("opt_level"))} if "opt_level" in c else {})
         cells.append(c)
-    return Phase(phase.name, phase.title, tuple(cells), phase.repeats, phase.writeup, phase.reference, tuple(labels),
-                 phase.first_repeat)
+    return dataclasses.replace(phase, cells=tuple(cells), labels=tuple(labels))
 
 
 def select(phases: Sequence[Phase], names: Sequence[str]) -> list[Phase]:

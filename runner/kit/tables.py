@@ -1,7 +1,7 @@
 """The kit's report: `matrix report` of its store (matrix/), and README.md, the evidence page: the device, where
-the time went, ResNet-50 at every precision beside the hand-written loop and the published figure, the 2018
-recipe beside autocast, and each write-up's table in its own shape with its published ratios beside today's
-(published.json). evidence.json holds the same numbers for scripts."""
+the time went, ResNet-50 at every precision beside the hand-written loop and the published figure, GPT-2 124M at
+BF16 beside FP8 (runner/kit/transformer.py), the 2018 recipe beside autocast, and each write-up's table in its own
+shape with its published ratios beside today's (published.json). evidence.json holds the same numbers for scripts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import analysis as an
-from runner.kit import headline, reference
+from runner.kit import headline, reference, transformer
 from runner.kit.cells import MIB, CellResult, _md, _num, _ratio, published
 from runner.kit.settings import KitView
 from runner.report import fmt
@@ -51,7 +51,8 @@ class Page:
         return [self.results[id(c)] for c in self.kit.cells if c.phase.name == name and not c.phase.reference]
 
     def render(self) -> str:
-        parts = [self.header(), self.headline(), self.time_section(), self.resnet50_section(), self.recipe_section(),
+        parts = [self.header(), self.headline(), self.time_section(), self.resnet50_section(),
+                 transformer.section(self.phase("gpt2-124m"), self.doc), self.recipe_section(),
                  self.breakdown_section(), self.ngc_section(), self.vgg_section(), self.mnist_section(),
                  self.wrn_section(), self.left_section()]
         return "\n\n".join(p for p in parts if p).rstrip() + "\n"

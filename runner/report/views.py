@@ -246,8 +246,9 @@ def definitions_section(defs: an.Definitions) -> Section | None:
                    definitions_sentence(defs.n_names, defs.pooled))
 
 
-def precision_sections(info: pd.DataFrame, prec: pd.DataFrame) -> list[Section]:
-    """Precision summary: per environment, time, throughput, memory and accuracy with ratios to fp32."""
+def precision_sections(info: pd.DataFrame, prec: pd.DataFrame, summary: pd.DataFrame | None = None) -> list[Section]:
+    """Precision summary: per environment, time, throughput, memory and accuracy with ratios to fp32; each metric
+    headed with the units of the environment's cells (`summary`'s unit_<m>: a transformer's throughput is tok/s)."""
     if prec.empty:
         return []
     sections = []
@@ -258,8 +259,10 @@ def precision_sections(info: pd.DataFrame, prec: pd.DataFrame) -> list[Section]:
     metric_cols = [(m, r) for m, r in metric_cols if (prec[f"{m}_n"] > 0).any()]
     for env, g in prec.groupby("environment", sort=False):
         cols = [KEY_LABELS[k] for k in keys] + ["precision"]
+        mine = summary[summary["environment"] == env] if summary is not None and "environment" in summary else None
         for m, with_ratio in metric_cols:
-            cols.append(an.METRICS[m].heading)
+            units = mine[f"unit_{m}"] if mine is not None and f"unit_{m}" in mine else None
+            cols.append(an.metric_heading(m, units) if units is not None else an.METRICS[m].heading)
             if with_ratio:
                 cols.append("÷ fp32")
         table = Table(cols, align=["l"] * (len(keys) + 1) + ["r"] * (len(cols) - len(keys) - 1))
@@ -384,7 +387,7 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
         runs=runs_table(run_records),
         environments=environments_table(info), recipes=recipes_section(recipes),
         grid=grid_sections(summary, shown), comparison=comparison,
-        precision=precision_sections(info, prec), scaling=scaling_sections(scale),
+        precision=precision_sections(info, prec, summary), scaling=scaling_sections(scale),
         failures=failures(summary), frame=df, summary=summary, comparisons=comparisons,
         precision_df=prec, scaling_df=scale, recipes_df=recipes, run_records=run_records,
         history=history_sections(hist), history_df=hist,

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from tests.conftest import ROOT
 
 KIT = ROOT / "scripts" / "gpu_evidence.py"
@@ -49,3 +51,55 @@ def test_make_gpu_wheels_needs_no_virtual_environment() -> None:
     assert run.returncode == 0, run.stderr
     assert "scripts/gpu_evidence_wheels.py" in run.stdout
     assert "venv" not in run.stdout.replace(".venv/bin/python scripts", "") and "pip install" not in run.stdout
+
+
+def test_torchao_is_carried_only_where_the_machine_has_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchao is built for one PyTorch: a torchao already on the GPU machine, older or not, is kept; the wheel
+    goes in only where there is none."""
+    mod = script()
+    wheel = tmp_path / "torchao-0.18.0-cp310-abi3-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl"
+    monkeypatch.setattr(mod.importlib.metadata, "version", lambda dist: "0.9.0")
+    assert mod.wheels_to_install([wheel]) == []
+
+    def absent(dist: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(dist)
+    monkeypatch.setattr(mod.importlib.metadata, "version", absent)
+    assert mod.wheels_to_install([wheel]) == [wheel]
+
+
+def test_a_machine_lacking_only_torchao_installs_its_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wheels were installed only when a dependency of the measuring was missing: a GPU machine with pydantic
+    and typer but no torchao measured every fp8 cell as unsupported with the wheel at hand."""
+    mod = script()
+    (tmp_path / "torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    monkeypatch.setattr(mod, "WHEELS", tmp_path)
+    monkeypatch.delenv(mod.MARK, raising=False)
+    monkeypatch.setattr(mod, "missing", lambda modules=mod.TO_MEASURE: [m for m in modules if m == "torchao"])
+
+    def absent(dist: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(dist)
+    monkeypatch.setattr(mod.importlib.metadata, "version", absent)
+    calls: list[list[str]] = []
+
+    class Done(Exception):
+        pass
+
+    def pip(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    def execve(*a: object) -> None:
+        raise Done
+    monkeypatch.setattr(mod.subprocess, "run", pip)
+    monkeypatch.setattr(mod.os, "execve", execve)
+    with pytest.raises(Done):
+        mod.with_wheels()
+    assert calls and calls[0][-1].endswith("torchao-0.18.0-cp310-abi3-manylinux_2_28_x86_64.whl")
+
+
+def test_the_wheel_list_carries_torchao() -> None:
+    spec = importlib.util.spec_from_file_location("wheels_script", ROOT / "scripts" / "gpu_evidence_wheels.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert "torchao" in mod.PACKAGES

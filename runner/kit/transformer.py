@@ -1,0 +1,127 @@
+"""The evidence page's GPT-2 124M section: tokens per second at BF16 beside FP8 (torchao's tensorwise and rowwise
+scaling), each FP8 row's ratio to BF16 with Welch's p-value and the decision `matrix compare` would give it
+(runner/analysis: `welch_p_from_stats`, `judge_pair`), model FLOPs utilisation against the peak the result names
+(a GPU's datasheet figure from the table in runner/bench/flops.py; a CPU's measured), the loss at a step every
+row reached, the peak memory and what each FP8 repeat ran (its library, recipe, formats and converted layers).
+
+Throughput is labelled with the results' own unit (tok/s), never img/s."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runner import analysis as an
+from runner.kit.cells import MIB, CellResult, _md, _num
+from runner.report import fmt
+from runner.report.fmt import DASH, Table
+
+BASE = "bf16"
+
+
+def unit(cells: Sequence[CellResult], default: str = "tok/s") -> str:
+    """The throughput's unit as the results define it (metrics.definitions), else tok/s."""
+    for res in cells:
+        for r in res.ok:
+            u = (((r.get("metrics") or {}).get("definitions") or {}).get("throughput") or {}).get("unit")
+            if u:
+                return str(u)
+    return default
+
+
+def common_step(cells: Sequence[CellResult]) -> str | None:
+    """The latest step at which every ok repeat of every row kept its loss (losses compare only there)."""
+    steps: set[str] | None = None
+    for res in cells:
+        for r in res.ok:
+            have = {k for k, v in ((r.get("metrics") or {}).get("loss_at") or {}).items()
+                    if isinstance(v, int | float) and math.isfinite(v)}
+            steps = have if steps is None else steps & have
+    return max(steps, key=int) if steps else None
+
+
+def loss_at(res: CellResult, step: str | None) -> str:
+    if step is None:
+        return DASH
+    values = [float(((r.get("metrics") or {}).get("loss_at") or {})[step]) for r in res.ok]
+    st = an.describe(values)
+    return fmt.mean_std(st.mean, st.std, st.n) if st.n else DASH
+
+
+def name(params: Mapping[str, Any]) -> str:
+    p = str(params.get("precision"))
+    return f"{p} ({params.get('fp8_impl')}, {params.get('fp8_recipe')})" if p == "fp8" else p
+
+
+def versus(res: CellResult, base: CellResult | None) -> dict[str, Any]:
+    """The row's throughput over the BF16 row's: ratio, Welch's p-value and `judge_pair`'s words."""
+    if base is None or res is base:
+        return {"ratio": math.nan, "p_value": math.nan, "words": ""}
+    a, b = base.stats("throughput"), res.stats("throughput")
+    ratio = b.mean / a.mean if a.n and b.n and a.mean else math.nan
+    p = float(an.welch_from_stats(a.mean, a.std, a.n, b.mean, b.std, b.n)) if a.n and b.n else math.nan
+    _, words, decision = an.judge_pair(ratio, p, a.n, b.n, an.get_metric("throughput"))
+    return {"ratio": ratio, "p_value": p, "words": words, "decision": str(decision.value)}
+
+
+def fp8_record(res: CellResult) -> str:
+    """What an FP8 row ran (the repeats' precision record), or why it did not run."""
+    for r in res.ok:
+        rec = ((r.get("env") or {}).get("precision_flags") or {}).get("fp8")
+        if isinstance(rec, Mapping):
+            return (f"{rec.get('library')} {rec.get('version') or ''}".strip() + f", recipe {rec.get('recipe')}, "
+                    f"formats {rec.get('formats')}, scaling {rec.get('scaling')}, {rec.get('fp8_layers')} of "
+                    f"{rec.get('linear_layers')} linear layers in FP8")
+    reasons = sorted({str(r.get("reason")) for r in res.rows if r["status"] != "ok" and r.get("reason")})
+    return "; ".join(reasons)[:300] or (res.statuses or "not measured yet")
+
+
+def peak_text(res: CellResult) -> str:
+    peaks = res.values("peak_flops", 1e-12)
+    return _num(sum(peaks) / len(peaks), 3 if peaks and max(peaks) < 1 else 1) if peaks else DASH
+
+
+def section(cells: list[CellResult], doc: dict[str, Any]) -> str:
+    """The table (rows in the plan's order, BF16 first) and the FP8 records; the numbers go into doc["gpt2"]."""
+    if not cells:
+        return ""
+    params = cells[0].cell.params
+    u = unit(cells)
+    base = next((r for r in cells if r.cell.params.get("precision") == BASE), None)
+    step = common_step(cells)
+    t = Table(["precision", f"{u} (mean ± std)", "CV", f"÷ {BASE}", "p (Welch)", "decision", "MFU (%)",
+               "peak (TFLOP/s)", f"loss at step {step or DASH}", "peak memory (MiB)", "status"],
+              align=["l"] + ["r"] * 9 + ["l"])
+    rows = []
+    for res in cells:
+        st = res.stats("throughput")
+        vs = versus(res, base)
+        t.add(name(res.cell.params), res.text("throughput"), fmt.percent(st.cv) if st.n >= 2 else DASH,
+              fmt.ratio(vs["ratio"]), fmt.p_value(vs["p_value"]), vs["words"] or DASH,
+              res.text("mfu", 100.0), peak_text(res), loss_at(res, step), res.text("peak_mem", 1 / MIB),
+              res.statuses or DASH)
+        rows.append({"params": res.cell.params, "unit": u, "n": st.n, "mean": st.mean, "std": st.std, "cv": st.cv,
+                     "ratio_to_bf16": vs["ratio"], "p_value": vs["p_value"], "decision": vs.get("decision"),
+                     "mfu": res.mean("mfu"), "peak_flops": res.mean("peak_flops"),
+                     "peak_mem_mib": res.mean("peak_mem", 1 / MIB), "loss_step": step,
+                     "statuses": res.statuses, "fp8": fp8_record(res) if res.cell.params.get("precision") == "fp8"
+                     else None})
+    doc["gpt2"] = rows
+    sources = sorted({str((r.get("metrics") or {}).get("peak_source")) for res in cells for r in res.ok
+                      if (r.get("metrics") or {}).get("peak_source")})
+    formula = next((str((r.get("metrics") or {}).get("flops_formula")) for res in cells for r in res.ok
+                    if (r.get("metrics") or {}).get("flops_formula")), "")
+    lines = [f"## GPT-2 124M: BF16 beside FP8 ({params.get('model')}, {params.get('seq_len')} tokens x batch "
+             f"{params.get('batch_size')}, synthetic tokens, torch.compile "
+             f"{'on' if params.get('compile') else 'off'}, attention {params.get('attention')})", "",
+             f"Throughput in {u}. `÷ {BASE}` is each row's mean over the {BASE} row's, with Welch's p-value and the "
+             "decision `matrix compare` gives a pair (fail: a significant change of at least "
+             f"{an.MIN_EFFECT:.0%}; undecided under two repeats a side). MFU is the model FLOP/s "
+             f"(FLOPs per token: {formula or 'the formula the results name'}) over the peak the results name for "
+             "the row's precision; the loss is every row's at the latest step all of them kept.", "", _md(t), ""]
+    lines += [f"- fp8 ({r.cell.params.get('fp8_recipe')}): {fp8_record(r)}" for r in cells
+              if r.cell.params.get("precision") == "fp8"]
+    if sources:
+        lines += [f"- peak: {s}" for s in sources]
+    return "\n".join(lines).rstrip()
