@@ -1,6 +1,6 @@
 """The evidence page's GPT-2 124M section: tokens per second at BF16 beside FP8 (torchao's tensorwise and rowwise
 scaling), each FP8 row's ratio to BF16 with Welch's p-value and the decision `matrix compare` would give it
-(runner/analysis: `welch_p_from_stats`, `judge_pair`), model FLOPs utilisation against the peak the result names
+(runner/analysis: `welch_from_stats`, `judge_pair`), model FLOPs utilisation against the peak the result names
 (a GPU's datasheet figure from the table in runner/bench/flops.py; a CPU's measured), the loss at a step every
 row reached, the peak memory and what each FP8 repeat ran (its library, recipe, formats and converted layers).
 

@@ -473,7 +473,7 @@ def test_the_gpt2_section_gives_fp8_over_bf16_with_its_p_value_in_tok_s() -> Non
     assert "tok/s (mean ± std)" in text and "img/s" not in text
     row = doc["gpt2"][1]
     assert row["ratio_to_bf16"] == pytest.approx(523_000 / 402_000) and row["unit"] == "tok/s"
-    want = float(analysis.welch_p_from_stats(402_000, 2828.427, 2, 523_000, 4242.641, 2))
+    want = float(analysis.welch_from_stats(402_000, 2828.427, 2, 523_000, 4242.641, 2))
     assert row["p_value"] == pytest.approx(want, rel=1e-3) and row["decision"] == "fail"  # significant, > 2%
     assert " 1.30x |" in text and "loss at step 10" in text  # step 20 is not in every repeat
     assert "torchao 0.18.0, recipe tensorwise" in row["fp8"] and "48 of 48 linear layers" in text
