@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError, field_validator, model_validator
 
-from runner.analysis import METRIC_ALIASES, METRICS, Metric, describe, get_metric, shown_unit
+from runner.analysis import METRIC_ALIASES, METRICS, Metric, definition, describe, get_metric, shown_unit
 from runner.analysis import verdict as verdicts_
 from runner.analysis.verdict import UNDECIDED_POLICIES, Verdict
 from runner.cellmatch import MATCH_KEYS
@@ -342,12 +342,15 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
     statuses = ", ".join(f"{n} {s}" for s, n in counts.items()) or "nothing stored"
     margin, reason = math.nan, ""
     units = sorted({str(u) for u in ok[f"unit_{metric.name}"]}) if f"unit_{metric.name}" in ok and len(ok) else []
-    if units and units != [metric.unit]:
-        # The reference is in the built-in metric's unit; a figure obtained another way is not comparable to it.
+    # The reference is in the unit the cell is defined to produce: a workload's own (one unit over its repeats),
+    # else the built-in benchmark's for its model; a figure obtained another way is not comparable to it.
+    own = cell.workload is not None and len(units) == 1
+    expected = units[0] if own else definition({}, metric.name, cell.params.get("model"))[1]
+    if units and units != [expected]:
         hows = sorted({str(h) for h in ok[f"how_{metric.name}"]})
         verdict, reason = Verdict.UNDECIDED, (f"not comparable: the {metric.label} is obtained differently here "
                                               f"({'; '.join(hows)} [{', '.join(units)}]); the reference is in "
-                                              f"{metric.unit}")
+                                              f"{expected}")
     elif st.n:
         inside = bound.low <= st.mean <= bound.high
         verdict, margin = (Verdict.PASS if inside else Verdict.FAIL), bound.margin(st.mean)

@@ -98,8 +98,8 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
 
 def _heading(m: an.Metric, cells: list[dict[str, Any]], shown: pd.DataFrame | None) -> str:
     """The metric's label with the unit its figures in this block are in (`unit_<m>`), never a fixed img/s."""
-    if shown is None or "cell_key" not in shown:
-        return m.heading
+    if shown is None or "cell_key" not in shown:  # the summary's own units (each cell's unit_<m>, joined)
+        return an.metric_heading(m.name, (r.get(f"unit_{m.name}") for r in cells))
     unit = unit_of(shown[shown["cell_key"].isin({str(r["cell_key"]) for r in cells})], m)
     return f"{m.label} ({unit})" if unit else m.label
 
