@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -190,3 +191,15 @@ class Section:
     title: str
     table: Table
     note: str = ""
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame as JSON-ready records via pandas (NaN becomes null, numpy scalars plain numbers)."""
+    if df.empty:
+        return []
+    out = df.copy()
+    for col in out.columns:
+        if out[col].map(lambda v: isinstance(v, tuple)).any():
+            out[col] = out[col].map(list)
+    result: list[dict[str, Any]] = json.loads(out.to_json(orient="records", double_precision=10))
+    return result

@@ -14,7 +14,8 @@ from runner.report.fmt import DASH, Cell
 from runner.spec import LAYOUT_AXES
 
 KEY_LABELS = {"environment": "environment", "model": "model", "precision": "precision", "batch_size": "batch",
-              "dataset": "dataset", "gpus": "GPUs", "nodes": "nodes", "options": "options"}
+              "dataset": "dataset", "gpus": "GPUs", "nodes": "nodes", "options": "options",
+              "machine": "machine"}
 
 
 def varying(df: pd.DataFrame, keys: Sequence[str], always: Sequence[str] = ()) -> list[str]:
@@ -116,3 +117,19 @@ def definitions_sentence(n_names: int, pooled: bool = False, where: str = "") ->
     return (f"{cells} {was} measured under more than one definition (another environment definition or run "
             "settings under the same name): the tables show each one's newest definition, never a mix; the "
             "definitions are listed with their repeats.")
+
+
+def machines(df: pd.DataFrame) -> pd.Series:
+    """Per row, the machine it was measured on: its hardware, told apart by the store it was imported from
+    (a run id's '@<store id>') when two stores measured the same hardware. A repeat that stopped before the
+    hardware was recorded takes its cell's."""
+    if df.empty:
+        return pd.Series([], index=df.index, dtype=object)
+    origin = df["run_id"].map(lambda r: str(r).rpartition("@")[2] if "@" in str(r) else "")
+    hw = df["hardware"].fillna("").astype(str)
+    known = hw.where(hw != "").groupby(df["cell_key"]).transform("first").fillna("")
+    hw = hw.where(hw != "", known).replace("", "device unknown")
+    pairs = set(zip(hw, origin, strict=True))
+    shared = {h for h in {h for h, _ in pairs} if sum(1 for h2, _ in pairs if h2 == h) > 1}
+    return pd.Series([(f"{h} @{o[:8]}" if o else f"{h} (this store)") if h in shared else h
+                      for h, o in zip(hw, origin, strict=True)], index=df.index, dtype=object)

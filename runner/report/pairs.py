@@ -4,6 +4,7 @@ rest; `matrix compare` renders the same table through runner/report/render.py)."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from runner import analysis as an
 from runner.analysis.comparable import unit_of
 from runner.analysis.verdict import Verdict
 from runner.report import fmt
-from runner.report.fmt import DASH, Cell, Section, Table
+from runner.report.fmt import DASH, Cell, Section, Table, records
 from runner.report.labels import (
     KEY_LABELS,
     key_text,
@@ -135,3 +136,26 @@ def precision_ratio_table(ratios: pd.DataFrame, sides: Sequence[str]) -> Table:
         table.add(*(key_text(k, v) for k, v in zip(keys, key, strict=True)),
                   *(Cell(fmt.ratio(lookup.get((s, p, *key))), "num") for s, p in columns))
     return table
+
+
+def comparison_doc(c: an.Comparison) -> dict[str, Any]:
+    """A comparison as plain data: sides, test settings, pairs, geometric mean, unpaired cells."""
+    return {
+        "metric": c.metric.name, "unit": c.metric.stored_unit,
+        "a": {"ref": c.a.ref, "kind": c.a.kind, "environments": c.a.environments},
+        "b": {"ref": c.b.ref, "kind": c.b.kind, "environments": c.b.environments},
+        "test": {"name": "welch-t", "alpha": c.alpha, "min_effect": c.min_effect, "correction": c.correction,
+                 "tested": c.n_tested},
+        "pairs": records(c.pairs),
+        "geomean_ratio": None if math.isnan(c.geomean) else round(c.geomean, 10),
+        "geomean_change": c.geomean_words,
+        "significant": c.n_significant,
+        "decisions": {v.value: c.n_decision(v) for v in Verdict},
+        "definitions": {"pooled": c.a.pool or c.b.pool,
+                        "a": records(c.a.definitions.several), "b": records(c.b.definitions.several)},
+        "unpaired": records(c.unpaired),
+        "precision_ratios": records(c.precision_ratios),
+        "environments": records(c.environments),
+        "recipes_differ": records(c.recipes),
+        "notes": list(c.notes),
+    }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 import sys
 from collections.abc import Sequence
@@ -17,10 +16,10 @@ import jinja2
 import pandas as pd
 
 from runner import analysis as an
-from runner.analysis.verdict import Verdict
 from runner.report import fmt, labels, views
 from runner.report import pairs as pair_views
-from runner.report.fmt import Cell, MdSafe, Table
+from runner.report.fmt import Cell, MdSafe, Table, records
+from runner.report.pairs import comparison_doc
 
 if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
     from runner.report.plots import Plot
@@ -59,18 +58,6 @@ def render_template(name: str, **context: Any) -> str:
 
 # --- pandas -----------------------------------------------------------------------------------
 
-def records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """A frame as JSON-ready records via pandas (NaN becomes null, numpy scalars plain numbers)."""
-    if df.empty:
-        return []
-    out = df.copy()
-    for col in out.columns:
-        if out[col].map(lambda v: isinstance(v, tuple)).any():
-            out[col] = out[col].map(list)
-    result: list[dict[str, Any]] = json.loads(out.to_json(orient="records", double_precision=10))
-    return result
-
-
 def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
 
@@ -95,37 +82,11 @@ def report_json(model: views.ReportModel) -> str:
         "cells": records(model.summary),
         "recipes": records(model.recipes_df.drop(columns="side")),
         "measurement": records(model.measurement_df),
-        "comparisons": [comparison_doc(c) for _, _, c in model.comparisons],
-        "precision_summary": records(model.precision_df),
-        "scaling": records(model.scaling_df),
-        "history": records(model.history_df),
+        **{k: v for b in model.views for k, v in b.json().items()},
         "flags": records(an.quality_flags(model.summary)),
         "definitions": records(model.definitions_df),
     }
     return dumps(doc)
-
-
-def comparison_doc(c: an.Comparison) -> dict[str, Any]:
-    """A comparison as plain data: sides, test settings, pairs, geometric mean, unpaired cells."""
-    return {
-        "metric": c.metric.name, "unit": c.metric.stored_unit,
-        "a": {"ref": c.a.ref, "kind": c.a.kind, "environments": c.a.environments},
-        "b": {"ref": c.b.ref, "kind": c.b.kind, "environments": c.b.environments},
-        "test": {"name": "welch-t", "alpha": c.alpha, "min_effect": c.min_effect, "correction": c.correction,
-                 "tested": c.n_tested},
-        "pairs": records(c.pairs),
-        "geomean_ratio": None if math.isnan(c.geomean) else round(c.geomean, 10),
-        "geomean_change": c.geomean_words,
-        "significant": c.n_significant,
-        "decisions": {v.value: c.n_decision(v) for v in Verdict},
-        "definitions": {"pooled": c.a.pool or c.b.pool,
-                        "a": records(c.a.definitions.several), "b": records(c.b.definitions.several)},
-        "unpaired": records(c.unpaired),
-        "precision_ratios": records(c.precision_ratios),
-        "environments": records(c.environments),
-        "recipes_differ": records(c.recipes),
-        "notes": list(c.notes),
-    }
 
 
 # --- report -----------------------------------------------------------------------------------

@@ -13,25 +13,24 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
-from runner.report import fmt
+from runner.report import fmt, viewset
 from runner.report.fmt import DASH, Cell, Section, Table
 from runner.report.grid import grid_sections
 from runner.report.labels import (
     KEY_LABELS,
     cell_label,
-    cell_value,
-    constants_note,
     definitions_sentence,
     iso,
     key_text,
+    machines,
     varying,
 )
-from runner.report.pairs import comparison_sections
+from runner.report.viewkit import Built, Context
 from runner.results import Status
 
-ENV_LABELS = (("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"), ("env_torch", "torch"),
-              ("env_cuda", "CUDA"), ("env_cudnn", "cuDNN"), ("env_python", "Python"), ("env_image", "image"),
-              ("env_repo_digest", "image digest"), ("env_image_id", "image id"),
+ENV_LABELS = (("machine", "machine"), ("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"),
+              ("env_torch", "torch"), ("env_cuda", "CUDA"), ("env_cudnn", "cuDNN"), ("env_python", "Python"),
+              ("env_image", "image"), ("env_repo_digest", "image digest"), ("env_image_id", "image id"),
               ("env_container_runtime", "container runtime"), ("env_container_runtime_version", "runtime version"),
               ("env_hostname", "host"),
               ("backend", "backend"), ("tags", "tags"), ("run_ids", "runs"))
@@ -60,24 +59,45 @@ class ReportModel:
     environments: Table
     recipes: Section | None
     grid: list[Section]
-    comparison: list[Section]
-    precision: list[Section]
-    scaling: list[Section]
     failures: list[Failure]
     frame: pd.DataFrame
     summary: pd.DataFrame
-    comparisons: list[tuple[str, str, an.Comparison]] = field(default_factory=list)
-    precision_df: pd.DataFrame = field(default_factory=pd.DataFrame)
-    scaling_df: pd.DataFrame = field(default_factory=pd.DataFrame)
+    views: list[Built] = field(default_factory=list)  # runner/report/viewset: every registered view, in order
     recipes_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     run_records: list[dict[str, Any]] = field(default_factory=list)
-    history: list[Section] = field(default_factory=list)
-    history_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     measurement: Section | None = None          # warm-up and measured windows per cell
     measurement_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     definitions: Section | None = None          # names measured under more than one definition
     definitions_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     shown: pd.DataFrame = field(default_factory=pd.DataFrame)  # the rows the tables show (`frame`: every row)
+
+    def built(self, name: str) -> Built | None:
+        return next((b for b in self.views if b.view.name == name), None)
+
+    @property
+    def shown_views(self) -> list[Built]:
+        """The views with something to show, for the pages (report.json carries every view)."""
+        return [b for b in self.views if b.shown]
+
+    def sections(self, name: str) -> list[Section]:
+        b = self.built(name)
+        return b.sections if b is not None else []
+
+    def view_frame(self, name: str) -> pd.DataFrame:
+        b = self.built(name)
+        return b.frame if b is not None else pd.DataFrame()
+
+    @property
+    def history(self) -> list[Section]:
+        return self.sections("history")
+
+    @property
+    def scaling_df(self) -> pd.DataFrame:
+        return self.view_frame("scaling")
+
+    @property
+    def history_df(self) -> pd.DataFrame:
+        return self.view_frame("history")
 
 
 # --- views ------------------------------------------------------------------------------------
@@ -87,6 +107,8 @@ def environments_table(info: pd.DataFrame) -> Table:
     envs = list(info["environment"])
     table = Table(["", *envs])
     for col, label in ENV_LABELS:
+        if col not in info:
+            continue  # the machine: only where the results come from more than one
         values = [str(v) for v in info[col]]
         if not any(values):
             continue
@@ -184,6 +206,22 @@ def measurement_section(meas: pd.DataFrame) -> Section | None:
     return Section("Warm-up and measured windows", table, note)
 
 
+def by_machine(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows with their machine, and an environment measured on more than one machine named once per machine
+    ('local-cpu · Intel Xeon'): the same name measured on two machines is two cells, never an older and a newer
+    definition of one. `environment_name` keeps the name as the matrix spelled it."""
+    machine = machines(df)
+    spans = machine.groupby(df["environment"], sort=False).transform("nunique") > 1
+    named = df["environment"].where(~spans, df["environment"].astype(str) + " · " + machine)
+    return df.assign(machine=machine, environment_name=df["environment"], environment=named)
+
+
+def with_machines(info: pd.DataFrame, shown: pd.DataFrame) -> pd.DataFrame:
+    """The environments with the machines each one's results came from (`shown`'s machine column)."""
+    per_env = shown.groupby("environment", sort=False)["machine"].agg(lambda s: ", ".join(dict.fromkeys(s)))
+    return info.assign(machine=info["environment"].map(per_env).fillna(""))
+
+
 def hardware_lines(info: pd.DataFrame) -> list[str]:
     """One line per environment naming the device and the versions: for the top of every report."""
     lines = []
@@ -199,11 +237,6 @@ def hardware_lines(info: pd.DataFrame) -> list[str]:
             bits.append(f"image {r['env_image']}")
         lines.append(f"{r['environment']} ({r['backend']}): " + ", ".join(bits))
     return lines
-
-
-def hardware_of(info: pd.DataFrame, env: str) -> str:
-    hw = info.loc[info["environment"] == env, "hardware"]
-    return str(hw.iloc[0]) if len(hw) else ""
 
 
 def runs_table(records: list[dict[str, Any]]) -> Table:
@@ -246,69 +279,6 @@ def definitions_section(defs: an.Definitions) -> Section | None:
                    definitions_sentence(defs.n_names, defs.pooled))
 
 
-def precision_sections(info: pd.DataFrame, prec: pd.DataFrame, summary: pd.DataFrame | None = None) -> list[Section]:
-    """Precision summary: per environment, time, throughput, memory and accuracy with ratios to fp32; each metric
-    headed with the units of the environment's cells (`summary`'s unit_<m>: a transformer's throughput is tok/s)."""
-    if prec.empty:
-        return []
-    sections = []
-    keys = varying(prec, ["model", "batch_size", "dataset", "gpus", "nodes", "options"],
-                   always=("model", "batch_size"))
-    metric_cols: list[tuple[str, bool]] = [("iter_time", True), ("throughput", True), ("peak_mem", True),
-                                           ("images_per_joule", True), ("accuracy", False)]
-    metric_cols = [(m, r) for m, r in metric_cols if (prec[f"{m}_n"] > 0).any()]
-    for env, g in prec.groupby("environment", sort=False):
-        cols = [KEY_LABELS[k] for k in keys] + ["precision"]
-        mine = summary[summary["environment"] == env] if summary is not None and "environment" in summary else None
-        for m, with_ratio in metric_cols:
-            units = mine[f"unit_{m}"] if mine is not None and f"unit_{m}" in mine else None
-            cols.append(an.metric_heading(m, units) if units is not None else an.METRICS[m].heading)
-            if with_ratio:
-                cols.append("÷ fp32")
-        table = Table(cols, align=["l"] * (len(keys) + 1) + ["r"] * (len(cols) - len(keys) - 1))
-        for r in g.to_dict("records"):
-            cells: list[Cell | str] = [*(key_text(k, r[k]) for k in keys), str(r["precision"])]
-            for m, with_ratio in metric_cols:
-                metric = an.METRICS[m]
-                cells.append(cell_value(r, metric))
-                if with_ratio:
-                    cells.append(Cell(fmt.ratio(r[f"{m}_vs_fp32"]) if r["precision"] != "fp32" else DASH, "num"))
-            table.add(*cells)
-        hardware = hardware_of(info, str(env))
-        sections.append(Section(f"{env} · {hardware}" if hardware else str(env), table,
-                                constants_note(g, ["dataset", "gpus", "nodes", "options"])))
-    return sections
-
-
-def scaling_sections(scale: pd.DataFrame) -> list[Section]:
-    """Scaling in the write-ups' shape: nodes, processes per node and in all, img/s overall (and forward,
-    backward where measured), speedup over the smallest layout and efficiency."""
-    if scale.empty:
-        return []
-    keys = varying(scale, ["environment", "model", "precision", "batch_size", "dataset", "options"],
-                   always=("environment", "model", "precision", "batch_size"))
-    m = an.METRICS["throughput"]
-    phases = [an.METRICS[p] for p in ("fwd_throughput", "bwd_throughput") if (scale[f"{p}_n"] > 0).any()]
-    table = Table([*(KEY_LABELS[k] for k in keys), "nodes", "per node", "processes", m.heading,
-                   *(f"{p.label} ({p.unit})" for p in phases), "speedup", "efficiency"],
-                  align=["l"] * len(keys) + ["r"] * (6 + len(phases)))
-    for r in scale.to_dict("records"):
-        table.add(*(key_text(k, r[k]) for k in keys), Cell(str(r["nodes"]), "num"), Cell(str(r["gpus"]), "num"),
-                  Cell(str(r["processes"]), "num"),
-                  Cell(fmt.metric_value(m, r["throughput_mean"], r["throughput_std"], int(r["throughput_n"])),
-                       "num"),
-                  *(Cell(fmt.metric_value(p, r[f"{p.name}_mean"], r[f"{p.name}_std"], int(r[f"{p.name}_n"])),
-                         "num") for p in phases),
-                  Cell(fmt.ratio(r["speedup"]), "num"), Cell(fmt.percent(r["efficiency"]), "num"))
-    note = ("Per node: GPUs, or processes on CPU nodes (one rank each). Speedup is overall throughput over "
-            "the same configuration's smallest layout; efficiency is speedup over the growth in processes "
-            "from that layout. Batch size is per process, so the global batch grows with the processes.")
-    if phases:
-        note += (" Forward and backward are the window's images over rank 0's time in that phase (bench "
-                 "--breakdown, synchronised after every phase; backward includes the gradient all-reduce).")
-    return [Section("Scaling", table, note)]
-
-
 def failures(summary: pd.DataFrame) -> list[Failure]:
     bad = summary[summary["status"] != Status.OK.value]
     return [Failure(cell_label(r), str(r["status"]), str(r["statuses"]), str(r["reason"]), str(r["log_tail"]))
@@ -338,20 +308,6 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
     return out
 
 
-def history_sections(hist: pd.DataFrame) -> list[Section]:
-    """One table of every cell measured more than once (runner/analysis/history.py)."""
-    if hist.empty:
-        return []
-    from runner.report.decisions import history_table
-
-    n_cells, n_steps = hist["cell_key"].nunique(), int(hist["step"].sum())
-    note = (f"{n_cells} cell{'s' if n_cells != 1 else ''} measured more than once (a run resumed after an "
-            "interruption is one measurement; a run that measures stored repeats again, as --force does, is "
-            f"the next); {n_steps} significant step{'s' if n_steps != 1 else ''} (a change of at least "
-            f"{an.MIN_EFFECT:.0%} from the previous measurement with Welch's p < {an.ALPHA}).")
-    return [Section("History", history_table(hist), note)]
-
-
 def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
           history: pd.DataFrame | None = None) -> ReportModel:
     """All views of one report from the long frame and the runs it came from; `history` is
@@ -360,14 +316,16 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     A name (environment and params) measured under more than one definition shows its newest definition in
     every table; the others are listed in their own section and counted in the totals, never averaged in."""
     hist = history if history is not None else pd.DataFrame()
-    defs = an.choose(df, an.CELL_KEYS)
+    several_machines = machines(df).nunique() > 1
+    defs = an.choose(by_machine(df) if several_machines else df, an.CELL_KEYS)
     shown = defs.frame
     summary = an.summarize(shown)
     info = an.environment_info(shown)
+    if several_machines:
+        info = with_machines(info, shown)
 
-    comparison, comparisons = comparison_sections(shown, summary)
-    prec = an.precision_summary(summary)
-    scale = an.scaling(summary)
+    ctx = Context(shown, summary, info, run_records, hist)
+    built = [v.build(ctx) for v in viewset.VIEWS]
     recipes = an.precision_recipes(shown)
     meas = an.measurement(shown)
     counts = shown["status"].value_counts().to_dict()
@@ -386,11 +344,8 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
         name=name, totals=totals, hardware=hardware_lines(info), warnings=notes,
         runs=runs_table(run_records),
         environments=environments_table(info), recipes=recipes_section(recipes),
-        grid=grid_sections(summary, shown), comparison=comparison,
-        precision=precision_sections(info, prec, summary), scaling=scaling_sections(scale),
-        failures=failures(summary), frame=df, summary=summary, comparisons=comparisons,
-        precision_df=prec, scaling_df=scale, recipes_df=recipes, run_records=run_records,
-        history=history_sections(hist), history_df=hist,
+        grid=grid_sections(summary, shown), failures=failures(summary), frame=df, summary=summary, views=built,
+        recipes_df=recipes, run_records=run_records,
         definitions=definitions, definitions_df=defs.several, shown=shown,
         measurement=measurement_section(meas), measurement_df=meas,
     )

@@ -17,8 +17,9 @@ BATCHES = (32, 64, 128)
 
 def fill_history(db: Path, host: str, cpu: str, runs: int, repeats: int, cells: int = 12, seed: int = 0,
                  step_at: int | None = None, step: float = 1.0, environment: str = "local-cpu",
-                 first_run: float = 1.7e9) -> Path:
-    """`runs` runs of `cells` cells x `repeats` repeats; from run `step_at` on, throughput is x `step`."""
+                 first_run: float = 1.7e9, definitions: dict | None = None) -> Path:
+    """`runs` runs of `cells` cells x `repeats` repeats; from run `step_at` on, throughput is x `step`;
+    `definitions`: the metrics' own definitions ({name: {"how": ..., "unit": ...}}), stored with every repeat."""
     rng = random.Random(seed)
     chosen = [(m, p, b) for m in MODELS for p in PRECISIONS for b in BATCHES][:cells]
     with Store(db) as store, store.db:
@@ -37,6 +38,8 @@ def fill_history(db: Path, host: str, cpu: str, runs: int, repeats: int, cells: 
                 for k in range(1, repeats + 1):
                     value = rng.gauss(base, base * 0.02)
                     metrics = {"throughput": value, "window_s": 1.0, "images": value}
+                    if definitions:
+                        metrics["definitions"] = definitions
                     env = {"hostname": host, "cpu": cpu, "cpu_count": 2, "device": "cpu", "torch": "2.13.0",
                            "python": "3.11.2"}
                     raw = {"params": {"iterations": 20, "warmup": 5, "seed": 0}}

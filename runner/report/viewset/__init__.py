@@ -1,0 +1,15 @@
+"""The report's views after the precision grid, one module each (docs/internals.md, "How to add a report
+view"): adding a view is its module and its line here."""
+
+from __future__ import annotations
+
+from runner.report.viewkit import View
+from runner.report.viewset import comparison, history, machines, precision, scaling
+
+VIEWS: list[View] = sorted([
+    comparison.Comparison(),
+    precision.Precision(),
+    scaling.Scaling(),
+    history.History(),
+    machines.Machines(),
+], key=lambda v: v.order)

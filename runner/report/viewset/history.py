@@ -1,0 +1,34 @@
+"""History: every cell measured more than once, with the significant steps between measurements."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from runner import analysis as an
+from runner.report.decisions import history_table
+from runner.report.fmt import Section
+from runner.report.viewkit import Built, Context, View
+
+
+class History(View):
+    name = "history"
+    order = 40
+    heading = "History"
+    titled = False
+
+    def build(self, ctx: Context) -> Built:
+        return Built(self, history_sections(ctx.history), ctx.history)
+
+
+def history_sections(hist: pd.DataFrame) -> list[Section]:
+    """One table of every cell measured more than once (runner/analysis/history.py)."""
+    if hist.empty:
+        return []
+    n_cells, n_steps = hist["cell_key"].nunique(), int(hist["step"].sum())
+    note = (f"{n_cells} cell{'s' if n_cells != 1 else ''} measured more than once (a run resumed after an "
+            "interruption is one measurement; a run that measures stored repeats again, as --force does, is "
+            f"the next); {n_steps} significant step{'s' if n_steps != 1 else ''} (a change of at least "
+            f"{an.MIN_EFFECT:.0%} from the previous measurement with Welch's p < {an.ALPHA}).")
+    return [Section("History", history_table(hist), note)]
+
+
