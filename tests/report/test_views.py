@@ -107,3 +107,14 @@ def test_a_view_added_the_documented_way_shows_in_every_format(tmp_path: Path,
     assert doc["busiest"] == [{"model": "resnet50", "n": 2}]
     keys = list(doc)
     assert keys.index("comparisons") < keys.index("busiest") < keys.index("precision_summary")
+
+
+def test_one_environment_on_two_machines_is_two_cells_not_two_definitions(tmp_path: Path) -> None:
+    """The same environment and params from two machines' stores: both machines' repeats are in the tables (the
+    report used to keep the newest store's and count the other's as an older definition, not shown)."""
+    out = tmp_path / "report"
+    report_command(pooled(tmp_path, "AMD EPYC", "Intel Xeon"), None, ["json"], out)
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["definitions"] == []
+    assert sorted(c["environment"] for c in doc["cells"] if c["batch_size"] == 32 and c["precision"] == "fp32") == [
+        "local-cpu · AMD EPYC (2 CPUs)", "local-cpu · Intel Xeon (2 CPUs)"]
