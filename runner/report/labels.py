@@ -129,7 +129,8 @@ def machines(df: pd.DataFrame) -> pd.Series:
     hw = df["hardware"].fillna("").astype(str)
     known = hw.where(hw != "").groupby(df["cell_key"]).transform("first").fillna("")
     hw = hw.where(hw != "", known).replace("", "device unknown")
-    pairs = set(zip(hw, origin, strict=True))
-    shared = {h for h in {h for h, _ in pairs} if sum(1 for h2, _ in pairs if h2 == h) > 1}
-    return pd.Series([(f"{h} @{o[:8]}" if o else f"{h} (this store)") if h in shared else h
-                      for h, o in zip(hw, origin, strict=True)], index=df.index, dtype=object)
+    pairs = pd.DataFrame({"hw": hw, "origin": origin}).drop_duplicates()
+    shared = set(pairs["hw"][pairs["hw"].duplicated(keep=False)])
+    label = {(h, o): (f"{h} @{o[:8]}" if o else f"{h} (this store)") if h in shared else h
+             for h, o in pairs.itertuples(index=False)}
+    return pd.Series(list(zip(hw, origin, strict=True)), index=df.index, dtype=object).map(label)
