@@ -1,7 +1,9 @@
 """The report's views (docs/architecture.md, "Report views") as formatted tables, built from the analysis frames.
 
-Each view appears only when the data has its axes: the environment comparison needs two environments,
-the precision summary fp32 and another precision, scaling more than one GPU or node count.
+The head of every report (runs, environments, definitions, recipes, windows, the precision grid, failures) is
+built here; the views after the grid are registered in runner/report/viewset/ (docs/internals.md, "How to add
+a report view"). Each view appears only when the data has its axes: the environment comparison needs two
+environments, the precision summary fp32 and another precision, scaling more than one GPU or node count.
 """
 
 from __future__ import annotations
