@@ -90,7 +90,10 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
                 row = [_value(rows[by_batch[b]], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
                 table.add(Cell(precision if j == 0 else "", "key"), Cell(label), *row,
                           row_class="group" if j == 0 else "")
-        title = " · ".join(p for p in (str(first["environment"]), str(first["hardware"]),
+        env, hardware = str(first["environment"]), str(first["hardware"])
+        if env.endswith(f" · {hardware}"):  # an environment named after the machine it ran on (views.by_machine)
+            hardware = ""
+        title = " · ".join(p for p in (env, hardware,
                                        cell_label(first, ["model", "dataset", "gpus", "nodes", "options"])) if p)
         sections.append(Section(title, table, " ".join(notes)))
     return sections

@@ -49,6 +49,7 @@ def test_machines_side_by_side(tmp_path: Path) -> None:
     fp32 = [float(c.split(" ± ")[0].replace(",", "")) for c in rows[0][3:]]
     assert all(1.4 < b / a < 1.6 for a, b in zip(fp32[:3], fp32[3:], strict=True))  # B measured 1.5x A
     # One environment measured on two machines is two cells per name, never an older and a newer definition.
+    assert "### local-cpu · AMD EPYC (2 CPUs) · resnet50 · synthetic\n" in md  # the machine named once
     assert "36 repeats in 12 cells, 2 environments: 36 ok." in md
     environments = section(md, "Environments").splitlines()
     assert [c.strip() for c in environments[3].strip("|").split("|")] == ["machine", "AMD EPYC (2 CPUs)",
