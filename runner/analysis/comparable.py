@@ -10,6 +10,7 @@ regression, a fix, or undecided when too few repeats cannot tell a flaky failure
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,17 @@ def why_not(metric: Metric, settings: tuple[str, str], definitions: tuple[str, s
     words every command prints."""
     return (settings_differ(*settings) or definitions_differ(*definitions, metric)
             or steps_differ(*steps, metric))
+
+
+def no_ratio(metric: Metric, mean_a: float, mean_b: float) -> str:
+    """Why a pair measured on both sides has no change to size ('' when it has one): every change matrix judges is
+    the ratio of the two means, which needs a positive, finite mean on each side (a throughput of 0, a negative
+    or an infinite figure is never "within" a threshold). The same words in compare and the gate."""
+    bad = [(side, m) for side, m in (("A", mean_a), ("B", mean_b)) if not math.isnan(m) and not 0 < m < math.inf]
+    if not bad:
+        return ""
+    said = " and ".join(f"{m:g} on {side}" for side, m in bad)
+    return f"not tested: the {metric.label} averages {said} (a change needs a positive, finite mean on each side)"
 
 
 def common_step(ladders: Sequence[Mapping[int, float] | None]) -> int | None:

@@ -16,6 +16,7 @@ from runner.analysis.comparable import (
     align_steps,
     definition_text,
     measure_notes,
+    no_ratio,
     outcome_change,
     why_not,
     with_outcomes,
@@ -173,6 +174,8 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
     decision uses (compare passes it adjusted for the pairs' false discovery rate)."""
     if n_a == 0 or n_b == 0 or math.isnan(ratio):
         return False, "no result", Verdict.UNDECIDED
+    if not 0 < ratio < math.inf:
+        return False, f"undecided: the ratio B/A is {ratio:g} (a change needs positive means)", Verdict.UNDECIDED
     if n_a < 2 or n_b < 2:
         return False, f"undecided: {significance.too_few(n_a, n_b)}", Verdict.UNDECIDED
     if math.isnan(p):
@@ -305,8 +308,8 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         p = np.where([bool(w) for w in apart], math.nan, p)
         p_adj = significance.adjust(p)
         judged = []
-        for r, q, x, y, sa_, sb_, why in zip(ratio, p_adj, an_, bn_, both["a_statuses"], both["b_statuses"], apart,
-                                             strict=True):
+        for r, q, x, y, sa_, sb_, why, ma, mb in zip(ratio, p_adj, an_, bn_, both["a_statuses"], both["b_statuses"],
+                                                     apart, am, bm, strict=True):
             if why:
                 judged.append((False, why, Verdict.UNDECIDED))
                 continue
@@ -314,7 +317,9 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
             if outcomes is not None and (outcomes.verdict is not Verdict.UNDECIDED or not (x and y)):
                 judged.append((outcomes.verdict is Verdict.FAIL, outcomes.why, outcomes.verdict))
                 continue
-            significant, words, decision = judge_pair(r, q, x, y, metric, alpha, min_effect)
+            unsized = no_ratio(metric, ma, mb) if x and y else ""
+            significant, words, decision = (False, unsized, Verdict.UNDECIDED) if unsized else judge_pair(
+                r, q, x, y, metric, alpha, min_effect)
             decision, words = with_outcomes(decision, words, outcomes)
             judged.append((significant, words, decision))
         both["a_n"], both["b_n"] = an_, bn_

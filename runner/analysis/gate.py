@@ -28,6 +28,7 @@ from runner.analysis.comparable import (
     OutcomeChange,
     Outcomes,
     definition_text,
+    no_ratio,
     outcome_change,
     why_not,
     with_outcomes,
@@ -225,6 +226,9 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     if not (xa.size and xb.size):
         where = "either side" if not (xa.size or xb.size) else ("A" if not xa.size else "B")
         return done(Verdict.UNDECIDED, f"{rule.metric} not measured on {where}")
+    unsized = no_ratio(metric, ma, mb)
+    if unsized:
+        return done(*with_outcomes(Verdict.UNDECIDED, unsized, oc))
     change = rule.change(ma, mb)
     diff = significance.difference(xa, xb, test)
     if not diff.decided:

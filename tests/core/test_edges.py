@@ -1,0 +1,45 @@
+"""Edge cases every decision must answer the same way and never with a pass it cannot back: a side whose mean is
+zero, negative or infinite has no ratio to size a change with, so compare and the gate both call the pair
+undecided, in the same words, instead of "+nan% is within 3%" or "not significant (change < 2%)"."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from runner import analysis as an
+from runner.analysis import gate
+from runner.analysis.verdict import Verdict
+from tests.decide.helpers import long_frame, rows_for
+
+
+def decide(va: list[float], vb: list[float], kind: str = "slower") -> tuple[gate.Check, dict]:
+    df = long_frame(rows_for("k", va, run_id="ra", environment="A"),
+                    rows_for("k", vb, run_id="rb", environment="B", start=2000.0))
+    (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule(kind, 0.03)])
+    (pair,) = an.compare(an.select_side(df, "A"), an.select_side(df, "B")).pairs.to_dict("records")
+    return check, pair
+
+
+@pytest.mark.parametrize("va, vb, side", [
+    ([100.0, 101.0, 99.0], [0.0, 0.0, 0.0], "B"),
+    ([0.0, 0.0, 0.0], [100.0, 101.0, 99.0], "A"),
+    ([100.0, 101.0, 99.0], [-5.0, -6.0, -4.0], "B"),
+    ([100.0, 101.0, 99.0], [math.inf, 100.0, 100.0], "B"),
+])
+@pytest.mark.parametrize("kind", ["slower", "faster"])
+def test_a_mean_without_a_ratio_is_undecided_everywhere(va: list[float], vb: list[float], side: str,
+                                                        kind: str) -> None:
+    check, pair = decide(va, vb, kind)
+    assert check.verdict is Verdict.UNDECIDED, check.reason
+    assert pair["decision"] == "undecided", pair["verdict"]
+    assert f"on {side}" in check.reason and "positive" in check.reason
+    assert pair["verdict"] == check.reason
+    assert not pair["significant"]
+
+
+def test_judge_pair_never_passes_a_ratio_that_is_not_positive() -> None:
+    for ratio in (0.0, -0.05, math.inf):
+        significant, words, decision = an.judge_pair(ratio, 1e-6, 3, 3, an.get_metric("throughput"))
+        assert decision is Verdict.UNDECIDED and not significant, (ratio, words)
