@@ -9,8 +9,10 @@ import math
 import pytest
 
 from runner import analysis as an
+from runner.analysis import bisect as search
 from runner.analysis import gate
 from runner.analysis.verdict import Verdict
+from tests.core.test_agreement import same_p
 from tests.decide.helpers import long_frame, rows_for
 
 
@@ -26,7 +28,6 @@ def decide(va: list[float], vb: list[float], kind: str = "slower") -> tuple[gate
     ([100.0, 101.0, 99.0], [0.0, 0.0, 0.0], "B"),
     ([0.0, 0.0, 0.0], [100.0, 101.0, 99.0], "A"),
     ([100.0, 101.0, 99.0], [-5.0, -6.0, -4.0], "B"),
-    ([100.0, 101.0, 99.0], [math.inf, 100.0, 100.0], "B"),
 ])
 @pytest.mark.parametrize("kind", ["slower", "faster"])
 def test_a_mean_without_a_ratio_is_undecided_everywhere(va: list[float], vb: list[float], side: str,
@@ -37,6 +38,27 @@ def test_a_mean_without_a_ratio_is_undecided_everywhere(va: list[float], vb: lis
     assert f"on {side}" in check.reason and "positive" in check.reason
     assert pair["verdict"] == check.reason
     assert not pair["significant"]
+
+
+def test_an_infinite_figure_is_no_measurement_for_any_command() -> None:
+    """The frame reads an infinite figure as not measured, so compare, the gate and bisect (which reads a repeat's
+    value through the frame) all test the same finite values: none keeps it, none drops it alone."""
+    check, pair = decide([100.0, 101.0, 99.0], [math.inf, 60.0, 61.0])
+    assert check.b_n == pair["b_n"] == 2
+    assert check.verdict is Verdict.FAIL and pair["decision"] == "fail"
+    assert same_p(check.p_value, pair["p_value"])
+    df = long_frame(rows_for("k", [math.inf, -math.inf, 5.0], run_id="ra", environment="A"))
+    assert df["throughput"].isna().tolist() == [True, True, False]
+
+
+@pytest.mark.parametrize("va, vb, side", [([100.0, 101.0, 99.0], [0.0, 0.0, 0.0], "B"),
+                                          ([100.0, 101.0, 99.0], [-5.0, -6.0, -4.0], "B")])
+def test_bisect_says_what_compare_says_of_a_mean_without_a_ratio(va: list[float], vb: list[float], side: str) -> None:
+    check, _ = decide(va, vb)
+    s = search.Settings(threshold=0.03, levels=(3,))
+    judged = search.compare(0, 1, search.Sample(("ok",) * 3, tuple(va)), search.Sample(("ok",) * 3, tuple(vb)), s,
+                            last_level=True)
+    assert judged.verdict is Verdict.UNDECIDED and judged.why == check.reason
 
 
 def test_judge_pair_never_passes_a_ratio_that_is_not_positive() -> None:
