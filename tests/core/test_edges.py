@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from runner import analysis as an
 from runner.analysis import bisect as search
 from runner.analysis import gate
+from runner.analysis.history import history
 from runner.analysis.verdict import Verdict
 from tests.core.test_agreement import same_p
 from tests.decide.helpers import long_frame, rows_for
@@ -65,3 +67,28 @@ def test_judge_pair_never_passes_a_ratio_that_is_not_positive() -> None:
     for ratio in (0.0, -0.05, math.inf):
         significant, words, decision = an.judge_pair(ratio, 1e-6, 3, 3, an.get_metric("throughput"))
         assert decision is Verdict.UNDECIDED and not significant, (ratio, words)
+
+
+def _with(rows: list[dict], **metrics: object) -> list[dict]:
+    return [dict(r, metrics={**r["metrics"], **metrics}) for r in rows]
+
+
+def test_history_never_passes_over_a_point_it_cannot_size() -> None:
+    """A point after one whose mean is zero has no ratio: history says why, as compare and the gate do, instead of
+    an empty 'undecided' beside a significant p-value (a silent "no step")."""
+    df = long_frame(rows_for("k", [0.0, 0.0, 0.0], run_id="n1", start=1000.0),
+                    rows_for("k", [100.0, 101.0, 99.0], run_id="n2", start=2000.0))
+    h = history(df)
+    assert not h["step"].iloc[1]
+    assert "positive" in h["undecided"].iloc[1] and "on A" not in h["undecided"].iloc[1]
+
+
+def test_history_compares_a_loss_only_after_the_same_number_of_steps() -> None:
+    """Two nights of one cell whose calibrated windows trained 40 and 73 steps: their losses are not a step of
+    the cell's history, whatever the test says (compare and bisect say the same of such a pair)."""
+    df = long_frame(_with(rows_for("k", [100.0, 100.5, 99.5], run_id="n1", start=1000.0), loss_end=1.66, steps=40),
+                    _with(rows_for("k", [100.0, 100.5, 99.5], run_id="n2", start=2000.0), loss_end=0.39, steps=73))
+    df["loss_end"] = df["loss_end"] + np.tile([0.0, 0.01, -0.01], 2)
+    h = history(df, metric="loss_end")
+    assert not h["step"].iloc[1]
+    assert h["undecided"].iloc[1].startswith("not comparable: the final loss comes after different numbers")
