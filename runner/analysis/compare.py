@@ -364,19 +364,34 @@ def _sorted(df: pd.DataFrame, first: Sequence[str] = ()) -> pd.DataFrame:
 
 
 def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
-    """Per configuration, each precision's mean throughput over fp32's (the FP16/FP32 speed ratio)."""
+    """Per configuration, each precision's mean throughput over fp32's (the FP16/FP32 speed ratio). Two cells are
+    divided only when compare would pair them (runner/analysis/comparable.py): else the ratio is NaN and `why`
+    says why not (run settings or the throughput's definition differ)."""
     keys = [k for k in PARAM_KEYS if k != "precision"]
-    cols = ["side", *keys, "precision", "fp32_mean", "mean", "ratio"]
+    cols = ["side", *keys, "precision", "fp32_mean", "mean", "ratio", "why"]
     ok = df[(df["status"] == Status.OK.value) & df["throughput"].notna()]
     if ok.empty:
         return pd.DataFrame(columns=cols)
+    how = ok["how_throughput"] if "how_throughput" in ok else pd.Series("", index=ok.index)
+    unit = ok["unit_throughput"] if "unit_throughput" in ok else pd.Series("", index=ok.index)
+    ok = ok.assign(_def=[definition_text(h, u) for h, u in zip(how, unit, strict=True)],
+                   _set=ok["settings"] if "settings" in ok else "")
     means = ok.groupby([*keys, "precision"], sort=False, dropna=False).agg(
-        mean=("throughput", "mean"), _first=("id", "min")).reset_index()
-    base = means[means["precision"] == BASELINE_PRECISION][[*keys, "mean"]].rename(columns={"mean": "fp32_mean"})
+        mean=("throughput", "mean"), _first=("id", "min"), _def=("_def", _joined),
+        _set=("_set", _joined)).reset_index()
+    base = means[means["precision"] == BASELINE_PRECISION][[*keys, "mean", "_def", "_set"]].rename(
+        columns={"mean": "fp32_mean", "_def": "_def32", "_set": "_set32"})
     merged = means[means["precision"] != BASELINE_PRECISION].merge(base, on=keys, how="inner")
-    merged["ratio"] = merged["mean"] / merged["fp32_mean"]
+    metric = get_metric("throughput")
+    merged["why"] = [why_not(metric, (s32, s), (d32, d)) for s32, s, d32, d in zip(
+        merged["_set32"], merged["_set"], merged["_def32"], merged["_def"], strict=True)]
+    merged["ratio"] = np.where(merged["why"] == "", merged["mean"] / merged["fp32_mean"], math.nan)
     merged["side"] = side
     return _sorted(merged)[cols].reset_index(drop=True)
+
+
+def _joined(values: Iterable[Any]) -> str:
+    return ", ".join(dict.fromkeys(str(v) for v in values if v))
 
 
 def precision_recipes(df: pd.DataFrame, side: str = "") -> pd.DataFrame:

@@ -92,3 +92,24 @@ def test_history_compares_a_loss_only_after_the_same_number_of_steps() -> None:
     h = history(df, metric="loss_end")
     assert not h["step"].iloc[1]
     assert h["undecided"].iloc[1].startswith("not comparable: the final loss comes after different numbers")
+
+
+def test_a_precision_speed_up_is_a_ratio_of_figures_obtained_the_same_way() -> None:
+    """The fp16/fp32 speed-up compare's JSON and the report print pairs two cells as compare does: a throughput
+    obtained differently in fp16 (an mllog run_start..run_stop that includes start-up) is not divided by fp32's."""
+    def defined(rows: list[dict], how: str) -> list[dict]:
+        return [dict(r, metrics={**r["metrics"], "definitions": {"throughput": {"how": how, "unit": "img/s"}}})
+                for r in rows]
+    df = long_frame(defined(rows_for("f32", [1000.0, 1001.0], run_id="r"), "mllog: mean of tracked_stats"),
+                    defined(rows_for("f16", [500.0, 501.0], run_id="r", start=2000.0, precision="fp16"),
+                            "mllog: train_samples over run_start..run_stop"),
+                    rows_for("g32", [100.0, 101.0], run_id="r", start=3000.0, batch_size=64),
+                    rows_for("g16", [150.0, 151.0], run_id="r", start=4000.0, batch_size=64, precision="fp16"))
+    ratios = {int(r["batch_size"]): r for r in an.precision_ratios(df).to_dict("records")}
+    assert math.isnan(ratios[32]["ratio"])
+    assert ratios[32]["why"].startswith("not comparable: the throughput is obtained differently")
+    assert ratios[64]["ratio"] == pytest.approx(150.5 / 100.5) and ratios[64]["why"] == ""
+    from runner.report.pairs import precision_ratio_table
+
+    table = precision_ratio_table(an.precision_ratios(df, "cpu"), ["cpu"])
+    assert [[c.text for c in row[-1:]] for row in table.rows] == [["not comparable"], ["1.50x"]]
