@@ -75,13 +75,14 @@ def steps_differ(a: str, b: str, metric: Metric) -> str:
 
 
 def unit_of(frame: pd.DataFrame, metric: Metric) -> str:
-    """The unit a side's figures of a metric are in (its ok repeats' `unit_<m>`), the Metric's own when they say
-    several or none: tables label a figure with it, never with a unit written in the code."""
+    """The unit a side's figures of a metric are in (its ok repeats' `unit_<m>`): the one they share, each of them
+    when they say several ('tok/s | samples/s', never one they are not in), the Metric's own when they say none.
+    Tables label a figure with it, never with a unit written in the code."""
     col = f"unit_{metric.name}"
     if col not in frame or frame.empty:
         return metric.unit
-    units = {str(u) for u, s in zip(frame[col], frame["status"], strict=True) if s == OK and u}
-    return next(iter(units)) if len(units) == 1 else metric.unit
+    units = dict.fromkeys(str(u) for u, s in zip(frame[col], frame["status"], strict=True) if s == OK and u)
+    return " | ".join(units) if units else metric.unit
 
 
 def why_not(metric: Metric, settings: tuple[str, str], definitions: tuple[str, str] = ("", ""),
@@ -297,3 +298,16 @@ def _short_window(settings: Any, window: Any) -> bool:
         if key == "iterations" and value.isdigit() and isinstance(window, int | float) and window == window:
             return int(window) < int(value)
     return False
+
+
+def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: int, n_b: int) -> str:
+    """'' unless the pair's difference coincides with throttling on one side only: then which side, and how
+    many of its ok repeats the GPU's telemetry marked throttled (both sides throttled is said too)."""
+    ta = int(throttled_a) if throttled_a == throttled_a and throttled_a is not None else 0
+    tb = int(throttled_b) if throttled_b == throttled_b and throttled_b is not None else 0
+    if not (ta or tb):
+        return ""
+    parts = [f"{side} throttled in {t} of {n}" for side, t, n in (("A", ta, n_a), ("B", tb, n_b)) if t]
+    if ta and tb:
+        return "both throttled: " + ", ".join(parts)
+    return ("coincides with throttling: " if significant else "") + parts[0]

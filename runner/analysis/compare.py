@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,6 +17,7 @@ from runner.analysis.comparable import (
     measure_notes,
     no_ratio,
     outcome_change,
+    throttling_note,
     why_not,
     with_outcomes,
 )
@@ -188,19 +188,6 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
     return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
 
 
-def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: int, n_b: int) -> str:
-    """'' unless the pair's difference coincides with throttling on one side only: then which side, and how
-    many of its ok repeats the GPU's telemetry marked throttled (both sides throttled is said too)."""
-    ta = int(throttled_a) if throttled_a == throttled_a and throttled_a is not None else 0
-    tb = int(throttled_b) if throttled_b == throttled_b and throttled_b is not None else 0
-    if not (ta or tb):
-        return ""
-    parts = [f"{side} throttled in {t} of {n}" for side, t, n in (("A", ta, n_a), ("B", tb, n_b)) if t]
-    if ta and tb:
-        return "both throttled: " + ", ".join(parts)
-    return ("coincides with throttling: " if significant else "") + parts[0]
-
-
 def geometric_mean(ratios: Iterable[float]) -> float:
     """exp(mean(log r)) over the positive, finite ratios; NaN when there are none."""
     vals = np.asarray([r for r in ratios if r is not None and np.isfinite(r) and r > 0], dtype=float)
@@ -364,34 +351,26 @@ def _sorted(df: pd.DataFrame, first: Sequence[str] = ()) -> pd.DataFrame:
 
 
 def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
-    """Per configuration, each precision's mean throughput over fp32's (the FP16/FP32 speed ratio). Two cells are
-    divided only when compare would pair them (runner/analysis/comparable.py): else the ratio is NaN and `why`
-    says why not (run settings or the throughput's definition differ)."""
+    """Per configuration, each precision's mean throughput over fp32's (the FP16/FP32 speed ratio); NaN, and `why`
+    says why, where the core would not pair the two cells (run settings or the throughput's definition differ)."""
     keys = [k for k in PARAM_KEYS if k != "precision"]
     cols = ["side", *keys, "precision", "fp32_mean", "mean", "ratio", "why"]
     ok = df[(df["status"] == Status.OK.value) & df["throughput"].notna()]
     if ok.empty:
         return pd.DataFrame(columns=cols)
-    how = ok["how_throughput"] if "how_throughput" in ok else pd.Series("", index=ok.index)
-    unit = ok["unit_throughput"] if "unit_throughput" in ok else pd.Series("", index=ok.index)
-    ok = ok.assign(_def=[definition_text(h, u) for h, u in zip(how, unit, strict=True)],
-                   _set=ok["settings"] if "settings" in ok else "")
+    ok = ok.assign(_def=[definition_text(h, u) for h, u in zip(ok["how_throughput"], ok["unit_throughput"],
+                                                                 strict=True)])
     means = ok.groupby([*keys, "precision"], sort=False, dropna=False).agg(
-        mean=("throughput", "mean"), _first=("id", "min"), _def=("_def", _joined),
-        _set=("_set", _joined)).reset_index()
-    base = means[means["precision"] == BASELINE_PRECISION][[*keys, "mean", "_def", "_set"]].rename(
-        columns={"mean": "fp32_mean", "_def": "_def32", "_set": "_set32"})
-    merged = means[means["precision"] != BASELINE_PRECISION].merge(base, on=keys, how="inner")
-    metric = get_metric("throughput")
-    merged["why"] = [why_not(metric, (s32, s), (d32, d)) for s32, s, d32, d in zip(
+        mean=("throughput", "mean"), _first=("id", "min"), _def=("_def", _join_unique),
+        _set=("settings", _join_unique)).reset_index()
+    base = means[means["precision"] == BASELINE_PRECISION][[*keys, "mean", "_def", "_set"]]
+    merged = means[means["precision"] != BASELINE_PRECISION].merge(base, on=keys, how="inner", suffixes=("", "32"))
+    merged = merged.rename(columns={"mean32": "fp32_mean"})
+    merged["why"] = [why_not(get_metric("throughput"), (s32, s), (d32, d)) for s32, s, d32, d in zip(
         merged["_set32"], merged["_set"], merged["_def32"], merged["_def"], strict=True)]
     merged["ratio"] = np.where(merged["why"] == "", merged["mean"] / merged["fp32_mean"], math.nan)
     merged["side"] = side
     return _sorted(merged)[cols].reset_index(drop=True)
-
-
-def _joined(values: Iterable[Any]) -> str:
-    return ", ".join(dict.fromkeys(str(v) for v in values if v))
 
 
 def precision_recipes(df: pd.DataFrame, side: str = "") -> pd.DataFrame:

@@ -30,10 +30,10 @@ from runner.analysis.comparable import (
     definition_text,
     no_ratio,
     outcome_change,
+    throttling_note,
     why_not,
     with_outcomes,
 )
-from runner.analysis.compare import throttling_note
 from runner.analysis.verdict import Verdict, counts, counts_text, overall, policy_note
 from runner.errors import ConfigError
 from runner.spec import percentage

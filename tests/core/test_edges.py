@@ -113,3 +113,19 @@ def test_a_precision_speed_up_is_a_ratio_of_figures_obtained_the_same_way() -> N
 
     table = precision_ratio_table(an.precision_ratios(df, "cpu"), ["cpu"])
     assert [[c.text for c in row[-1:]] for row in table.rows] == [["not comparable"], ["1.50x"]]
+
+
+def test_a_figure_is_never_labelled_with_a_unit_it_is_not_in() -> None:
+    """A grid block whose fp32 throughput is in tok/s and whose fp16 one is in samples/s: each row says its own
+    unit (the report used to head both 'img/s', the Metric's default); a side of mixed units says each of them."""
+    from runner.analysis.comparable import unit_of
+    from runner.report.grid import grid_sections
+
+    def defined(rows: list[dict], unit: str) -> list[dict]:
+        return [dict(r, metrics={**r["metrics"], "definitions": {"throughput": {"how": "x", "unit": unit}}})
+                for r in rows]
+    df = long_frame(defined(rows_for("f32", [1000.0, 1001.0], run_id="r"), "tok/s"),
+                    defined(rows_for("f16", [500.0, 501.0], run_id="r", start=2000.0, precision="fp16"), "samples/s"))
+    (section,) = grid_sections(an.summarize(df), df)
+    assert [row[1].text for row in section.table.rows] == ["throughput (tok/s)", "throughput (samples/s)"]
+    assert unit_of(df, an.METRICS["throughput"]) == "tok/s | samples/s"
