@@ -63,6 +63,14 @@ def definitions_differ(a: str, b: str, metric: Metric) -> str:
     return f"not comparable: the {metric.label} is obtained differently ({a} vs {b})" if a != b else ""
 
 
+def several_definitions(texts: Iterable[str], metric: Metric) -> str:
+    """Why one cell's figures of a metric have no one value to hold against a bound (`matrix check`): its repeats
+    obtained it in more than one way ('' when in one); never a mean of two definitions."""
+    seen = list(dict.fromkeys(str(t) for t in texts if t))
+    return (f"not comparable: the {metric.label} is obtained in more than one way within the cell ({' | '.join(seen)})"
+            if len(seen) > 1 else "")
+
+
 def steps_differ(a: str, b: str, metric: Metric) -> str:
     """Why a loss or an accuracy cannot be compared: the two sides (or the repeats of one) trained for different
     numbers of steps before it was taken ('' when every repeat took it after the same number)."""

@@ -129,3 +129,24 @@ def test_a_figure_is_never_labelled_with_a_unit_it_is_not_in() -> None:
     (section,) = grid_sections(an.summarize(df), df)
     assert [row[1].text for row in section.table.rows] == ["throughput (tok/s)", "throughput (samples/s)"]
     assert unit_of(df, an.METRICS["throughput"]) == "tok/s | samples/s"
+
+
+def test_check_never_pools_two_definitions_of_a_metric_in_one_unit() -> None:
+    """`matrix check`: a cell whose repeats obtained the throughput two ways in the same unit (one over the measured
+    window, one over the whole run) has no one figure to hold against its reference: not comparable, as compare
+    and the gate say of such a side, not a mean of both."""
+    from runner.analysis import references as ref
+    from tests.decide.test_references import parse
+
+    m = parse("""
+        references:
+          - match: {model: wrn, precision: fp32}
+            throughput: ">= 100"
+    """)
+    wrn = next(c for c in m.cells() if c.params["model"] == "wrn" and c.params["precision"] == "fp32")
+    rows = rows_for(wrn.key, [150.0, 150.0, 60.0, 60.0], model="wrn")
+    for r, how in zip(rows, ["bench: items over the synchronised measured window"] * 2 + ["whole run"] * 2,
+                      strict=True):
+        r["metrics"]["definitions"] = {"throughput": {"how": how, "unit": "img/s"}}
+    (v,) = ref.judge(m.references, m.cells(), long_frame(rows))
+    assert v.verdict is Verdict.UNDECIDED and v.reason.startswith("not comparable"), (v.verdict, v.reason)
