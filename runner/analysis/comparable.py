@@ -63,12 +63,17 @@ def definitions_differ(a: str, b: str, metric: Metric) -> str:
     return f"not comparable: the {metric.label} is obtained differently ({a} vs {b})" if a != b else ""
 
 
-def several_definitions(texts: Iterable[str], metric: Metric) -> str:
-    """Why one cell's figures of a metric have no one value to hold against a bound (`matrix check`): its repeats
-    obtained it in more than one way ('' when in one); never a mean of two definitions."""
-    seen = list(dict.fromkeys(str(t) for t in texts if t))
-    return (f"not comparable: the {metric.label} is obtained in more than one way within the cell ({' | '.join(seen)})"
-            if len(seen) > 1 else "")
+def no_one_figure(ok: pd.DataFrame, metric: Metric) -> str:
+    """Why one cell's ok repeats have no one figure of a metric to hold against a bound (`matrix check`): they
+    obtained it in more than one way, or took a loss after different numbers of steps ('' when neither); never a
+    mean of both."""
+    how, unit = f"how_{metric.name}", f"unit_{metric.name}"
+    seen = list(dict.fromkeys(definition_text(h, u) for h, u in zip(ok[how], ok[unit], strict=True))) \
+        if how in ok and unit in ok else []
+    if len(seen) > 1:
+        return f"not comparable: the {metric.label} is obtained in more than one way within the cell ({' | '.join(seen)})"
+    trained = _join_unique(str(int(s)) for s in ok.get("steps", ()) if isinstance(s, int | float) and s == s)
+    return steps_differ(trained, trained, metric)
 
 
 def steps_differ(a: str, b: str, metric: Metric) -> str:
@@ -79,7 +84,8 @@ def steps_differ(a: str, b: str, metric: Metric) -> str:
     a, b = str(a or ""), str(b or "")
     if not a or not b or (a == b and not _several(a)):
         return ""
-    return f"not comparable: the {metric.label} comes after different numbers of training steps ({a} vs {b})"
+    shown = a if a == b else f"{a} vs {b}"  # one side (or cell) whose repeats differ: its steps once
+    return f"not comparable: the {metric.label} comes after different numbers of training steps ({shown})"
 
 
 def unit_of(frame: pd.DataFrame, metric: Metric) -> str:

@@ -150,3 +150,22 @@ def test_check_never_pools_two_definitions_of_a_metric_in_one_unit() -> None:
         r["metrics"]["definitions"] = {"throughput": {"how": how, "unit": "img/s"}}
     (v,) = ref.judge(m.references, m.cells(), long_frame(rows))
     assert v.verdict is Verdict.UNDECIDED and v.reason.startswith("not comparable"), (v.verdict, v.reason)
+
+
+def test_check_never_averages_losses_taken_after_different_numbers_of_steps() -> None:
+    """A cell with calibrated windows whose repeats trained 40 and 73 steps: its final loss has no one value to
+    hold against a bound (compare, bisect and history say the same of such figures)."""
+    from runner.analysis import references as ref
+    from tests.decide.test_references import parse
+
+    m = parse("""
+        references:
+          - match: {model: wrn, precision: fp32}
+            loss_end: "<= 1.0"
+    """)
+    wrn = next(c for c in m.cells() if c.params["model"] == "wrn" and c.params["precision"] == "fp32")
+    rows = rows_for(wrn.key, [150.0] * 4, model="wrn")
+    for r, (loss, steps) in zip(rows, [(1.6, 40), (1.6, 40), (0.3, 73), (0.3, 73)], strict=True):
+        r["metrics"].update(loss_end=loss, steps=steps)
+    (v,) = ref.judge(m.references, m.cells(), long_frame(rows))
+    assert v.verdict is Verdict.UNDECIDED and "different numbers of training steps" in v.reason, (v.verdict, v.reason)
