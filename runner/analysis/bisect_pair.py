@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from runner.analysis import significance
-from runner.analysis.comparable import Outcomes, at_common_step, outcome_change, why_not, with_outcomes
+from runner.analysis.comparable import (
+    Outcomes,
+    at_common_step,
+    no_ratio,
+    outcome_change,
+    why_not,
+    with_outcomes,
+)
 from runner.analysis.frame import METRICS, Metric
 from runner.analysis.verdict import Verdict
 
@@ -190,9 +197,10 @@ def _metric(x: np.ndarray, y: np.ndarray, settings: Settings, last_level: bool, 
     """The metric's verdict: a significant change beyond the threshold, an interval inside it, or neither."""
     ma, mb = float(x.mean()), float(y.mean())
     base.update(mean_a=ma, mean_b=mb)
-    if ma <= 0 or mb < 0:
-        return Comparison(verdict=Verdict.UNDECIDED, why=f"{settings.metric} is not positive (mean {ma:g} on A)",
-                          **base)
+    metric = METRICS.get(settings.metric) or Metric(settings.metric, settings.metric, "", True)
+    unsized = no_ratio(metric, ma, mb)  # the words compare and the gate say
+    if unsized:
+        return Comparison(verdict=Verdict.UNDECIDED, why=unsized, **base)
     change = mb / ma - 1
     d = significance.difference(x, y)
     low, high = significance.welch_interval(x, y, settings.confidence)

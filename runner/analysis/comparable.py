@@ -10,6 +10,7 @@ regression, a fix, or undecided when too few repeats cannot tell a flaky failure
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,19 @@ def definitions_differ(a: str, b: str, metric: Metric) -> str:
     return f"not comparable: the {metric.label} is obtained differently ({a} vs {b})" if a != b else ""
 
 
+def no_one_figure(ok: pd.DataFrame, metric: Metric) -> str:
+    """Why one cell's ok repeats have no one figure of a metric to hold against a bound (`matrix check`): they
+    obtained it in more than one way, or took a loss after different numbers of steps ('' when neither); never a
+    mean of both."""
+    how, unit = f"how_{metric.name}", f"unit_{metric.name}"
+    seen = list(dict.fromkeys(definition_text(h, u) for h, u in zip(ok[how], ok[unit], strict=True))) \
+        if how in ok and unit in ok else []
+    if len(seen) > 1:
+        return f"not comparable: the {metric.label} is obtained in more than one way within the cell ({' | '.join(seen)})"
+    trained = _join_unique(str(int(s)) for s in ok.get("steps", ()) if isinstance(s, int | float) and s == s)
+    return steps_differ(trained, trained, metric)
+
+
 def steps_differ(a: str, b: str, metric: Metric) -> str:
     """Why a loss or an accuracy cannot be compared: the two sides (or the repeats of one) trained for different
     numbers of steps before it was taken ('' when every repeat took it after the same number)."""
@@ -70,17 +84,19 @@ def steps_differ(a: str, b: str, metric: Metric) -> str:
     a, b = str(a or ""), str(b or "")
     if not a or not b or (a == b and not _several(a)):
         return ""
-    return f"not comparable: the {metric.label} comes after different numbers of training steps ({a} vs {b})"
+    shown = a if a == b else f"{a} vs {b}"  # one side (or cell) whose repeats differ: its steps once
+    return f"not comparable: the {metric.label} comes after different numbers of training steps ({shown})"
 
 
 def unit_of(frame: pd.DataFrame, metric: Metric) -> str:
-    """The unit a side's figures of a metric are in (its ok repeats' `unit_<m>`), the Metric's own when they say
-    several or none: tables label a figure with it, never with a unit written in the code."""
+    """The unit a side's figures of a metric are in (its ok repeats' `unit_<m>`): the one they share, each of them
+    when they say several ('tok/s | samples/s', never one they are not in), the Metric's own when they say none.
+    Tables label a figure with it, never with a unit written in the code."""
     col = f"unit_{metric.name}"
     if col not in frame or frame.empty:
         return metric.unit
-    units = {str(u) for u, s in zip(frame[col], frame["status"], strict=True) if s == OK and u}
-    return next(iter(units)) if len(units) == 1 else metric.unit
+    units = dict.fromkeys(str(u) for u, s in zip(frame[col], frame["status"], strict=True) if s == OK and u)
+    return " | ".join(units) if units else metric.unit
 
 
 def why_not(metric: Metric, settings: tuple[str, str], definitions: tuple[str, str] = ("", ""),
@@ -89,6 +105,17 @@ def why_not(metric: Metric, settings: tuple[str, str], definitions: tuple[str, s
     words every command prints."""
     return (settings_differ(*settings) or definitions_differ(*definitions, metric)
             or steps_differ(*steps, metric))
+
+
+def no_ratio(metric: Metric, mean_a: float, mean_b: float) -> str:
+    """Why a pair measured on both sides has no change to size ('' when it has one): every change matrix judges is
+    the ratio of the two means, which needs a positive, finite mean on each side (a throughput of 0, a negative
+    or an infinite figure is never "within" a threshold). The same words in compare and the gate."""
+    bad = [(side, m) for side, m in (("A", mean_a), ("B", mean_b)) if not math.isnan(m) and not 0 < m < math.inf]
+    if not bad:
+        return ""
+    said = " and ".join(f"{m:g} on {side}" for side, m in bad)
+    return f"not tested: the {metric.label} averages {said} (a change needs a positive, finite mean on each side)"
 
 
 def common_step(ladders: Sequence[Mapping[int, float] | None]) -> int | None:
@@ -285,3 +312,16 @@ def _short_window(settings: Any, window: Any) -> bool:
         if key == "iterations" and value.isdigit() and isinstance(window, int | float) and window == window:
             return int(window) < int(value)
     return False
+
+
+def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: int, n_b: int) -> str:
+    """'' unless the pair's difference coincides with throttling on one side only: then which side, and how
+    many of its ok repeats the GPU's telemetry marked throttled (both sides throttled is said too)."""
+    ta = int(throttled_a) if throttled_a == throttled_a and throttled_a is not None else 0
+    tb = int(throttled_b) if throttled_b == throttled_b and throttled_b is not None else 0
+    if not (ta or tb):
+        return ""
+    parts = [f"{side} throttled in {t} of {n}" for side, t, n in (("A", ta, n_a), ("B", tb, n_b)) if t]
+    if ta and tb:
+        return "both throttled: " + ", ".join(parts)
+    return ("coincides with throttling: " if significant else "") + parts[0]

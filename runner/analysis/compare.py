@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,7 +15,9 @@ from runner.analysis.comparable import (
     align_steps,
     definition_text,
     measure_notes,
+    no_ratio,
     outcome_change,
+    throttling_note,
     why_not,
     with_outcomes,
 )
@@ -173,6 +174,8 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
     decision uses (compare passes it adjusted for the pairs' false discovery rate)."""
     if n_a == 0 or n_b == 0 or math.isnan(ratio):
         return False, "no result", Verdict.UNDECIDED
+    if not 0 < ratio < math.inf:
+        return False, f"undecided: the ratio B/A is {ratio:g} (a change needs positive means)", Verdict.UNDECIDED
     if n_a < 2 or n_b < 2:
         return False, f"undecided: {significance.too_few(n_a, n_b)}", Verdict.UNDECIDED
     if math.isnan(p):
@@ -183,19 +186,6 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
     if max(gain, 1 / gain) - 1 < min_effect:
         return False, f"not significant (change < {min_effect:.0%})", Verdict.PASS
     return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
-
-
-def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: int, n_b: int) -> str:
-    """'' unless the pair's difference coincides with throttling on one side only: then which side, and how
-    many of its ok repeats the GPU's telemetry marked throttled (both sides throttled is said too)."""
-    ta = int(throttled_a) if throttled_a == throttled_a and throttled_a is not None else 0
-    tb = int(throttled_b) if throttled_b == throttled_b and throttled_b is not None else 0
-    if not (ta or tb):
-        return ""
-    parts = [f"{side} throttled in {t} of {n}" for side, t, n in (("A", ta, n_a), ("B", tb, n_b)) if t]
-    if ta and tb:
-        return "both throttled: " + ", ".join(parts)
-    return ("coincides with throttling: " if significant else "") + parts[0]
 
 
 def geometric_mean(ratios: Iterable[float]) -> float:
@@ -305,8 +295,8 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         p = np.where([bool(w) for w in apart], math.nan, p)
         p_adj = significance.adjust(p)
         judged = []
-        for r, q, x, y, sa_, sb_, why in zip(ratio, p_adj, an_, bn_, both["a_statuses"], both["b_statuses"], apart,
-                                             strict=True):
+        for r, q, x, y, sa_, sb_, why, ma, mb in zip(ratio, p_adj, an_, bn_, both["a_statuses"], both["b_statuses"],
+                                                     apart, am, bm, strict=True):
             if why:
                 judged.append((False, why, Verdict.UNDECIDED))
                 continue
@@ -314,7 +304,9 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
             if outcomes is not None and (outcomes.verdict is not Verdict.UNDECIDED or not (x and y)):
                 judged.append((outcomes.verdict is Verdict.FAIL, outcomes.why, outcomes.verdict))
                 continue
-            significant, words, decision = judge_pair(r, q, x, y, metric, alpha, min_effect)
+            unsized = no_ratio(metric, ma, mb) if x and y else ""
+            significant, words, decision = (False, unsized, Verdict.UNDECIDED) if unsized else judge_pair(
+                r, q, x, y, metric, alpha, min_effect)
             decision, words = with_outcomes(decision, words, outcomes)
             judged.append((significant, words, decision))
         both["a_n"], both["b_n"] = an_, bn_
@@ -359,17 +351,24 @@ def _sorted(df: pd.DataFrame, first: Sequence[str] = ()) -> pd.DataFrame:
 
 
 def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
-    """Per configuration, each precision's mean throughput over fp32's (the FP16/FP32 speed ratio)."""
+    """Per configuration, each precision's mean throughput over fp32's (the FP16/FP32 speed ratio); NaN, and `why`
+    says why, where the core would not pair the two cells (run settings or the throughput's definition differ)."""
     keys = [k for k in PARAM_KEYS if k != "precision"]
-    cols = ["side", *keys, "precision", "fp32_mean", "mean", "ratio"]
+    cols = ["side", *keys, "precision", "fp32_mean", "mean", "ratio", "why"]
     ok = df[(df["status"] == Status.OK.value) & df["throughput"].notna()]
     if ok.empty:
         return pd.DataFrame(columns=cols)
+    ok = ok.assign(_def=[definition_text(h, u) for h, u in zip(ok["how_throughput"], ok["unit_throughput"],
+                                                                 strict=True)])
     means = ok.groupby([*keys, "precision"], sort=False, dropna=False).agg(
-        mean=("throughput", "mean"), _first=("id", "min")).reset_index()
-    base = means[means["precision"] == BASELINE_PRECISION][[*keys, "mean"]].rename(columns={"mean": "fp32_mean"})
-    merged = means[means["precision"] != BASELINE_PRECISION].merge(base, on=keys, how="inner")
-    merged["ratio"] = merged["mean"] / merged["fp32_mean"]
+        mean=("throughput", "mean"), _first=("id", "min"), _def=("_def", _join_unique),
+        _set=("settings", _join_unique)).reset_index()
+    base = means[means["precision"] == BASELINE_PRECISION][[*keys, "mean", "_def", "_set"]]
+    merged = means[means["precision"] != BASELINE_PRECISION].merge(base, on=keys, how="inner", suffixes=("", "32"))
+    merged = merged.rename(columns={"mean32": "fp32_mean"})
+    merged["why"] = [why_not(get_metric("throughput"), (s32, s), (d32, d)) for s32, s, d32, d in zip(
+        merged["_set32"], merged["_set"], merged["_def32"], merged["_def"], strict=True)]
+    merged["ratio"] = np.where(merged["why"] == "", merged["mean"] / merged["fp32_mean"], math.nan)
     merged["side"] = side
     return _sorted(merged)[cols].reset_index(drop=True)
 

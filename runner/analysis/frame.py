@@ -154,12 +154,15 @@ def options_label(params: Mapping[str, Any]) -> str:
 
 
 def _num(value: Any) -> float:
+    """A stored figure as a float; NaN (not measured) when it is none, not a number or not finite: an infinite
+    throughput is no measurement, and every command reads the frame, so none pairs or tests it."""
     if value is None or isinstance(value, bool):
         return math.nan
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
         return math.nan
+    return x if math.isfinite(x) else math.nan
 
 
 def ran_program(raw: Mapping[str, Any] | None) -> bool:

@@ -28,11 +28,12 @@ from runner.analysis.comparable import (
     OutcomeChange,
     Outcomes,
     definition_text,
+    no_ratio,
     outcome_change,
+    throttling_note,
     why_not,
     with_outcomes,
 )
-from runner.analysis.compare import throttling_note
 from runner.analysis.verdict import Verdict, counts, counts_text, overall, policy_note
 from runner.errors import ConfigError
 from runner.spec import percentage
@@ -225,6 +226,9 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     if not (xa.size and xb.size):
         where = "either side" if not (xa.size or xb.size) else ("A" if not xa.size else "B")
         return done(Verdict.UNDECIDED, f"{rule.metric} not measured on {where}")
+    unsized = no_ratio(metric, ma, mb)
+    if unsized:
+        return done(*with_outcomes(Verdict.UNDECIDED, unsized, oc))
     change = rule.change(ma, mb)
     diff = significance.difference(xa, xb, test)
     if not diff.decided:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from runner.analysis import CELL_KEYS, METRICS, MIN_EFFECT, change_words, describe, significance
-from runner.analysis.comparable import definition_text, why_not
+from runner.analysis.comparable import definition_text, no_ratio, why_not
 
 COLUMNS = ["cell_key", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "mean", "std", "ci_low", "ci_high",
            "ratio", "p_value", "step", "change", "undecided"]
@@ -62,7 +62,7 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
         if len(measured) < min_points:
             continue
         prev: np.ndarray | None = None
-        prev_definition = ""
+        prev_definition = prev_steps = ""
         first = cell.iloc[0]
         for i, (runs, g) in enumerate(measured):
             values = g[metric].to_numpy(dtype=float)
@@ -70,24 +70,38 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
             ratio = p = math.nan
             step = False
             why = ""
-            definition = _definition(g, metric)
-            apart = why_not(m, ("", ""), (prev_definition, definition)) if prev is not None else ""
-            if prev is not None and apart:
-                why = apart
+            definition, trained = _definition(g, metric), _steps(g)
+            apart = why_not(m, ("", ""), (prev_definition, definition), (prev_steps, trained)) \
+                if prev is not None else ""
+            unsized = no_ratio(m, float(prev.mean()), st.mean) if prev is not None else ""
+            if prev is not None and (apart or unsized):
+                why = apart or _here(unsized)
             elif prev is not None:
-                ratio = st.mean / float(prev.mean()) if prev.mean() else math.nan
+                ratio = st.mean / float(prev.mean())
                 diff = significance.difference(prev, values, test)
                 p = diff.p_value
                 gain = ratio if m.higher_is_better else 1 / ratio
                 step = bool(diff.decided and p < alpha and abs(gain - 1) >= min_effect)
-                why = diff.why.replace(" on A", " before").replace(" on B", " here")
+                why = _here(diff.why)
             rows.append({"cell_key": key, **{k: first[k] for k in CELL_KEYS}, "point": i, "run_id": runs[0],
                          "runs": ", ".join(runs), "date": float(g["started_at"].min()), "n": st.n,
                          "mean": st.mean, "std": st.std, "ci_low": st.ci_low, "ci_high": st.ci_high,
                          "ratio": ratio, "p_value": p, "step": step,
                          "change": change_words(ratio, m) if step else "", "undecided": why})
-            prev, prev_definition = values, definition
+            prev, prev_definition, prev_steps = values, definition, trained
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _here(why: str) -> str:
+    """The core's words for a pair (A, B) said of two points: the previous one and this one."""
+    return why.replace(" on A", " before").replace(" on B", " here")
+
+
+def _steps(g: pd.DataFrame) -> str:
+    """The training steps a point's repeats took before their loss (joined when they differ; '' unknown)."""
+    if "steps" not in g:
+        return ""
+    return ", ".join(dict.fromkeys(str(int(s)) for s in g["steps"] if isinstance(s, int | float) and s == s))
 
 
 def _definition(g: pd.DataFrame, metric: str) -> str:

@@ -30,6 +30,7 @@ from pydantic import ValidationError, field_validator, model_validator
 
 from runner.analysis import METRIC_ALIASES, METRICS, Metric, definition, describe, get_metric, shown_unit
 from runner.analysis import verdict as verdicts_
+from runner.analysis.comparable import no_one_figure
 from runner.analysis.verdict import UNDECIDED_POLICIES, Verdict
 from runner.cellmatch import MATCH_KEYS
 from runner.cellmatch import coerce as _coerce
@@ -346,11 +347,14 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
     # else the built-in benchmark's for its model; a figure obtained another way is not comparable to it.
     own = cell.workload is not None and len(units) == 1
     expected = units[0] if own else definition({}, metric.name, cell.params.get("model"))[1]
+    mixed = no_one_figure(ok, metric)
     if units and units != [expected]:
         hows = sorted({str(h) for h in ok[f"how_{metric.name}"]})
         verdict, reason = Verdict.UNDECIDED, (f"not comparable: the {metric.label} is obtained differently here "
                                               f"({'; '.join(hows)} [{', '.join(units)}]); the reference is in "
                                               f"{expected}")
+    elif mixed:  # two definitions of the metric (or step counts of a loss) in one cell: never their mean
+        verdict, reason = Verdict.UNDECIDED, mixed
     elif st.n:
         inside = bound.low <= st.mean <= bound.high
         verdict, margin = (Verdict.PASS if inside else Verdict.FAIL), bound.margin(st.mean)

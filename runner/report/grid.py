@@ -86,7 +86,12 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
             by_precision.setdefault(str(r["precision"]), {})[int(r["batch_size"])] = i
         for precision, by_batch in by_precision.items():
             for j, m in enumerate(metrics):
-                rows, label = shown_rows.get(m.name, (cells, _heading(m, cells, shown)))
+                # Each precision's row says the unit of its own figures (a block may hold several); a row with no
+                # figure (every repeat unsupported) the block's.
+                own = [cells[i] for i in by_batch.values()]
+                heading = _heading(m, own, shown) if any(r[f"{m.name}_n"] > 0 for r in own) else _heading(
+                    m, cells, shown)
+                rows, label = shown_rows.get(m.name, (cells, heading))
                 row = [_value(rows[by_batch[b]], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
                 table.add(Cell(precision if j == 0 else "", "key"), Cell(label), *row,
                           row_class="group" if j == 0 else "")

@@ -131,10 +131,10 @@ def precision_ratio_table(ratios: pd.DataFrame, sides: Sequence[str]) -> Table:
     table = Table([*(KEY_LABELS[k] for k in keys), *(f"{s} {p}/fp32" for s, p in columns)],
                   align=["l"] * len(keys) + ["r"] * len(columns))
     recs = ratios.to_dict("records")
-    lookup = {(r["side"], r["precision"], *(r[k] for k in keys)): r["ratio"] for r in recs}
+    lookup = {(r["side"], r["precision"], *(r[k] for k in keys)): r for r in recs}
     for key in dict.fromkeys(tuple(r[k] for k in keys) for r in recs):
         table.add(*(key_text(k, v) for k, v in zip(keys, key, strict=True)),
-                  *(Cell(fmt.ratio(lookup.get((s, p, *key))), "num") for s, p in columns))
+                  *(_ratio_cell(lookup.get((s, p, *key))) for s, p in columns))
     return table
 
 
@@ -159,3 +159,11 @@ def comparison_doc(c: an.Comparison) -> dict[str, Any]:
         "recipes_differ": records(c.recipes),
         "notes": list(c.notes),
     }
+
+
+def _ratio_cell(r: dict[str, Any] | None) -> Cell:
+    """A precision's speed-up, or 'not comparable' where the core would not pair its two cells (the JSON's `why`
+    says why in full)."""
+    if r is not None and r.get("why"):
+        return Cell("not comparable", "status")
+    return Cell(fmt.ratio(None if r is None else r["ratio"]), "num")

@@ -20,7 +20,7 @@ from runner.report.pairs import comparison_sections
 PARAMS = {"model": "mnist_cnn", "precision": "fp32", "batch_size": 32, "dataset": "synthetic"}
 HOWS = ("bench: items over the synchronised measured window", "mllog: mean of tracked_stats")
 # Levels and noise away from the 2% boundary, so that a strict and a non-strict comparison cannot differ.
-LEVELS = (100.0, 100.5, 120.0, 80.0)
+LEVELS = (100.0, 100.5, 120.0, 80.0, 0.0)  # 0: a mean of zero or below, no ratio
 NOISE = (0.0, 0.0, 0.7, -0.4, 3.0, -2.5)
 
 
@@ -114,6 +114,12 @@ def test_every_command_decides_a_pair_the_same_way(a: dict[str, Any], b: dict[st
         assert check.verdict is Verdict.UNDECIDED or not on_b, (pair["verdict"], check.reason)
         assert not on_b or check.reason == pair["verdict"]
         assert pair_test.verdict is not Verdict.FAIL or pair_test.kind == "metric"
+
+    # A mean of zero or below on a side: no ratio, the same words in every command that reached the metric.
+    if check.reason.startswith("not tested: the throughput averages"):
+        assert pair["verdict"] == check.reason and pair["decision"] == "undecided"
+        if pair_test.kind == "metric" and pair_test.mean_a is not None:
+            assert pair_test.why == check.reason and pair_test.verdict is Verdict.UNDECIDED
 
     # The same p-value wherever the metric was tested (compare from summary statistics, the gate and bisect from
     # the samples: one formula).
