@@ -67,3 +67,27 @@ def test_a_failed_repeat_without_its_figure_is_still_imported(exported: Path, tm
     rewrite(exported, other, {"status": "failed", "reason": "oom", "metrics": {"throughput": None}})
     import_command(tmp_path / "c.db", [other])
     assert count(tmp_path / "c.db") == 8
+
+
+def test_a_run_said_to_be_this_stores_own_that_it_never_had_is_refused(tmp_path: Path) -> None:
+    from runner.store import Store
+    from runner.store.exchange import store_id
+    db = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=1, repeats=2, cells=1, seed=7)
+    with Store(db) as store:
+        mine, latest = store_id(store), store.resolve_run(None)
+    assert mine is not None  # any file exported from this store names its id
+    fmt.write(tmp_path / "f.jsonl.gz", {"source": {"store": mine}}, [
+        {"kind": "run", "run_id": "20991231-000000-abcdef", "origin": mine, "started_at": time.time() + 3600,
+         "status": "complete"}])
+    with pytest.raises(StoreError, match="which has no such run"):
+        import_command(db, [tmp_path / "f.jsonl.gz"])
+    with Store(db) as store:
+        assert store.resolve_run(None) == latest
+
+
+def test_a_file_of_this_stores_own_runs_imported_back_changes_nothing(tmp_path: Path) -> None:
+    db = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=2, repeats=2, cells=1, seed=7)
+    export_command(db, tmp_path / "own.jsonl.gz", None, None)
+    before = count(db), count(db, "SELECT COUNT(*) FROM runs")
+    import_command(db, [tmp_path / "own.jsonl.gz"])
+    assert (count(db), count(db, "SELECT COUNT(*) FROM runs")) == before
