@@ -72,21 +72,43 @@ def last_line(tail):
 
 def pump(stream, parser, tail):
     """Every line of the program's output to stderr and to the parser (None: the parser reads a log file,
-    and only that: mllog writes the same lines to its stream and its file), as it comes."""
+    and only that: mllog writes the same lines to its stream and its file), as it comes. A line longer than
+    MAX_LINE (a progress bar's \r updates without a newline) is read in pieces cut at an update's start, so
+    that no update reaches the parser in two halves (`12` and `34.5 img/s`)."""
     out = getattr(sys.stderr, "buffer", None)
+    carry = b""
+
+    def line_of(raw):
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        tail.append(line)
+        if parser is not None:
+            parser.feed(line)
+
     while True:
         raw = stream.readline(MAX_LINE)
         if not raw:
+            if carry:
+                line_of(carry)
             return
         if out is not None:
             out.write(raw)
             out.flush()
         else:
             sys.stderr.write(raw.decode("utf-8", "replace"))
-        line = raw.decode("utf-8", "replace").rstrip("\r\n")
-        tail.append(line)
-        if parser is not None:
-            parser.feed(line)
+        if raw.endswith(b"\n") or len(raw) < MAX_LINE:
+            line_of(carry + raw)
+            carry = b""
+            continue
+        cut = raw.rfind(b"\r")  # a piece of a longer line: keep the update it ends in for the next piece
+        if cut >= 0:
+            if carry or cut:
+                line_of(carry + raw[:cut])
+            carry = raw[cut:]
+        else:
+            carry += raw
+            if len(carry) > MAX_LINE:  # one update longer than a read: read in pieces after all
+                line_of(carry)
+                carry = b""
 
 
 def open_log(path):

@@ -188,3 +188,14 @@ def test_another_users_file_where_the_log_goes_is_not_this_repeats(tmp_path: Pat
     monkeypatch.setattr(launcher.os, "getuid", lambda: 1000)  # the launcher as an unprivileged user
     result = repeat(writes, cfg)
     assert result["status"] == "failed" and "belongs to user id 4242" in result["reason"]
+
+
+def test_a_progress_line_longer_than_a_read_is_never_cut_inside_an_update(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher, "MAX_LINE", 50)  # a read of a line without newline (tqdm's \r updates) is cut
+    bar = [sys.executable, "-c", "import sys; sys.stdout.write(''.join('\\r%d img/s' % (1000 + i) for i in range(60)))"]
+    cfg = config({"kind": "pattern", "figures": {"throughput": {"regex": r"(\d+) img/s", "unit": "img/s",
+                                                                "reduce": "min"}}})
+    result = repeat(bar, cfg)
+    assert result["status"] == "ok", result["reason"]
+    assert result["metrics"]["throughput"] == 1000.0
+    assert result["workload"]["found"]["matches"]["throughput"] == 60
