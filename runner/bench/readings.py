@@ -78,10 +78,11 @@ def json_after(line, mark):
     return record if isinstance(record, dict) else None
 
 
-# A figure outside its metric's domain is a wrong pattern or a wrong log, never a result: a rate or a duration
-# is above zero, a count or a memory size not below it.
-POSITIVE = ("throughput", "window_s", "iter_time", "images_per_joule")
-NOT_NEGATIVE = ("images", "peak_mem", "peak_mem_allocated", "peak_mem_reserved")
+# A figure outside its metric's domain is a wrong pattern or a wrong log, never a result: a rate or a time per
+# step is above zero; a count, a memory size or a window not below it (a window logged in whole milliseconds
+# may be 0: shorter than the log's resolution).
+POSITIVE = ("throughput", "iter_time", "images_per_joule")
+NOT_NEGATIVE = ("images", "window_s", "peak_mem", "peak_mem_allocated", "peak_mem_reserved")
 
 
 def out_of_domain(metrics, figures):
@@ -93,7 +94,8 @@ def out_of_domain(metrics, figures):
             return ("%s is %r: the program logged a figure that is not a finite number (a diverged loss, a "
                     "timer that failed); it is never skipped for an earlier value" % (name, value))
         if name in POSITIVE and value <= 0:
-            return "%s is %r: a rate or a duration is above zero; the pattern or the log is wrong" % (name, value)
+            return "%s is %r: a rate or a time per step is above zero; the pattern or the log is wrong" % (name, value)
         if name in NOT_NEGATIVE and value < 0:
-            return "%s is %r: a count or a size is not negative; the pattern or the log is wrong" % (name, value)
+            return "%s is %r: a count, a size or a window is not negative; the pattern or the log is wrong" % (
+                name, value)
     return None

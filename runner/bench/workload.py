@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from . import parsers
-from .bounded import BoundedFeed
+from .bounded import BoundedFeed, Updates
 from .contract import EXIT_BAD_ARGS, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, SCHEMA
 
 SPEC_VERSION = 1
@@ -72,11 +72,8 @@ def last_line(tail):
 
 def pump(stream, parser, tail):
     """Every line of the program's output to stderr and to the parser (None: the parser reads a log file,
-    and only that: mllog writes the same lines to its stream and its file), as it comes. A line longer than
-    MAX_LINE (a progress bar's \r updates without a newline) is read in pieces cut at an update's start, so
-    that no update reaches the parser in two halves (`12` and `34.5 img/s`)."""
+    and only that: mllog writes the same lines to its stream and its file), as it comes."""
     out = getattr(sys.stderr, "buffer", None)
-    carry = b""
 
     def line_of(raw):
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -84,31 +81,18 @@ def pump(stream, parser, tail):
         if parser is not None:
             parser.feed(line)
 
+    updates = Updates(line_of, MAX_LINE)
     while True:
         raw = stream.readline(MAX_LINE)
         if not raw:
-            if carry:
-                line_of(carry)
+            updates.close()
             return
         if out is not None:
             out.write(raw)
             out.flush()
         else:
             sys.stderr.write(raw.decode("utf-8", "replace"))
-        if raw.endswith(b"\n") or len(raw) < MAX_LINE:
-            line_of(carry + raw)
-            carry = b""
-            continue
-        cut = raw.rfind(b"\r")  # a piece of a longer line: keep the update it ends in for the next piece
-        if cut >= 0:
-            if carry or cut:
-                line_of(carry + raw[:cut])
-            carry = raw[cut:]
-        else:
-            carry += raw
-            if len(carry) > MAX_LINE:  # one update longer than a read: read in pieces after all
-                line_of(carry)
-                carry = b""
+        updates.piece(raw)
 
 
 def open_log(path):
@@ -200,12 +184,14 @@ def read_file(path, parser, before):
                 return problem
             f.seek(offset)
             left = st.st_size - offset
+            updates = Updates(lambda raw: parser.feed(raw.decode("utf-8", "replace").rstrip("\r\n")), MAX_LINE)
             while left > 0:
                 raw = f.readline(min(left, MAX_LINE))
                 if not raw:
                     break
                 left -= len(raw)
-                parser.feed(raw.decode("utf-8", "replace").rstrip("\r\n"))
+                updates.piece(raw)
+            updates.close()
     except (IOError, OSError) as e:
         return "cannot read the log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
     return None

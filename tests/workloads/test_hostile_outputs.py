@@ -199,3 +199,15 @@ def test_a_progress_line_longer_than_a_read_is_never_cut_inside_an_update(monkey
     assert result["status"] == "ok", result["reason"]
     assert result["metrics"]["throughput"] == 1000.0
     assert result["workload"]["found"]["matches"]["throughput"] == 60
+
+
+def test_a_log_files_progress_line_longer_than_a_read_is_never_cut_inside_an_update(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher, "MAX_LINE", 50)
+    log = tmp_path / "log.txt"
+    cfg = config({"kind": "pattern", "file": str(log),
+                  "figures": {"throughput": {"regex": r"(\d+) img/s", "unit": "img/s", "reduce": "min"}}})
+    bar = [sys.executable, "-c", f"open({str(log)!r}, 'w').write(''.join('\\r%d img/s' % (1000 + i) for i in range(60)))"]
+    result = repeat(bar, cfg)
+    assert result["status"] == "ok", result["reason"]
+    assert result["metrics"]["throughput"] == 1000.0
