@@ -28,6 +28,9 @@ BASE60 = re.compile(r"^[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?$")  # 1:30 i
 # hundred nodes; ten nested aliases of ten (a "billion laughs") are 10^10 and exhaust the machine wherever
 # the value lands (a workload's argv, an environment's env), so they are refused before anything reads them.
 MAX_EXPANDED_NODES = 100_000
+# And the text those values hold, aliases expanded: a long value used 50,000 times in a flat list (a workload's
+# argv) is few nodes but gigabytes once the cell's key or the launcher's argument is written out.
+MAX_EXPANDED_CHARS = 16 * 2**20
 
 Locate = Callable[[Sequence[Any]], str]  # a field path -> "file: a.b[2] (line N)"
 Shape = dict[str, Any]  # known keys of a mapping and their annotations; "*": any other key (else left alone)
@@ -40,9 +43,10 @@ class TooLarge(yaml.YAMLError):
 
 
 def refuse_expansion(root: yaml.Node) -> None:
-    """Raise TooLarge when the node tree, aliases expanded, exceeds MAX_EXPANDED_NODES (counted without
-    expanding: each node's size once, memoised)."""
+    """Raise TooLarge when the node tree, aliases expanded, exceeds MAX_EXPANDED_NODES values or
+    MAX_EXPANDED_CHARS characters of text (counted without expanding: each node's size once, memoised)."""
     size: dict[int, int] = {}
+    chars: dict[int, int] = {}
     open_: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
@@ -63,9 +67,14 @@ def refuse_expansion(root: yaml.Node) -> None:
             continue
         open_.discard(id(node))
         size[id(node)] = 1 + sum(size.get(id(c), 1) for c in children)
+        chars[id(node)] = (len(node.value) if isinstance(node, yaml.ScalarNode) else 0) + sum(
+            chars.get(id(c), 0) for c in children)
         if size[id(node)] > MAX_EXPANDED_NODES:
             raise TooLarge(node.start_mark.line + 1, f"its aliases (*name) expand to more than "
                                                      f"{MAX_EXPANDED_NODES:,} values")
+        if chars[id(node)] > MAX_EXPANDED_CHARS:
+            raise TooLarge(node.start_mark.line + 1, f"its aliases (*name) expand to more than "
+                                                     f"{MAX_EXPANDED_CHARS:,} characters of text")
 
 
 class DuplicateKey(yaml.YAMLError):

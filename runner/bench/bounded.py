@@ -1,7 +1,8 @@
 """A user's regular expressions, bounded: a pattern that backtracks without end on one line of output (a
 nested quantifier such as `(a+)+$`) must not hang the launcher and then be blamed on the program as its
 timeout. Python's regular expression engine checks for signals while it matches, so a timer interrupts
-it. Standard library only, Python 3.6 syntax.
+it. And a line longer than one read, cut where no update of a progress line is split (Updates). Standard
+library only, Python 3.6 syntax.
 """
 
 import signal
@@ -57,3 +58,34 @@ class BoundedFeed(object):
                  "one line of %d characters took more than %gs" % (len(line), limit))
         return ("the figures' regular expressions (%s) stopped being matched: %s (a nested quantifier such as "
                 "(a+)+ backtracks without end); simplify the pattern" % (patterns, where))
+
+
+class Updates(object):
+    """Pieces read with readline(limit) made into lines for a parser: a line longer than the limit (a
+    progress bar's \r updates without a newline) is cut at an update's start, so that no update reaches the
+    parser in two halves (`12` and `34.5 img/s`)."""
+
+    def __init__(self, emit, limit):
+        self.emit, self.limit = emit, limit
+        self.carry = b""
+
+    def piece(self, raw):
+        if raw.endswith(b"\n") or len(raw) < self.limit:
+            self.emit(self.carry + raw)
+            self.carry = b""
+            return
+        cut = raw.rfind(b"\r")  # a piece of a longer line: keep the update it ends in for the next piece
+        if cut >= 0:
+            if self.carry or cut:
+                self.emit(self.carry + raw[:cut])
+            self.carry = raw[cut:]
+        else:
+            self.carry += raw
+            if len(self.carry) > self.limit:  # one update longer than a read: read in pieces after all
+                self.emit(self.carry)
+                self.carry = b""
+
+    def close(self):
+        if self.carry:
+            self.emit(self.carry)
+            self.carry = b""

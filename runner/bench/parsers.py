@@ -19,7 +19,7 @@ import math
 import re
 
 from .contract import RESULT_PREFIX
-from .readings import json_after, mean, number, read_number
+from .readings import json_after, mean, number, out_of_domain, read_number, reading
 
 MLLOG_MARK = ":::MLLOG "
 DLLOG_MARK = "DLLL "
@@ -41,6 +41,9 @@ DLLOGGER_KEYS = {
     "window_s": ("train.total_time", "total_time", "train_time", "training_time"),
 }
 MLLOG_LOSS_KEYS = ("loss", "train_loss", "reduced_train_loss")
+# DLLogger METADATA time units -> seconds (a total time logged in another unit is refused, not taken as seconds).
+DLLOG_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "seconds": 1.0, "ms": 1e-3, "milliseconds": 1e-3,
+                    "min": 60.0, "minutes": 60.0, "h": 3600.0, "hours": 3600.0}
 
 
 # Kind -> parser class, filled by @register (the built-ins below, and each parser_KIND.py module).
@@ -80,6 +83,8 @@ class Parser(object):
 
     def outcome(self):
         metrics, figures, notes, problem = self.measured()
+        if problem is None:
+            problem = out_of_domain(metrics, figures)
         if problem is None:
             missing = [name for name in self.config.get("require", ()) if metrics.get(name) is None
                        and (figures.get(name) or {}).get("value") is None]
@@ -133,15 +138,15 @@ class MllogParser(Parser):
             self.run_stop = time_ms
             self.stop_status = metadata.get("status")
         elif key == "tracked_stats" and isinstance(value, dict):
-            throughput = number(value.get(self.config.get("throughput_key") or "throughput"))
+            throughput = reading(value.get(self.config.get("throughput_key") or "throughput"))
             if throughput is not None:
                 self.throughputs.append(throughput)
             for name in MLLOG_LOSS_KEYS:
-                if number(value.get(name)) is not None:
-                    self.losses.append(number(value.get(name)))
+                if reading(value.get(name)) is not None:
+                    self.losses.append(reading(value.get(name)))
                     break
-        elif key == "eval_accuracy" and number(value) is not None:
-            self.accuracy = number(value)
+        elif key == "eval_accuracy" and reading(value) is not None:
+            self.accuracy = reading(value)
         elif key in ("train_samples", "trained_samples") and number(value) is not None:
             self.train_samples = number(value)
         elif key in ("global_batch_size", "submission_benchmark", "submission_division", "seed",
@@ -178,7 +183,7 @@ class MllogParser(Parser):
         if self.accuracy is not None:
             metrics["accuracy"] = self.accuracy
             self.definitions["accuracy"] = {"how": "mllog: last eval_accuracy", "unit": ""}
-            if not 0 <= self.accuracy <= 1:
+            if math.isfinite(self.accuracy) and not 0 <= self.accuracy <= 1:
                 problem = ("eval_accuracy %s is not a fraction between 0 and 1 (MLPerf logs a fraction; a "
                            "percentage is not taken as one)" % self.accuracy)
         if self.losses:
@@ -227,16 +232,18 @@ class DlloggerParser(Parser):
             self.summary.update(data)
         else:
             for key, value in data.items():
-                if number(value) is not None:
-                    self.series.setdefault(key, []).append(number(value))
+                if reading(value) is not None:
+                    self.series.setdefault(key, []).append(reading(value))
 
     def _key(self, metric):
         keys = self.config.get("keys") or {}
         if metric in keys:
             return keys[metric], (keys[metric],)
-        for key in DLLOGGER_KEYS.get(metric, ()):
-            if key in self.summary or key in self.series:
-                return key, DLLOGGER_KEYS[metric]
+        # The summary record when it has one of the metric's keys (as the class says), else the per-step series.
+        for where in (self.summary, self.series):
+            for key in DLLOGGER_KEYS.get(metric, ()):
+                if key in where and (where is self.series or reading(where[key]) is not None):
+                    return key, DLLOGGER_KEYS[metric]
         return None, DLLOGGER_KEYS.get(metric, ())
 
     def measured(self):
@@ -248,7 +255,7 @@ class DlloggerParser(Parser):
             key, _ = self._key(metric)
             if key is None:
                 continue
-            value = number(self.summary.get(key))
+            value = reading(self.summary.get(key))
             source = "summary"
             if value is None and key in self.series:
                 values = self.series[key]
@@ -267,9 +274,13 @@ class DlloggerParser(Parser):
             percent = unit.strip() == "%" or self.config.get("accuracy_percent")
             if metric == "accuracy" and percent:
                 value = value / 100.0
-            elif metric == "window_s" and unit.strip() in ("ms", "milliseconds"):
-                value = value / 1000.0
-            if metric == "accuracy" and not 0 <= value <= 1 and problem is None:
+            elif metric == "window_s":
+                if unit.strip() not in DLLOG_TIME_UNITS:
+                    problem = problem or ("%s is logged in %r, not a unit of time this parser knows (%s)"
+                                          % (key, unit, ", ".join(u for u in DLLOG_TIME_UNITS if u)))
+                    continue
+                value = value * DLLOG_TIME_UNITS[unit.strip()]
+            if metric == "accuracy" and math.isfinite(value) and not 0 <= value <= 1 and problem is None:
                 problem = ("%s %s is not a fraction between 0 and 1: DeepLearningExamples logs percent; say so with "
                            "accuracy_percent: true (or a %% unit in its METADATA record)" % (key, value))
             metrics[metric] = value
@@ -309,7 +320,7 @@ class PatternParser(Parser):
                     continue
                 groups = match.groupdict()
                 text = groups.get("value") if "value" in groups else (match.group(1) if regex.groups else match.group(0))
-                value, why = read_number(text or "", fig.get("decimal", "."))
+                value, why = read_number(text or "", fig.get("decimal", "."), finite=False)
                 if value is None:
                     self.unreadable.setdefault(fig["name"], why)
                     if "ambiguous" in why:
@@ -334,12 +345,18 @@ class PatternParser(Parser):
             value = None
             if name in self.ambiguous and problem is None:
                 problem = "figure %s: the pattern matched %s" % (name, self.ambiguous[name])
-            if values:
+            bad = [v for v in values if not math.isfinite(v)]
+            if bad:  # min and max would pass a NaN over; a NaN the program printed is never skipped
+                value = bad[-1]
+            elif values:
                 value = {"first": values[0], "last": values[-1], "min": min(values), "max": max(values),
                          "mean": mean(values)}.get(how, values[-1])
-                value = value * float(fig.get("scale", 1.0))
+            if value is not None:
+                printed, value = value, value * float(fig.get("scale", 1.0))
                 if not math.isfinite(value) and problem is None:
-                    problem = "figure %s: %s x %s is not a finite number" % (name, values[-1], fig.get("scale"))
+                    problem = ("figure %s: the program printed %r, not a finite number (never skipped for an earlier "
+                               "value)" % (name, printed) if not math.isfinite(printed) else
+                               "figure %s: %s x %s is not a finite number" % (name, printed, fig.get("scale")))
             elif not fig.get("optional") and problem is None:
                 if name in self.unreadable:
                     problem = "figure %s: the pattern matched %s" % (name, self.unreadable[name])

@@ -19,13 +19,27 @@ def number(value):
     return found if math.isfinite(found) else None
 
 
+def reading(value):
+    """A logged value as a float, a NaN or an infinity kept as such (None: not a number at all): a figure the
+    program logged as NaN (a diverged loss) must fail the repeat, never be skipped for an earlier finite one."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 THOUSANDS = {".": re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?$"), ",": re.compile(r"^[-+]?\d{1,3}(\.\d{3})+(,\d*)?$")}
 
 
-def read_number(text, decimal="."):
+def read_number(text, decimal=".", finite=True):
     """(value, None) or (None, why) for a number as a program printed it, by the figure's stated decimal
     mark: with `.`, commas may only group thousands (1,234,567.5); with `,`, points may only group them
-    (1.234.567,5). Anything else that holds the other mark (1234,5 with `.`) is ambiguous, never guessed."""
+    (1.234.567,5). Anything else that holds the other mark (1234,5 with `.`) is ambiguous, never guessed.
+    With finite=False a NaN or an infinity is returned as the value (for the caller to refuse by name)."""
     text = text.strip()
     other = "," if decimal == "." else "."
     if re.match(r"^[-+]?\d[\d.,]*$", text) and text.count(decimal) > 1:
@@ -43,7 +57,7 @@ def read_number(text, decimal="."):
         value = float(text)
     except ValueError:
         return None, "%r, which is not a number" % text
-    if not math.isfinite(value):
+    if finite and not math.isfinite(value):
         return None, "%r, which is not a finite number" % text
     return value, None
 
@@ -62,3 +76,26 @@ def json_after(line, mark):
     except ValueError:
         return None
     return record if isinstance(record, dict) else None
+
+
+# A figure outside its metric's domain is a wrong pattern or a wrong log, never a result: a rate or a time per
+# step is above zero; a count, a memory size or a window not below it (a window logged in whole milliseconds
+# may be 0: shorter than the log's resolution).
+POSITIVE = ("throughput", "iter_time", "images_per_joule")
+NOT_NEGATIVE = ("images", "window_s", "peak_mem", "peak_mem_allocated", "peak_mem_reserved")
+
+
+def out_of_domain(metrics, figures):
+    """Why a figure cannot be what the program measured (NaN, infinite, a rate at or below zero), or None."""
+    for name, value in sorted(metrics.items()) + sorted((n, (f or {}).get("value")) for n, f in figures.items()):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value):
+            return ("%s is %r: the program logged a figure that is not a finite number (a diverged loss, a "
+                    "timer that failed); it is never skipped for an earlier value" % (name, value))
+        if name in POSITIVE and value <= 0:
+            return "%s is %r: a rate or a time per step is above zero; the pattern or the log is wrong" % (name, value)
+        if name in NOT_NEGATIVE and value < 0:
+            return "%s is %r: a count, a size or a window is not negative; the pattern or the log is wrong" % (
+                name, value)
+    return None

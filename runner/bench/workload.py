@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from . import parsers
-from .bounded import BoundedFeed
+from .bounded import BoundedFeed, Updates
 from .contract import EXIT_BAD_ARGS, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, SCHEMA
 
 SPEC_VERSION = 1
@@ -74,63 +74,93 @@ def pump(stream, parser, tail):
     """Every line of the program's output to stderr and to the parser (None: the parser reads a log file,
     and only that: mllog writes the same lines to its stream and its file), as it comes."""
     out = getattr(sys.stderr, "buffer", None)
+
+    def line_of(raw):
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        tail.append(line)
+        if parser is not None:
+            parser.feed(line)
+
+    updates = Updates(line_of, MAX_LINE)
     while True:
         raw = stream.readline(MAX_LINE)
         if not raw:
+            updates.close()
             return
         if out is not None:
             out.write(raw)
             out.flush()
         else:
             sys.stderr.write(raw.decode("utf-8", "replace"))
-        line = raw.decode("utf-8", "replace").rstrip("\r\n")
-        tail.append(line)
-        if parser is not None:
-            parser.feed(line)
+        updates.piece(raw)
+
+
+def open_log(path):
+    """(file, stat, None) or (None, None, why): the log file opened once for reading, never blocking (a FIFO in
+    its place would hang the launcher, a device such as /dev/zero would never end), and trusted only as a
+    regular file of this user's (or root's): another local user's file in its place is not this repeat's."""
+    import stat as st_mod
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (IOError, OSError) as e:
+        return None, None, "%s" % (getattr(e, "strerror", None) or e)
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    why = None
+    if not st_mod.S_ISREG(st.st_mode):
+        why = "it is not a regular file (a FIFO, a device or a folder in its place)"
+    elif hasattr(os, "getuid") and os.getuid() != 0 and st.st_uid not in (os.getuid(), 0):
+        why = "it belongs to user id %d, not to this user (%d): another user's file in its place" % (
+            st.st_uid, os.getuid())
+    if why:
+        f.close()
+        return None, None, why
+    return f, st, None
+
+
+def _digest(f, size):
+    """The sha256 of the first `size` bytes of an open file (fewer if it is shorter)."""
+    import hashlib
+    digest = hashlib.sha256()
+    left = size
+    while left > 0:
+        block = f.read(min(left, 1 << 20))
+        if not block:
+            break
+        digest.update(block)
+        left -= len(block)
+    return digest.hexdigest()
 
 
 def file_state(path):
-    """What the log file held before the program ran: (device, inode, size, sha256 of its bytes), or None."""
-    import hashlib
-    try:
-        st = os.stat(path)
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except (IOError, OSError):
+    """What the log file held before the program ran: (device, inode, size, sha256 of its bytes, mtime), None
+    when there was none, or the reason it cannot be the program's log (read as the repeat's problem)."""
+    if not os.path.lexists(path):
         return None
-    return (st.st_dev, st.st_ino, st.st_size, digest.hexdigest())
+    f, st, why = open_log(path)
+    if f is None:
+        return "the log file %s cannot be read before the program runs: %s" % (path, why)
+    try:
+        with f:
+            return (st.st_dev, st.st_ino, st.st_size, _digest(f, st.st_size), st.st_mtime_ns)
+    except (IOError, OSError) as e:
+        return "cannot read the log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
 
 
-def this_repeats_bytes(path, before):
+def this_repeats_bytes(f, st, path, before):
     """(offset to read from, None) or (None, why): only what this repeat wrote is its result. A file the
     program made is read whole; one it appended to (mlperf-logging's mllog.config(filename=...) appends)
-    from where it ended before; one it did not change is not this repeat's, and a file that was there
-    before and is no longer its former bytes followed by new ones was rewritten: read whole."""
-    import hashlib
-    try:
-        st = os.stat(path)
-    except (IOError, OSError) as e:
-        return None, "the program wrote no log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
+    from where it ended before; one it did not touch is not this repeat's, and a file that was there before
+    and is no longer its former bytes followed by new ones (or was written again, its bytes the same) was
+    rewritten: read whole."""
     if before is None or (st.st_dev, st.st_ino) != before[:2]:
         return 0, None
     size = before[2]
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            left = size
-            while left > 0:
-                block = f.read(min(left, 1 << 20))
-                if not block:
-                    break
-                digest.update(block)
-                left -= len(block)
-    except (IOError, OSError) as e:
-        return None, "cannot read the log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
-    if digest.hexdigest() != before[3]:
+    if _digest(f, size) != before[3]:
         return 0, None
     if st.st_size == size:
+        if st.st_mtime_ns != before[4]:
+            return 0, None  # written again with the same bytes during this repeat
         return None, ("the program wrote nothing to the log file %s during this repeat (its %d bytes were there "
                       "before it started: an earlier run's, not this one's); point the parser at a file of "
                       "this repeat, e.g. {output}/log.json" % (path, size))
@@ -138,15 +168,30 @@ def this_repeats_bytes(path, before):
 
 
 def read_file(path, parser, before):
-    """Feed what this repeat wrote to the log file; the problem when it wrote nothing there."""
-    offset, problem = this_repeats_bytes(path, before)
-    if problem:
-        return problem
+    """Feed what this repeat wrote to the log file, up to its size when the program ended (a process still
+    appending is not read without end); the problem when it wrote nothing there or the file is not its own."""
+    if isinstance(before, str):
+        return before
+    f, st, why = open_log(path)
+    if f is None:
+        if not os.path.lexists(path):
+            return "the program wrote no log file %s (%s)" % (path, why)
+        return "the log file %s is not read: %s" % (path, why)
     try:
-        with open(path, "rb") as f:
+        with f:
+            offset, problem = this_repeats_bytes(f, st, path, before)
+            if problem:
+                return problem
             f.seek(offset)
-            for raw in f:
-                parser.feed(raw.decode("utf-8", "replace").rstrip("\r\n"))
+            left = st.st_size - offset
+            updates = Updates(lambda raw: parser.feed(raw.decode("utf-8", "replace").rstrip("\r\n")), MAX_LINE)
+            while left > 0:
+                raw = f.readline(min(left, MAX_LINE))
+                if not raw:
+                    break
+                left -= len(raw)
+                updates.piece(raw)
+            updates.close()
     except (IOError, OSError) as e:
         return "cannot read the log file %s (%s)" % (path, getattr(e, "strerror", None) or e)
     return None
@@ -334,6 +379,8 @@ def main(args):
         tail = collections.deque(maxlen=TAIL_LINES)
         say("running %s" % " ".join(repr(a) if (" " in a or not a) else a for a in argv))
         before = file_state(config["file"]) if config.get("file") else None
+        if isinstance(before, str) and not problem:  # a FIFO or another user's file where the log goes
+            problem = before
         bounded = BoundedFeed(parser)
         started = time.time()
         if problem:

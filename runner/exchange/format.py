@@ -11,13 +11,17 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import re
+import time
+import unicodedata
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.bench.readings import out_of_domain
 from runner.errors import ConfigError, StoreError
 from runner.results import Status
 
@@ -164,6 +168,8 @@ def parse(path: Path, lines: list[bytes]) -> Bundle:
         if kind == "run":
             _require(path, i, rec, {**_RUN_FIELDS, "origin": str})
             _names(path, i, rec["origin"], rec["run_id"])
+            _timestamps(path, i, rec)
+            _printable(path, i, "run field", rec["run_id"], rec.get("matrix_name"), rec.get("host"))
             runs.add((rec["origin"], rec["run_id"]))
             bundle.runs.append(rec)
         elif kind == "capture":
@@ -202,6 +208,31 @@ _STATUSES = tuple(s.value for s in Status)
 _OPTIONAL: dict[str, Any] = {"reason": str, "log_tail": str, "capture_id": str, "raw": dict, "started_at": (int, float),
              "finished_at": (int, float)}
 _INT_PARAMS = ("batch_size", "gpus", "nodes")
+# A clock ahead of this one by up to a day is a host's clock; a time further on (or NaN) would make the imported
+# run the store's `latest` for every later command, ahead of every run measured here.
+FUTURE_SLACK_S = 86400.0
+_ROW_MAX = 2**63 - 1  # SQLite's INTEGER
+
+
+def _timestamps(path: Path, number: int, rec: dict[str, Any]) -> None:
+    latest = time.time() + FUTURE_SLACK_S
+    for name in ("started_at", "finished_at"):
+        value = rec.get(name)
+        if value is not None and not (math.isfinite(value) and 0 <= value <= latest):
+            raise DamagedFile(f"{path} line {number}: {name} {value!r} is not a time up to a day ahead of this "
+                              "host's clock (a run from the future would be every later command's latest run); "
+                              "nothing was imported")
+
+
+def _printable(path: Path, number: int, field_name: str, *texts: Any) -> None:
+    """Names as a matrix.yaml may spell them (runner/spec.py): one line each, no control character, not blank."""
+    for text in texts:
+        if text is None:
+            continue
+        if not isinstance(text, str) or not text.strip() or any(unicodedata.category(c) == "Cc" for c in text):
+            raise DamagedFile(f"{path} line {number}: {field_name} {str(text)[:80]!r} is blank or holds a control "
+                              "character (a tab, newline or terminal escape), which no matrix.yaml name may; "
+                              "nothing was imported")
 
 
 def _readable(path: Path, number: int, rec: dict[str, Any]) -> None:
@@ -215,6 +246,14 @@ def _readable(path: Path, number: int, rec: dict[str, Any]) -> None:
         value = rec.get(name)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
             raise DamagedFile(f"{path} line {number}: field {name} is a {type(value).__name__}; nothing was imported")
+    if not 0 <= rec["repeat"] <= _ROW_MAX or not 0 <= rec["origin"]["row"] <= _ROW_MAX:
+        raise DamagedFile(f"{path} line {number}: repeat {rec['repeat']} or row {rec['origin']['row']} is not a "
+                          "whole number a store keeps (0 up to 2**63 - 1); nothing was imported")
+    _timestamps(path, number, rec)
+    _printable(path, number, "name", rec["run_id"], rec["cell_key"], rec["environment"], rec["backend"], *rec["tags"])
+    wrong = out_of_domain(rec["metrics"], {}) if rec["status"] == "ok" else None
+    if wrong:
+        raise DamagedFile(f"{path} line {number}: an ok repeat whose metric {wrong}; nothing was imported")
     for name in _INT_PARAMS:
         value = rec["params"].get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):

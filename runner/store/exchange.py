@@ -184,6 +184,12 @@ def _add_run(db: Any, run: dict[str, Any], mine: str) -> int:
     if not origin:
         raise StoreError(f"run {run['run_id']} has no origin store: the file is not one `matrix export` wrote")
     run_id = run["run_id"] if origin == mine else f"{run['run_id']}@{origin}"
+    if origin == mine and db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
+        # A run of this store comes back only as it left: one it never had would be added as its own, outside
+        # the `@` namespace of imports (and, started last, be every later command's latest run).
+        raise StoreError(f"run {run_id} says it was measured in this store (id {mine}), which has no such run: the "
+                         "file belongs to another store that shares its id (one copied from the other?); nothing "
+                         "was imported")
     cur = db.execute("INSERT OR IGNORE INTO runs (run_id, schema, started_at, finished_at, matrix_path, matrix_name, "
                      "argv, host, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                      (run_id, SCHEMA, run["started_at"], run.get("finished_at"), run.get("matrix_path"),

@@ -2,7 +2,7 @@
 user's own, mode 0700), imported by the next process that writes the store.
 
 What is imported becomes results that verdicts are drawn from, so a journal is trusted only where no one
-else can have written it: a regular file (not a link) of the store's owner or this user, writable by no
+else can have written it: a regular file of one name (not a link, symbolic or hard) of the store's owner or this user, writable by no
 one else, and, away from the store, in a folder of this user's that no one else may enter. Never a shared
 folder such as /tmp, where another user could plant rows or a file the owner cannot remove.
 """
@@ -62,6 +62,8 @@ def refused(path: Path, db: Path) -> str | None:
         return "it is a symbolic link"
     if not stat.S_ISREG(st.st_mode):
         return "it is not a regular file"
+    if st.st_nlink > 1:  # another name of a file elsewhere (linked in where others may write): not a journal's own
+        return f"it has {st.st_nlink} names (a hard link to a file elsewhere)"
     if st.st_uid not in _owners(db):
         return f"it belongs to user id {st.st_uid}, not to this user or the store's owner"
     if st.st_mode & 0o022:
@@ -140,8 +142,13 @@ def locked(path: Path, mode: str) -> Iterator[Any]:
     A writer that waited while an importer removed the file opens it again (its own copy would be lost)."""
     while True:
         flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT) if "a" in mode else os.O_RDWR
-        # Never through a link planted in the journal's place; created readable by this user only.
-        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        # Never through a link planted in the journal's place, never waiting on a FIFO put there after it was
+        # checked; created readable by this user only. What was opened is checked again (a regular file, one name).
+        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0), 0o600)
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode) or opened.st_nlink > 1:
+            os.close(fd)
+            raise PermissionError(errno.EPERM, "not a regular file of one name: not a journal", str(path))
         f = os.fdopen(fd, mode)
         try:
             try:

@@ -80,7 +80,7 @@ def test_a_journal_away_from_the_store_lives_in_a_folder_of_this_users_own(tmp_p
     assert stat.S_IMODE(kept.lstat().st_mode) == 0o600
 
 
-@pytest.mark.parametrize("how", ["others-may-write", "link", "other-user"])
+@pytest.mark.parametrize("how", ["others-may-write", "link", "other-user", "hard-link"])
 def test_a_planted_journal_is_named_in_one_line_and_never_imported(tmp_path: Path, shared_tmp: Path, how: str,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
@@ -90,6 +90,11 @@ def test_a_planted_journal_is_named_in_one_line_and_never_imported(tmp_path: Pat
         target = tmp_path / "elsewhere"
         target.write_text(line)
         planted.symlink_to(target)
+    elif how == "hard-link":  # another name of a file elsewhere, linked in where others may write
+        target = tmp_path / "elsewhere"
+        target.write_text(line)
+        target.chmod(0o644)
+        os.link(target, planted)
     else:
         planted.write_text(line)
         if how == "others-may-write":
@@ -123,3 +128,33 @@ def test_a_junk_journal_of_this_user_is_set_aside_and_blocks_nothing(tmp_path: P
     with Store(db) as store:  # the next one says nothing more
         assert list(store.rows()) == []
     assert "not imported" not in capsys.readouterr().err
+
+
+def test_a_result_is_never_appended_to_a_file_linked_into_the_journals_place(tmp_path: Path, shared_tmp: Path) -> None:
+    db = tmp_path / "r.db"
+    victim = tmp_path / "someone-elses-file"
+    victim.write_text("theirs\n")
+    victim.chmod(0o644)
+    os.link(victim, journal.paths(db)[0])
+    kept = journal.keep(db, "{}\n")
+    assert kept is not None and kept != journal.paths(db)[0]
+    assert victim.read_text() == "theirs\n"
+
+
+def test_a_fifo_put_in_the_journals_place_after_the_check_is_never_waited_on(tmp_path: Path) -> None:
+    import threading
+    fifo = tmp_path / "r.db.journal"
+    os.mkfifo(fifo, 0o600)
+    failed: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            with journal.locked(fifo, "a"):
+                pass
+        except OSError as e:
+            failed.append(e)
+
+    worker = threading.Thread(target=open_it, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive() and failed, "the journal's open waits on a FIFO"
