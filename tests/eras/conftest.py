@@ -65,6 +65,12 @@ def era_image(client: Any, name: str) -> Recipe:
 
 
 @pytest.fixture(scope="session")
+def build_era(docker_client: Any) -> Any:
+    """era_image for any era a test is parametrized over: the recipe's image, built when it is missing."""
+    return lambda name: era_image(docker_client, name)
+
+
+@pytest.fixture(scope="session")
 def image_2018(docker_client: Any) -> Recipe:
     return era_image(docker_client, "2018")
 

@@ -1,5 +1,5 @@
-"""From which PyTorch release the transformer runs: the tiny GPT in each era image that is already built (these
-tests never build one: `make images` does). The model is written for old PyTorch (an additive causal mask, a
+"""From which PyTorch release the transformer runs: the tiny GPT in each era image (a missing one is built as the
+other era tests build theirs: tests/eras/conftest.py `era_image`). The model is written for old PyTorch (an additive causal mask, a
 hand-written GELU before F.gelu, plain attention before scaled_dot_product_attention), so every era trains it;
 where SDPA exists (PyTorch 2.0+) `--attention auto` runs it, and a named SDPA backend before 2.0 is
 `unsupported` with its sentence."""
@@ -14,8 +14,6 @@ import pytest
 from eratools import EraBox
 from recipes import BY_NAME
 
-from tests.conftest import require
-
 pytestmark = pytest.mark.docker
 
 TINY = ("--model", "gpt_tiny", "--seq-len", "32", "--batch-size", "4", "--iterations", "6", "--warmup", "1",
@@ -25,14 +23,8 @@ SDPA_ERAS = ("2025", "2026")
 
 
 @pytest.fixture(scope="module", params=sorted(BY_NAME))
-def box(request: pytest.FixtureRequest, docker_client: Any) -> Iterator[EraBox]:
-    from docker.errors import ImageNotFound
-
-    recipe = BY_NAME[request.param]
-    try:
-        docker_client.images.get(recipe.tag)
-    except ImageNotFound:
-        require(False, f"era image {recipe.tag} is not built (make images); this test does not build it")
+def box(request: pytest.FixtureRequest, docker_client: Any, build_era: Any) -> Iterator[EraBox]:
+    recipe = build_era(request.param)
     era = EraBox(docker_client, recipe)
     yield era
     era.remove()
