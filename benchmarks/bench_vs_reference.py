@@ -1,8 +1,10 @@
 """The benchmark against the plain hand-written loop (benchmarks/reference_loop.py) on the same model,
 batch, data and precision: is the benchmark at least as fast as the loop a user would write?
 
-Each repeat is a fresh process for each side, the two alternating so drift hits both alike.
-Prints img/s mean ± std and CV per side and the ratio bench/reference.
+Each repeat is a fresh process for each side, the two alternating so drift hits both alike (bench first in even
+repeats, the loop in odd ones). Prints img/s mean ± std and CV per side, then the ratio bench/reference from the
+pairs with its interval and the verdict against --tolerance (benchmarks/paired.py): exit 0 within it, 1 outside,
+5 not established, 3 a side did not measure.
 
 On the GPU (the issue's case; the reference is AMP FP16 with a GradScaler):
     python benchmarks/bench_vs_reference.py --model resnet50 --batch-size 256 --precision amp \
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -26,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.paired import NOT_MEASURED, paired_ratio, summary_lines  # noqa: E402
 from runner import artifact  # noqa: E402
 
 BENCH = artifact.path()  # the zipapp every backend runs
@@ -38,7 +42,8 @@ def run_json(argv: list[str], prefix: str = "") -> dict[str, object]:
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = [ln[len(prefix):] for ln in proc.stdout.splitlines() if ln.startswith(prefix) and ln[len(prefix):].strip()]
     if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{' '.join(argv[:2])} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        print(f"{' '.join(argv[:2])} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
+        raise SystemExit(NOT_MEASURED)
     data: dict[str, object] = json.loads(lines[-1])
     return data
 
@@ -69,6 +74,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--tolerance", type=float, default=0.03, help="the largest |bench/reference - 1| that passes")
     p.add_argument("--json", type=Path, default=None, help="also write every repeat here")
     args = p.parse_args()
     common = ["--model", args.model, "--batch-size", str(args.batch_size), "--device", args.device,
@@ -81,14 +87,18 @@ def main() -> int:
     runs: dict[str, list[dict[str, object]]] = {"bench": [], "reference": []}
     optimizer = ""
     for r in range(args.repeats):
-        b = run_json(bench_argv, "MATRIX_RESULT ")
-        if b.get("status") != "ok":
-            raise SystemExit(f"bench: {b.get('status')}: {b.get('reason')}")
-        runs["bench"].append(b["metrics"])  # type: ignore[arg-type]
-        if not optimizer:  # the loop steps with the optimizer implementation bench used: like with like
-            optimizer = same_optimizer(b)
-            ref_argv += ["--optimizer", optimizer]
-        runs["reference"].append(run_json(ref_argv))
+        for side in (("bench", "reference") if r % 2 == 0 else ("reference", "bench")):  # neither always first
+            if side == "reference":
+                runs["reference"].append(run_json(ref_argv))
+                continue
+            b = run_json(bench_argv, "MATRIX_RESULT ")
+            if b.get("status") != "ok":
+                print(f"bench: {b.get('status')}: {b.get('reason')}", file=sys.stderr)
+                raise SystemExit(NOT_MEASURED)
+            runs["bench"].append(b["metrics"])  # type: ignore[arg-type]
+            if not optimizer:  # the loop steps with the optimizer implementation bench used: like with like
+                optimizer = same_optimizer(b)  # (the first repeat runs bench first, so this is known in time)
+                ref_argv += ["--optimizer", optimizer]
         print(f"repeat {r + 1}/{args.repeats}: bench {runs['bench'][-1]['throughput']:.1f} img/s, "
               f"reference {runs['reference'][-1]['throughput']:.1f} img/s", file=sys.stderr, flush=True)
     print(f"{args.model} {args.precision} batch {args.batch_size} on {args.device}"
@@ -103,11 +113,17 @@ def main() -> int:
         mean, std, cv = stats([float(m["throughput"]) for m in rows])  # type: ignore[arg-type]
         means[side] = mean
         print(f"{side:>9}: {mean:10.1f} ± {std:7.1f} img/s  (CV {cv:.2%})")
-    print(f"bench / reference: {means['bench'] / means['reference']:.3f}")
+    print(f"ratio of the means: {means['bench'] / means['reference']:.3f}")
+    pair = paired_ratio([float(m["throughput"]) for m in runs["bench"]],  # type: ignore[arg-type]
+                        [float(m["throughput"]) for m in runs["reference"]])  # type: ignore[arg-type]
+    lines, code = summary_lines(pair, args.tolerance, "img/s")
+    print("\n".join(lines))
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "optimizer": optimizer,
-                                         "runs": runs}, indent=1))
-    return 0
+                                         "paired": {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                                                    for k, v in vars(pair).items()},
+                                         "verdict": lines[-1], "runs": runs}, indent=1))
+    return code
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The benchmark's transformer against a plain hand-written training loop of the same model (the GPT of
 runner/bench/models.py), batch, sequence length, data and precision, in the same run: each repeat is a fresh
 process for each side, the two alternating so drift hits both alike (bench first in even repeats, the reference in
-odd ones). Prints tok/s mean ± std and CV per side, the ratio bench/reference, and whether it is within the
-tolerance (3%: exit 1 outside it).
+odd ones), the loop stepping with the SGD implementation bench's result records. Prints tok/s mean ± std and CV
+per side, then the ratio bench/reference from the pairs with its interval and the verdict (benchmarks/paired.py):
+exit 0 within the tolerance (3%), 1 outside it, 5 not established, 3 a side did not measure.
 
 On a GPU (GPT-2 124M, BF16):
     python benchmarks/transformer_vs_reference.py --model gpt2_124m --batch-size 16 --seq-len 1024 \
@@ -30,14 +31,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.paired import NOT_MEASURED, paired_ratio, summary_lines  # noqa: E402
 from runner import artifact  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16", "amp-bf16")
 
 
 def reference_loop(args: argparse.Namespace) -> dict[str, Any]:
-    """The loop a user would write: the model, a pool of random token batches on the device, SGD momentum 0.9,
-    autocast for amp-bf16 or a BF16 model for bf16, tokens over the synchronised window after warm-up."""
+    """The loop a user would write: the model, a pool of random token batches on the device, SGD momentum 0.9
+    (the implementation --optimizer names: bench's, when the comparison runs it), autocast for amp-bf16 or a BF16 model for bf16, tokens over the synchronised window after warm-up."""
     import torch
     import torch.nn.functional as F
 
@@ -56,7 +58,8 @@ def reference_loop(args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(4):
         seq = torch.randint(0, vocab, (args.batch_size, args.seq_len + 1), device=device)
         pool.append((seq[:, :-1].contiguous(), seq[:, 1:].reshape(-1)))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    impl = {"plain": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}.get(args.optimizer, {})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **impl)
     step_model = torch.compile(model) if args.compile else model
 
     def sync() -> None:
@@ -82,7 +85,7 @@ def reference_loop(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model, "precision": args.precision, "batch_size": args.batch_size, "seq_len": args.seq_len,
             "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
             else platform.processor() or "cpu", "torch": torch.__version__, "iterations": args.iterations,
-            "window_s": window, "tokens": tokens, "throughput": tokens / window if window > 0 else None,
+            "optimizer": args.optimizer, "window_s": window, "tokens": tokens, "throughput": tokens / window if window > 0 else None,
             "loss_end": final if math.isfinite(final) else None}
 
 
@@ -91,9 +94,18 @@ def run_json(argv: list[str], prefix: str = "") -> dict[str, Any]:
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = [ln[len(prefix):] for ln in proc.stdout.splitlines() if ln.startswith(prefix) and ln[len(prefix):].strip()]
     if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{' '.join(argv[:2])} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        print(f"{' '.join(argv[:2])} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
+        raise SystemExit(NOT_MEASURED)
     data: dict[str, Any] = json.loads(lines[-1])
     return data
+
+
+def same_optimizer(result: dict[str, Any]) -> str:
+    """The loop's --optimizer for the SGD implementation a bench result records (precision.optimizer, e.g.
+    "sgd-momentum-0.9-fused"; "-default" is SGD as this torch picks it, as the loop's default)."""
+    record = result.get("precision") or {}
+    impl = str(record.get("optimizer") or "") if isinstance(record, dict) else ""
+    return {"fused": "fused", "foreach": "foreach", "plain": "plain"}.get(impl.rsplit("-", 1)[-1], "default")
 
 
 def stats(values: list[float]) -> tuple[float, float, float]:
@@ -114,6 +126,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--optimizer", choices=("default", "plain", "foreach", "fused"), default="default",
+                   help="the loop's SGD implementation (the comparison passes bench's)")
     p.add_argument("--tolerance", type=float, default=0.03, help="the largest |bench/reference - 1| that passes")
     p.add_argument("--json", type=Path, default=None, help="also write every repeat here")
     p.add_argument("--reference-loop", action="store_true", help="run the hand-written loop once, print its JSON")
@@ -132,14 +146,19 @@ def main(argv: list[str] | None = None) -> int:
     bench_argv = [str(artifact.path()), *common, "--dataset", "synthetic", "--workers", "0"]
     ref_argv = [str(Path(__file__).resolve()), *common, "--reference-loop"]
     runs: dict[str, list[dict[str, Any]]] = {"bench": [], "reference": []}
+    optimizer = ""
     for r in range(args.repeats):
         for side in (("bench", "reference") if r % 2 == 0 else ("reference", "bench")):  # neither always first
             if side == "reference":
-                runs["reference"].append(run_json(ref_argv))
+                if not optimizer:  # the loop's SGD is bench's: the first repeat runs bench first, so it is known
+                    raise SystemExit("internal: the loop ran before bench said its optimizer")
+                runs["reference"].append(run_json(ref_argv + ["--optimizer", optimizer]))
                 continue
             b = run_json(bench_argv, "MATRIX_RESULT ")
             if b.get("status") != "ok":
-                raise SystemExit(f"bench: {b.get('status')}: {b.get('reason')}")
+                print(f"bench: {b.get('status')}: {b.get('reason')}", file=sys.stderr)
+                raise SystemExit(NOT_MEASURED)
+            optimizer = optimizer or same_optimizer(b)
             m = b["metrics"]
             runs["bench"].append({k: m.get(k) for k in ("throughput", "window_s", "tokens", "loss_end", "mfu",
                                                           "peak_source")})
@@ -148,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ref = runs["reference"][-1]
     print(f"{args.model} {args.precision} batch {args.batch_size} x {args.seq_len} tokens on {args.device}"
           f"{' compiled' if args.compile else ''}, {args.warmup} warm-up + {args.iterations} measured iterations, "
-          f"{args.repeats} repeats per side")
+          f"{args.repeats} repeats per side, SGD {optimizer} on both")
     print(f"host: {platform.node()}, device {ref['device_name']}, torch {ref['torch']}, "
           f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
     means = {}
@@ -156,13 +175,17 @@ def main(argv: list[str] | None = None) -> int:
         mean, std, cv = stats([float(m["throughput"]) for m in rows])
         means[side] = mean
         print(f"{side:>9}: {mean:10.1f} ± {std:7.1f} tok/s  (CV {cv:.2%})")
-    ratio = means["bench"] / means["reference"]
-    within = abs(ratio - 1) <= args.tolerance
-    print(f"bench / reference: {ratio:.3f} ({'within' if within else 'outside'} {args.tolerance:.0%})")
+    print(f"ratio of the means: {means['bench'] / means['reference']:.3f}")
+    pair = paired_ratio([float(m["throughput"]) for m in runs["bench"]],
+                        [float(m["throughput"]) for m in runs["reference"]])
+    lines, code = summary_lines(pair, args.tolerance, "tok/s")
+    print("\n".join(lines))
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs},
-                                        indent=1))
-    return 0 if within else 1
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "optimizer": optimizer,
+                                         "paired": {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                                                    for k, v in vars(pair).items()},
+                                         "verdict": lines[-1], "runs": runs}, indent=1))
+    return code
 
 
 if __name__ == "__main__":

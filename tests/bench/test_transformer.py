@@ -262,7 +262,8 @@ def test_transformer_vs_reference_prints_both_sides_and_the_verdict(tmp_path: Pa
                            "--repeats", "2", "--threads", "1", "--tolerance", "100", "--json", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert "bench / reference:" in proc.stdout and "(within 10000%)" in proc.stdout and "tok/s" in proc.stdout
+    assert "bench / reference:" in proc.stdout and "within 10000% (95% interval" in proc.stdout and "tok/s" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1].startswith("bench / reference: ")  # the verdict is the last line
     runs = json.loads(out.read_text())["runs"]
     assert len(runs["bench"]) == len(runs["reference"]) == 2
     assert all(r["tokens"] == 3 * 2 * 16 and r["throughput"] > 0 for r in runs["reference"])
