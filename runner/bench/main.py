@@ -89,7 +89,7 @@ def loss_ladder(warm, window_losses):
     every one of them reached."""
     out = {}
     for step, value in warm["losses"].items():
-        out[str(step)] = float(value.float().item())
+        out[str(step)] = value if isinstance(value, float) else float(value.float().item())
     done = warm["done"]
     for i, value in enumerate(window_losses):
         step = done + i + 1
