@@ -109,7 +109,9 @@ def ls(db: DbOpt = DEFAULT_DB) -> None:
 @app.command()
 @exits("show")
 def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run id or prefix "
-                                                          "(default: latest)", callback=boundary.run_ref)] = None,
+                                                          "(default: latest: the newest run measured in this store; "
+                                                          "the newest import only when every run was imported)",
+                                                          callback=boundary.run_ref)] = None,
          db: DbOpt = DEFAULT_DB) -> None:
     """The cells of one run with their statuses and throughput."""
     _done(show_cmd.main(run_ref, db))

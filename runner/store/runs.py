@@ -85,12 +85,15 @@ class Runs(Holders):
             return found
 
     def resolve_run(self, ref: str | None) -> str:
-        """A run id from a prefix, or 'latest'/None for the newest run."""
+        """A run id from a prefix, or 'latest'/None for the newest run measured in this store: an imported run
+        (`id@store`) started later on another machine's clock is not this store's latest; only when every run
+        was imported is the newest import the latest."""
         runs = [r.run_id for r in self.runs()]
         if not runs:
             raise StoreError(f"no runs in {self.path} yet: run `matrix run` first")
         if ref in (None, "latest"):
-            return runs[-1]
+            own = [r for r in runs if "@" not in r]
+            return (own or runs)[-1]
         hits = [r for r in runs if r.startswith(ref or "")]
         if len(hits) != 1:
             shown = ", ".join(runs[-5:])

@@ -286,3 +286,22 @@ def test_a_record_nested_without_end_is_refused_in_one_line(tmp_path: Path, matr
     proc = cli(matrix_cmd, "import", str(deep), "--db", str(tmp_path / "c.db"))
     assert proc.returncode == 6, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "nests its JSON deeper" in proc.stderr
+
+
+def test_latest_is_the_newest_run_measured_here_not_a_later_import(two: tuple[Path, Path], tmp_path: Path) -> None:
+    """Another machine's run that started later (its clock, its day) became `matrix show`'s latest run: show and
+    every `latest` answered about that machine's repeats. Latest is the newest run of this store; a store of
+    imports only has the newest import as its latest."""
+    from runner.store import Store
+    from tests.exchange.synthetic import fill_history
+
+    here = fill_history(tmp_path / "here.db", "gamma", "AMD EPYC", runs=1, repeats=1, cells=1, seed=3,
+                        first_run=1.0e9)  # measured long before the imported runs started
+    import_command(here, [two[1]])
+    with Store(here, readonly=True) as store:
+        ids = [r.run_id for r in store.runs()]
+        assert "@" in ids[-1]  # the import sorts last
+        assert store.resolve_run(None) == store.resolve_run("latest") == ids[0] and "@" not in ids[0]
+    import_command(tmp_path / "only.db", [two[1]])
+    with Store(tmp_path / "only.db", readonly=True) as store:
+        assert store.resolve_run("latest") == store.runs()[-1].run_id
