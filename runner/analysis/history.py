@@ -4,46 +4,62 @@ A cell is its key (environment definition, params, iterations, warmup, seed): th
 different dates, e.g. a `latest` image measured every night with `matrix run --force`. A point is one
 measurement of the cell: the runs that stored its repeats until a run measured a repeat again. A run that
 only adds repeats the cell did not have yet (a resume after Ctrl-C or a crash, `--rerun-failed` filling a
-repeat that did not end ok, adaptive repeats or a larger `repeats:` in a later run) continues the point;
-a run that stores an ok repeat whose number already has one (`--force`) starts the next point. A point
-is a step when it differs from the previous point by at least `min_effect` and the chosen test
-(runner/analysis/significance.py) says the difference is significant.
+repeat that did not end ok, adaptive repeats or a larger `repeats:` in a later run) continues the point, a
+repeat's newest row standing for it; a run that stores a repeat whose number already has an ok one (`--force`),
+or re-stores a number of a point without any ok repeat, starts the next point. Every outcome makes a point: a night whose repeats all ran out of memory is a point,
+its outcomes compared with the previous point's as rates by the decision core (comparable.outcome_change), so
+"ok -> oom" is a step, never a gap in the line. Otherwise a point is a step when it differs from the previous
+point by at least `min_effect` and the chosen test (runner/analysis/significance.py) says the difference is
+significant.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
 
 from runner.analysis import CELL_KEYS, METRICS, MIN_EFFECT, change_words, describe, significance
-from runner.analysis.comparable import definition_text, no_ratio, why_not
+from runner.analysis.comparable import (NOT_OUTCOMES, Outcomes, definition_text, no_ratio, outcome_change,
+                                       why_not, with_outcomes)
+from runner.analysis.frame import Metric
+from runner.analysis.verdict import Verdict
 
-COLUMNS = ["cell_key", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "mean", "std", "ci_low", "ci_high",
+COLUMNS = ["cell_key", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "outcomes", "mean", "std", "ci_low", "ci_high",
            "ratio", "p_value", "step", "change", "undecided"]
 
 
 def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
-    """One cell's ok rows split into measurements: (the runs in it, its rows), oldest first. Runs in the order
-    of their first stored row; a run continues the current point unless it stores an ok repeat whose number
-    the point already has (a re-measurement, as `--force` does)."""
+    """One cell's rows split into measurements: (the runs in it, each repeat's newest row), oldest first. Runs in
+    the order of their first stored row; a run continues the current point unless it stores a repeat whose
+    number the point already has ok (a re-measurement, as `--force` does), or the point has no ok repeat at all
+    and the run stores one of its numbers again (a night that failed whole is a measurement too); otherwise a
+    repeat that did not end ok is filled in (`--rerun-failed`, a resume), its newest row standing for it."""
     first_id = cell.groupby("run_id", sort=False)["id"].min().sort_values(kind="stable")
     runs: list[str] = []
+    have_ok: set[int] = set()
     have: set[int] = set()
     parts: list[pd.DataFrame] = []
+
+    def newest(parts: list[pd.DataFrame]) -> pd.DataFrame:
+        rows = pd.concat(parts)
+        return rows.sort_values("id", kind="stable").drop_duplicates("repeat", keep="last")
+
     for run_id in first_id.index:
         g = cell[cell["run_id"] == run_id]
         repeats = set(g["repeat"].astype(int))
-        if parts and repeats & have:
-            yield runs, pd.concat(parts)
-            runs, have, parts = [], set(), []
+        if parts and (repeats & have_ok or (not have_ok and repeats & have)):
+            yield runs, newest(parts)
+            runs, have_ok, have, parts = [], set(), set(), []
         runs.append(str(run_id))
         have |= repeats
+        have_ok |= set(g.loc[g["status"] == "ok", "repeat"].astype(int))
         parts.append(g)
     if parts:
-        yield runs, pd.concat(parts)
+        yield runs, newest(parts)
 
 
 def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float = MIN_EFFECT,
@@ -55,46 +71,62 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
     the point's first run, `runs` every run it spans (a resumed run is one point); `undecided` why a point
     could not be tested against the previous one (never a silent "no step")."""
     m = METRICS[metric]
-    ok = frame[(frame["status"] == "ok") & frame[metric].notna()] if len(frame) else frame
+    measured_rows = frame[~frame["status"].isin(NOT_OUTCOMES)] if len(frame) else frame
     rows = []
-    for key, cell in ok.groupby("cell_key", sort=False):
+    for key, cell in measured_rows.groupby("cell_key", sort=False):
         measured = list(points(cell))
         if len(measured) < min_points:
             continue
-        prev: np.ndarray | None = None
-        prev_definition = prev_steps = ""
+        prev: pd.DataFrame | None = None
         first = cell.iloc[0]
         for i, (runs, g) in enumerate(measured):
-            values = g[metric].to_numpy(dtype=float)
-            st = describe(values)
-            ratio = p = math.nan
-            step = False
-            why = ""
-            definition, trained = _definition(g, metric), _steps(g)
-            apart = why_not(m, ("", ""), (prev_definition, definition), (prev_steps, trained)) \
-                if prev is not None else ""
-            unsized = no_ratio(m, float(prev.mean()), st.mean) if prev is not None else ""
-            if prev is not None and (apart or unsized):
-                why = apart or _here(unsized)
-            elif prev is not None:
-                ratio = st.mean / float(prev.mean())
-                diff = significance.difference(prev, values, test)
-                p = diff.p_value
-                gain = ratio if m.higher_is_better else 1 / ratio
-                step = bool(diff.decided and p < alpha and abs(gain - 1) >= min_effect)
-                why = _here(diff.why)
+            ok = g[(g["status"] == "ok") & g[metric].notna()]
+            st = describe(ok[metric].to_numpy(dtype=float))
+            ratio, p, step, change, why = (math.nan, math.nan, False, "", "") if prev is None else \
+                _versus(prev, g, m, metric, min_effect, alpha, test)
             rows.append({"cell_key": key, **{k: first[k] for k in CELL_KEYS}, "point": i, "run_id": runs[0],
                          "runs": ", ".join(runs), "date": float(g["started_at"].min()), "n": st.n,
+                         "outcomes": Outcomes.of(g["status"]).words,
                          "mean": st.mean, "std": st.std, "ci_low": st.ci_low, "ci_high": st.ci_high,
-                         "ratio": ratio, "p_value": p, "step": step,
-                         "change": change_words(ratio, m) if step else "", "undecided": why})
-            prev, prev_definition, prev_steps = values, definition, trained
+                         "ratio": ratio, "p_value": p, "step": step, "change": change, "undecided": why})
+            prev = g
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, min_effect: float, alpha: float,
+            test: significance.PValue) -> tuple[float, float, bool, str, str]:
+    """(ratio, p, step, change, undecided) of a point against the previous one: their outcomes as rates first
+    (the decision core's rule, as compare and the gate judge a pair), then the metric over the ok repeats."""
+    outcomes = outcome_change(Outcomes.of(before["status"]), Outcomes.of(here["status"]), alpha)
+    if outcomes is not None and outcomes.verdict is not Verdict.UNDECIDED:
+        if outcomes.verdict is Verdict.FAIL:  # the outcomes changed: a step, in the core's words
+            p = math.nan if outcomes.p_value is None else outcomes.p_value
+            return math.nan, p, True, _here(outcomes.why), ""
+        return math.nan, math.nan, False, "", ""  # e.g. unsupported both times: nothing to compare
+    a = before[(before["status"] == "ok") & before[metric].notna()]
+    b = here[(here["status"] == "ok") & here[metric].notna()]
+    x, y = a[metric].to_numpy(dtype=float), b[metric].to_numpy(dtype=float)
+    apart = why_not(m, ("", ""), (_definition(a, metric), _definition(b, metric)), (_steps(a), _steps(b)))
+    unsized = no_ratio(m, float(x.mean()), float(y.mean())) if len(x) and len(y) else "no ok repeat to compare"
+    if apart or unsized:
+        return math.nan, math.nan, False, "", _here(outcomes.why if outcomes is not None else apart or unsized)
+    ratio = float(y.mean()) / float(x.mean())
+    diff = significance.difference(x, y, test)
+    gain = ratio if m.higher_is_better else 1 / ratio
+    significant = bool(diff.decided and diff.p_value < alpha and abs(gain - 1) >= min_effect)
+    verdict, why = with_outcomes(Verdict.FAIL if significant else Verdict.PASS, diff.why, outcomes)
+    if verdict is Verdict.UNDECIDED:  # a failure on one side that these repeats cannot tell from chance
+        return ratio, diff.p_value, False, "", _here(why)
+    change = change_words(ratio, m) if significant else ""
+    if significant and outcomes is not None:
+        change += f"; {_here(outcomes.why)}"
+    return ratio, diff.p_value, significant, change, _here(diff.why) if not significant else ""
 
 
 def _here(why: str) -> str:
     """The core's words for a pair (A, B) said of two points: the previous one and this one."""
-    return why.replace(" on A", " before").replace(" on B", " here")
+    why = why.replace(" on A", " before").replace(" on B", " here")
+    return re.sub(r"\bB\b", "here", re.sub(r"\bA\b", "before", why))
 
 
 def _steps(g: pd.DataFrame) -> str:

@@ -83,7 +83,9 @@ def history_table(hist: pd.DataFrame, unit: str = "img/s") -> Table:
         last = r.cell_key
         ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
         mean = number(r.mean) if math.isnan(r.std) else f"{number(r.mean, 1)} ± {number(r.std, 1)}"
-        t.add(label if first else "", _date(r.date), r.runs, str(r.n), Cell(mean, "num"), Cell(ratio, "num"),
+        outcomes = getattr(r, "outcomes", "")
+        repeats = str(r.n) if not isinstance(outcomes, str) or outcomes in ("", f"{r.n} ok") else outcomes
+        t.add(label if first else "", _date(r.date), r.runs, repeats, Cell(mean, "num"), Cell(ratio, "num"),
               Cell(p_value(r.p_value), "num"),
               Cell(f"step: {r.change}" if r.step else f"undecided: {why}" if why else "",
                    "bad" if r.step else "status" if why else ""),

@@ -243,6 +243,20 @@ def scaling_plot(scale: pd.DataFrame, svg: bool, png: bool) -> Plot | None:
     return Plot("scaling", "Speedup against processes", svg_text, png_bytes)
 
 
+def _mark_unmeasured(ax: Any, groups: list[tuple[Any, pd.DataFrame]]) -> None:
+    """A point without an ok repeat (every repeat ran out of memory, failed, timed out) has no mean: an x on the
+    axis' floor at its date, never a silent gap in the line."""
+    bottom = ax.get_ylim()[0]
+    labelled = False
+    for _, g in groups:
+        none = g["mean"].isna().to_numpy(dtype=bool)
+        if none.any():
+            dates = pd.to_datetime(g["date"], unit="s")[none]
+            ax.scatter(dates, [bottom] * int(none.sum()), marker="x", s=60, color="#d62728", zorder=3, clip_on=False,
+                       label=None if labelled else "no ok repeat (see the table)")
+            labelled = True
+
+
 def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None:
     """Each cell's mean throughput per run over time (95% CI bars), a ring around each significant step."""
     if hist is None or hist.empty:
@@ -266,6 +280,7 @@ def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None
             if step.any():
                 ax.scatter(dates[step], g["mean"][step], s=140, facecolors="none", edgecolors="#d62728",
                            linewidths=1.5, label="significant step" if i == 0 else None, zorder=3)
+        _mark_unmeasured(ax, groups)
         ax.set_xlabel("run started (UTC)")
         ax.set_ylabel(an.metric_heading("throughput", hist.get("unit_throughput", ())))
         ax.set_title("History: throughput per run (mean, 95% CI)")

@@ -33,10 +33,39 @@ def test_noise_alone_is_not_a_step() -> None:
     assert len(h) == 4 and not h["step"].any()
 
 
-def test_failed_repeats_do_not_make_points() -> None:
+def test_a_night_that_ran_out_of_memory_is_a_step_not_a_gap() -> None:
+    """history read only ok repeats: a cell that went from ok to out of memory had no second point, so the
+    report's history showed nothing where the cell broke. Its outcomes are compared as the core compares a pair."""
     df = long_frame(rows_for("k", [100.0, 101.0], run_id="a", start=1.0),
-                    rows_for("k", [float("nan")] * 2, run_id="b", start=10.0, status="oom"))
-    assert history(df).empty
+                    rows_for("k", [float("nan")] * 2, run_id="b", start=10.0, status="oom"),
+                    rows_for("k", [100.5, 100.0], run_id="c", start=20.0))
+    h = history(df)
+    assert list(h["run_id"]) == ["a", "b", "c"] and list(h["step"]) == [False, True, True]
+    assert h["change"].iloc[1] == "regression: here 2 oom (before 2 ok)" and h["outcomes"].iloc[1] == "2 oom"
+    assert h["change"].iloc[2].startswith("fixed: before 2 oom") and h["n"].iloc[1] == 0
+
+
+def test_one_crash_in_a_point_is_undecided_not_passed_over() -> None:
+    df = long_frame(rows_for("k", [100.0, 100.4, 99.6], run_id="a", start=1.0),
+                    rows_for("k", [100.2, 99.8], run_id="b", start=10.0)
+                    + rows_for("k", [float("nan")], run_id="b", start=20.0, status="failed"))
+    df.loc[df.index[-1], "repeat"] = 2
+    h = history(df)
+    assert list(h["step"]) == [False, False]
+    assert h["undecided"].iloc[1].startswith("failed here only (3 ok vs 2 ok, 1 failed)")
+
+
+def test_a_rerun_of_a_failed_repeat_continues_the_point_and_replaces_it() -> None:
+    """`--rerun-failed` stores a repeat whose number has a failed row: the same point, the newest row for it."""
+    df = long_frame(rows_for("k", [100.0, 100.4, 99.6], run_id="a", start=1.0),
+                    rows_for("k", [100.2, 99.8, float("nan")], run_id="b", start=10.0)[:2]
+                    + rows_for("k", [float("nan")], run_id="b", start=12.0, status="failed"),
+                    rows_for("k", [100.1], run_id="b2", start=30.0))
+    df.loc[df["run_id"].eq("b") & df["status"].eq("failed"), "repeat"] = 2
+    df.loc[df["run_id"].eq("b2"), "repeat"] = 2
+    h = history(df)
+    assert list(h["runs"]) == ["a", "b, b2"] and list(h["outcomes"]) == ["3 ok", "3 ok"]
+    assert not h["step"].any() and h["undecided"].iloc[1] == ""
 
 
 def test_the_report_has_a_history_section_table_plot_and_json(tmp_path: object) -> None:

@@ -28,7 +28,9 @@ def history_sections(hist: pd.DataFrame) -> list[Section]:
     note = (f"{n_cells} cell{'s' if n_cells != 1 else ''} measured more than once (a run resumed after an "
             "interruption is one measurement; a run that measures stored repeats again, as --force does, is "
             f"the next); {n_steps} significant step{'s' if n_steps != 1 else ''} (a change of at least "
-            f"{an.MIN_EFFECT:.0%} from the previous measurement with Welch's p < {an.ALPHA}).")
+            f"{an.MIN_EFFECT:.0%} from the previous measurement with Welch's p < {an.ALPHA}, or a change in how "
+            "the repeats ended, compared as rates). Every outcome is a point: a measurement whose repeats all "
+            "failed or ran out of memory lists them under repeats and has no mean.")
     return [Section("History", history_table(hist), note)]
 
 
