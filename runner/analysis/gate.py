@@ -324,9 +324,13 @@ def summary_line(rules: Sequence[Rule], checks: Sequence[Check], policy: str = "
     """One line that says the gate's verdict and how many checks passed, failed and were undecided; a gate
     with undecided checks never says "passed" unless `--undecided pass` asked for it, and then says so."""
     verdicts = [c.verdict for c in checks]
-    n_pairs = len({tuple(c.params.values()) for c in checks})
+    cells = {tuple(c.params.values()) for c in checks}
+    alone = {tuple(c.params.values()) for c in checks if c.b_n == 0 and c.reason.startswith("not measured on B")}
+    n_pairs = len(cells - alone)  # a cell B never measured is a check (undecided), not a pair
     rule_text = ", ".join(r.text for r in rules)
     pairs = f"{n_pairs} pair{'s' if n_pairs != 1 else ''}"
+    if alone:
+        pairs += f" and {len(alone)} cell{'s' if len(alone) != 1 else ''} of A not measured on B"
     if not checks:
         return (f"Gate undecided ({rule_text}): A has no cell to check, nothing was checked"
                 + ("" if policy == "error" else f"; counted as {'passed' if policy == 'pass' else 'failed'} "
