@@ -9,6 +9,7 @@ the store; `present` prints the answer with what differs between the pair's envi
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -62,6 +63,7 @@ def bisect_command(m: Matrix, db: Path, names: Sequence[str] = (), images: Seque
     first = run.adaptive.min if run.adaptive else run.repeats
     settings = settings_for(first, most, threshold, metric_.name if metric_ else search.STATUS)
     err = consoles.stderr()
+    started = time.time()
     with Store(db) as store:
         measure = StoreMeasure(plan.matrix, plan.cells, store, metric_, workdir=workdir, argv=argv, verbose=verbose,
                                say=lambda text: err.print(text, markup=False, highlight=False))
@@ -77,4 +79,6 @@ def bisect_command(m: Matrix, db: Path, names: Sequence[str] = (), images: Seque
     cost = present.Cost(len(plan.names), len(answer.repeats), sum(measure.tally.looked.values()),
                         measure.tally.measured, settings.levels[0], settings.levels[-1])
     report = present.Report(plan.names, plan.cell_text(), metric_, settings, answer, cost, diff, steps)
+    with Store(db) as store:  # the answer is kept for the published site (runner/store/bisects.py)
+        store.add_bisect(present.to_json(report), [c.key for c in plan.cells], argv, started, time.time())
     return present.render(report, fmt), int(answer.exit_code)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ class Loaded:
     stores: dict[str, str]          # store path -> store id
     ids: list[str]                  # each store's id, in the order named (the frames' `store` column)
     runs: pd.DataFrame
+    bisects: list[dict[str, Any]] = field(default_factory=list)  # each store's bisect answers, with "origin"
 
 
 def history_metric(name: str) -> an.Metric:
@@ -45,7 +46,7 @@ def history_metric(name: str) -> an.Metric:
 
 
 def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
-    frames, latest, runs, stores, ids = [], [], [], {}, []
+    frames, latest, runs, stores, ids, bisects = [], [], [], {}, [], []
     for n, db in enumerate(dbs):
         with Store(db, readonly=True) as store, store._guard():
             sid = store_exchange.store_id(store) or f"store{n}"
@@ -59,9 +60,10 @@ def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
                 r["origin"] = r["run_id"].rpartition("@")[2] if "@" in r["run_id"] else sid
                 r["run_id"] = store_exchange.strip(r["run_id"], r["origin"])
             runs.append(pd.DataFrame(found, columns=["run_id", "matrix_name", "host", "status", "origin"]))
+            bisects += [dict(b, origin=sid) for b in store.bisects()]
     repeats = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Loaded(repeats, pd.concat(latest, ignore_index=True), stores, ids,
-                  pd.concat(runs, ignore_index=True) if runs else pd.DataFrame())
+                  pd.concat(runs, ignore_index=True) if runs else pd.DataFrame(), bisects)
 
 
 def _lean(store: Store, metric: str, sid: str, n: int) -> pd.DataFrame:

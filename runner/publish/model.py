@@ -33,6 +33,7 @@ class Site:
     cells: list[dict[str, Any]]
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     stores: dict[str, str] = field(default_factory=dict)
+    bisects: list[dict[str, Any]] = field(default_factory=list)
 
 
 def slug(*parts: Any) -> str:
@@ -68,7 +69,49 @@ def build(data: Loaded, metric: an.Metric) -> Site:
             for env, g in sorted(df.groupby("environment", sort=False), key=lambda kv: str(kv[0]))]
     site = Site(metric, unit, machines, envs, runs, cells, stores=data.stores)
     site.comparisons = _comparisons(data, machines, metric)
+    site.bisects = bisects(data.bisects, df, label)
     return site
+
+
+def bisects(found: list[dict[str, Any]], df: pd.DataFrame, label: dict[str, str]) -> list[dict[str, Any]]:
+    """Each stored bisect answer as the site shows it: when, on which machine, the cell, the ordered environments,
+    the outcome in bisect's own words, the culprit pair (each environment linked to its cell's history where the
+    site has it), and every pair it decided. The same answer read from two stores counts once."""
+    slugs = {(str(o), str(k)): str(s) for o, k, s in zip(df["origin"], df["key"], df["cell_slug"], strict=True)}
+    out, seen = [], set()
+    for b in found:
+        a = b["answer"]
+        ident = (b["origin"], b["id"])
+        if ident in seen:
+            continue
+        seen.add(ident)
+        envs = [str(e) for e in a.get("environments") or []]
+        keys = list(b["cell_keys"]) + [""] * max(0, len(envs) - len(b["cell_keys"]))
+        link = {e: slugs.get((b["origin"], k), "") for e, k in zip(envs, keys, strict=False)}
+
+        def pair(c: Any) -> dict[str, Any] | None:
+            if not isinstance(c, dict):
+                return None
+            return {"a": str(c.get("a", "")), "b": str(c.get("b", "")), "a_slug": link.get(str(c.get("a")), ""),
+                    "b_slug": link.get(str(c.get("b")), ""), "verdict": str(c.get("verdict", "")),
+                    "why": str(c.get("why", "")), "change": _num(c.get("change")) if isinstance(
+                        c.get("change"), int | float) else "", "p": _num(c.get("p_value")) if isinstance(
+                        c.get("p_value"), int | float) else ""}
+
+        cost = a.get("cost") if isinstance(a.get("cost"), dict) else {}
+        out.append({"when": when(b["started_at"]), "_t": b["started_at"], "machine": label.get(b["origin"],
+                                                                                                 str(b["origin"])),
+                    "host": b["host"], "cell": str(a.get("cell", "")), "metric": str(a.get("metric", "")),
+                    "threshold": _num(100 * a["threshold"]) if isinstance(a.get("threshold"), int | float) else "",
+                    "environments": [{"name": e, "slug": link[e]} for e in envs],
+                    "outcome": str(a.get("outcome", "")), "why": str(a.get("why", "")),
+                    "culprit": pair(a.get("culprit")), "decisions": [p for p in map(pair, a.get("decisions") or [])
+                                                                      if p is not None],
+                    "measured": f"{cost.get('repeats', '')} repeats of {cost.get('full_sweep', '')} a full sweep "
+                                "would take" if cost else "",
+                    "argv": " ".join(b["argv"])})
+    out.sort(key=lambda r: (r["_t"], r["machine"], r["cell"]))
+    return out
 
 
 def _machines(df: pd.DataFrame) -> list[dict[str, Any]]:

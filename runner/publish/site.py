@@ -34,6 +34,8 @@ def write(site: Site, out: Path) -> list[Path]:
     pages: dict[str, str] = {"index.html": env.get_template("index.html.j2").render(site=site, root="")}
     if site.comparisons:
         pages["machines.html"] = env.get_template("machines.html.j2").render(site=site, root="")
+    if site.bisects:
+        pages["bisects.html"] = env.get_template("bisects.html.j2").render(site=site, root="")
     cell_t, run_t = env.get_template("cell.html.j2"), env.get_template("run.html.j2")
     for cell in site.cells:
         pages[f"cells/{cell['slug']}.html"] = cell_t.render(site=site, cell=cell, root="../")
@@ -44,6 +46,9 @@ def write(site: Site, out: Path) -> list[Path]:
         for folder in ("cells", "runs"):
             shutil.rmtree(out / folder, ignore_errors=True)
             (out / folder).mkdir()
+        for page in ("machines.html", "bisects.html"):  # an earlier publish's page this one does not have
+            if page not in pages:
+                (out / page).unlink(missing_ok=True)
         (out / MARK).write_text("written by `matrix publish`: cells/ and runs/ are replaced on the next publish\n")
         shutil.copyfile(_TEMPLATES / "site.css", out / "site.css")
         written = [out / "site.css"]

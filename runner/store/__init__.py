@@ -6,11 +6,13 @@ cannot take (a full disk) is kept in a journal beside it and imported by the nex
 
 One `Store`, built of one part per concern, each on the parts below it:
   db.py (open, transactions, errors) -> captures.py, calibrations.py -> journaled.py (the journal's import)
-  -> holders.py (live or reaped) -> runs.py -> claims.py -> results.py; jobs.py (batch jobs) beside them.
+  -> holders.py (live or reaped) -> runs.py -> claims.py -> results.py; jobs.py (batch jobs) and bisects.py
+  (the answers `matrix bisect` gave) beside them.
 """
 
 from __future__ import annotations
 
+from runner.store.bisects import Bisects
 from runner.store.captures import Capture, split_capture
 from runner.store.claims import Claim
 from runner.store.db import StoreFull
@@ -22,7 +24,7 @@ from runner.store.schema import COLUMNS as _COLUMNS
 from runner.store.schema import DEFAULT_DB, JSON_COLUMNS, SCHEMA, STORE_SCHEMA
 
 
-class Store(Results, BatchJobs):
+class Store(Results, BatchJobs, Bisects):
     """Opens (and creates) the database; every write is its own short transaction (BEGIN IMMEDIATE)."""
 
 

@@ -57,6 +57,14 @@ CREATE INDEX IF NOT EXISTS claims_run ON claims (run_id);
 CREATE TABLE IF NOT EXISTS calibrations (
     cell_key TEXT PRIMARY KEY, schema INTEGER NOT NULL, iterations INTEGER NOT NULL, run_id TEXT NOT NULL,
     repeat INTEGER NOT NULL, iter_s REAL, calibrated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS bisects (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, schema INTEGER NOT NULL, started_at REAL NOT NULL,
+    finished_at REAL NOT NULL, host TEXT, argv TEXT NOT NULL, metric TEXT NOT NULL, outcome TEXT NOT NULL,
+    cell_keys TEXT NOT NULL, answer TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS bisects_no_update BEFORE UPDATE ON bisects
+    BEGIN SELECT RAISE(ABORT, 'bisect answers are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS bisects_no_delete BEFORE DELETE ON bisects
+    BEGIN SELECT RAISE(ABORT, 'bisect answers are append-only'); END;
 """ + "".join(f"{statement};\n" for statement in CAPTURES_DDL)
 # batch_jobs: tasks handed to a batch scheduler and not yet collected. A submission appends a row;
 # collecting it sets closed_at (rows are never deleted). Its own schema, per row: a store written by
@@ -68,6 +76,9 @@ HOLDERS_SCHEMA = 1
 # calibrations: the measured iterations the first ok repeat of an `iterations: auto` cell chose; every later repeat
 # of that cell runs them (written with that repeat's result, in its transaction; never changed). Its own schema.
 CALIBRATIONS_SCHEMA = 1
+# bisects: every answer `matrix bisect` gave (its JSON document, as `--format json` prints it, with the cell key of
+# each environment it ordered), for the published site. Its own schema, per row: an older store gains the table.
+BISECTS_SCHEMA = 1
 TABLES = {"meta", "runs", "results"}
 # The columns of a `results` row, in the order the store writes them (and the journal keeps them).
 COLUMNS = ("schema", "run_id", "cell_key", "repeat", "environment", "backend", "tags", "params", "status",

@@ -204,5 +204,13 @@ def test_a_real_bisect_measures_through_the_store_and_a_second_measures_nothing(
         assert len(rows) == doc["cost"]["repeats"]
         assert all(r["capture_id"] for r in rows)  # what each environment is made of, kept once per content
         assert len(store.captures(r["capture_id"] for r in rows)) <= 4
+        kept = store.bisects()  # every answer is kept, as printed, for the published site
+        assert sorted(json.dumps(b["answer"], sort_keys=True) for b in kept) == sorted(
+            json.dumps(d, sort_keys=True) for d in [*docs, again])
+        assert all(len(b["cell_keys"]) == len(doc["environments"]) and "bisect" in b["argv"] for b in kept)
+    from runner.publish import publish
+    publish([tmp_path / "r.db"], tmp_path / "site")
+    page = (tmp_path / "site" / "bisects.html").read_text()
+    assert page.count("<h2>") == 3 and "found" in page and "v1</a> → <a href=\"cells/" in page
     changes = {c["what"]: (c["a"], c["b"]) for c in doc["diff"]["env_vars"]}
     assert changes["PYTHONPATH"] == (str(broken), "")

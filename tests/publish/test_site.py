@@ -139,3 +139,42 @@ def test_a_diverged_value_never_stops_the_site(tmp_path: Path) -> None:
     cell = next((tmp_path / "site" / "cells").glob("*.html")).read_text()
     assert cell.count("<circle") == 4 and "nan" not in cell.lower().replace("nano", "")
     assert "inf" not in re.sub(r"<title>.*?</title>", "", cell)
+
+
+def test_stored_bisect_answers_are_published_escaped_and_linked_to_their_cells(tmp_path: Path) -> None:
+    """The site shows every answer `matrix bisect` stored: its outcome in bisect's words, the environments in order
+    (each linked to its cell's history where the site has it), the pairs it decided; everything escaped."""
+    import json
+
+    from runner.store import Store
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=2, seed=5)
+    with Store(db) as store:
+        keys = sorted({r["cell_key"] for r in store.rows()})
+        assert store.bisects() == []
+        answer = {"kind": "matrix-bisect", "outcome": "found", "why": "<b>v1 -> v2</b> is slower", "metric": "throughput",
+                  "cell": "mnist_cnn fp32 <script>alert(1)</script>", "threshold": 0.05, "environments": ["v1", "v2"],
+                  "culprit": {"a": "v1", "b": "v2", "verdict": "fail", "why": "1.20x slower", "change": -0.2,
+                              "p_value": 0.001},
+                  "decisions": [{"a": "v1", "b": "v2", "verdict": "fail", "why": "1.20x slower", "change": -0.2,
+                                 "p_value": 0.001}],
+                  "cost": {"repeats": 6, "full_sweep": 6}, "mean": float("nan")}
+        store.add_bisect(answer, keys, ["matrix", "bisect", "--images", "<x>"], 1.8e9, 1.8e9 + 60)
+        kept = store.bisects()
+    assert len(kept) == 1 and kept[0]["cell_keys"] == keys and kept[0]["answer"]["why"] == answer["why"]
+    publish([db], tmp_path / "site")
+    page = (tmp_path / "site" / "bisects.html").read_text()
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;b&gt;v1 -&gt; v2&lt;/b&gt;" in page and "&lt;x&gt;" in page
+    links = re.findall(r'href="cells/([^"]+)\.html">v[12]<', page)
+    assert len(links) == 4 and all((tmp_path / "site" / "cells" / f"{s}.html").is_file() for s in links)
+    assert 'href="bisects.html"' in (tmp_path / "site" / "index.html").read_text()
+    with pytest.raises(Exception):  # append-only, as results are
+        with Store(db) as store:
+            store.db.execute("DELETE FROM bisects")
+    # a store without answers publishes no bisects page, and a stale one from an earlier publish goes
+    other = fill_history(tmp_path / "d.db", "delta", "AMD EPYC", runs=2, repeats=2, cells=1, seed=6)
+    publish([other], tmp_path / "site")
+    assert not (tmp_path / "site" / "bisects.html").exists()
+    assert json.loads(json.dumps(kept[0]["argv"])) == ["matrix", "bisect", "--images", "<x>"]
