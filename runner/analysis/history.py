@@ -101,7 +101,7 @@ def _versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, mi
     if outcomes is not None and outcomes.verdict is not Verdict.UNDECIDED:
         if outcomes.verdict is Verdict.FAIL:  # the outcomes changed: a step, in the core's words
             p = math.nan if outcomes.p_value is None else outcomes.p_value
-            return math.nan, p, True, _here(outcomes.why), ""
+            return math.nan, p, True, before_here(outcomes.why), ""
         return math.nan, math.nan, False, "", ""  # e.g. unsupported both times: nothing to compare
     a = before[(before["status"] == "ok") & before[metric].notna()]
     b = here[(here["status"] == "ok") & here[metric].notna()]
@@ -109,22 +109,22 @@ def _versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, mi
     apart = why_not(m, ("", ""), (_definition(a, metric), _definition(b, metric)), (_steps(a), _steps(b)))
     unsized = no_ratio(m, float(x.mean()), float(y.mean())) if len(x) and len(y) else "no ok repeat to compare"
     if apart or unsized:
-        return math.nan, math.nan, False, "", _here(outcomes.why if outcomes is not None else apart or unsized)
+        return math.nan, math.nan, False, "", before_here(outcomes.why if outcomes is not None else apart or unsized)
     ratio = float(y.mean()) / float(x.mean())
     diff = significance.difference(x, y, test)
     gain = ratio if m.higher_is_better else 1 / ratio
     significant = bool(diff.decided and diff.p_value < alpha and abs(gain - 1) >= min_effect)
     verdict, why = with_outcomes(Verdict.FAIL if significant else Verdict.PASS, diff.why, outcomes)
     if verdict is Verdict.UNDECIDED:  # a failure on one side that these repeats cannot tell from chance
-        return ratio, diff.p_value, False, "", _here(why)
+        return ratio, diff.p_value, False, "", before_here(why)
     change = change_words(ratio, m) if significant else ""
     if significant and outcomes is not None:
-        change += f"; {_here(outcomes.why)}"
-    return ratio, diff.p_value, significant, change, _here(diff.why) if not significant else ""
+        change += f"; {before_here(outcomes.why)}"
+    return ratio, diff.p_value, significant, change, before_here(diff.why) if not significant else ""
 
 
-def _here(why: str) -> str:
-    """The core's words for a pair (A, B) said of two points: the previous one and this one."""
+def before_here(why: str) -> str:
+    """The core's words for a pair (A, B) said of two points in time: the previous one and this one."""
     why = why.replace(" on A", " before").replace(" on B", " here")
     return re.sub(r"\bB\b", "here", re.sub(r"\bA\b", "before", why))
 

@@ -15,6 +15,9 @@ import numpy as np
 import pandas as pd
 
 import runner.analysis as an
+from runner.analysis.comparable import Outcomes, outcome_change
+from runner.analysis.history import before_here
+from runner.analysis.verdict import Verdict
 from runner.publish import svg
 from runner.publish.changes import Change, changes
 from runner.publish.load import Loaded
@@ -179,6 +182,24 @@ def _num(v: Any) -> str:
     return f"{float(v):.4g}" if v is not None and not (isinstance(v, float) and math.isnan(v)) else ""
 
 
+def _outcome_changes(m: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """How each run of one machine's history of a cell ended, and the runs where that changed from the run
+    before, judged as the decision core judges a pair's outcomes (comparable.outcome_change: ok -> oom is a
+    change; one crash in three is not one). Returns (the change rows, {run slug: its outcomes in words})."""
+    runs = m.groupby("run_slug", sort=False).agg(run=("run", "first"), when=("started_at", "min"),
+                                                 statuses=("status", list)).sort_values(["when", "run"])
+    rows, words, prev = [], {}, None
+    for run_slug, r in runs.iterrows():
+        now = Outcomes.of(r["statuses"])
+        words[str(run_slug)] = now.words
+        oc = outcome_change(prev, now) if prev is not None else None
+        if oc is not None and oc.verdict is Verdict.FAIL:
+            rows.append({"run": r["run"], "before": prev.words if prev else "", "after": now.words, "ratio": "",
+                         "p": f"{oc.p_value:.2g}" if oc.p_value is not None else "", "words": before_here(oc.why)})
+        prev = now
+    return rows, words
+
+
 def _cells(df: pd.DataFrame, metric: an.Metric, unit: str, label: dict[str, str]) -> list[dict[str, Any]]:
     ok = df[(df["status"] == "ok") & df["value"].notna()]
     cells = []
@@ -186,7 +207,16 @@ def _cells(df: pd.DataFrame, metric: an.Metric, unit: str, label: dict[str, str]
     for name, g in df.groupby(list(NAME_KEYS), sort=True):
         series, tables = [], []
         mine = ok_by_cell.get(g["cell_slug"].iloc[0], ok.iloc[0:0])
-        for origin, m in sorted(mine.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
+        for origin, every in sorted(g.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
+            outcome_rows, outcomes = _outcome_changes(every)
+            m = mine[mine["origin"] == origin]
+            if m.empty:  # every repeat of this machine failed: its runs and their outcomes, nothing to plot
+                tables.append({"machine": label[str(origin)], "changes": outcome_rows, "runs": [
+                    {"run": r["run"], "slug": s, "when": when(r["started_at"]), "mean": "", "std": "", "n": 0,
+                     "outcomes": outcomes[s], "torch": str(r["env_torch"] or "")}
+                    for s, r in every.sort_values(["started_at", "run"]).drop_duplicates("run_slug")
+                    .set_index("run_slug").iterrows()]})
+                continue
             per_run = m.groupby("run_slug", sort=False).agg(
                 run=("run", "first"), when=("started_at", "min"), mean=("value", "mean"), std=("value", "std"),
                 n=("value", "size"), torch=("env_torch", "first"), hardware=("hardware", "first"),
@@ -199,12 +229,18 @@ def _cells(df: pd.DataFrame, metric: an.Metric, unit: str, label: dict[str, str]
                       for slug_, r in zip(per_run.index, per_run.itertuples(), strict=True)]
             marks = [(c.index, f"{c.words} x{c.ratio:.3f}, p={c.p:.2g}") for c in found]
             series.append((label[str(origin)], points, marks))
+            measured = [{"run": r.run, "slug": s, "when": when(r.when), "_t": float(r.when),
+                         "mean": _num(r.mean * metric.scale), "std": _num(r.std * metric.scale), "n": int(r.n),
+                         "outcomes": outcomes[s], "torch": str(r.torch or "")}
+                        for s, r in zip(per_run.index, per_run.itertuples(), strict=True)]
+            failed = [{"run": r["run"], "slug": s, "when": when(r["started_at"]), "_t": float(r["started_at"]),
+                       "mean": "", "std": "", "n": 0, "outcomes": outcomes[s], "torch": str(r["env_torch"] or "")}
+                      for s, r in every.sort_values("started_at").drop_duplicates("run_slug").set_index("run_slug")
+                      .iterrows() if s not in per_run.index]  # runs of this cell without an ok repeat
             tables.append({"machine": label[str(origin)], "changes": [
                 {"run": per_run["run"].iloc[c.index], "before": f"{c.before:.4g}", "after": f"{c.after:.4g}",
-                 "ratio": f"{c.ratio:.3f}", "p": f"{c.p:.2g}", "words": c.words} for c in found],
-                "runs": [{"run": r.run, "slug": s, "when": when(r.when), "mean": _num(r.mean * metric.scale),
-                          "std": _num(r.std * metric.scale), "n": int(r.n), "torch": str(r.torch or "")}
-                         for s, r in zip(per_run.index, per_run.itertuples(), strict=True)]})
+                 "ratio": f"{c.ratio:.3f}", "p": f"{c.p:.2g}", "words": c.words} for c in found] + outcome_rows,
+                "runs": sorted(measured + failed, key=lambda r: (r["_t"], str(r["run"])))})
         name_d = dict(zip(NAME_KEYS, name, strict=True))
         cells.append({"name": name_d, "slug": g["cell_slug"].iloc[0], "repeats": len(g),
                       "machines": [t["machine"] for t in tables], "plot": svg.plot(series, unit) if series else None,

@@ -17,7 +17,8 @@ BATCHES = (32, 64, 128)
 
 def fill_history(db: Path, host: str, cpu: str, runs: int, repeats: int, cells: int = 12, seed: int = 0,
                  step_at: int | None = None, step: float = 1.0, environment: str = "local-cpu",
-                 first_run: float = 1.7e9, definitions: dict | None = None) -> Path:
+                 first_run: float = 1.7e9, definitions: dict | None = None, oom_runs: frozenset[int] = frozenset()
+                 ) -> Path:
     """`runs` runs of `cells` cells x `repeats` repeats; from run `step_at` on, throughput is x `step`;
     `definitions`: the metrics' own definitions ({name: {"how": ..., "unit": ...}}), stored with every repeat."""
     rng = random.Random(seed)
@@ -43,8 +44,10 @@ def fill_history(db: Path, host: str, cpu: str, runs: int, repeats: int, cells: 
                     env = {"hostname": host, "cpu": cpu, "cpu_count": 2, "device": "cpu", "torch": "2.13.0",
                            "python": "3.11.2"}
                     raw = {"params": {"iterations": 20, "warmup": 5, "seed": 0}}
+                    oom = r in oom_runs  # every repeat of this run ran out of memory: no figures
                     rows.append((SCHEMA, run_id, key, k, environment, "local", '["local"]', json.dumps(params),
-                                 "ok", None, json.dumps(metrics), json.dumps(env), json.dumps(raw),
+                                 "oom" if oom else "ok", "CUDA out of memory" if oom else None,
+                                 json.dumps({} if oom else metrics), json.dumps(env), json.dumps(raw),
                                  f"log of {model} <{k}>", t0 + i * 10 + k, t0 + i * 10 + k + 1))
             store.db.executemany(
                 "INSERT INTO results (schema, run_id, cell_key, repeat, environment, backend, tags, params, status, "

@@ -178,3 +178,20 @@ def test_stored_bisect_answers_are_published_escaped_and_linked_to_their_cells(t
     publish([other], tmp_path / "site")
     assert not (tmp_path / "site" / "bisects.html").exists()
     assert json.loads(json.dumps(kept[0]["argv"])) == ["matrix", "bisect", "--images", "<x>"]
+
+
+def test_a_run_that_ran_out_of_memory_is_on_the_cells_history_as_a_change(tmp_path: Path) -> None:
+    """The site's histories read only ok repeats: a night whose repeats all ran out of memory vanished from the
+    cell's page, which then said "No change found along this history". Its outcomes are listed and compared with
+    the run before as the decision core compares a pair's outcomes."""
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "o.db", "gamma", "AMD EPYC", runs=4, repeats=3, cells=1, seed=9,
+                      oom_runs=frozenset({2}))
+    publish([db], tmp_path / "site")
+    (page,) = [p.read_text() for p in (tmp_path / "site" / "cells").glob("*.html")]
+    assert "No change found" not in page
+    assert page.count("<td>3 oom</td>") == 1 and page.count("<td>3 ok</td>") == 3
+    assert "regression: here 3 oom (before 3 ok)" in page and "fixed: before 3 oom (here 3 ok)" in page
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert re.search(r'<td class="n">12</td><td class="n">2</td></tr>', index)  # 12 repeats, 2 changes
