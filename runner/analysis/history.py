@@ -74,6 +74,8 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
     measured_rows = frame[~frame["status"].isin(NOT_OUTCOMES)] if len(frame) else frame
     rows = []
     for key, cell in measured_rows.groupby("cell_key", sort=False):
+        if cell["run_id"].nunique() < min_points:  # each point takes a run of its own
+            continue
         measured = list(points(cell))
         if len(measured) < min_points:
             continue

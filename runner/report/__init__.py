@@ -36,12 +36,27 @@ def _open(db: Path) -> Store:
     return Store(db, readonly=True)
 
 
-def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[str, Any]], str]:
-    """The long frame of the chosen runs (all rows when none), their run records and the report name."""
+def _read(db: Path, runs: Sequence[str] | None) -> tuple[list[Any], list[str] | None, list[dict[str, Any]]]:
+    """The store's run records, the chosen run ids (None: all) and every stored row of those runs, read once."""
     with _open(db) as store:
         infos = store.runs()
         run_ids = [store.resolve_run(r) for r in runs] if runs else None
-        rows = list(store.rows(run_ids))
+        return infos, run_ids, list(store.rows(run_ids, latest_only=False))
+
+
+def newest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each repeat's newest row (the largest id per cell and repeat), in id order: what Store.rows() returns by
+    default, taken from rows already read."""
+    kept: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for r in rows:
+        k = (r["cell_key"], r["repeat"])
+        if k not in kept or r["id"] > kept[k]["id"]:
+            kept[k] = r
+    return sorted(kept.values(), key=lambda r: r["id"])
+
+
+def _frame(infos: list[Any], run_ids: list[str] | None, rows: list[dict[str, Any]], db: Path
+           ) -> tuple[Any, list[dict[str, Any]], str]:
     if not rows:
         scope = f"runs {', '.join(run_ids)}" if run_ids else str(db)
         raise StoreError(f"no results in {scope}: run `matrix run` first (or pick runs with --run)")
@@ -55,14 +70,29 @@ def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[st
     return df, records, name
 
 
+def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[str, Any]], str]:
+    """The long frame of the chosen runs (all rows when none), their run records and the report name."""
+    infos, run_ids, rows = _read(db, runs)
+    return _frame(infos, run_ids, newest(rows), db)
+
+
+def _history(rows: list[dict[str, Any]]) -> Any:
+    """Each cell's throughput per measurement over every stored row (a re-run's older repeats are history); no
+    frame is built when no cell was measured by more than one run (it could not have two points)."""
+    from runner.analysis.history import COLUMNS, history
+
+    runs_of: dict[str, set[str]] = {}
+    for r in rows:
+        runs_of.setdefault(r["cell_key"], set()).add(r["run_id"])
+    if all(len(v) < 2 for v in runs_of.values()):
+        import pandas as pd
+        return pd.DataFrame(columns=COLUMNS)
+    return history(an.frame(rows))
+
+
 def load_history(db: Path, runs: Sequence[str] | None = None) -> Any:
     """Each cell's throughput per run over every stored row (a re-run's older repeats are history)."""
-    from runner.analysis.history import history
-
-    with _open(db) as store:
-        run_ids = [store.resolve_run(r) for r in runs] if runs else None
-        rows = list(store.rows(run_ids, latest_only=False))
-    return history(an.frame(rows))
+    return _history(_read(db, runs)[2])
 
 
 def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequence[str] | None = None,
@@ -74,8 +104,9 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
     from runner.report import render, views
 
     fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, REPORT_FORMATS, "report")
-    df, records, name = load(db, runs)
-    model = views.build(df, records, name, history=load_history(db, runs))
+    infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
+    df, records, name = _frame(infos, run_ids, newest(rows), db)
+    model = views.build(df, records, name, history=_history(rows))
     return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name))
 
 

@@ -171,15 +171,16 @@ def csv_text(df: pd.DataFrame) -> str:
         if not (is_numeric_dtype(series) or is_bool_dtype(series)):
             out[out.columns[col]] = series.astype(object).map(csv_cell)
     raw = out.to_csv(index=False, lineterminator="\r\n")  # so a field holding a CR or LF is quoted
-    lines = []
-    for row in csv.reader(io.StringIO(raw, newline="")):
-        lines.append(",".join(_csv_field(v) for v in row))
-    return "".join(line + "\n" for line in lines)
+    field = _csv_field
+    return "".join(",".join([field(v) for v in row]) + "\n" for row in csv.reader(io.StringIO(raw, newline="")))
+
+
+_QUOTE = re.compile(r'^\'|[,"\r\n]')
 
 
 def _csv_field(value: str) -> str:
     """Quoted when neutralised (OWASP: quote such a cell too) or when CSV needs it, as csv.QUOTE_MINIMAL."""
-    if value.startswith("'") or any(c in value for c in ',"\r\n'):
+    if _QUOTE.search(value):
         return '"' + value.replace('"', '""') + '"'
     return value
 

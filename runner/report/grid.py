@@ -67,6 +67,7 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
     for r in summary.to_dict("records"):  # summary order: environment, configuration, precision, batch
         blocks.setdefault(tuple(r[k] for k in GROUP), []).append(r)
     sections = []
+    units = _Units(shown) if shown is not None and "cell_key" in shown else None
     for cells in blocks.values():
         first = cells[0]
         batches = sorted({int(r["batch_size"]) for r in cells})
@@ -89,8 +90,8 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
                 # Each precision's row says the unit of its own figures (a block may hold several); a row with no
                 # figure (every repeat unsupported) the block's.
                 own = [cells[i] for i in by_batch.values()]
-                heading = _heading(m, own, shown) if any(r[f"{m.name}_n"] > 0 for r in own) else _heading(
-                    m, cells, shown)
+                heading = _heading(m, own, shown, units) if any(r[f"{m.name}_n"] > 0 for r in own) else _heading(
+                    m, cells, shown, units)
                 rows, label = shown_rows.get(m.name, (cells, heading))
                 row = [_value(rows[by_batch[b]], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
                 table.add(Cell(precision if j == 0 else "", "key"), Cell(label), *row,
@@ -104,11 +105,38 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
     return sections
 
 
-def _heading(m: an.Metric, cells: list[dict[str, Any]], shown: pd.DataFrame | None) -> str:
+class _Units:
+    """Where each unit of a metric first appears among each cell's ok rows of `shown`, read once: a block's unit is
+    then what unit_of says of the block's rows (its units in the order of the rows, joined), without filtering the
+    whole frame for every row of every block."""
+
+    def __init__(self, shown: pd.DataFrame) -> None:
+        self.shown = shown
+        self.firsts: dict[str, dict[str, list[tuple[int, str]]]] = {}
+
+    def of(self, m: an.Metric, keys: set[str]) -> str:
+        col = f"unit_{m.name}"
+        if col not in self.shown or self.shown.empty:
+            return m.unit
+        if m.name not in self.firsts:
+            seen: dict[str, dict[str, int]] = {}
+            for pos, (key, unit, status) in enumerate(zip(self.shown["cell_key"].tolist(), self.shown[col].tolist(),
+                                                          self.shown["status"].tolist(), strict=True)):
+                if status == "ok" and unit:
+                    seen.setdefault(str(key), {}).setdefault(str(unit), pos)
+            self.firsts[m.name] = {k: [(p, u) for u, p in v.items()] for k, v in seen.items()}
+        found = sorted(pu for k in keys for pu in self.firsts[m.name].get(k, []))
+        units = dict.fromkeys(u for _, u in found)
+        return " | ".join(units) if units else m.unit
+
+
+def _heading(m: an.Metric, cells: list[dict[str, Any]], shown: pd.DataFrame | None,
+             units: _Units | None = None) -> str:
     """The metric's label with the unit its figures in this block are in (`unit_<m>`), never a fixed img/s."""
     if shown is None or "cell_key" not in shown:  # the summary's own units (each cell's unit_<m>, joined)
         return an.metric_heading(m.name, (r.get(f"unit_{m.name}") for r in cells))
-    unit = unit_of(shown[shown["cell_key"].isin({str(r["cell_key"]) for r in cells})], m)
+    keys = {str(r["cell_key"]) for r in cells}
+    unit = units.of(m, keys) if units is not None else unit_of(shown[shown["cell_key"].isin(keys)], m)
     return f"{m.label} ({unit})" if unit else m.label
 
 

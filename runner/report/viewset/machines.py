@@ -4,6 +4,8 @@ machine (runner/report/labels.py `machines`: the hardware, and the store a resul
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from runner import analysis as an
@@ -43,12 +45,15 @@ def machines_section(cells: pd.DataFrame) -> Section:
     table = Table([*(KEY_LABELS[k] for k in keys), "metric", *(f"{m} · batch {b}" for m, b in columns)],
                   align=["l"] * (len(keys) + 1) + ["r"] * len(columns))
     previous = None
-    for name, g in cells.groupby(keys, sort=False):
-        by_col = {(r["machine"], r["batch_size"]): r for r in g.to_dict("records")}
-        first_row = g.iloc[0]
-        shown = [m for m in metrics if m == metrics[0] or (g[f"{m}_n"] > 0).any()]
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in cells.to_dict("records"):  # once: a frame's to_dict per group costs a column read per group
+        groups.setdefault(tuple("" if v is None or v != v else v for v in (r[k] for k in keys)), []).append(r)
+    for name, rs in groups.items():
+        by_col = {(r["machine"], r["batch_size"]): r for r in rs}
+        first_row = rs[0]
+        shown = [m for m in metrics if m == metrics[0] or any(r[f"{m}_n"] > 0 for r in rs)]
         for i, m in enumerate(shown):
-            heading = an.metric_heading(m, g[f"unit_{m}"])
+            heading = an.metric_heading(m, [r.get(f"unit_{m}") for r in rs])
             row = [key_text(k, first_row[k]) if i == 0 else Cell("") for k in keys]
             values = [cell_value(by_col[c], an.METRICS[m]) if c in by_col else Cell(DASH, "muted") for c in columns]
             table.add(*row, Cell(heading, "key"), *values,
