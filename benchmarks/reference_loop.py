@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cudnn-benchmark", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pool", type=int, default=4, help="random batches cycled (bench's --synthetic-batches)")
     p.add_argument("--optimizer", choices=("fused", "foreach", "plain"), default="foreach",
                    help="SGD's implementation (bench_vs_reference.py passes the one the benchmark used)")
     args = p.parse_args(argv)
@@ -67,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     model = bench_models.build_model(args.model, model_args, channels, size, classes).to(device)
     memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
     model = model.to(memory_format=memory_format)
-    x = torch.randn(args.batch_size, channels, *size, device=device).to(memory_format=memory_format)
-    y = torch.randint(0, classes, (args.batch_size,), device=device)
+    # The same data as bench's `dataset: synthetic`: a pool of random batches made once on the device, cycled
+    # (one fixed batch stays in the CPU's caches where bench's pool does not: not like with like).
+    pool = [(torch.randn(args.batch_size, channels, *size, device=device).to(memory_format=memory_format),
+             torch.randint(0, classes, (args.batch_size,), device=device)) for _ in range(args.pool)]
 
     dtype = getattr(torch, args.dtype)
     use_autocast = dtype is not torch.float32
@@ -88,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         if i == args.warmup:
             sync()
             start = time.perf_counter()
+        x, y = pool[i % len(pool)]
         with torch.autocast(device.type, dtype=dtype, enabled=use_autocast):
             loss = criterion(model(x), y)
         optimizer.zero_grad(set_to_none=True)
