@@ -267,6 +267,7 @@ def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, ax = plt.subplots()
         _layout(fig, 1, 1, legend_rows=0, axes_size=(4.6, 3.0))
+        ringed = False
         for i, (key, g) in enumerate(groups):
             dates = pd.to_datetime(g["date"], unit="s")
             half = (g["ci_high"] - g["mean"]).fillna(0).to_numpy()
@@ -279,10 +280,11 @@ def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None
             step = g["step"].to_numpy(dtype=bool)
             if step.any():
                 ax.scatter(dates[step], g["mean"][step], s=140, facecolors="none", edgecolors="#d62728",
-                           linewidths=1.5, label="significant step" if i == 0 else None, zorder=3)
+                           linewidths=1.5, label=None if ringed else "significant step", zorder=3)
+                ringed = True  # the legend names the rings once, whichever line has the first
         _mark_unmeasured(ax, groups)
         ax.set_xlabel("run started (UTC)")
-        ax.set_ylabel(an.metric_heading("throughput", hist.get("unit_throughput", ())))
+        ax.set_ylabel(an.metric_heading("throughput", hist.get("unit", ())))
         ax.set_title("History: throughput per run (mean, 95% CI)")
         fig.autofmt_xdate()
         ax.legend(frameon=False, fontsize=8, loc="best")
