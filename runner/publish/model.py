@@ -47,7 +47,11 @@ def slug(*parts: Any) -> str:
 
 
 def when(t: Any) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(t))) if t is not None and math.isfinite(float(t)) else ""
+    """A stored epoch time as '2026-11-23 18:28' UTC; '' for none, NaN or one past a date (a damaged row)."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(t)))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return ""
 
 
 def build(data: Loaded, metric: an.Metric) -> Site:
@@ -92,7 +96,7 @@ def bisects(found: list[dict[str, Any]], df: pd.DataFrame, label: dict[str, str]
         keys = list(b["cell_keys"]) + [""] * max(0, len(envs) - len(b["cell_keys"]))
         link = {e: slugs.get((b["origin"], k), "") for e, k in zip(envs, keys, strict=False)}
 
-        def pair(c: Any) -> dict[str, Any] | None:
+        def pair(c: Any, link: dict[str, str] = link) -> dict[str, Any] | None:
             if not isinstance(c, dict):
                 return None
             return {"a": str(c.get("a", "")), "b": str(c.get("b", "")), "a_slug": link.get(str(c.get("a")), ""),

@@ -60,7 +60,11 @@ def adaptive_table(states: Sequence[CellState]) -> Table:
 
 
 def _date(ts: Any) -> str:
-    return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    """A stored epoch time in UTC; a dash for none, NaN or one past a date (a result stored without its start)."""
+    try:
+        return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "—"
 
 
 def history_table(hist: pd.DataFrame, unit: str | None = None) -> Table:

@@ -259,6 +259,8 @@ def _mark_unmeasured(ax: Any, groups: list[tuple[Any, pd.DataFrame]]) -> None:
 
 def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None:
     """Each cell's mean throughput per run over time (95% CI bars), a ring around each significant step."""
+    if hist is not None and not hist.empty:  # a point stored without a start (or past a date) is in the table only
+        hist = hist[pd.to_datetime(hist["date"], unit="s", errors="coerce").notna()]
     if hist is None or hist.empty:
         return None
     groups = list(hist.groupby("cell_key", sort=False))[:MAX_SCALING_LINES]

@@ -197,3 +197,18 @@ def test_the_plot_names_the_rings_when_only_a_later_line_has_a_step() -> None:
     assert list(h["step"]) == [False, False, False, True]
     plot = history_plot(h, svg=True, png=False)
     assert plot is not None and "significant step" in (plot.svg or "")
+
+
+def test_a_point_stored_without_a_start_is_listed_with_a_dash_not_a_traceback() -> None:
+    """A result row without started_at (the column allows NULL), or with one past any date, made the report's
+    history table a ValueError or OverflowError traceback and its plot a matplotlib conversion error."""
+    from runner.report.decisions import history_table
+    from runner.report.plots import history_plot
+
+    for bad in (None, float("nan"), 1e30):
+        later = rows_for("k", [90.0, 91.0], run_id="b", start=10.0)
+        for r in later:
+            r["started_at"] = bad
+        h = history(long_frame(rows_for("k", [100.0, 101.0], run_id="a", start=1.0), later))
+        assert history_table(h).rows[1][1].text == "—"
+        assert history_plot(h, svg=True, png=False) is not None

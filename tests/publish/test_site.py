@@ -195,3 +195,47 @@ def test_a_run_that_ran_out_of_memory_is_on_the_cells_history_as_a_change(tmp_pa
     assert "regression: here 3 oom (before 3 ok)" in page and "fixed: before 3 oom (here 3 ok)" in page
     index = (tmp_path / "site" / "index.html").read_text()
     assert re.search(r'<td class="n">12</td><td class="n">2</td></tr>', index)  # 12 repeats, 2 changes
+
+
+def _damaged_bisect(db: Path, **cols: str) -> None:
+    import json
+    import sqlite3
+
+    answer = {"kind": "matrix-bisect", "outcome": "found", "why": "w", "metric": "throughput", "cell": "c",
+              "environments": ["v1", "v2"], "decisions": [], "cost": {"repeats": 6, "full_sweep": 6}}
+    row = {"schema": "1", "started_at": "1.8e9", "finished_at": "1.8e9", "host": "'h'", "argv": "'[\"m\"]'",
+           "metric": "'t'", "outcome": "'found'", "cell_keys": "'[]'", "answer": repr(json.dumps(answer)), **cols}
+    with sqlite3.connect(db) as con:
+        con.execute("DELETE FROM bisects")
+        con.execute(f"INSERT INTO bisects ({', '.join(row)}) VALUES ({', '.join(row.values())})")
+
+
+@pytest.mark.parametrize("cols", [{"finished_at": "'abc'"}, {"started_at": "1e30"},
+                                  {"answer": "'{\"environments\": 5}'"}, {"answer": "'{\"decisions\": 5}'"},
+                                  {"answer": "'{\"culprit\": [1, 2]}'"}, {"answer": "'{\"environments\": \"v1\"}'"}])
+def test_a_damaged_bisect_row_is_one_store_error_not_a_traceback(tmp_path: Path, cols: dict[str, str]) -> None:
+    """A bisect row whose finished_at is text, whose start is past any date, or whose environments or decisions are
+    not lists was a ValueError, OverflowError or TypeError traceback from publish (or a list of single letters)."""
+    from runner.errors import StoreError
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
+    _damaged_bisect(db, **cols)
+    with pytest.raises(StoreError, match="bisect answer 1 is not one `matrix bisect` wrote"):
+        publish([db], tmp_path / "site")
+
+
+def test_a_result_stored_past_any_date_is_published_without_its_date(tmp_path: Path) -> None:
+    """A result row whose started_at is past a date (1e30: a damaged or hand-made store) made publish an
+    OverflowError traceback from the machine's 'last' date."""
+    import sqlite3
+
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
+    with sqlite3.connect(db) as con:
+        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name='results'"):
+            con.execute(f"DROP TRIGGER {name}")
+        con.execute("UPDATE results SET started_at=1e30 WHERE id=(SELECT max(id) FROM results)")
+    publish([db], tmp_path / "site")
+    assert (tmp_path / "site" / "index.html").is_file()
