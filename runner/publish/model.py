@@ -62,14 +62,13 @@ def build(data: Loaded, metric: an.Metric) -> Site:
     df["key"] = [strip(k, o) for k, o in zip(df["cell_key"], df["origin"], strict=True)]
     # The same repeat read from two stores (a store and one it was imported into) counts once.
     df = df.drop_duplicates(["origin", "run", "key", "repeat"], keep="first")
-    units = df["unit"].dropna()
-    unit = str(units.mode().iloc[0]) if not units.empty else metric.unit
+    unit = an.shown_unit(df["unit"], metric.name)  # every unit the site's repeats are in, never the commonest alone
     machines = _machines(df)
     label = {m["id"]: m["label"] for m in machines}
     df["run_slug"] = _per_group(df, ["run", "origin"], slug)
     df["cell_slug"] = _per_group(df, list(NAME_KEYS), slug)
     runs = _runs(df, data.runs, label)
-    cells = _cells(df, metric, unit, label)
+    cells = _cells(df, metric, label)
     envs = [{"name": env, "machines": sorted({label[o] for o in g["origin"]}),
              "torch": ", ".join(sorted({str(t) for t in g["env_torch"].dropna()})),
              "runs": int(g["run_slug"].nunique()), "repeats": len(g)}
@@ -204,13 +203,14 @@ def _outcome_changes(m: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, s
     return rows, words
 
 
-def _cells(df: pd.DataFrame, metric: an.Metric, unit: str, label: dict[str, str]) -> list[dict[str, Any]]:
+def _cells(df: pd.DataFrame, metric: an.Metric, label: dict[str, str]) -> list[dict[str, Any]]:
     ok = df[(df["status"] == "ok") & df["value"].notna()]
     cells = []
     ok_by_cell = dict(iter(ok.groupby("cell_slug", sort=False)))
     for name, g in df.groupby(list(NAME_KEYS), sort=True):
         series, tables = [], []
         mine = ok_by_cell.get(g["cell_slug"].iloc[0], ok.iloc[0:0])
+        unit = an.shown_unit(mine["unit"] if len(mine) else g["unit"], metric.name)  # this cell's own
         for origin, every in sorted(g.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
             outcome_rows, outcomes = _outcome_changes(every)
             m = mine[mine["origin"] == origin]
@@ -248,7 +248,7 @@ def _cells(df: pd.DataFrame, metric: an.Metric, unit: str, label: dict[str, str]
         name_d = dict(zip(NAME_KEYS, name, strict=True))
         cells.append({"name": name_d, "slug": g["cell_slug"].iloc[0], "repeats": len(g),
                       "machines": [t["machine"] for t in tables], "plot": svg.plot(series, unit) if series else None,
-                      "tables": tables, "changes": sum(len(t["changes"]) for t in tables)})
+                      "unit": unit, "tables": tables, "changes": sum(len(t["changes"]) for t in tables)})
     return cells
 
 

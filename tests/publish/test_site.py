@@ -145,6 +145,7 @@ def test_stored_bisect_answers_are_published_escaped_and_linked_to_their_cells(t
     """The site shows every answer `matrix bisect` stored: its outcome in bisect's words, the environments in order
     (each linked to its cell's history where the site has it), the pairs it decided; everything escaped."""
     import json
+    import sqlite3
 
     from runner.store import Store
     from tests.exchange.synthetic import fill_history
@@ -170,7 +171,7 @@ def test_stored_bisect_answers_are_published_escaped_and_linked_to_their_cells(t
     links = re.findall(r'href="cells/([^"]+)\.html">v[12]<', page)
     assert len(links) == 4 and all((tmp_path / "site" / "cells" / f"{s}.html").is_file() for s in links)
     assert 'href="bisects.html"' in (tmp_path / "site" / "index.html").read_text()
-    with pytest.raises(Exception):  # append-only, as results are
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):  # as results are
         with Store(db) as store:
             store.db.execute("DELETE FROM bisects")
     # a store without answers publishes no bisects page, and a stale one from an earlier publish goes
@@ -239,3 +240,20 @@ def test_a_result_stored_past_any_date_is_published_without_its_date(tmp_path: P
         con.execute("UPDATE results SET started_at=1e30 WHERE id=(SELECT max(id) FROM results)")
     publish([db], tmp_path / "site")
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_each_cell_is_labelled_in_its_own_unit(tmp_path: Path) -> None:
+    """The site labelled every cell with one unit, the commonest among repeats that state one: beside a store of
+    tok/s repeats, an image model's history that never stated a unit (img/s) was headed tok/s."""
+    from tests.exchange.synthetic import fill_history
+
+    images = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=3, repeats=3, cells=1, seed=1)
+    tokens = fill_history(tmp_path / "b.db", "beta", "Intel", runs=3, repeats=2, cells=1, seed=2, environment="llm",
+                          definitions={"throughput": {"how": "tokens over the window", "unit": "tok/s"}})
+    publish([images, tokens], tmp_path / "site")
+    heads = {}
+    for page in (tmp_path / "site" / "cells").glob("*.html"):
+        text = page.read_text()
+        heads[re.findall(r"<h1>(\S+) ·", text)[0]] = re.findall(r"History of throughput \(([^)]*)\)", text)
+    assert heads == {"local-cpu": ["img/s"], "llm": ["tok/s"]}
+    assert "histories plot throughput (img/s | tok/s)" in (tmp_path / "site" / "index.html").read_text()
