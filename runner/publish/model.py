@@ -5,6 +5,7 @@ templates only write it."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 import time
@@ -87,7 +88,9 @@ def bisects(found: list[dict[str, Any]], df: pd.DataFrame, label: dict[str, str]
     out, seen = [], set()
     for b in found:
         a = b["answer"]
-        ident = (b["origin"], b["id"])
+        # The same row read twice (a store given twice, or with a copy of it) counts once; a copy's later answers
+        # share its store id and their row ids, not their time or content.
+        ident = (b["origin"], b["id"], b["started_at"], b["host"], json.dumps(a, sort_keys=True, default=str))
         if ident in seen:
             continue
         seen.add(ident)

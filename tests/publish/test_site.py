@@ -257,3 +257,26 @@ def test_each_cell_is_labelled_in_its_own_unit(tmp_path: Path) -> None:
         heads[re.findall(r"<h1>(\S+) ·", text)[0]] = re.findall(r"History of throughput \(([^)]*)\)", text)
     assert heads == {"local-cpu": ["img/s"], "llm": ["tok/s"]}
     assert "histories plot throughput (img/s | tok/s)" in (tmp_path / "site" / "index.html").read_text()
+
+
+def test_two_copies_of_a_store_keep_each_ones_later_bisect_answers(tmp_path: Path) -> None:
+    """Answers were told apart by (store id, row id) only: a copy of a store shares its id, so the answer each copy
+    stored after the copy (row 2 in both) was published once, the other one dropped without a word."""
+    import shutil
+
+    from runner.store import Store
+    from tests.exchange.synthetic import fill_history
+
+    first = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
+    answer = {"outcome": "found", "why": "w", "metric": "throughput", "cell": "c", "environments": ["v1", "v2"]}
+    with Store(first) as store:
+        store.add_bisect({**answer, "why": "before the copy"}, [], ["matrix", "bisect"], 1.8e9, 1.8e9 + 1)
+    copy = tmp_path / "copy.db"
+    shutil.copy(first, copy)
+    for db, why, t in ((first, "only in the first", 1.9e9), (copy, "only in the copy", 1.91e9)):
+        with Store(db) as store:
+            store.add_bisect({**answer, "why": why}, [], ["matrix", "bisect"], t, t + 1)
+    publish([first, copy], tmp_path / "site")
+    page = (tmp_path / "site" / "bisects.html").read_text()
+    assert page.count("before the copy") == 1
+    assert "only in the first" in page and "only in the copy" in page
