@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 import runner.analysis as an
-from runner.analysis.comparable import Outcomes, outcome_change
+from runner.analysis.comparable import OutcomeChange, Outcomes, outcome_change
 from runner.analysis.history import before_here
 from runner.analysis.verdict import Verdict
 from runner.publish import svg
@@ -198,7 +198,7 @@ def _outcome_changes(m: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, s
     for run_slug, r in runs.iterrows():
         now = Outcomes.of(r["statuses"])
         words[str(run_slug)] = now.words
-        oc = outcome_change(prev, now) if prev is not None else None
+        oc: OutcomeChange | None = outcome_change(prev, now) if prev is not None else None
         if oc is not None and oc.verdict is Verdict.FAIL:
             rows.append({"run": r["run"], "before": prev.words if prev else "", "after": now.words, "ratio": "",
                          "p": f"{oc.p_value:.2g}" if oc.p_value is not None else "", "words": before_here(oc.why)})
@@ -211,7 +211,8 @@ def _cells(df: pd.DataFrame, metric: an.Metric, label: dict[str, str]) -> list[d
     cells = []
     ok_by_cell = dict(iter(ok.groupby("cell_slug", sort=False)))
     for name, g in df.groupby(list(NAME_KEYS), sort=True):
-        series, tables = [], []
+        series: list[Any] = []
+        tables: list[dict[str, Any]] = []
         mine = ok_by_cell.get(g["cell_slug"].iloc[0], ok.iloc[0:0])
         unit = an.shown_unit(mine["unit"] if len(mine) else g["unit"], metric.name)  # this cell's own
         for origin, every in sorted(g.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
