@@ -4,7 +4,7 @@ batch, data and precision: is the benchmark at least as fast as the loop a user 
 Each repeat is a fresh process for each side, the two alternating so drift hits both alike (bench first in even
 repeats, the loop in odd ones). Prints img/s mean ± std and CV per side, then the ratio bench/reference from the
 pairs with its interval and the verdict against --tolerance (benchmarks/paired.py): exit 0 within it, 1 outside,
-5 not established, 3 a side did not measure.
+5 not established, 3 a side did not measure, 70 the script itself crashed (never 1).
 
 On the GPU (the issue's case; the reference is AMP FP16 with a GradScaler):
     python benchmarks/bench_vs_reference.py --model resnet50 --batch-size 256 --precision amp \
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.paired import NOT_MEASURED, paired_ratio, summary_lines  # noqa: E402
+from benchmarks.paired import NOT_MEASURED, guarded, paired_ratio, summary_lines, tolerance_arg  # noqa: E402
 from runner import artifact  # noqa: E402
 
 BENCH = artifact.path()  # the zipapp every backend runs
@@ -74,7 +74,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--tolerance", type=float, default=0.03, help="the largest |bench/reference - 1| that passes")
+    p.add_argument("--tolerance", type=tolerance_arg, default=0.03, help="the largest |bench/reference - 1| that passes")
     p.add_argument("--json", type=Path, default=None, help="also write every repeat here")
     args = p.parse_args()
     common = ["--model", args.model, "--batch-size", str(args.batch_size), "--device", args.device,
@@ -127,4 +127,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

@@ -9,14 +9,18 @@ figure was as consistent with 1.00 as with 0.94.
 
 The verdict is an equivalence test: `within` only when the whole interval lies inside [1 - tolerance, 1 + tolerance]; `outside` when the whole interval lies beyond one edge;
 otherwise `not established`, with the repeats that a spread like this one would need. Exit statuses, as
-matrix's (runner/exitcodes.py): 0 within, 1 outside, 5 not established, 3 a side did not measure.
+matrix's (runner/exitcodes.py): 0 within, 1 outside, 5 not established, 3 a side did not measure, 70 the script
+itself crashed (never 1).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import sys
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +30,19 @@ if str(ROOT) not in sys.path:
 
 from runner.analysis.significance import CONFIDENCE, t_half_width, t_quantile  # noqa: E402
 
-WITHIN, OUTSIDE, UNDECIDED, NOT_MEASURED = 0, 1, 5, 3
+WITHIN, OUTSIDE, UNDECIDED, NOT_MEASURED, INTERNAL = 0, 1, 5, 3, 70
+
+
+def guarded(main: Callable[[], int]) -> int:
+    """main's exit status, a crash of the script itself (a side's JSON unreadable, a figure missing, a timeout)
+    being INTERNAL with its traceback: Python's own status for an uncaught exception is 1, which reads as
+    "outside the tolerance" to whoever maps the statuses (runner/kit/reference.py takes 0/1/5 as measured)."""
+    try:
+        return main()
+    except Exception as e:  # noqa: BLE001 - every crash is one status, never 1
+        traceback.print_exc()
+        print(f"{Path(sys.argv[0]).name}: internal error, nothing judged: {type(e).__name__}: {e}", file=sys.stderr)
+        return INTERNAL
 
 
 @dataclass(frozen=True)
@@ -44,17 +60,35 @@ def paired_ratio(bench: list[float], loop: list[float]) -> Paired:
         raise ValueError("paired_ratio needs as many bench figures as loop figures, at least one")
     if any(not (x > 0 and math.isfinite(x)) for x in bench + loop):
         raise ValueError("every figure must be positive and finite")
-    logs = [math.log(b / r) for b, r in zip(bench, loop)]
+    logs = [math.log(b) - math.log(r) for b, r in zip(bench, loop, strict=True)]  # b / r may overflow: never
     mean = statistics.fmean(logs)
     if len(logs) < 2:
-        return Paired(1, math.exp(mean), math.nan, math.nan, math.nan)
+        return Paired(1, _exp(mean), math.nan, math.nan, math.nan)
     std = statistics.stdev(logs)
     half = float(t_half_width(std, len(logs)))
-    return Paired(len(logs), math.exp(mean), math.exp(mean - half), math.exp(mean + half), std)
+    return Paired(len(logs), _exp(mean), _exp(mean - half), _exp(mean + half), std)
+
+
+def _exp(x: float) -> float:
+    return math.exp(x) if x < 709.0 else math.inf  # a ratio past a float's range is infinite, not a traceback
+
+
+def tolerance_arg(text: str) -> float:
+    """--tolerance as the scripts take it: a fraction in [0, 1) (0.03 is 3%); anything else is one line."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a tolerance: a fraction from 0 up to (not including) 1, "
+                                         "e.g. 0.03 for 3%")
+    return value
 
 
 def verdict(p: Paired, tolerance: float) -> tuple[str, int]:
     """(the sentence, the exit status) for `p` against [1 - tolerance, 1 + tolerance]."""
+    if not 0.0 <= tolerance < 1.0:  # 1 or more would call any ratio down to 0 within; NaN nothing at all
+        raise ValueError(f"tolerance {tolerance!r}: a fraction from 0 up to (not including) 1")
     lo_edge, hi_edge = 1.0 - tolerance, 1.0 + tolerance
     interval = f"{CONFIDENCE:.0%} interval {p.low:.3f}-{p.high:.3f}"
     if p.n < 2 or math.isnan(p.low):

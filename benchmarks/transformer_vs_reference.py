@@ -3,7 +3,7 @@ runner/bench/models.py), batch, sequence length, data and precision, in the same
 process for each side, the two alternating so drift hits both alike (bench first in even repeats, the reference in
 odd ones), the loop stepping with the SGD implementation bench's result records. Prints tok/s mean ± std and CV
 per side, then the ratio bench/reference from the pairs with its interval and the verdict (benchmarks/paired.py):
-exit 0 within the tolerance (3%), 1 outside it, 5 not established, 3 a side did not measure.
+exit 0 within the tolerance (3%), 1 outside it, 5 not established, 3 a side did not measure, 70 a crash (never 1).
 
 On a GPU (GPT-2 124M, BF16):
     python benchmarks/transformer_vs_reference.py --model gpt2_124m --batch-size 16 --seq-len 1024 \
@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.paired import NOT_MEASURED, paired_ratio, summary_lines  # noqa: E402
+from benchmarks.paired import NOT_MEASURED, guarded, paired_ratio, summary_lines, tolerance_arg  # noqa: E402
 from runner import artifact  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16", "amp-bf16")
@@ -128,7 +128,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--optimizer", choices=("default", "plain", "foreach", "fused"), default="default",
                    help="the loop's SGD implementation (the comparison passes bench's)")
-    p.add_argument("--tolerance", type=float, default=0.03, help="the largest |bench/reference - 1| that passes")
+    p.add_argument("--tolerance", type=tolerance_arg, default=0.03, help="the largest |bench/reference - 1| that passes")
     p.add_argument("--json", type=Path, default=None, help="also write every repeat here")
     p.add_argument("--reference-loop", action="store_true", help="run the hand-written loop once, print its JSON")
     return p.parse_args(argv)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         for side in (("bench", "reference") if r % 2 == 0 else ("reference", "bench")):  # neither always first
             if side == "reference":
                 if not optimizer:  # the loop's SGD is bench's: the first repeat runs bench first, so it is known
-                    raise SystemExit("internal: the loop ran before bench said its optimizer")
+                    raise RuntimeError("the loop ran before bench said its optimizer")
                 runs["reference"].append(run_json(ref_argv + ["--optimizer", optimizer]))
                 continue
             b = run_json(bench_argv, "MATRIX_RESULT ")
@@ -189,4 +189,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

@@ -326,11 +326,15 @@ def summary_line(rules: Sequence[Rule], checks: Sequence[Check], policy: str = "
     verdicts = [c.verdict for c in checks]
     cells = {tuple(c.params.values()) for c in checks}
     alone = {tuple(c.params.values()) for c in checks if c.b_n == 0 and c.reason.startswith("not measured on B")}
-    n_pairs = len(cells - alone)  # a cell B never measured is a check (undecided), not a pair
+    # A cell whose repeats in A were all cancelled or skipped is no pair either, whatever B holds.
+    bare = {tuple(c.params.values()) for c in checks if c.a_n == 0 and c.reason.startswith("not measured on A")}
+    n_pairs = len(cells - alone - bare)  # a cell a side never measured is a check (undecided), not a pair
     rule_text = ", ".join(r.text for r in rules)
     pairs = f"{n_pairs} pair{'s' if n_pairs != 1 else ''}"
     if alone:
         pairs += f" and {len(alone)} cell{'s' if len(alone) != 1 else ''} of A not measured on B"
+    if bare:
+        pairs += f" and {len(bare)} cell{'s' if len(bare) != 1 else ''} not measured on A"
     if not checks:
         return (f"Gate undecided ({rule_text}): A has no cell to check, nothing was checked"
                 + ("" if policy == "error" else f"; counted as {'passed' if policy == 'pass' else 'failed'} "

@@ -19,17 +19,24 @@ import math
 import re
 from collections.abc import Iterator
 
-import numpy as np
 import pandas as pd
 
 from runner.analysis import CELL_KEYS, METRICS, MIN_EFFECT, change_words, describe, significance
-from runner.analysis.comparable import (NOT_OUTCOMES, Outcomes, definition_text, no_ratio, outcome_change,
-                                       why_not, with_outcomes)
+from runner.analysis.comparable import (
+    NOT_OUTCOMES,
+    Outcomes,
+    definition_text,
+    no_ratio,
+    outcome_change,
+    unit_of,
+    why_not,
+    with_outcomes,
+)
 from runner.analysis.frame import Metric
 from runner.analysis.verdict import Verdict
 
 COLUMNS = ["cell_key", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "outcomes", "mean", "std", "ci_low", "ci_high",
-           "ratio", "p_value", "step", "change", "undecided"]
+           "unit", "ratio", "p_value", "step", "change", "undecided"]
 
 
 def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
@@ -69,7 +76,8 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
     --force supersedes older repeats in the other views, here it is the next point). Cells with fewer than
     `min_points` measurements are left out. `ratio` is this point's mean over the previous point's; `run_id`
     the point's first run, `runs` every run it spans (a resumed run is one point); `undecided` why a point
-    could not be tested against the previous one (never a silent "no step")."""
+    could not be tested against the previous one (never a silent "no step"); `unit` the one the point's ok repeats
+    measured the metric in (runner.analysis.comparable.unit_of: tok/s for a transformer, never img/s by default)."""
     m = METRICS[metric]
     measured_rows = frame[~frame["status"].isin(NOT_OUTCOMES)] if len(frame) else frame
     rows = []
@@ -90,7 +98,7 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
                          "runs": ", ".join(runs), "date": float(g["started_at"].min()), "n": st.n,
                          "outcomes": Outcomes.of(g["status"]).words,
                          "mean": st.mean, "std": st.std, "ci_low": st.ci_low, "ci_high": st.ci_high,
-                         "ratio": ratio, "p_value": p, "step": step, "change": change, "undecided": why})
+                         "unit": unit_of(g, m), "ratio": ratio, "p_value": p, "step": step, "change": change, "undecided": why})
             prev = g
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -109,9 +117,11 @@ def _versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, mi
     b = here[(here["status"] == "ok") & here[metric].notna()]
     x, y = a[metric].to_numpy(dtype=float), b[metric].to_numpy(dtype=float)
     apart = why_not(m, ("", ""), (_definition(a, metric), _definition(b, metric)), (_steps(a), _steps(b)))
-    unsized = no_ratio(m, float(x.mean()), float(y.mean())) if len(x) and len(y) else "no ok repeat to compare"
-    if apart or unsized:
-        return math.nan, math.nan, False, "", before_here(outcomes.why if outcomes is not None else apart or unsized)
+    unsized = no_ratio(m, float(x.mean()), float(y.mean())) if len(x) and len(y) else \
+        f"no ok repeat with a {m.label} {'here' if len(x) else 'before'}"
+    if apart or unsized:  # apart quotes each point's definition as its results wrote it: never rewritten
+        return math.nan, math.nan, False, "", before_here(outcomes.why) if outcomes is not None else \
+            apart or before_here(unsized)
     ratio = float(y.mean()) / float(x.mean())
     diff = significance.difference(x, y, test)
     gain = ratio if m.higher_is_better else 1 / ratio

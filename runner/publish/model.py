@@ -5,6 +5,7 @@ templates only write it."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 import time
@@ -15,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 import runner.analysis as an
-from runner.analysis.comparable import Outcomes, outcome_change
+from runner.analysis.comparable import OutcomeChange, Outcomes, outcome_change
 from runner.analysis.history import before_here
 from runner.analysis.verdict import Verdict
 from runner.publish import svg
@@ -47,7 +48,11 @@ def slug(*parts: Any) -> str:
 
 
 def when(t: Any) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(t))) if t is not None and math.isfinite(float(t)) else ""
+    """A stored epoch time as '2026-11-23 18:28' UTC; '' for none, NaN or one past a date (a damaged row)."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(t)))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return ""
 
 
 def build(data: Loaded, metric: an.Metric) -> Site:
@@ -58,14 +63,13 @@ def build(data: Loaded, metric: an.Metric) -> Site:
     df["key"] = [strip(k, o) for k, o in zip(df["cell_key"], df["origin"], strict=True)]
     # The same repeat read from two stores (a store and one it was imported into) counts once.
     df = df.drop_duplicates(["origin", "run", "key", "repeat"], keep="first")
-    units = df["unit"].dropna()
-    unit = str(units.mode().iloc[0]) if not units.empty else metric.unit
+    unit = an.shown_unit(df["unit"], metric.name)  # every unit the site's repeats are in, never the commonest alone
     machines = _machines(df)
     label = {m["id"]: m["label"] for m in machines}
     df["run_slug"] = _per_group(df, ["run", "origin"], slug)
     df["cell_slug"] = _per_group(df, list(NAME_KEYS), slug)
     runs = _runs(df, data.runs, label)
-    cells = _cells(df, metric, unit, label)
+    cells = _cells(df, metric, label)
     envs = [{"name": env, "machines": sorted({label[o] for o in g["origin"]}),
              "torch": ", ".join(sorted({str(t) for t in g["env_torch"].dropna()})),
              "runs": int(g["run_slug"].nunique()), "repeats": len(g)}
@@ -84,7 +88,9 @@ def bisects(found: list[dict[str, Any]], df: pd.DataFrame, label: dict[str, str]
     out, seen = [], set()
     for b in found:
         a = b["answer"]
-        ident = (b["origin"], b["id"])
+        # The same row read twice (a store given twice, or with a copy of it) counts once; a copy's later answers
+        # share its store id and their row ids, not their time or content.
+        ident = (b["origin"], b["id"], b["started_at"], b["host"], json.dumps(a, sort_keys=True, default=str))
         if ident in seen:
             continue
         seen.add(ident)
@@ -92,7 +98,7 @@ def bisects(found: list[dict[str, Any]], df: pd.DataFrame, label: dict[str, str]
         keys = list(b["cell_keys"]) + [""] * max(0, len(envs) - len(b["cell_keys"]))
         link = {e: slugs.get((b["origin"], k), "") for e, k in zip(envs, keys, strict=False)}
 
-        def pair(c: Any) -> dict[str, Any] | None:
+        def pair(c: Any, link: dict[str, str] = link) -> dict[str, Any] | None:
             if not isinstance(c, dict):
                 return None
             return {"a": str(c.get("a", "")), "b": str(c.get("b", "")), "a_slug": link.get(str(c.get("a")), ""),
@@ -192,7 +198,7 @@ def _outcome_changes(m: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, s
     for run_slug, r in runs.iterrows():
         now = Outcomes.of(r["statuses"])
         words[str(run_slug)] = now.words
-        oc = outcome_change(prev, now) if prev is not None else None
+        oc: OutcomeChange | None = outcome_change(prev, now) if prev is not None else None
         if oc is not None and oc.verdict is Verdict.FAIL:
             rows.append({"run": r["run"], "before": prev.words if prev else "", "after": now.words, "ratio": "",
                          "p": f"{oc.p_value:.2g}" if oc.p_value is not None else "", "words": before_here(oc.why)})
@@ -200,13 +206,15 @@ def _outcome_changes(m: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, s
     return rows, words
 
 
-def _cells(df: pd.DataFrame, metric: an.Metric, unit: str, label: dict[str, str]) -> list[dict[str, Any]]:
+def _cells(df: pd.DataFrame, metric: an.Metric, label: dict[str, str]) -> list[dict[str, Any]]:
     ok = df[(df["status"] == "ok") & df["value"].notna()]
     cells = []
     ok_by_cell = dict(iter(ok.groupby("cell_slug", sort=False)))
     for name, g in df.groupby(list(NAME_KEYS), sort=True):
-        series, tables = [], []
+        series: list[Any] = []
+        tables: list[dict[str, Any]] = []
         mine = ok_by_cell.get(g["cell_slug"].iloc[0], ok.iloc[0:0])
+        unit = an.shown_unit(mine["unit"] if len(mine) else g["unit"], metric.name)  # this cell's own
         for origin, every in sorted(g.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
             outcome_rows, outcomes = _outcome_changes(every)
             m = mine[mine["origin"] == origin]
@@ -244,7 +252,7 @@ def _cells(df: pd.DataFrame, metric: an.Metric, unit: str, label: dict[str, str]
         name_d = dict(zip(NAME_KEYS, name, strict=True))
         cells.append({"name": name_d, "slug": g["cell_slug"].iloc[0], "repeats": len(g),
                       "machines": [t["machine"] for t in tables], "plot": svg.plot(series, unit) if series else None,
-                      "tables": tables, "changes": sum(len(t["changes"]) for t in tables)})
+                      "unit": unit, "tables": tables, "changes": sum(len(t["changes"]) for t in tables)})
     return cells
 
 

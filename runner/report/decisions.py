@@ -13,7 +13,7 @@ import pandas as pd
 
 from runner.adaptive import Stop
 from runner.adaptive_schedule import CellState
-from runner.analysis import gate, references
+from runner.analysis import gate, references, shown_unit
 from runner.analysis.verdict import Verdict
 from runner.report.fmt import Cell, Table, number, p_value
 
@@ -60,12 +60,18 @@ def adaptive_table(states: Sequence[CellState]) -> Table:
 
 
 def _date(ts: Any) -> str:
-    return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    """A stored epoch time in UTC; a dash for none, NaN or one past a date (a result stored without its start)."""
+    try:
+        return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "—"
 
 
-def history_table(hist: pd.DataFrame, unit: str = "img/s") -> Table:
+def history_table(hist: pd.DataFrame, unit: str | None = None) -> Table:
     """One row per point (a measurement: a run, with the runs that resumed it); the cell in words on its first
-    row, with its key when another definition of the same name has a history too; a step in bold."""
+    row, with its key when another definition of the same name has a history too; a step in bold. The mean is
+    labelled with the points' own unit (their `unit` column: tok/s for a transformer) unless `unit` is given."""
+    unit = unit or shown_unit(hist.get("unit", ()), "throughput")
     t = Table(["cell", "date (UTC)", "runs", "repeats", f"mean ± std ({unit})", "vs previous", "p", "step"],
               align=["l", "l", "l", "r", "r", "r", "r", "l"])
     name_cols = ["environment", "model", "precision", "batch_size", "dataset", "gpus", "nodes", "options"]

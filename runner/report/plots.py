@@ -259,6 +259,8 @@ def _mark_unmeasured(ax: Any, groups: list[tuple[Any, pd.DataFrame]]) -> None:
 
 def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None:
     """Each cell's mean throughput per run over time (95% CI bars), a ring around each significant step."""
+    if hist is not None and not hist.empty:  # a point stored without a start (or past a date) is in the table only
+        hist = hist[pd.to_datetime(hist["date"], unit="s", errors="coerce").notna()]
     if hist is None or hist.empty:
         return None
     groups = list(hist.groupby("cell_key", sort=False))[:MAX_SCALING_LINES]
@@ -267,6 +269,7 @@ def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None
     with plt.rc_context(STYLE):  # type: ignore[arg-type]
         fig, ax = plt.subplots()
         _layout(fig, 1, 1, legend_rows=0, axes_size=(4.6, 3.0))
+        ringed = False
         for i, (key, g) in enumerate(groups):
             dates = pd.to_datetime(g["date"], unit="s")
             half = (g["ci_high"] - g["mean"]).fillna(0).to_numpy()
@@ -279,10 +282,11 @@ def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None
             step = g["step"].to_numpy(dtype=bool)
             if step.any():
                 ax.scatter(dates[step], g["mean"][step], s=140, facecolors="none", edgecolors="#d62728",
-                           linewidths=1.5, label="significant step" if i == 0 else None, zorder=3)
+                           linewidths=1.5, label=None if ringed else "significant step", zorder=3)
+                ringed = True  # the legend names the rings once, whichever line has the first
         _mark_unmeasured(ax, groups)
         ax.set_xlabel("run started (UTC)")
-        ax.set_ylabel(an.metric_heading("throughput", hist.get("unit_throughput", ())))
+        ax.set_ylabel(an.metric_heading("throughput", hist.get("unit", ())))
         ax.set_title("History: throughput per run (mean, 95% CI)")
         fig.autofmt_xdate()
         ax.legend(frameon=False, fontsize=8, loc="best")

@@ -46,10 +46,22 @@ class Bisects(Database):
                 raise StoreError(f"{self.path}: bisect answer {r[0]} is not readable JSON (the store is damaged)") \
                     from None
             if not (isinstance(answer, dict) and isinstance(argv, list) and isinstance(keys, list)
-                    and all(isinstance(k, str) for k in keys) and isinstance(r[2], int | float)
-                    and math.isfinite(r[2])):
+                    and all(isinstance(k, str) for k in keys) and all(_time(t) for t in (r[2], r[3]))
+                    and _shaped(answer)):
                 raise StoreError(f"{self.path}: bisect answer {r[0]} is not one `matrix bisect` wrote (the store is "
                                  "damaged)")
             out.append({"id": int(r[0]), "started_at": float(r[2]), "finished_at": float(r[3]),
                         "host": str(r[4] or ""), "argv": [str(a) for a in argv], "cell_keys": keys, "answer": answer})
         return out
+
+
+def _time(t: Any) -> bool:
+    """A stored epoch time a date can be made of (a damaged row's text, NaN or 1e30 cannot)."""
+    return isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t) and abs(t) < 1e11
+
+
+def _shaped(answer: dict[str, Any]) -> bool:
+    """The parts of bisect's document a reader walks have the types bisect writes (runner/report/bisect.py)."""
+    lists = all(isinstance(answer.get(k), list | type(None)) for k in ("environments", "decisions"))
+    dicts = all(isinstance(answer.get(k), dict | type(None)) for k in ("culprit", "cost"))
+    return lists and dicts

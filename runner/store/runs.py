@@ -94,7 +94,9 @@ class Runs(Holders):
         if ref in (None, "latest"):
             own = [r for r in runs if "@" not in r]
             return (own or runs)[-1]
-        hits = [r for r in runs if r.startswith(ref or "")]
+        # A whole id is that run, even where it is the prefix of another (`id@store`, the same id imported back from
+        # a store that shares it): otherwise no reference could name it.
+        hits = [r for r in runs if r == ref] or [r for r in runs if r.startswith(ref or "")]
         if len(hits) != 1:
             shown = ", ".join(runs[-5:])
             raise StoreError(f"run {ref!r} {'is ambiguous' if hits else 'not found'}; recent runs: {shown}")

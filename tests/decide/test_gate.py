@@ -286,3 +286,18 @@ def test_two_definitions_of_a_metric_are_not_compared_as_one() -> None:
     (c,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]))
     assert c.verdict is Verdict.UNDECIDED and c.reason.startswith("not comparable: the throughput is obtained "
                                                                   "differently (mllog: mean of tracked_stats")
+
+
+def test_a_cell_a_never_measured_is_not_counted_as_a_pair() -> None:
+    """A cell whose repeats in A were all cancelled is an undecided check 'not measured on A'; the summary counted
+    it as a pair ('over 2 pairs' with one cell measured on both sides), whatever B held."""
+    a = long_frame(rows_for("a32", list(BASE), environment="A", start=1000.0),
+                   rows_for("a64", [float("nan")] * 2, environment="A", batch_size=64, start=2000.0, status="cancelled"))
+    rules = gate.parse_rules(["slower:3%", "memory:10%"])
+    for b64 in ([100.0, 101.0, 99.0], []):
+        b = long_frame(rows_for("b32", list(BASE), environment="B", run_id="r2", start=9000.0),
+                       rows_for("b64", b64, environment="B", batch_size=64, run_id="r2", start=9500.0))
+        checks = gate.evaluate(a, b, rules)
+        assert [c.reason for c in checks[:2]][1] == "not measured on A (no repeat of this cell)"
+        line = gate.summary_line(rules, checks)
+        assert "over 1 pair and 1 cell not measured on A." in line, line

@@ -151,3 +151,64 @@ def test_a_change_of_how_the_metric_is_obtained_is_not_a_step() -> None:
     h = history(long_frame(rows_for("k", list(100 + NOISE), run_id="night-1", start=1000.0), later))
     assert list(h["step"]) == [False, False]
     assert h["undecided"].iloc[1].startswith("not comparable: the throughput is obtained differently")
+
+
+def test_a_definition_naming_a_or_b_is_quoted_as_written() -> None:
+    """The substitution of the core's side words (A -> before, B -> here) ran over the whole sentence, the
+    definitions the results wrote included: 'timer on A100' was printed as 'timer before100'."""
+    a, b = rows_for("k", [100.0, 101.0], run_id="a", start=1.0), rows_for("k", [100.0, 101.0], run_id="b", start=10.0)
+    for rows, how in ((a, "mllog: samples on A over time B"), (b, "timer on A100")):
+        for r in rows:
+            r["metrics"]["definitions"] = {"throughput": {"how": how, "unit": "samples/s"}}
+    why = history(long_frame(a, b))["undecided"].iloc[1]
+    assert "(mllog: samples on A over time B [samples/s] vs timer on A100 [samples/s])" in why
+
+
+def test_a_transformer_history_is_labelled_in_its_own_unit() -> None:
+    """The history table's mean was headed 'img/s' whatever the cell measured (a gpt_tiny cell's tok/s included):
+    the history frame carried no unit, the table defaulted to img/s and the plot to the metric's."""
+    from runner.report.decisions import history_table
+
+    df = long_frame(rows_for("k", [100.0, 101.0], run_id="a", start=1.0, model="gpt_tiny"),
+                    rows_for("k", [90.0, 91.0], run_id="b", start=10.0, model="gpt_tiny"))
+    h = history(df)
+    assert list(h["unit"]) == ["tok/s", "tok/s"]
+    assert "mean ± std (tok/s)" in history_table(h).columns
+
+
+def test_ok_repeats_without_the_metric_are_not_called_no_ok_repeat() -> None:
+    nan = float("nan")
+    h = history(long_frame(rows_for("k", [nan, nan], run_id="a", start=1.0),
+                           rows_for("k", [100.0, 101.0], run_id="b", start=10.0)))
+    assert list(h["outcomes"]) == ["2 ok", "2 ok"] and not h["step"].any()
+    assert h["undecided"].iloc[1] == "no ok repeat with a throughput before"
+
+
+def test_the_plot_names_the_rings_when_only_a_later_line_has_a_step() -> None:
+    """The legend's 'significant step' was given to the first line's rings only: a step on any other line was a
+    red ring the legend did not explain."""
+    from runner.report.plots import history_plot
+
+    df = long_frame(rows_for("flat", list(100 + NOISE), run_id="a", start=1000.0),
+                    rows_for("flat", list(100.2 + NOISE), run_id="b", start=2000.0),
+                    rows_for("fell", list(100 + NOISE), run_id="a", start=1000.0, batch_size=64),
+                    rows_for("fell", list(80 + NOISE), run_id="b", start=2000.0, batch_size=64))
+    h = history(df)
+    assert list(h["step"]) == [False, False, False, True]
+    plot = history_plot(h, svg=True, png=False)
+    assert plot is not None and "significant step" in (plot.svg or "")
+
+
+def test_a_point_stored_without_a_start_is_listed_with_a_dash_not_a_traceback() -> None:
+    """A result row without started_at (the column allows NULL), or with one past any date, made the report's
+    history table a ValueError or OverflowError traceback and its plot a matplotlib conversion error."""
+    from runner.report.decisions import history_table
+    from runner.report.plots import history_plot
+
+    for bad in (None, float("nan"), 1e30):
+        later = rows_for("k", [90.0, 91.0], run_id="b", start=10.0)
+        for r in later:
+            r["started_at"] = bad
+        h = history(long_frame(rows_for("k", [100.0, 101.0], run_id="a", start=1.0), later))
+        assert history_table(h).rows[1][1].text == "—"
+        assert history_plot(h, svg=True, png=False) is not None

@@ -145,6 +145,7 @@ def test_stored_bisect_answers_are_published_escaped_and_linked_to_their_cells(t
     """The site shows every answer `matrix bisect` stored: its outcome in bisect's words, the environments in order
     (each linked to its cell's history where the site has it), the pairs it decided; everything escaped."""
     import json
+    import sqlite3
 
     from runner.store import Store
     from tests.exchange.synthetic import fill_history
@@ -170,7 +171,7 @@ def test_stored_bisect_answers_are_published_escaped_and_linked_to_their_cells(t
     links = re.findall(r'href="cells/([^"]+)\.html">v[12]<', page)
     assert len(links) == 4 and all((tmp_path / "site" / "cells" / f"{s}.html").is_file() for s in links)
     assert 'href="bisects.html"' in (tmp_path / "site" / "index.html").read_text()
-    with pytest.raises(Exception):  # append-only, as results are
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):  # as results are
         with Store(db) as store:
             store.db.execute("DELETE FROM bisects")
     # a store without answers publishes no bisects page, and a stale one from an earlier publish goes
@@ -195,3 +196,87 @@ def test_a_run_that_ran_out_of_memory_is_on_the_cells_history_as_a_change(tmp_pa
     assert "regression: here 3 oom (before 3 ok)" in page and "fixed: before 3 oom (here 3 ok)" in page
     index = (tmp_path / "site" / "index.html").read_text()
     assert re.search(r'<td class="n">12</td><td class="n">2</td></tr>', index)  # 12 repeats, 2 changes
+
+
+def _damaged_bisect(db: Path, **cols: str) -> None:
+    import json
+    import sqlite3
+
+    answer = {"kind": "matrix-bisect", "outcome": "found", "why": "w", "metric": "throughput", "cell": "c",
+              "environments": ["v1", "v2"], "decisions": [], "cost": {"repeats": 6, "full_sweep": 6}}
+    row = {"schema": "1", "started_at": "1.8e9", "finished_at": "1.8e9", "host": "'h'", "argv": "'[\"m\"]'",
+           "metric": "'t'", "outcome": "'found'", "cell_keys": "'[]'", "answer": repr(json.dumps(answer)), **cols}
+    with sqlite3.connect(db) as con:
+        con.execute("DELETE FROM bisects")
+        con.execute(f"INSERT INTO bisects ({', '.join(row)}) VALUES ({', '.join(row.values())})")
+
+
+@pytest.mark.parametrize("cols", [{"finished_at": "'abc'"}, {"started_at": "1e30"},
+                                  {"answer": "'{\"environments\": 5}'"}, {"answer": "'{\"decisions\": 5}'"},
+                                  {"answer": "'{\"culprit\": [1, 2]}'"}, {"answer": "'{\"environments\": \"v1\"}'"}])
+def test_a_damaged_bisect_row_is_one_store_error_not_a_traceback(tmp_path: Path, cols: dict[str, str]) -> None:
+    """A bisect row whose finished_at is text, whose start is past any date, or whose environments or decisions are
+    not lists was a ValueError, OverflowError or TypeError traceback from publish (or a list of single letters)."""
+    from runner.errors import StoreError
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
+    _damaged_bisect(db, **cols)
+    with pytest.raises(StoreError, match="bisect answer 1 is not one `matrix bisect` wrote"):
+        publish([db], tmp_path / "site")
+
+
+def test_a_result_stored_past_any_date_is_published_without_its_date(tmp_path: Path) -> None:
+    """A result row whose started_at is past a date (1e30: a damaged or hand-made store) made publish an
+    OverflowError traceback from the machine's 'last' date."""
+    import sqlite3
+
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
+    with sqlite3.connect(db) as con:
+        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name='results'"):
+            con.execute(f"DROP TRIGGER {name}")
+        con.execute("UPDATE results SET started_at=1e30 WHERE id=(SELECT max(id) FROM results)")
+    publish([db], tmp_path / "site")
+    assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_each_cell_is_labelled_in_its_own_unit(tmp_path: Path) -> None:
+    """The site labelled every cell with one unit, the commonest among repeats that state one: beside a store of
+    tok/s repeats, an image model's history that never stated a unit (img/s) was headed tok/s."""
+    from tests.exchange.synthetic import fill_history
+
+    images = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=3, repeats=3, cells=1, seed=1)
+    tokens = fill_history(tmp_path / "b.db", "beta", "Intel", runs=3, repeats=2, cells=1, seed=2, environment="llm",
+                          definitions={"throughput": {"how": "tokens over the window", "unit": "tok/s"}})
+    publish([images, tokens], tmp_path / "site")
+    heads = {}
+    for page in (tmp_path / "site" / "cells").glob("*.html"):
+        text = page.read_text()
+        heads[re.findall(r"<h1>(\S+) ·", text)[0]] = re.findall(r"History of throughput \(([^)]*)\)", text)
+    assert heads == {"local-cpu": ["img/s"], "llm": ["tok/s"]}
+    assert "histories plot throughput (img/s | tok/s)" in (tmp_path / "site" / "index.html").read_text()
+
+
+def test_two_copies_of_a_store_keep_each_ones_later_bisect_answers(tmp_path: Path) -> None:
+    """Answers were told apart by (store id, row id) only: a copy of a store shares its id, so the answer each copy
+    stored after the copy (row 2 in both) was published once, the other one dropped without a word."""
+    import shutil
+
+    from runner.store import Store
+    from tests.exchange.synthetic import fill_history
+
+    first = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
+    answer = {"outcome": "found", "why": "w", "metric": "throughput", "cell": "c", "environments": ["v1", "v2"]}
+    with Store(first) as store:
+        store.add_bisect({**answer, "why": "before the copy"}, [], ["matrix", "bisect"], 1.8e9, 1.8e9 + 1)
+    copy = tmp_path / "copy.db"
+    shutil.copy(first, copy)
+    for db, why, t in ((first, "only in the first", 1.9e9), (copy, "only in the copy", 1.91e9)):
+        with Store(db) as store:
+            store.add_bisect({**answer, "why": why}, [], ["matrix", "bisect"], t, t + 1)
+    publish([first, copy], tmp_path / "site")
+    page = (tmp_path / "site" / "bisects.html").read_text()
+    assert page.count("before the copy") == 1
+    assert "only in the first" in page and "only in the copy" in page

@@ -93,6 +93,20 @@ def test_missing_store_and_runs(tmp_path: Path) -> None:
             store.resolve_run("2026")
 
 
+def test_a_whole_run_id_names_that_run_even_when_an_import_extends_it(tmp_path: Path) -> None:
+    """A run id that is also the start of an imported one (`id@store`) was 'ambiguous' whatever was typed: every
+    prefix of the local run, the whole id included, matched both, so no reference could name it."""
+    with Store(tmp_path / "m.db") as store:
+        store.start_run("20260101-aaa", None, None, [])
+        with store.db:
+            store.db.execute("INSERT INTO runs (run_id, schema, started_at, argv, status) VALUES "
+                             "('20260101-aaa@0123456789ab', 1, 5.0, '[]', 'complete')")
+        assert store.resolve_run("20260101-aaa") == "20260101-aaa"
+        assert store.resolve_run("20260101-aaa@0") == "20260101-aaa@0123456789ab"
+        with pytest.raises(StoreError, match="is ambiguous"):
+            store.resolve_run("20260101")
+
+
 def test_reading_writes_nothing_and_works_on_a_store_that_cannot_be_written(tmp_path: Path) -> None:
     folder = tmp_path / "shared"
     folder.mkdir()
