@@ -27,10 +27,10 @@ def test_bench_vs_reference_prints_both_sides_and_their_ratio(tmp_path: Path) ->
     out = tmp_path / "runs.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_vs_reference.py"), "--model", "mlp",
                            "--batch-size", "16", "--precision", "amp-bf16", "--device", "cpu", "--iterations", "3",
-                           "--warmup", "1", "--repeats", "2", "--threads", "1", "--tolerance", "100", "--json", str(out)],
+                           "--warmup", "1", "--repeats", "2", "--threads", "1", "--tolerance", "0.5", "--json", str(out)],
                           capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    assert "bench / reference:" in proc.stdout and "img/s" in proc.stdout
+    assert proc.returncode in (0, 1, 5), proc.stderr  # within, outside, not established: a judged measurement
+    assert proc.stdout.strip().splitlines()[-1].startswith("bench / reference: ") and "img/s" in proc.stdout
     runs = json.loads(out.read_text())["runs"]
     assert len(runs["bench"]) == len(runs["reference"]) == 2
     assert all(r["throughput"] > 0 for side in runs.values() for r in side)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -259,10 +260,12 @@ def test_transformer_vs_reference_prints_both_sides_and_the_verdict(tmp_path: Pa
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "transformer_vs_reference.py"
     proc = subprocess.run([sys.executable, str(script), "--model", "gpt_tiny", "--batch-size", "2", "--seq-len", "16",
                            "--precision", "amp-bf16", "--device", "cpu", "--iterations", "3", "--warmup", "1",
-                           "--repeats", "2", "--threads", "1", "--tolerance", "100", "--json", str(out)],
+                           "--repeats", "2", "--threads", "1", "--tolerance", "0.5", "--json", str(out)],
                           capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    assert "bench / reference:" in proc.stdout and "within 10000% (95% interval" in proc.stdout and "tok/s" in proc.stdout
+    assert proc.returncode in (0, 1, 5), proc.stderr  # within, outside, not established: a judged measurement
+    verdict = proc.stdout.strip().splitlines()[-1]
+    assert re.match(r"bench / reference: \d\.\d{3}, (within 50%|outside 50%|not established)", verdict), verdict
+    assert "interval" in verdict and "tok/s" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1].startswith("bench / reference: ")  # the verdict is the last line
     runs = json.loads(out.read_text())["runs"]
     assert len(runs["bench"]) == len(runs["reference"]) == 2
