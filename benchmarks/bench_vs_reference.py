@@ -19,33 +19,28 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import platform
-import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.paired import NOT_MEASURED, guarded, paired_ratio, summary_lines, tolerance_arg  # noqa: E402
+from benchmarks.paired import (  # noqa: E402
+    NOT_MEASURED,
+    guarded,
+    paired_ratio,
+    run_json,
+    stats,
+    summary_lines,
+    tolerance_arg,
+)
 from runner import artifact  # noqa: E402
 
 BENCH = artifact.path()  # the zipapp every backend runs
 REFERENCE = ROOT / "benchmarks" / "reference_loop.py"
 DTYPES = {"amp": "float16", "amp-bf16": "bfloat16", "fp32": "float32"}
 
-
-def run_json(argv: list[str], prefix: str = "") -> dict[str, object]:
-    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines = [ln[len(prefix):] for ln in proc.stdout.splitlines() if ln.startswith(prefix) and ln[len(prefix):].strip()]
-    if proc.returncode != 0 or not lines:
-        print(f"{' '.join(argv[:2])} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
-        raise SystemExit(NOT_MEASURED)
-    data: dict[str, object] = json.loads(lines[-1])
-    return data
 
 
 def same_optimizer(result: dict[str, object]) -> str:
@@ -55,11 +50,6 @@ def same_optimizer(result: dict[str, object]) -> str:
     impl = str(record.get("optimizer") or "") if isinstance(record, dict) else ""
     return {"fused": "fused", "foreach": "foreach"}.get(impl.rsplit("-", 1)[-1], "plain")
 
-
-def stats(values: list[float]) -> tuple[float, float, float]:
-    mean = statistics.fmean(values)
-    std = statistics.stdev(values) if len(values) > 1 else float("nan")
-    return mean, std, std / mean if mean else float("nan")
 
 
 def main() -> int:

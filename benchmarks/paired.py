@@ -16,13 +16,17 @@ itself crashed (never 1).
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import statistics
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -122,3 +126,23 @@ def summary_lines(p: Paired, tolerance: float, unit: str) -> tuple[list[str], in
     spread = "" if math.isnan(p.log_std) else f", pair-to-pair spread {p.log_std:.1%}"
     return [f"bench / reference ({unit}, geometric mean of {p.n} pairs): {p.ratio:.3f}{spread}",
             f"bench / reference: {p.ratio:.3f}, {text}"], code
+
+
+def run_json(argv: list[str], prefix: str = "") -> dict[str, Any]:
+    """One side's fresh process: the last line of its stdout that starts with `prefix`, as JSON; a side that fails
+    or prints nothing ends the comparison with NOT_MEASURED."""
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = [ln[len(prefix):] for ln in proc.stdout.splitlines() if ln.startswith(prefix) and ln[len(prefix):].strip()]
+    if proc.returncode != 0 or not lines:
+        print(f"{' '.join(argv[:2])} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
+        raise SystemExit(NOT_MEASURED)
+    data: dict[str, Any] = json.loads(lines[-1])
+    return data
+
+
+def stats(values: list[float]) -> tuple[float, float, float]:
+    """Mean, standard deviation and CV of one side's figures."""
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if len(values) > 1 else float("nan")
+    return mean, std, std / mean if mean else float("nan")

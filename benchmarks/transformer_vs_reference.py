@@ -21,8 +21,6 @@ import json
 import math
 import os
 import platform
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,7 +29,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.paired import NOT_MEASURED, guarded, paired_ratio, summary_lines, tolerance_arg  # noqa: E402
+from benchmarks.paired import (  # noqa: E402
+    NOT_MEASURED,
+    guarded,
+    paired_ratio,
+    run_json,
+    stats,
+    summary_lines,
+    tolerance_arg,
+)
 from runner import artifact  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16", "amp-bf16")
@@ -89,16 +95,6 @@ def reference_loop(args: argparse.Namespace) -> dict[str, Any]:
             "loss_end": final if math.isfinite(final) else None}
 
 
-def run_json(argv: list[str], prefix: str = "") -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines = [ln[len(prefix):] for ln in proc.stdout.splitlines() if ln.startswith(prefix) and ln[len(prefix):].strip()]
-    if proc.returncode != 0 or not lines:
-        print(f"{' '.join(argv[:2])} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
-        raise SystemExit(NOT_MEASURED)
-    data: dict[str, Any] = json.loads(lines[-1])
-    return data
-
 
 def same_optimizer(result: dict[str, Any]) -> str:
     """The loop's --optimizer for the SGD implementation a bench result records (precision.optimizer, e.g.
@@ -107,11 +103,6 @@ def same_optimizer(result: dict[str, Any]) -> str:
     impl = str(record.get("optimizer") or "") if isinstance(record, dict) else ""
     return {"fused": "fused", "foreach": "foreach", "plain": "plain"}.get(impl.rsplit("-", 1)[-1], "default")
 
-
-def stats(values: list[float]) -> tuple[float, float, float]:
-    mean = statistics.fmean(values)
-    std = statistics.stdev(values) if len(values) > 1 else float("nan")
-    return mean, std, std / mean if mean else float("nan")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -16,11 +16,7 @@ import pytest
 
 from runner.bench import parsers
 from runner.bench import workload as launcher
-from runner.workloads.spec import ParserSpec, parser_config
-
-
-def config(raw: Any) -> dict[str, Any]:
-    return parser_config(ParserSpec.model_validate(raw))
+from tests.workloads.test_repeat_output import config, repeat
 
 
 def feed(cfg: dict[str, Any], lines: list[str]) -> dict[str, Any]:
@@ -104,17 +100,6 @@ def test_a_dllogger_total_time_in_an_unknown_unit_is_refused() -> None:
     assert found["problem"] and "fortnights" in found["problem"] and "window_s" not in found["metrics"]
 
 
-def repeat(argv: list[str], parser: dict[str, Any]) -> dict[str, Any]:
-    spec = {"v": launcher.SPEC_VERSION, "name": "t", "argv": argv, "values": {}, "files": None, "params": {},
-            "parser": parser}
-    real = launcher.capture
-    launcher.capture = lambda values: {}
-    try:
-        code, result = launcher.main([json.dumps(spec)])
-    finally:
-        launcher.capture = real
-    assert result is not None
-    return dict(result)
 
 
 def run_bounded(argv: list[str], parser: dict[str, Any]) -> dict[str, Any]:
@@ -130,17 +115,11 @@ def run_bounded(argv: list[str], parser: dict[str, Any]) -> dict[str, Any]:
 WRITES_NOTHING = [sys.executable, "-c", "print('done')"]
 
 
-def test_a_fifo_where_the_log_file_goes_fails_the_repeat_without_hanging(tmp_path: Path) -> None:
+@pytest.mark.parametrize("make", [os.mkfifo, lambda log: log.symlink_to("/dev/zero")],
+                         ids=["a fifo where the log file goes", "a link to a device that never ends"])
+def test_a_log_file_that_is_not_a_regular_file_fails_the_repeat_without_hanging(tmp_path: Path, make: Any) -> None:
     log = tmp_path / "log.txt"
-    os.mkfifo(log)
-    cfg = config({"kind": "pattern", "file": str(log), "figures": PATTERN["figures"]})
-    result = run_bounded(WRITES_NOTHING, cfg)
-    assert result["status"] == "failed" and "not a regular file" in result["reason"]
-
-
-def test_a_log_file_linked_to_a_device_that_never_ends_is_refused(tmp_path: Path) -> None:
-    log = tmp_path / "log.txt"
-    log.symlink_to("/dev/zero")
+    make(log)
     cfg = config({"kind": "pattern", "file": str(log), "figures": PATTERN["figures"]})
     result = run_bounded(WRITES_NOTHING, cfg)
     assert result["status"] == "failed" and "not a regular file" in result["reason"]
