@@ -33,7 +33,7 @@ from runner.store import Store, new_run_id
 # Exit statuses of `matrix run` and `matrix collect` (runner/exitcodes.py has the one table).
 EXIT_OK = Exit.OK                    # every selected repeat is ok or unsupported (or still queued with --no-wait)
 EXIT_ERROR = Exit.USAGE              # nothing ran: bad matrix file or option (one line on stderr)
-EXIT_NOT_MEASURED = Exit.NOT_MEASURED  # some repeat ended failed, oom, timeout, cancelled or not_started
+EXIT_NOT_MEASURED = Exit.NOT_MEASURED  # some repeat ended failed, oom, diverged, timeout, cancelled or not_started
 EXIT_REFERENCE_FAILED = Exit.REFERENCE_FAILED  # everything was measured, but a reference in the matrix file failed
 EXIT_BUSY = Exit.BUSY                # --no-wait or collect: another live run holds some of the selected repeats
 EXIT_INTERRUPTED = Exit.INTERRUPTED

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from runner.contract import EXIT_OOM, EXIT_UNSUPPORTED, RESULT_PREFIX
+from runner.contract import EXIT_DIVERGED, EXIT_OOM, EXIT_UNSUPPORTED, RESULT_EXITS, RESULT_PREFIX
 from runner.contract import SCHEMA as BENCH_SCHEMA
 
 LOG_TAIL_CHARS = 4000
@@ -17,6 +17,9 @@ LOG_TAIL_CHARS = 4000
 class Status(str, Enum):
     OK = "ok"
     OOM = "oom"
+    # The training did not stay finite (a NaN or infinite loss in the warm-up or the window): its figures are
+    # kept for the record and never ranked (runner/analysis/admission.py).
+    DIVERGED = "diverged"
     UNSUPPORTED = "unsupported"
     FAILED = "failed"
     TIMEOUT = "timeout"
@@ -38,8 +41,8 @@ class Status(str, Enum):
 
 
 # What `matrix run --rerun-failed` measures again besides what a plain run does (cancelled, not_started).
-RERUN_FAILED = frozenset({Status.FAILED, Status.OOM, Status.TIMEOUT, Status.CANCELLED})
-RERUN_FAILED_TEXT = "failed, oom and timed-out"  # tests/unit/test_results.py checks it against RERUN_FAILED
+RERUN_FAILED = frozenset({Status.FAILED, Status.OOM, Status.DIVERGED, Status.TIMEOUT, Status.CANCELLED})
+RERUN_FAILED_TEXT = "failed, oom, diverged and timed-out"  # tests/unit/test_results.py checks it against RERUN_FAILED
 
 
 @dataclass(frozen=True)
@@ -109,14 +112,18 @@ def outcome_from_process(
             status = Status(result.get("status", "failed"))
         except ValueError:
             status = Status.FAILED
-        if returncode not in (0, EXIT_OOM, EXIT_UNSUPPORTED, None) and status is Status.OK:
+        if returncode not in (*RESULT_EXITS, None) and status is Status.OK:
             status = Status.FAILED
+        elif returncode == EXIT_DIVERGED and status is Status.OK:
+            status = Status.DIVERGED  # the exit status says the training did not stay finite: the worse word wins
         reason = result.get("reason") or ("" if status is Status.OK else f"exit status {returncode}")
         return Outcome(status, result, log_tail, reason, started_at, finished_at, extra)
     if returncode == EXIT_OOM:
         status, reason = Status.OOM, "out of memory"
     elif returncode == EXIT_UNSUPPORTED:
         status, reason = Status.UNSUPPORTED, "unsupported"
+    elif returncode == EXIT_DIVERGED:
+        status, reason = Status.DIVERGED, "the loss became NaN or infinite"
     else:
         status = Status.FAILED
         last = [ln for ln in log.strip().splitlines() if ln.strip()]

@@ -10,7 +10,7 @@ references:
 A cell's value is the mean of its ok repeats in the metric's display unit; the verdict
 (runner/analysis/verdict.py) is pass or fail by that mean, with the margin: how far inside (+) or outside (-)
 the bound it is, relative to the reference. A cell without an ok repeat fails when its repeats ended
-failed, oom, timeout or unsupported (it does not deliver), and is undecided when nothing was measured
+failed, oom, diverged, timeout or unsupported (it does not deliver), and is undecided when nothing was measured
 (nothing stored, cancelled, not started) or the metric is not measured there (peak memory on a CPU).
 An entry's `undecided: error | fail | pass` says how its undecided verdicts count (default error: exit 5).
 """
@@ -331,7 +331,7 @@ def cell_words(cell: Cell, keys: Sequence[str]) -> str:
 
 
 # A cell whose repeats ended this way does not deliver what its reference asks for: a fail, not a shrug.
-DID_NOT_DELIVER = frozenset({"failed", "oom", "timeout", "unsupported"})
+DID_NOT_DELIVER = frozenset({"failed", "oom", "diverged", "timeout", "unsupported"})
 
 
 def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, bound: Bound,

@@ -9,6 +9,9 @@ that bench's own parser (args.py) applies: one source, checked twice (tests/unit
 SCHEMA = 1
 RESULT_PREFIX = "MATRIX_RESULT "
 EXIT_OK, EXIT_FAILED, EXIT_BAD_ARGS, EXIT_OOM, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4
+# The training did not stay finite: a loss (warm-up or window) was NaN or infinite. A result line is printed, its
+# figures kept for the record, and no command ranks them (docs/admission.md).
+EXIT_DIVERGED = 5
 PRECISIONS = ("fp32", "tf32", "fp16", "amp", "amp-bf16", "bf16", "fp8")
 AMP_IMPLS = ("auto", "native", "apex", "manual")
 DEVICES = ("auto", "cpu", "cuda")

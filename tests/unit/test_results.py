@@ -43,7 +43,17 @@ def test_rerun_failed_says_what_it_reruns() -> None:
     """The option's help and the run summary print RERUN_FAILED_TEXT: it names every status that
     --rerun-failed adds to what a plain run measures again (cancelled and not_started)."""
     from runner.results import RERUN_FAILED, RERUN_FAILED_TEXT
-    words = {"failed": Status.FAILED, "oom": Status.OOM, "timed-out": Status.TIMEOUT}
+    words = {"failed": Status.FAILED, "oom": Status.OOM, "diverged": Status.DIVERGED, "timed-out": Status.TIMEOUT}
     named = {status for word, status in words.items() if word in RERUN_FAILED_TEXT}
     assert named == {s for s in RERUN_FAILED if s.final}
     assert {s for s in RERUN_FAILED if not s.final} <= {Status.CANCELLED, Status.NOT_STARTED}
+
+
+def test_a_diverged_exit_without_a_line_is_diverged_and_a_line_with_it_is_kept() -> None:
+    """bench's exit 5 is a diverged training: with its result line the line's reason is kept, without one the exit
+    status says it; neither is read as a crash (exit 1), and an `ok` line with exit 5 is not ok."""
+    from runner.contract import EXIT_DIVERGED
+    assert outcome_from_process("", "", EXIT_DIVERGED, 0, 1).status is Status.DIVERGED
+    o = outcome_from_process(line(status="diverged", reason="loss nan at step 3"), "", EXIT_DIVERGED, 0, 1)
+    assert o.status is Status.DIVERGED and o.reason == "loss nan at step 3"
+    assert outcome_from_process(line(status="ok"), "", EXIT_DIVERGED, 0, 1).status is Status.DIVERGED

@@ -24,7 +24,7 @@ from runner.backends.docker import engine, host, payload
 from runner.backends.docker.config import DockerEnvironment
 from runner.backends.docker.engine import ENGINE_ERRORS, Box, Exec
 from runner.context import RunContext
-from runner.contract import EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED
+from runner.contract import RESULT_EXITS
 from runner.results import Outcome, Status, outcome_from_process
 from runner.spec import EnvironmentBase, Task
 from runner.workloads import Changed, arguments
@@ -221,7 +221,7 @@ class DockerBackend(SequentialBackend):
             self._kill(execs, mark)
             raise Interrupted(ranks.cancelled(self._collect(execs, started))) from None
         codes = [e.exit_code() for e in execs]
-        if ended in (None, "rank") and codes[0] not in (EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED) and not self._still_running(box, codes[0]):
+        if ended in (None, "rank") and codes[0] not in RESULT_EXITS and not self._still_running(box, codes[0]):
             return self._container_lost(box, execs, started, None)
         return ranks.settle(self._collect(execs, started), ended, codes, task.cell.run.timeout,
                             where=" in the container")
