@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from runner import execute
+from runner.analysis import resolution
 from runner.analysis.bisect import Sample
 from runner.analysis.frame import Metric
 from runner.analysis.repeat import Repeat
@@ -103,6 +104,9 @@ class StoreMeasure:
                 ladders.append(r.loss_at)
                 defined[r.definition(self.metric.name)] = None
         reason = next((r.reason for r in final if not r.ok and r.reason), "")
+        measured = [r for r in final if r.ok and self.metric is not None and r.value(self.metric.name) is not None]
+        quantum = resolution.of_rows(values, [r.resolution for r in measured], [r.printed for r in measured],
+                                     self.metric.name) if self.metric is not None else 0.0
         return Sample(tuple(r.status for r in final), tuple(values), reason, steps=tuple(steps),
-                      ladders=tuple(ladders), definition=", ".join(defined))
+                      ladders=tuple(ladders), definition=", ".join(defined), quantum=quantum)
 

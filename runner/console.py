@@ -19,7 +19,15 @@ from runner.table import Table
 
 PIPED_WIDTH = 240  # columns when not a terminal: tables are written whole, not wrapped at 80
 STYLES = {"good": "bold green", "bad": "bold red", "muted": "dim", "status": "yellow", "key": "bold",
-          "num partial": "yellow"}
+          "num partial": "yellow", "diverged": "bold red", "refused": "magenta"}
+# How an outcome is coloured wherever it is printed: a diverged training is red (it is an outcome, as a crash is);
+# a repeat admission refused is magenta (set aside, neither a figure nor a failure); the others yellow.
+STATUS_STYLES = {"ok": "green", "diverged": "bold red", "refused": "magenta"}
+
+
+def status_style(status: str) -> str:
+    """The colour of an outcome's word in a console line."""
+    return STATUS_STYLES.get(status, "yellow")
 
 
 def wants_color(tty: bool) -> bool:

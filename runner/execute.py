@@ -19,6 +19,7 @@ from rich.console import Console
 from runner import adaptive_schedule as adaptive
 from runner import backends
 from runner import console as consoles
+from runner.analysis import frame
 from runner.context import RunContext
 from runner.errors import BusyError, MatrixError, StoreError
 from runner.events import Held, RunListener, RunReport
@@ -337,7 +338,9 @@ def _cell_rows(cells: Sequence[Cell], store: Store) -> list[dict[str, Any]]:
 
 
 def _unsuccessful(cells: Sequence[Cell], store: Store) -> Counter[str]:
-    """The selected repeats whose current stored status is not a success (queued ones are not counted)."""
+    """The selected repeats whose current status, as admission sees it (a stored ok may be diverged or refused), is
+    not a success (queued ones are not counted)."""
     repeats = {c.key: c.run.adaptive.max if c.run.adaptive else c.run.repeats for c in cells}
-    current = store.latest_statuses(repeats)
-    return Counter(s.value for (key, r), s in current.items() if not s.succeeded and r < repeats[key])
+    df = frame(store.rows(keys=list(repeats)))
+    return Counter(s for key, r, s in zip(df["cell_key"], df["repeat"], df["status"], strict=True)
+                   if not Status(s).succeeded and r < repeats[key])

@@ -28,6 +28,9 @@ class Status(str, Enum):
     # The environment could not start (image missing, no GPU runtime, unknown partition): nothing was
     # measured, so the next run tries again by default.
     NOT_STARTED = "not_started"
+    # Never stored: admission's word (runner/analysis/admission.py) for a stored `ok` repeat it does not admit (a
+    # window shorter than promised, a figure no machine reaches, a loss scaler that skipped most steps).
+    REFUSED = "refused"
 
     @property
     def final(self) -> bool:
@@ -41,8 +44,9 @@ class Status(str, Enum):
 
 
 # What `matrix run --rerun-failed` measures again besides what a plain run does (cancelled, not_started).
-RERUN_FAILED = frozenset({Status.FAILED, Status.OOM, Status.DIVERGED, Status.TIMEOUT, Status.CANCELLED})
-RERUN_FAILED_TEXT = "failed, oom, diverged and timed-out"  # tests/unit/test_results.py checks it against RERUN_FAILED
+RERUN_FAILED = frozenset({Status.FAILED, Status.OOM, Status.DIVERGED, Status.REFUSED, Status.TIMEOUT,
+                          Status.CANCELLED})
+RERUN_FAILED_TEXT = "failed, oom, diverged, refused and timed-out"  # tests/unit/test_results.py checks it against RERUN_FAILED
 
 
 @dataclass(frozen=True)

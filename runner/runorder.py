@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from runner.analysis import frame
 from runner.results import RERUN_FAILED, Status
 from runner.spec import Cell, Task
 from runner.store import Store
@@ -52,8 +53,19 @@ def todo(cells: Sequence[Cell], store: Store, rerun_failed: bool = False, force:
     """The repeats to run now: missing ones, interrupted or never started ones, and failed ones when asked."""
     want = Want(rerun_failed, force, store.last_id())
     current = store.latest(c.key for c in cells)
+    if rerun_failed:  # a stored ok that admission does not admit (diverged, refused) is measured again too
+        current.update(_not_admitted(cells, store))
     return [Task(cell, r) for cell in cells for r in range(cell.run.repeats)
             if want.needs(*current.get((cell.key, r), (None, 0)))]
+
+
+def _not_admitted(cells: Sequence[Cell], store: Store) -> dict[tuple[str, int], tuple[Status, int]]:
+    """The stored ok repeats of these cells that admission turns into diverged or refused (runner/analysis/
+    admission.py), with their row ids."""
+    df = frame(store.rows(keys=[c.key for c in cells]))
+    bad = df[(df["stored_status"] == Status.OK.value) & (df["status"] != Status.OK.value)]
+    return {(k, int(r)): (Status(s), int(i)) for k, r, s, i in zip(bad["cell_key"], bad["repeat"], bad["status"],
+                                                                   bad["id"], strict=True)}
 
 
 # Scheduling ---------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from rich.progress import (
 
 from runner import backends
 from runner import console as consoles
-from runner.analysis import definition, shown_unit
+from runner.analysis import definition, frame, shown_unit
+from runner.analysis.repeat import Repeat
 from runner.events import Held, RunListener, RunReport
 from runner.results import RERUN_FAILED_TEXT, Outcome, Status
 from runner.spec import Cell, RunSettings, Task
@@ -56,34 +57,35 @@ def _cut(text: str, limit: int = 60) -> str:
 
 
 def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Table:
-    """One line per cell: statuses of its stored repeats and throughput mean ± std."""
+    """One line per cell: statuses of its stored repeats as admission sees them (runner/analysis/admission.py: a
+    stored ok that diverged or measured a short window is counted so) and throughput mean ± std of the admitted."""
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        by_key[row["cell_key"]].append(row)
+    df = frame(rows)
+    for rec in df.to_dict("records"):
+        by_key[rec["cell_key"]].append(rec)
     varying = varying_params(cells)
-    unit = shown_unit((definition(r["metrics"], "throughput")[1] for r in rows
-                       if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)), "throughput")
+    ok = df[df["status"] == Status.OK.value]
+    unit = shown_unit(ok["unit_throughput"], "throughput")
     one_unit = None if " | " in unit else unit  # None: each value says its own
     table = Table(["environment", *varying, "repeats", f"{one_unit or 'throughput'} (mean ± std)", "note"],
                   align=["l"] * (1 + len(varying)) + ["r", "r", "l"])
     for cell in cells:
         mine = by_key.get(cell.key, [])
         statuses = Counter(str(r["status"]) for r in mine)
-        rates = [float(r["metrics"]["throughput"]) for r in mine
-                 if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)
-                 and isinstance(r["metrics"].get("throughput"), int | float)]
+        good = [r for r in mine if r["status"] == Status.OK.value]
+        rates = [float(r["throughput"]) for r in good if r["throughput"] == r["throughput"]]
         note = next((str(r["reason"]) for r in mine if r["status"] != Status.OK.value and r["reason"]), "")
-        unsteady = sum(1 for r in mine if r["status"] == Status.OK.value and isinstance(r["metrics"], dict)
-                       and isinstance(r["metrics"].get("warmup"), dict) and r["metrics"]["warmup"].get("steady") is False)
+        unsteady = sum(1 for r in good if r["steady"] is False)
         if unsteady and not note:
             note = f"{unsteady} warm-up{_s(unsteady)} not steady (stopped at a ceiling)"
         shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
         rate = fmt_rate(rates)
-        mine_units = {throughput_unit(r["metrics"]) for r in mine if r["status"] == Status.OK.value}
+        mine_units = {str(r["unit_throughput"]) for r in good}
         if one_unit is None and rates:
             rate += " " + "/".join(sorted(mine_units))
+        worst = next((s for s in (Status.DIVERGED.value, Status.REFUSED.value) if s in statuses), "status")
         table.add(cell.env_name, *(str(cell.params.get(k, "")) for k in varying),
-                  TableCell(shown, "" if set(statuses) <= {Status.OK.value} else "status"),
+                  TableCell(shown, "" if set(statuses) <= {Status.OK.value} else worst),
                   rate, TableCell(_cut(note), "muted"))
     return table
 
@@ -201,15 +203,16 @@ class RunPrinter(RunListener):
     def outcome(self, task: Task, outcome: Outcome) -> None:
         self.progress.advance(self.bar)
         env_name, say = task.cell.env_name, self.progress.console.print
-        if outcome.status is not Status.OK:
-            said = f"{outcome.status.value}: {outcome.reason}"
+        status, reason = admitted(task, outcome)
+        if status != Status.OK.value:
+            said = f"{status}: {reason}"
             if self.last_said.get(env_name) == said:
                 self.same_again[env_name] += 1
                 return
             self.environment_done(env_name)
             self.last_said[env_name] = said
-            say(f"[yellow]{outcome.status.value}[/] {escape(task.cell.label())} repeat {task.repeat + 1}: "
-                f"{escape(outcome.reason)}")
+            style = consoles.status_style(status)
+            say(f"[{style}]{status}[/] {escape(task.cell.label())} repeat {task.repeat + 1}: {escape(reason)}")
             return
         self.environment_done(env_name)
         self.last_said.pop(env_name, None)
@@ -250,6 +253,16 @@ class RunPrinter(RunListener):
             self.out.print(f"Not measured: {counts} (`matrix show` has the reasons and log tails; "
                            f"`matrix run --rerun-failed` runs {RERUN_FAILED_TEXT} repeats again, and a plain "
                            "`matrix run` the cancelled and not started ones).")
+
+
+def admitted(task: Task, outcome: Outcome) -> tuple[str, str]:
+    """(status, reason) of a repeat as admission sees it (runner/analysis/admission.py): an `ok` whose training went
+    NaN is diverged, one whose window came out short of the promise is refused; what the store keeps is unchanged."""
+    if outcome.status is not Status.OK:
+        return outcome.status.value, outcome.reason
+    rep = Repeat.from_row({"status": outcome.status.value, "metrics": outcome.metrics, "raw": outcome.result,
+                           "params": dict(task.cell.params), "reason": outcome.reason})
+    return rep.status, rep.reason
 
 
 def _s(n: int) -> str:

@@ -43,6 +43,7 @@ class Sample:
     steps: tuple[int | None, ...] = ()
     ladders: tuple[Mapping[int, float] | None, ...] = ()
     definition: str = ""
+    quantum: float = 0.0  # the values' printed resolution (runner/analysis/resolution.py)
 
     @property
     def n(self) -> int:
@@ -154,6 +155,9 @@ def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_lev
     if apart:
         return Comparison(verdict=Verdict.UNDECIDED, why=apart, **base)
     outcomes = outcome_change(Outcomes.of(sa.statuses), Outcomes.of(sb.statuses), settings.alpha_look)
+    if outcomes is not None and not (Outcomes.of(sa.statuses).n and Outcomes.of(sb.statuses).n):
+        # Every repeat of a side set aside by admission (refused): no figure and no outcome to judge.
+        return Comparison(verdict=Verdict.UNDECIDED, why=outcomes.why, more=not last_level, **base)
     if outcomes is not None and outcomes.verdict is not Verdict.UNDECIDED:
         pure = not sa.flaky and not sb.flaky
         why = f"{sa.state} -> {sb.state}" if pure and outcomes.verdict is Verdict.FAIL else outcomes.why
@@ -179,7 +183,7 @@ def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_lev
     if x.size < 2 or y.size < 2:
         return Comparison(verdict=Verdict.UNDECIDED, why=significance.too_few(int(x.size), int(y.size)),
                           more=not last_level, **base)
-    judged = _metric(x, y, settings, last_level, base)
+    judged = _metric(x, y, settings, last_level, base, (sa.quantum, sb.quantum))
     if at is not None:
         judged = replace(judged, why=f"{judged.why} (at step {at}, the last every repeat recorded)")
     verdict, why = with_outcomes(judged.verdict, judged.why, outcomes)
@@ -193,7 +197,8 @@ def aligned(sa: Sample, sb: Sample, metric: Metric | None) -> tuple[np.ndarray, 
     return at_common_step(metric, (sa.values, sa.steps, sa.ladders), (sb.values, sb.steps, sb.ladders))
 
 
-def _metric(x: np.ndarray, y: np.ndarray, settings: Settings, last_level: bool, base: dict[str, Any]) -> Comparison:
+def _metric(x: np.ndarray, y: np.ndarray, settings: Settings, last_level: bool, base: dict[str, Any],
+            quanta: tuple[float, float] = (0.0, 0.0)) -> Comparison:
     """The metric's verdict: a significant change beyond the threshold, an interval inside it, or neither."""
     ma, mb = float(x.mean()), float(y.mean())
     base.update(mean_a=ma, mean_b=mb)
@@ -202,13 +207,15 @@ def _metric(x: np.ndarray, y: np.ndarray, settings: Settings, last_level: bool, 
     if unsized:
         return Comparison(verdict=Verdict.UNDECIDED, why=unsized, **base)
     change = mb / ma - 1
-    d = significance.difference(x, y)
-    low, high = significance.welch_interval(x, y, settings.confidence)
+    d = significance.difference(x, y, quanta=quanta)
+    low, high = significance.welch_interval(x, y, settings.confidence, quanta)
     ci = (low / ma, high / ma)
     p = d.p_value if d.decided else None
     base.update(change=change, ci=ci, p_value=p)
     thr = settings.threshold
-    if d.decided and d.p_value < settings.alpha_look and _beyond(change, thr):
+    coarse = d.rounding / abs(ma)
+    near = math.copysign(max(abs(change) - coarse, 0.0), change)  # the change rounding could not make up
+    if d.decided and d.p_value < settings.alpha_look and _beyond(near, thr):
         return Comparison(verdict=Verdict.FAIL, why=f"{change:+.1%} beyond ±{thr:.0%}, p={d.p_value:.2g}", **base)
     if _inside(ci[0], ci[1], thr):
         return Comparison(verdict=Verdict.PASS, why=f"{change:+.1%}, interval {ci[0]:+.1%}..{ci[1]:+.1%} within "

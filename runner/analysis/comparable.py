@@ -27,8 +27,10 @@ from runner.results import Status
 
 OK = Status.OK.value
 UNSUPPORTED = Status.UNSUPPORTED.value
-# Repeats that neither measured nor failed (a user's Ctrl-C, a cell skipped on purpose): not outcomes.
-NOT_OUTCOMES = frozenset({Status.CANCELLED.value, Status.SKIPPED.value})
+REFUSED = Status.REFUSED.value
+# Repeats that neither measured nor failed (a user's Ctrl-C, a cell skipped on purpose, a repeat admission
+# refused: runner/analysis/admission.py): not outcomes. A diverged training is one, as oom is.
+NOT_OUTCOMES = frozenset({Status.CANCELLED.value, Status.SKIPPED.value, Status.REFUSED.value})
 
 
 def definition_text(how: Any, unit: Any) -> str:
@@ -154,20 +156,32 @@ class Outcomes:
     """How one side's repeats ended: a count per status."""
 
     counts: Mapping[str, int]
+    refused: int = 0   # repeats admission set aside (runner/analysis/admission.py): neither a figure nor an outcome
 
     @classmethod
     def of(cls, statuses: Iterable[str]) -> Outcomes:
-        return cls(dict(Counter(str(s) for s in statuses if str(s) not in NOT_OUTCOMES)))
+        seen = [str(s) for s in statuses]
+        return cls(dict(Counter(s for s in seen if s not in NOT_OUTCOMES)), seen.count(REFUSED))
 
     @classmethod
     def parse(cls, summary: str) -> Outcomes:
         """From a status summary in words ('2 ok, 1 oom', runner/analysis/stats.py status_summary)."""
         counts: dict[str, int] = {}
+        refused = 0
         for part in str(summary or "").split(", "):
             n, _, status = part.partition(" ")
-            if n.isdigit() and status and status not in NOT_OUTCOMES:
+            if n.isdigit() and status == REFUSED:
+                refused += int(n)
+            elif n.isdigit() and status and status not in NOT_OUTCOMES:
                 counts[status] = counts.get(status, 0) + int(n)
-        return cls(counts)
+        return cls(counts, refused)
+
+    def missing(self, side: str) -> str:
+        """Why a side has no outcome to compare: nothing stored, or only repeats admission refused."""
+        if self.refused:
+            return (f"no admitted repeat on {side} ({self.refused} refused by admission: the figures did not earn "
+                    "a place; the report lists why)")
+        return f"not measured on {side} (no repeat of this cell)"
 
     @property
     def n(self) -> int:
@@ -211,7 +225,7 @@ def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) 
     the other does not (the metric decides then). A side with nothing stored is undecided, never dropped."""
     for side, o in (("A", a), ("B", b)):
         if not o.n:
-            return OutcomeChange(Verdict.UNDECIDED, f"not measured on {side} (no repeat of this cell)")
+            return OutcomeChange(Verdict.UNDECIDED, o.missing(side))
     if not a.ok and not b.ok:
         if a.modes == b.modes == {UNSUPPORTED}:
             return OutcomeChange(Verdict.PASS, "unsupported on both sides")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from runner.analysis import significance
+from runner.analysis import resolution, significance
 from runner.analysis.comparable import (
     Outcomes,
     align_steps,
@@ -167,11 +167,13 @@ def change_words(ratio: float, metric: Metric) -> str:
 
 
 def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha: float = significance.ALPHA,
-               min_effect: float = MIN_EFFECT) -> tuple[bool, str, Verdict]:
+               min_effect: float = MIN_EFFECT, coarse: float = 0.0) -> tuple[bool, str, Verdict]:
     """(significant, words, decision) for a pair measured on both sides. The decision answers "is B the
     same as A?": pass (no significant change of at least `min_effect`), fail (a significant change, either
     way) or undecided (too few repeats to test: never called "not significant"). `p` is the p-value the
-    decision uses (compare passes it adjusted for the pairs' false discovery rate)."""
+    decision uses (compare passes it adjusted for the pairs' false discovery rate). `coarse`: how far the figures'
+    printed resolution alone may move the change (a share of A's mean; runner/analysis/resolution.py): a change
+    is called only when it holds at either end of that, and "the same" only when rounding could not hide one."""
     if n_a == 0 or n_b == 0 or math.isnan(ratio):
         return False, "no result", Verdict.UNDECIDED
     if not 0 < ratio < math.inf:
@@ -180,11 +182,18 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
         return False, f"undecided: {significance.too_few(n_a, n_b)}", Verdict.UNDECIDED
     if math.isnan(p):
         return False, "undecided: no p-value", Verdict.UNDECIDED
-    if p >= alpha:
-        return False, "not significant", Verdict.PASS
     gain = ratio if metric.higher_is_better else 1 / ratio
-    if max(gain, 1 / gain) - 1 < min_effect:
+    size = max(gain, 1 / gain) - 1
+    too_coarse = (f"undecided: the figures are printed too coarsely to tell (rounding alone may move the change by "
+                  f"{coarse:.1%}; {min_effect:.0%} is looked for)")
+    if p >= alpha:
+        if coarse and coarse >= min_effect:
+            return False, too_coarse, Verdict.UNDECIDED
+        return False, "not significant", Verdict.PASS
+    if size + coarse < min_effect:
         return False, f"not significant (change < {min_effect:.0%})", Verdict.PASS
+    if size - coarse < min_effect:
+        return False, too_coarse, Verdict.UNDECIDED
     return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
 
 
@@ -269,7 +278,7 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p (and adjusted for the false
     discovery rate over the pairs tested), verdict and decision; and the unpaired cells."""
-    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys",
+    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "res", "statuses", "environments", "settings", "cell_keys",
                  "steps_ok", "definition", THROTTLED]
     pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in stat_cols),
                  "ratio", "change", "p_value", "p_adjusted", "significant", "verdict", "decision", "throttling"]
@@ -291,12 +300,15 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         apart = [why_not(metric, (sx, sy), (dx, dy), (tx, ty)) for sx, sy, dx, dy, tx, ty in zip(
             both["a_settings"], both["b_settings"], both["a_definition"], both["b_definition"], both["a_steps_ok"],
             both["b_steps_ok"], strict=True)]
-        p = significance.welch_from_stats(am, sda, an_, bm, sdb, bn_)
+        qa, qb = (both[f"{s}_res"].fillna(0.0).to_numpy(dtype=float) for s in "ab")
+        p = significance.welch_from_stats(am, sda, an_, bm, sdb, bn_, qa, qb)
         p = np.where([bool(w) for w in apart], math.nan, p)
         p_adj = significance.adjust(p)
+        coarse = [resolution.half_width(x, y, m) / abs(m) if m and math.isfinite(m) else 0.0
+                  for x, y, m in zip(qa, qb, am, strict=True)]
         judged = []
-        for r, q, x, y, sa_, sb_, why, ma, mb in zip(ratio, p_adj, an_, bn_, both["a_statuses"], both["b_statuses"],
-                                                     apart, am, bm, strict=True):
+        for r, q, x, y, sa_, sb_, why, ma, mb, c in zip(ratio, p_adj, an_, bn_, both["a_statuses"],
+                                                        both["b_statuses"], apart, am, bm, coarse, strict=True):
             if why:
                 judged.append((False, why, Verdict.UNDECIDED))
                 continue
@@ -306,7 +318,7 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
                 continue
             unsized = no_ratio(metric, ma, mb) if x and y else ""
             significant, words, decision = (False, unsized, Verdict.UNDECIDED) if unsized else judge_pair(
-                r, q, x, y, metric, alpha, min_effect)
+                r, q, x, y, metric, alpha, min_effect, c)
             decision, words = with_outcomes(decision, words, outcomes)
             judged.append((significant, words, decision))
         both["a_n"], both["b_n"] = an_, bn_

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from runner.analysis.admission import admit
 from runner.errors import ConfigError
 from runner.spec import PRECISIONS
 
@@ -107,8 +108,14 @@ PER_STEP_METRICS = ("loss_end", "accuracy")
 DEFAULT_HOW = {"throughput": "bench: items over the synchronised measured window"}
 DEFINITION_FIELDS = tuple(f"{part}_{m}" for m in METRICS for part in ("how", "unit"))
 
+# Admission (runner/analysis/admission.py): `status` is what the decision core sees (a stored ok that is not
+# admitted is diverged or refused), `stored_status` what the store holds, `admission` the failed checks in words
+# (or, for an admitted repeat, what deserves a word), `checks` every check; `resolution` the figures' printed
+# resolution as the result recorded it ({metric: quantum in stored units}; runner/analysis/resolution.py).
+# `printed`: the figures were read from a program's printed output (a workload), so their digits may be all there is.
+ADMISSION_COLUMNS = ("stored_status", "admission", "checks", "resolution", "printed")
 FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
-                 "settings", "status", "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
+                 "settings", "status", *ADMISSION_COLUMNS, "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
                  "hardware", *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe", *MEASURE_COLUMNS,
                  *DEFINITION_FIELDS)
 
@@ -419,8 +426,27 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         rec["recipe"] = recipe_text(parts)
         rec.update(measured(r))
         rec.update(definitions(metrics if isinstance(metrics, Mapping) else {}, params.get("model")))
+        _admit(r, rec, metrics)
         records.append(rec)
     return pd.DataFrame.from_records(records, columns=list(FRAME_COLUMNS))
+
+
+def _admit(row: Mapping[str, Any], rec: dict[str, Any], metrics: Any) -> None:
+    """The frame's record of one row as admission sees it: the status the decision core uses, the checks, and the
+    figures left out on their own (runner/analysis/admission.py)."""
+    verdict = admit(row, rec)
+    rec["stored_status"] = rec["status"]
+    if verdict.changed:
+        rec["status"] = verdict.status
+        rec["reason"] = verdict.reasons or rec["reason"]
+    rec["admission"] = verdict.notes if verdict.admitted else verdict.reasons
+    rec["checks"] = verdict.checks
+    for name in verdict.dropped:
+        rec[name] = math.nan
+    given = _mapping(metrics).get("resolution") if isinstance(metrics, Mapping) else None
+    rec["resolution"] = {str(k): float(v) for k, v in _mapping(given).items()
+                         if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0}
+    rec["printed"] = ran_program(row.get("raw"))
 
 
 def latest(df: pd.DataFrame) -> pd.DataFrame:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from runner.analysis import METRICS, PARAM_KEYS, choose, significance
+from runner.analysis import METRICS, PARAM_KEYS, choose, resolution, significance
 from runner.analysis.comparable import (
     OutcomeChange,
     Outcomes,
@@ -104,6 +104,7 @@ class Check:
     b_throttled: int = 0
     outcomes: OutcomeChange | None = None  # a new failure on B that too few repeats could not tell from chance
     settled: bool = False  # decided without the metric's test (its p, if any, still counts in the family)
+    coarse: float = 0.0    # how far the printed resolution alone may move the change (runner/analysis/resolution.py)
 
     @property
     def note(self) -> str:
@@ -133,6 +134,7 @@ class _Cell:
     settings: str
     definition: str = ""
     throttled: int = 0
+    quantum: float = 0.0  # the printed resolution of its values (runner/analysis/resolution.py)
 
     @property
     def ok(self) -> int:
@@ -157,7 +159,10 @@ def _cells(frame: pd.DataFrame, metric: str, pool: bool) -> dict[tuple[Any, ...]
         definition = _joined(definition_text(h, u) for h, u in zip(okr[how], okr[unit], strict=True)) \
             if how in okr and unit in okr else ""
         throttled = int(okr["throttled"].fillna(False).astype(bool).sum()) if "throttled" in okr else 0
-        out[tuple(key)] = _Cell(ok[~np.isnan(ok)], Outcomes.of(g["status"]), settings, definition, throttled)
+        keep = ~np.isnan(ok)
+        q = resolution.of_rows(ok[keep], list(okr["resolution"][keep]), list(okr["printed"][keep]), metric) \
+            if "resolution" in okr and "printed" in okr else 0.0
+        out[tuple(key)] = _Cell(ok[keep], Outcomes.of(g["status"]), settings, definition, throttled, q)
     return out
 
 
@@ -199,7 +204,8 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     apart = why_not(metric, (a.settings, b.settings), (a.definition, b.definition))
     # Every comparable pair with two values a side is one test of the rule's family, however it is decided, as in
     # compare: the two adjust the same p-values together.
-    tested = significance.difference(xa, xb, test).p_value if not apart else math.nan
+    quanta = (a.quantum, b.quantum)
+    tested = significance.difference(xa, xb, test, quanta).p_value if not apart else math.nan
 
     def done(verdict: Verdict, why: str, change: float = math.nan) -> Check:
         return Check(rule, params, xa.size, xb.size, ma, mb, change, tested, verdict, why, **note, settled=True)
@@ -215,7 +221,8 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
         if oc.direction == "" and oc.verdict is Verdict.PASS and "unsupported" in oc.why:
             return done(Verdict.PASS, f"{oc.why}: nothing to compare")
         if oc.direction == "":
-            return done(Verdict.UNDECIDED, oc.why if "not measured" in oc.why or "either side" in oc.why
+            return done(Verdict.UNDECIDED, oc.why if ("not measured" in oc.why or "either side" in oc.why
+                                                     or "no admitted" in oc.why)
                         else f"no ok repeat on either side ({oc.why})")
         if not both_ok:
             if oc.direction == "worse":
@@ -230,12 +237,12 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     if unsized:
         return done(*with_outcomes(Verdict.UNDECIDED, unsized, oc))
     change = rule.change(ma, mb)
-    diff = significance.difference(xa, xb, test)
+    diff = significance.difference(xa, xb, test, quanta)
     if not diff.decided:
         return done(*with_outcomes(Verdict.UNDECIDED, f"not tested: {diff.why}", oc), change)
     pending = oc if oc is not None and oc.verdict is Verdict.UNDECIDED else None
     return Check(rule, params, xa.size, xb.size, ma, mb, change, diff.p_value, Verdict.PASS,
-                 _EXACT if diff.exact else "", **note, outcomes=pending)
+                 _EXACT if diff.exact else "", **note, outcomes=pending, coarse=diff.rounding / abs(ma))
 
 
 _EXACT = "no spread on either side"
@@ -245,10 +252,16 @@ def _decide(c: Check, p_adj: float, alpha: float) -> Check:
     """The verdict of a tested check from its adjusted p-value; a check decided without a test is kept."""
     if c.settled or math.isnan(c.p_value):
         return replace(c, p_adjusted=p_adj) if c.settled else c
-    big = c.change > c.rule.threshold
+    big = c.change - c.coarse > c.rule.threshold  # a change rounding alone could not make up
     significant = p_adj < alpha
     exact = c.reason == _EXACT  # every repeat equal on both sides: the change is certain
     p_text = _EXACT if exact else f"p={p_adj:.3g}"
+    hidden = c.change + c.coarse > c.rule.threshold and (significant or c.coarse >= c.rule.threshold)
+    if c.coarse and not big and hidden:
+        # Printed too coarsely: rounding alone may hide a change beyond the threshold, or make one up.
+        verdict, reason = Verdict.UNDECIDED, (f"{c.change:+.1%}, but the figures are printed too coarsely to tell "
+                                              f"(rounding alone may move it by {c.coarse:.1%}; p={p_adj:.3g})")
+        return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason)
     if big and significant:
         verdict, reason = Verdict.FAIL, f"{c.rule.kind} by {c.change:.1%} > {c.rule.threshold:.1%}, {p_text}"
     elif big:
@@ -328,13 +341,17 @@ def summary_line(rules: Sequence[Rule], checks: Sequence[Check], policy: str = "
     alone = {tuple(c.params.values()) for c in checks if c.b_n == 0 and c.reason.startswith("not measured on B")}
     # A cell whose repeats in A were all cancelled or skipped is no pair either, whatever B holds.
     bare = {tuple(c.params.values()) for c in checks if c.a_n == 0 and c.reason.startswith("not measured on A")}
-    n_pairs = len(cells - alone - bare)  # a cell a side never measured is a check (undecided), not a pair
+    # Nor is one whose repeats on a side were all refused by admission (runner/analysis/admission.py).
+    refused = {tuple(c.params.values()) for c in checks if c.reason.startswith("no admitted repeat on")}
+    n_pairs = len(cells - alone - bare - refused)  # a cell a side never measured is a check (undecided), not a pair
     rule_text = ", ".join(r.text for r in rules)
     pairs = f"{n_pairs} pair{'s' if n_pairs != 1 else ''}"
     if alone:
         pairs += f" and {len(alone)} cell{'s' if len(alone) != 1 else ''} of A not measured on B"
     if bare:
         pairs += f" and {len(bare)} cell{'s' if len(bare) != 1 else ''} not measured on A"
+    if refused:
+        pairs += f" and {len(refused)} cell{'s' if len(refused) != 1 else ''} with no admitted repeat on a side"
     if not checks:
         return (f"Gate undecided ({rule_text}): A has no cell to check, nothing was checked"
                 + ("" if policy == "error" else f"; counted as {'passed' if policy == 'pass' else 'failed'} "

@@ -21,7 +21,16 @@ from collections.abc import Iterator
 
 import pandas as pd
 
-from runner.analysis import CELL_KEYS, METRICS, MIN_EFFECT, change_words, describe, significance
+from runner.analysis import (
+    CELL_KEYS,
+    METRICS,
+    MIN_EFFECT,
+    change_words,
+    describe,
+    judge_pair,
+    resolution,
+    significance,
+)
 from runner.analysis.comparable import (
     NOT_OUTCOMES,
     Outcomes,
@@ -123,9 +132,15 @@ def _versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, mi
         return math.nan, math.nan, False, "", before_here(outcomes.why) if outcomes is not None else \
             apart or before_here(unsized)
     ratio = float(y.mean()) / float(x.mean())
-    diff = significance.difference(x, y, test)
+    quanta = (_quantum(a, metric), _quantum(b, metric))
+    diff = significance.difference(x, y, test, quanta)
     gain = ratio if m.higher_is_better else 1 / ratio
-    significant = bool(diff.decided and diff.p_value < alpha and abs(gain - 1) >= min_effect)
+    coarse = diff.rounding / abs(float(x.mean()))
+    if coarse and diff.decided:  # printed too coarsely: the core's words, as compare and the gate say them
+        _, words, decision = judge_pair(ratio, diff.p_value, len(x), len(y), m, alpha, min_effect, coarse)
+        if decision is Verdict.UNDECIDED:
+            return ratio, diff.p_value, False, "", before_here(words.removeprefix("undecided: "))
+    significant = bool(diff.decided and diff.p_value < alpha and abs(gain - 1) - coarse >= min_effect)
     verdict, why = with_outcomes(Verdict.FAIL if significant else Verdict.PASS, diff.why, outcomes)
     if verdict is Verdict.UNDECIDED:  # a failure on one side that these repeats cannot tell from chance
         return ratio, diff.p_value, False, "", before_here(why)
@@ -133,6 +148,13 @@ def _versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, mi
     if significant and outcomes is not None:
         change += f"; {before_here(outcomes.why)}"
     return ratio, diff.p_value, significant, change, before_here(diff.why) if not significant else ""
+
+
+def _quantum(g: pd.DataFrame, metric: str) -> float:
+    """A point's printed resolution of the metric (runner/analysis/resolution.py); none for a frame made by hand."""
+    if "resolution" not in g or "printed" not in g:
+        return 0.0
+    return resolution.of_rows(g[metric].to_numpy(dtype=float), list(g["resolution"]), list(g["printed"]), metric)
 
 
 def before_here(why: str) -> str:

@@ -28,7 +28,16 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError, field_validator, model_validator
 
-from runner.analysis import METRIC_ALIASES, METRICS, Metric, definition, describe, get_metric, shown_unit
+from runner.analysis import (
+    METRIC_ALIASES,
+    METRICS,
+    Metric,
+    definition,
+    describe,
+    get_metric,
+    resolution,
+    shown_unit,
+)
 from runner.analysis import verdict as verdicts_
 from runner.analysis.comparable import no_one_figure
 from runner.analysis.verdict import UNDECIDED_POLICIES, Verdict
@@ -359,7 +368,11 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
         inside = bound.low <= st.mean <= bound.high
         verdict, margin = (Verdict.PASS if inside else Verdict.FAIL), bound.margin(st.mean)
         failed = set(counts.index) & (DID_NOT_DELIVER - {"unsupported"})
-        if inside and failed:
+        half = _rounding(ok, metric, st.mean)
+        if half and any(st.mean - half <= edge <= st.mean + half for edge in (bound.low, bound.high)):
+            verdict, reason = Verdict.UNDECIDED, (f"the figures are printed too coarsely to tell: rounding alone may "
+                                                  f"move the mean by {half:g}, across the bound")
+        elif inside and failed:
             # A figure from some repeats only: not every repeat delivered, so the cell is not shown to pass.
             verdict, reason = Verdict.UNDECIDED, f"not every repeat ended ok ({statuses}): the value is of the ok ones"
     elif len(ok):
@@ -371,6 +384,15 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
     unit = shown_unit(ok.get(f"unit_{metric.name}", ()), metric.name)  # the program's own (tok/s), else the metric's
     return Judgement(ref.index, cell.key, cell_words(cell, keys), metric.name, unit, bound.text(), verdict,
                      st.mean, st.n, st.ci_low, st.ci_high, margin, statuses, reason, ref.undecided)
+
+
+def _rounding(ok: pd.DataFrame, metric: Metric, mean: float) -> float:
+    """Half the printed resolution of a cell's ok figures, in displayed units (0 when it does not matter)."""
+    if "resolution" not in ok or "printed" not in ok:
+        return 0.0
+    q = resolution.of_rows(ok[metric.name].to_numpy(dtype=float), list(ok["resolution"]), list(ok["printed"]),
+                           metric.name) * metric.scale
+    return resolution.half_width(q, 0.0, mean) if q else 0.0
 
 
 def counted(judgements: Iterable[Judgement], policy: str | None = None) -> list[Verdict]:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.analysis.admission import Check
 from runner.analysis.comparable import definition_text
 from runner.analysis.frame import definitions, frame, measured
 from runner.results import Status
@@ -23,15 +24,20 @@ class Repeat:
     cell_key: str
     number: int
     environment: str
-    status: str
+    status: str           # as admission sees it (runner/analysis/admission.py): a stored ok may be diverged or refused
     reason: str = ""
     row: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    stored_status: str = ""
+    checks: tuple[Check, ...] = field(default=(), compare=False)
+    _figures: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Repeat:
+        """Built once where the row is read: its frame record (figures, admission) computed here."""
+        rec = frame([row]).iloc[0].to_dict()
         return cls(int(row.get("id") or 0), str(row.get("run_id") or ""), str(row.get("cell_key") or ""),
-                   int(row.get("repeat") or 0), str(row.get("environment") or ""), str(row.get("status") or ""),
-                   str(row.get("reason") or ""), row)
+                   int(row.get("repeat") or 0), str(row.get("environment") or ""), str(rec["status"]),
+                   str(rec["reason"] or ""), row, str(rec["stored_status"]), tuple(rec["checks"] or ()), rec)
 
     @property
     def ok(self) -> bool:
@@ -47,8 +53,19 @@ class Repeat:
 
     def value(self, metric: str) -> float | None:
         """The metric as the frame computes it (stored units); None when not measured or not finite."""
-        v = frame([self.row])[metric].iloc[0]
+        v = self._figures.get(metric) if self._figures else frame([self.row])[metric].iloc[0]
         return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+    @property
+    def resolution(self) -> Mapping[str, float]:
+        """The printed resolution its result recorded per metric (runner/analysis/resolution.py)."""
+        got = self._figures.get("resolution") if self._figures else None
+        return got if isinstance(got, Mapping) else {}
+
+    @property
+    def printed(self) -> bool:
+        """Its figures were read from a program's printed output (a workload)."""
+        return bool(self._figures.get("printed")) if self._figures else False
 
     @property
     def steps(self) -> int | None:

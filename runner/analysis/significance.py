@@ -18,6 +18,9 @@ from typing import Any
 import numpy as np
 from scipy import special  # the t distribution; much lighter to import than scipy.stats
 
+from runner.analysis import resolution
+from runner.analysis.resolution import NEGLIGIBLE
+
 ALPHA = 0.05
 CONFIDENCE = 1 - ALPHA  # every interval matrix prints is at this confidence (0.95)
 BOOTSTRAP_RESAMPLES = 2000
@@ -59,12 +62,16 @@ def _welch_parts(std_a: Any, n_a: Any, std_b: Any, n_b: Any) -> tuple[np.ndarray
     return se, dof
 
 
-def welch_from_stats(mean_a: Any, std_a: Any, n_a: Any, mean_b: Any, std_b: Any, n_b: Any) -> np.ndarray:
+def welch_from_stats(mean_a: Any, std_a: Any, n_a: Any, mean_b: Any, std_b: Any, n_b: Any,
+                     q_a: Any = 0.0, q_b: Any = 0.0) -> np.ndarray:
     """Welch's two-sided p-value from each side's mean, std (ddof=1) and n, for whole columns at once. The rule of
     `difference` holds: fewer than two values on a side is NaN (undecided); neither side with any spread (std 0,
-    n >= 2 each) is certain, p = 0 when the means differ and 1 when they are equal."""
+    n >= 2 each) is certain, p = 0 when the means differ and 1 when they are equal. `q_a`, `q_b`: each side's
+    printed resolution (runner/analysis/resolution.py): where it matters, the difference is first moved toward 0 by
+    what rounding alone may explain and each spread is at least the rounding's own, so rounding is never certainty."""
     ma, sa, na = (np.asarray(x, dtype=float) for x in (mean_a, std_a, n_a))
     mb, sb, nb = (np.asarray(x, dtype=float) for x in (mean_b, std_b, n_b))
+    ma, sa, mb, sb = _resolved(ma, sa, np.asarray(q_a, dtype=float), mb, sb, np.asarray(q_b, dtype=float))
     se, dof = _welch_parts(sa, na, sb, nb)
     with np.errstate(invalid="ignore", divide="ignore"):
         enough = (na >= 2) & (nb >= 2)
@@ -76,6 +83,24 @@ def welch_from_stats(mean_a: Any, std_a: Any, n_a: Any, mean_b: Any, std_b: Any,
     return out * np.ones(np.broadcast(ma, mb).shape)
 
 
+def _resolved(ma: np.ndarray, sa: np.ndarray, qa: np.ndarray, mb: np.ndarray, sb: np.ndarray, qb: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Means and spreads with the printed resolution taken in (identity where it is negligible)."""
+    qa, qb = np.where(np.isfinite(qa) & (qa > 0), qa, 0.0), np.where(np.isfinite(qb) & (qb > 0), qb, 0.0)
+    with np.errstate(invalid="ignore"):
+        half = (qa + qb) / 2
+        matters = (half > NEGLIGIBLE * np.abs(ma)) & np.isfinite(ma) & np.isfinite(mb)
+    if not np.any(matters):
+        return ma, sa, mb, sb
+    d = mb - ma
+    shrunk = np.sign(d) * np.maximum(np.abs(d) - half, 0.0)
+    root12 = math.sqrt(12.0)
+    with np.errstate(invalid="ignore"):
+        fa = np.where(matters & ~(sa >= qa / root12), qa / root12, sa)
+        fb = np.where(matters & ~(sb >= qb / root12), qb / root12, sb)
+    return ma, fa, np.where(matters, ma + shrunk, mb), fb
+
+
 def welch(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
     """Two-sided p-value of Welch's t-test; NaN below two values a side or with no spread at all."""
     x, y = _clean(a), _clean(b)
@@ -85,16 +110,21 @@ def welch(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> f
 
 
 def welch_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
-                   confidence: float = CONFIDENCE) -> tuple[float, float]:
+                   confidence: float = CONFIDENCE, quanta: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """The interval of mean(b) - mean(a) with Welch's degrees of freedom: it excludes 0 exactly when `welch`
-    gives p < 1 - confidence. Neither side with spread: the difference itself, both ends."""
+    gives p < 1 - confidence. Neither side with spread: the difference itself, both ends. With a printed
+    resolution that matters, widened on each end by what rounding alone may move the difference."""
     x, y = _clean(a), _clean(b)
     diff = float(y.mean() - x.mean())
-    se, dof = _welch_parts(x.std(ddof=1), x.size, y.std(ddof=1), y.size)
+    rounding = resolution.half_width(quanta[0], quanta[1], float(x.mean()))
+    sx, sy = float(x.std(ddof=1)), float(y.std(ddof=1))
+    if rounding:
+        sx, sy = resolution.floor_std(sx, quanta[0]), resolution.floor_std(sy, quanta[1])
+    se, dof = _welch_parts(sx, x.size, sy, y.size)
     if float(se) == 0:
-        return diff, diff
+        return diff - rounding, diff + rounding
     half = float(t_quantile(dof, confidence) * se)
-    return diff - half, diff + half
+    return diff - half - rounding, diff + half + rounding
 
 
 def mann_whitney(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
@@ -135,6 +165,7 @@ class Difference:
     p_value: float      # NaN when undecided
     why: str = ""       # why undecided ('' when decided)
     exact: bool = False  # both sides without any spread: the difference (or its absence) is certain
+    rounding: float = 0.0  # how far the printed resolution alone may move the difference of the means (0: none)
 
     @property
     def decided(self) -> bool:
@@ -147,14 +178,20 @@ def too_few(n_a: int, n_b: int) -> str:
     return f"{' and '.join(short)} (a test needs 2+ per side)"
 
 
-def difference(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, test: PValue = TEST
-               ) -> Difference:
+def difference(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, test: PValue = TEST,
+               quanta: tuple[float, float] = (0.0, 0.0)) -> Difference:
     """The one rule every decision uses: fewer than two values on a side is undecided; every value equal on
     both sides (n >= 2 each; typical of GPU peak memory) is certain, p = 0 when the values differ and 1 when
-    they do not, so the size of the change decides; otherwise the test's p-value."""
+    they do not, so the size of the change decides; otherwise the test's p-value. `quanta`: each side's printed
+    resolution; where it matters (runner/analysis/resolution.py), Welch's test on the difference less what
+    rounding may explain, never certainty."""
     x, y = _clean(a), _clean(b)
     if x.size < 2 or y.size < 2:
         return Difference(math.nan, too_few(int(x.size), int(y.size)))
+    rounding = resolution.half_width(quanta[0], quanta[1], float(x.mean()))
+    if rounding:
+        p = float(welch_from_stats(x.mean(), x.std(ddof=1), x.size, y.mean(), y.std(ddof=1), y.size, *quanta))
+        return Difference(p, rounding=rounding) if not math.isnan(p) else Difference(p, "the test gave no p-value")
     if np.ptp(x) == 0 and np.ptp(y) == 0:
         return Difference(0.0 if x[0] != y[0] else 1.0, exact=True)
     p = test(x, y)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from runner.analysis import resolution
 from runner.analysis.frame import (
     BASELINE_PRECISION,
     CELL_KEYS,
@@ -19,6 +20,7 @@ from runner.analysis.frame import (
     environment_rank,
     precision_rank,
 )
+from runner.analysis.resolution import NEGLIGIBLE
 from runner.analysis.significance import t_half_width
 from runner.results import Status
 
@@ -160,10 +162,23 @@ def metric_stats(df: pd.DataFrame, gid: np.ndarray, ngroups: int, metrics: Seque
         with np.errstate(invalid="ignore", divide="ignore"):
             cv = np.where(mean != 0, std / mean, math.nan)
         half = t_half_width(std, n)
+        res = _quanta(df, ok, gid, ngroups, m)
+        rounding = np.where(res > NEGLIGIBLE * np.abs(np.nan_to_num(mean)), res / 2, 0.0)
         cols.update({f"{m}_n": n, f"{m}_mean": mean, f"{m}_std": std, f"{m}_cv": cv,
                      f"{m}_min": get(f"{m}_min"), f"{m}_max": get(f"{m}_max"),
-                     f"{m}_median": get(f"{m}_median"), f"{m}_ci_low": mean - half, f"{m}_ci_high": mean + half})
+                     f"{m}_median": get(f"{m}_median"), f"{m}_ci_low": mean - half - rounding,
+                     f"{m}_ci_high": mean + half + rounding, f"{m}_res": res})
     return pd.DataFrame(cols, index=index)
+
+
+def _quanta(df: pd.DataFrame, ok: np.ndarray, gid: np.ndarray, ngroups: int, metric: str) -> np.ndarray:
+    """Per group, the printed resolution of the ok repeats' figures of `metric` (runner/analysis/resolution.py); a
+    frame without the admission columns (built by hand) has none."""
+    if "resolution" not in df or "printed" not in df or not ok.any():
+        return np.zeros(ngroups)
+    values = np.where(ok, df[metric].to_numpy(dtype=float), math.nan)
+    return resolution.per_group(values, df["resolution"].tolist(), df["printed"].to_numpy(dtype=bool), gid,
+                                ngroups, metric)
 
 
 def throttled_counts(df: pd.DataFrame, gid: np.ndarray, ngroups: int) -> np.ndarray:

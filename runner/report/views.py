@@ -241,6 +241,15 @@ def hardware_lines(info: pd.DataFrame) -> list[str]:
     return lines
 
 
+def admitted_counts(records: list[dict[str, Any]], df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each run's repeats counted as admission sees them (runner/analysis/admission.py): the store counts a stored
+    ok, the report the admitted ones (a diverged or refused repeat by its word)."""
+    if df.empty or "run_id" not in df:
+        return records
+    by_run = {r: g.value_counts().to_dict() for r, g in df.groupby("run_id", sort=False)["status"]}
+    return [dict(r, counts=by_run[r["run_id"]]) if r.get("run_id") in by_run else r for r in records]
+
+
 def runs_table(records: list[dict[str, Any]]) -> Table:
     table = Table(["run", "matrix", "started", "host", "status", "results"], align=["l"] * 5 + ["l"])
     for r in records:
@@ -318,6 +327,7 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     A name (environment and params) measured under more than one definition shows its newest definition in
     every table; the others are listed in their own section and counted in the totals, never averaged in."""
     hist = history if history is not None else pd.DataFrame()
+    run_records = admitted_counts(run_records, df)
     several_machines = machines(df).nunique() > 1
     defs = an.choose(by_machine(df) if several_machines else df, an.CELL_KEYS)
     shown = defs.frame

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from runner import analysis as an
 from runner.analysis import bisect as search
 from runner.analysis import gate
+from runner.analysis.repeat import Repeat
 from runner.analysis.verdict import Verdict
 from runner.report.pairs import comparison_sections
 
@@ -46,9 +47,12 @@ def rows(env: str, s: dict[str, Any], start: int) -> list[dict[str, Any]]:
     return out
 
 
-def sample(s: dict[str, Any]) -> search.Sample:
-    ok = [v for st_, v in zip(s["statuses"], s["values"], strict=True) if st_ == "ok"]
-    return search.Sample(tuple(s["statuses"]), tuple(ok),
+def sample(s: dict[str, Any], env: str = "X") -> search.Sample:
+    """The pair test's view of a side, as `matrix bisect` builds it (runner/bisect_measure.py): each stored row read
+    once as a Repeat, so admission has spoken (a throughput of 0 is refused, not an ok figure)."""
+    repeats = [Repeat.from_row(r) for r in rows(env, s, 0)]
+    ok = [r.value("throughput") for r in repeats if r.ok]
+    return search.Sample(tuple(r.status for r in repeats), tuple(v for v in ok if v is not None),
                          definition=an.comparable.definition_text(s["how"], "img/s") if ok else "")
 
 
@@ -76,14 +80,16 @@ def test_every_command_decides_a_pair_the_same_way(a: dict[str, Any], b: dict[st
         return
     (check,) = checks
     if not have_b:
-        assert check.verdict is Verdict.UNDECIDED and check.reason.startswith("not measured on B")
+        admitted_a = bool((frame_a["status"] != "refused").any())  # A's only repeats refused: A speaks first
+        assert check.verdict is Verdict.UNDECIDED
+        assert check.reason.startswith("not measured on B" if admitted_a else "no admitted repeat on A"), check.reason
         return
     comparison = an.compare(an.select_side(df, "A"), an.select_side(df, "B"))
     (pair,) = comparison.pairs.to_dict("records")
     _, _, in_report = comparison_sections(df, an.summarize(df))[1][0]
     (shown,) = in_report.pairs.to_dict("records")
-    ok_a = sum(s_ == "ok" for s_ in a["statuses"])
-    ok_b = sum(s_ == "ok" for s_ in b["statuses"])
+    ok_a = int((frame_a["status"] == "ok").sum())  # admitted: a throughput of 0 is refused
+    ok_b = int((frame_b["status"] == "ok").sum())
     level = max(2, len(a["statuses"]), len(b["statuses"]))
     pair_test = search.compare(0, 1, sample(a), sample(b), search.Settings(threshold=an.MIN_EFFECT, levels=(level,)),
                                last_level=True)

@@ -1,6 +1,7 @@
-"""Edge cases every decision must answer the same way and never with a pass it cannot back: a side whose mean is
-zero, negative or infinite has no ratio to size a change with, so compare and the gate both call the pair
-undecided, in the same words, instead of "+nan% is within 3%" or "not significant (change < 2%)"."""
+"""Edge cases every decision must answer the same way and never with a pass it cannot back: a throughput of zero,
+below zero or infinite is no figure a machine produces, so admission refuses the repeat and compare, the gate and
+bisect all call the pair undecided, in the same words, instead of "+nan% is within 3%" or "not significant (change
+< 2%)"; a mean of zero of a metric where zero is a figure (memory) has no ratio, said the same way."""
 
 from __future__ import annotations
 
@@ -32,14 +33,24 @@ def decide(va: list[float], vb: list[float], kind: str = "slower") -> tuple[gate
     ([100.0, 101.0, 99.0], [-5.0, -6.0, -4.0], "B"),
 ])
 @pytest.mark.parametrize("kind", ["slower", "faster"])
-def test_a_mean_without_a_ratio_is_undecided_everywhere(va: list[float], vb: list[float], side: str,
-                                                        kind: str) -> None:
+def test_a_figure_no_machine_produces_is_refused_and_undecided_everywhere(va: list[float], vb: list[float], side: str,
+                                                                         kind: str) -> None:
     check, pair = decide(va, vb, kind)
     assert check.verdict is Verdict.UNDECIDED, check.reason
     assert pair["decision"] == "undecided", pair["verdict"]
-    assert f"on {side}" in check.reason and "positive" in check.reason
+    assert check.reason.startswith(f"no admitted repeat on {side} (3 refused"), check.reason
     assert pair["verdict"] == check.reason
     assert not pair["significant"]
+
+
+def test_a_mean_of_zero_where_zero_is_a_figure_has_no_ratio_in_any_command() -> None:
+    """Peak memory may be 0 bytes (admitted); a change of it has no ratio: undecided in the same words."""
+    df = long_frame(rows_for("k", [100.0, 101.0, 99.0], run_id="ra", environment="A", peak=0.0),
+                    rows_for("k", [100.0, 101.0, 99.0], run_id="rb", environment="B", start=2000.0, peak=10.0))
+    (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule("memory", 0.03)])
+    (pair,) = an.compare(an.select_side(df, "A"), an.select_side(df, "B"), "peak_mem").pairs.to_dict("records")
+    assert check.verdict is Verdict.UNDECIDED and "positive" in check.reason and "on A" in check.reason
+    assert pair["verdict"] == check.reason and pair["decision"] == "undecided"
 
 
 def test_an_infinite_figure_is_no_measurement_for_any_command() -> None:
@@ -55,12 +66,21 @@ def test_an_infinite_figure_is_no_measurement_for_any_command() -> None:
 
 @pytest.mark.parametrize("va, vb, side", [([100.0, 101.0, 99.0], [0.0, 0.0, 0.0], "B"),
                                           ([100.0, 101.0, 99.0], [-5.0, -6.0, -4.0], "B")])
-def test_bisect_says_what_compare_says_of_a_mean_without_a_ratio(va: list[float], vb: list[float], side: str) -> None:
+def test_bisect_says_what_compare_says_of_a_figure_no_machine_produces(va: list[float], vb: list[float],
+                                                                       side: str) -> None:
+    """bisect reads each stored row as a Repeat (runner/bisect_measure.py), so admission has spoken there too."""
+    from runner.analysis.repeat import Repeat
+
     check, _ = decide(va, vb)
+
+    def sample(values: list[float]) -> search.Sample:
+        repeats = [Repeat.from_row(r) for r in rows_for("k", values)]
+        return search.Sample(tuple(r.status for r in repeats),
+                             tuple(v for r in repeats if r.ok and (v := r.value("throughput")) is not None))
+
     s = search.Settings(threshold=0.03, levels=(3,))
-    judged = search.compare(0, 1, search.Sample(("ok",) * 3, tuple(va)), search.Sample(("ok",) * 3, tuple(vb)), s,
-                            last_level=True)
-    assert judged.verdict is Verdict.UNDECIDED and judged.why == check.reason
+    judged = search.compare(0, 1, sample(va), sample(vb), s, last_level=True)
+    assert judged.verdict is Verdict.UNDECIDED and judged.why == check.reason, (judged.why, check.reason)
 
 
 def test_judge_pair_never_passes_a_ratio_that_is_not_positive() -> None:
@@ -75,12 +95,21 @@ def _with(rows: list[dict], **metrics: object) -> list[dict]:
 
 def test_history_never_passes_over_a_point_it_cannot_size() -> None:
     """A point after one whose mean is zero has no ratio: history says why, as compare and the gate do, instead of
-    an empty 'undecided' beside a significant p-value (a silent "no step")."""
+    an empty 'undecided' beside a significant p-value (a silent "no step"). Peak memory: zero is a figure there."""
+    df = long_frame(rows_for("k", [100.0, 101.0, 99.0], run_id="n1", start=1000.0, peak=0.0),
+                    rows_for("k", [100.0, 101.0, 99.0], run_id="n2", start=2000.0, peak=10.0))
+    h = history(df, metric="peak_mem")
+    assert not h["step"].iloc[1]
+    assert "positive" in h["undecided"].iloc[1] and "on A" not in h["undecided"].iloc[1]
+
+
+def test_history_never_makes_a_step_of_a_night_admission_refused() -> None:
+    """A night whose throughput no machine produces (0) is refused: no figure to make a step with, and no outcome
+    either (a refusal is not a failure of the cell)."""
     df = long_frame(rows_for("k", [0.0, 0.0, 0.0], run_id="n1", start=1000.0),
                     rows_for("k", [100.0, 101.0, 99.0], run_id="n2", start=2000.0))
     h = history(df)
-    assert not h["step"].iloc[1]
-    assert "positive" in h["undecided"].iloc[1] and "on A" not in h["undecided"].iloc[1]
+    assert not h["step"].any()
 
 
 def test_history_compares_a_loss_only_after_the_same_number_of_steps() -> None:

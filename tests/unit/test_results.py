@@ -43,7 +43,7 @@ def test_rerun_failed_says_what_it_reruns() -> None:
     """The option's help and the run summary print RERUN_FAILED_TEXT: it names every status that
     --rerun-failed adds to what a plain run measures again (cancelled and not_started)."""
     from runner.results import RERUN_FAILED, RERUN_FAILED_TEXT
-    words = {"failed": Status.FAILED, "oom": Status.OOM, "diverged": Status.DIVERGED, "timed-out": Status.TIMEOUT}
+    words = {"failed": Status.FAILED, "oom": Status.OOM, "diverged": Status.DIVERGED, "refused": Status.REFUSED, "timed-out": Status.TIMEOUT}
     named = {status for word, status in words.items() if word in RERUN_FAILED_TEXT}
     assert named == {s for s in RERUN_FAILED if s.final}
     assert {s for s in RERUN_FAILED if not s.final} <= {Status.CANCELLED, Status.NOT_STARTED}

@@ -4,9 +4,10 @@ view"): adding a view is its module and its line here."""
 from __future__ import annotations
 
 from runner.report.viewkit import View
-from runner.report.viewset import comparison, history, machines, precision, scaling
+from runner.report.viewset import admission, comparison, history, machines, precision, scaling
 
 VIEWS: list[View] = sorted([
+    admission.Admission(),
     comparison.Comparison(),
     precision.Precision(),
     scaling.Scaling(),

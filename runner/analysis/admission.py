@@ -1,0 +1,257 @@
+"""Admission: what makes a stored repeat count. One step between a repeat's raw result and everything that ranks or
+decides (compare, the gate, check, bisect, history, the report, publish, the GPU kit's headline), applied to every
+repeat however it arrived (run, collect, import, an older store read today): the long frame (runner/analysis/frame.py)
+calls `admit` on each row, so the decision core sees a repeat as `ok` only when it was admitted.
+
+A stored `ok` repeat is admitted when the training stayed finite (every loss kept, warm-up and window), its measured
+window is what the run settings promised, its loss scaler did not skip most of its window's steps, and each of its
+figures is finite and inside what a machine can reach (BOUNDS). Otherwise it is `diverged` (a loss was NaN or
+infinite: an outcome, like oom, that comparisons count as a failure) or `refused` (no figure to rank, and no
+outcome either: the repeat is set aside as a cancelled one is). docs/admission.md says what each check means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runner.results import Status
+
+OK, DIVERGED, REFUSED = Status.OK.value, Status.DIVERGED.value, Status.REFUSED.value
+
+# A window skipping more than this share of its optimizer steps (a dynamic loss scaler that overflows at every
+# step) did not train: its speed is not the speed of training.
+MOST_SKIPPED = 0.5
+# How closely a result's throughput must equal its own images over its window (bench computes it so; a
+# figure edited in a file, or imported from one, does not): relative.
+CONSISTENT = 1e-6
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What a machine can reach for one figure (the frame's metric, in stored units). `refuses`: a figure outside
+    refuses the repeat (it is what a repeat is ranked on); else only the figure is left out."""
+
+    metric: str
+    low: float
+    high: float
+    refuses: bool
+    why: str
+    low_open: bool = True   # the low end itself is outside (a throughput of 0 is no measurement)
+
+
+# Decided here, once, and documented in docs/admission.md. The ceilings are far above any machine of 2026 (a
+# ResNet-50 trains at ~7,000 img/s per H100, a GPT-2 124M at ~500,000 tok/s; the largest clusters have ~100,000
+# GPUs), and far below what turns a mean or a ratio into an overflow (1.7e308).
+BOUNDS: tuple[Bound, ...] = (
+    Bound("throughput", 0.0, 1e12, True, "items per second: above 0, at most 1e12 (a trillion)"),
+    Bound("fwd_throughput", 0.0, 1e13, False, "items per second of the forward passes: above 0, at most 1e13"),
+    Bound("bwd_throughput", 0.0, 1e13, False, "items per second of the backward passes: above 0, at most 1e13"),
+    Bound("window_s", 0.0, 30 * 86400.0, True, "seconds: above 0, at most 30 days"),
+    Bound("iter_time", 1e-6, 86400.0, True, "seconds a training step: at least 1 microsecond (no framework "
+          "launches a step's kernels faster), at most a day", low_open=False),
+    Bound("peak_mem", 0.0, 2.0**50, False, "bytes: 0 to 1 PiB", low_open=False),
+    Bound("accuracy", 0.0, 1.0, False, "a fraction from 0 to 1", low_open=False),
+    Bound("data_wait", 0.0, 1.0 + 1e-9, False, "a fraction of the window from 0 to 1", low_open=False),
+    Bound("images_per_joule", 0.0, 1e9, False, "items per joule: above 0, at most 1e9"),
+    Bound("mfu", 0.0, 1.0, False, "a fraction of the peak: above 0, at most 1 (above it, the peak is wrong)"),
+)
+BOUND_OF = {b.metric: b for b in BOUNDS}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One admission check of one repeat: its name, whether it passed (None: it does not apply to this repeat),
+    and what it found, in words a table can print."""
+
+    name: str
+    passed: bool | None
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"check": self.name, "passed": self.passed, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What admission decided for one repeat: the status the decision core sees (the stored one, or diverged /
+    refused for a stored ok that is not admitted), every check, and the figures left out on their own."""
+
+    status: str
+    stored: str
+    checks: tuple[Check, ...] = ()
+    dropped: tuple[str, ...] = ()   # metrics left out of this repeat (out of bounds, the repeat still admitted)
+
+    @property
+    def admitted(self) -> bool:
+        return self.status == OK
+
+    @property
+    def changed(self) -> bool:
+        return self.status != self.stored
+
+    @property
+    def reasons(self) -> str:
+        """The failed checks in words ('' when none failed)."""
+        return "; ".join(c.detail for c in self.checks if c.passed is False)
+
+    @property
+    def notes(self) -> str:
+        """What passed but deserves a word (a few skipped steps, a capped window, a figure left out)."""
+        return "; ".join(c.detail for c in self.checks if c.passed is not False and c.detail)
+
+
+def _num(value: Any) -> float | None:
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _program(raw: Mapping[str, Any]) -> bool:
+    record = raw.get("workload")
+    return isinstance(record, Mapping) and "parser" in record
+
+
+def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:
+    """Every loss the repeat kept is finite. bench's own record (`metrics.finite`, every step checked) when there is
+    one; else the losses it kept (a NaN or an infinity is written as null in bench's result line, so a null among
+    the window's losses or the loss ladder is one)."""
+    record = _mapping(metrics.get("finite"))
+    if record:
+        if record.get("all") is False:
+            step, phase = record.get("first_nonfinite_step"), record.get("phase")
+            where = f" at training step {step}" if isinstance(step, int) else ""
+            return Check("finite", False, f"diverged: a loss became NaN or infinite{where}"
+                         f"{f' ({phase})' if isinstance(phase, str) and phase else ''}")
+        return Check("finite", True)
+    if stored == DIVERGED:
+        return Check("finite", False, "diverged: a loss became NaN or infinite")
+    losses = metrics.get("losses")
+    window = losses if isinstance(losses, list) else []
+    ladder = _mapping(metrics.get("loss_at"))
+    if not window and not ladder:
+        return Check("finite", None)
+    bad_window = sum(1 for v in window if not _finite(v))
+    bad_ladder = sorted(_step(k) for k, v in ladder.items() if not _finite(v))
+    if not (bad_window or bad_ladder):
+        return Check("finite", True)
+    where = f" by training step {bad_ladder[0]}" if bad_ladder else ""
+    count = f" ({bad_window} of the window's {len(window)} losses)" if window else ""
+    return Check("finite", False, f"diverged: the loss became NaN or infinite{where}{count}")
+
+
+def _finite(value: Any) -> bool:
+    """A kept loss: a finite number (a NaN or an infinity is written as null in bench's strict JSON line)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _step(key: Any) -> int:
+    try:
+        return int(key)
+    except (TypeError, ValueError):
+        return 1 << 62
+
+
+def window_check(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
+    """The measured window is what was promised: at least `--window-time` seconds when the run asked for a time
+    (unless its count reached the ceiling the run settings allow), exactly `--iterations` when it asked for a
+    count. A user's program measures its own window: nothing promised, nothing checked."""
+    if _program(raw):
+        return Check("window", None)
+    params = _mapping(raw.get("params"))
+    window_s, iterations = _num(metrics.get("window_s")), _num(metrics.get("iterations"))
+    asked = _num(metrics.get("window_asked_s")) or _num(params.get("window_time"))
+    if asked is not None and asked > 0:
+        if window_s is None:
+            return Check("window", None)
+        cal = _mapping(metrics.get("calibration"))
+        most = _num(params.get("window_max")) or _num(cal.get("most"))
+        capped = cal.get("capped") is True or (most is not None and iterations is not None and iterations >= most)
+        if window_s >= asked:
+            return Check("window", True)
+        if capped:
+            return Check("window", True, f"window {window_s:.3g} s of at least {asked:g} s asked: its count reached "
+                         f"the ceiling of {int(most or iterations or 0)} iterations the run settings allow")
+        return Check("window", False, f"window {window_s:.3g} s, at least {asked:g} s asked "
+                     f"({int(iterations) if iterations is not None else '?'} iterations)")
+    requested = _num(params.get("iterations"))
+    if requested is not None and iterations is not None and iterations != requested:
+        return Check("window", False, f"measured {int(iterations)} of the {int(requested)} iterations asked")
+    return Check("window", True if iterations is not None else None)
+
+
+def scaler_check(metrics: Mapping[str, Any]) -> Check:
+    """A dynamic loss scaler skips the optimizer step of an iteration whose gradients overflowed: a few early on
+    are normal, a window that skipped most of its steps did not train."""
+    record = _mapping(metrics.get("scaler"))
+    skipped, steps = _num(record.get("skipped_window")), _num(record.get("window_steps"))
+    if skipped is None or not steps:
+        return Check("scaler", None)
+    said = f"the loss scaler skipped {int(skipped)} of the window's {int(steps)} optimizer steps"
+    if skipped > MOST_SKIPPED * steps:
+        return Check("scaler", False, f"{said}: not training")
+    return Check("scaler", True, said if skipped else "")
+
+
+def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: Mapping[str, Any]
+                 ) -> tuple[Check, tuple[str, ...]]:
+    """Each figure finite and inside BOUNDS, and a throughput equal to its own items over its window (for bench's
+    results). Returns the check and the metrics left out on their own."""
+    refused: list[str] = []
+    dropped: list[str] = []
+    for b in BOUNDS:
+        v = figures.get(b.metric)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        if math.isfinite(v) and (v > b.low if b.low_open else v >= b.low) and v <= b.high:
+            continue
+        if b.refuses:
+            refused.append(f"{b.metric} {v:.6g} outside what a machine can reach ({b.why})")
+        else:
+            dropped.append(f"{b.metric} {v:.6g} ({b.why})")
+    for name in ("throughput", "window_s"):  # the frame reads these as NaN; here they refuse the repeat
+        v = metrics.get(name)
+        if v is not None and not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)):
+            refused.append(f"{name} {v!r} is not a finite number")
+    throughput, images, window = (_num(metrics.get(k)) for k in ("throughput", "images", "window_s"))
+    if (not _program(raw) and throughput is not None and images is not None and window is not None and window > 0
+            and math.isfinite(throughput) and abs(throughput - images / window) > CONSISTENT * abs(throughput)):
+        refused.append(f"throughput {throughput:.6g} is not the result's own items over its window "
+                       f"({images:g} / {window:.6g} s = {images / window:.6g})")
+    if refused:
+        return Check("bounds", False, "; ".join(refused)), ()
+    if dropped:
+        return (Check("bounds", True, f"left out, outside what a machine can reach: {'; '.join(dropped)}"),
+                tuple(d.split(" ", 1)[0] for d in dropped))
+    return Check("bounds", True), ()
+
+
+def admit(row: Mapping[str, Any], figures: Mapping[str, float] | None = None) -> Admission:
+    """Admission of one stored row (runner/store rows: status, metrics, raw). `figures`: the frame's metrics of
+    the row (stored units), for the bounds. Only a stored `ok` (or a bench `diverged`) is judged; every other
+    status is what it was."""
+    stored = str(row.get("status") or "")
+    if stored not in (OK, DIVERGED):
+        return Admission(stored, stored)
+    metrics = _mapping(row.get("metrics"))
+    raw = _mapping(row.get("raw"))
+    finite = finite_check(metrics, stored)
+    if stored == DIVERGED or finite.passed is False:
+        return Admission(DIVERGED, stored, (finite,))
+    window = window_check(metrics, raw)
+    scaler = scaler_check(metrics)
+    bounds, dropped = bounds_check(figures or {}, metrics, raw)
+    checks = (finite, window, scaler, bounds)
+    status = REFUSED if any(c.passed is False for c in checks) else OK
+    return Admission(status, stored, checks, dropped)
+
+
+def refused_words(checks: Sequence[Check]) -> str:
+    """The failed checks of a repeat, joined for a table."""
+    return "; ".join(c.detail for c in checks if c.passed is False)
