@@ -105,8 +105,8 @@ class StoreMeasure:
                 defined[r.definition(self.metric.name)] = None
         reason = next((r.reason for r in final if not r.ok and r.reason), "")
         measured = [r for r in final if r.ok and self.metric is not None and r.value(self.metric.name) is not None]
-        quantum = resolution.of_rows(values, [r.resolution for r in measured], [r.printed for r in measured],
-                                     self.metric.name) if self.metric is not None else 0.0
+        quanta = resolution.of_rows(values, [r.resolution for r in measured], [r.printed for r in measured],
+                                    self.metric.name) if self.metric is not None else resolution.Quanta()
         return Sample(tuple(r.status for r in final), tuple(values), reason, steps=tuple(steps),
-                      ladders=tuple(ladders), definition=", ".join(defined), quantum=quantum)
+                      ladders=tuple(ladders), definition=", ".join(defined), quanta=quanta)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.analysis import significance
+from runner.analysis import resolution, significance
 from runner.analysis.comparable import (
     Outcomes,
     at_common_step,
@@ -43,7 +43,7 @@ class Sample:
     steps: tuple[int | None, ...] = ()
     ladders: tuple[Mapping[int, float] | None, ...] = ()
     definition: str = ""
-    quantum: float = 0.0  # the values' printed resolution (runner/analysis/resolution.py)
+    quanta: resolution.Quanta = resolution.Quanta()  # the values' printed resolution (runner/analysis/resolution.py)
 
     @property
     def n(self) -> int:
@@ -183,7 +183,8 @@ def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_lev
     if x.size < 2 or y.size < 2:
         return Comparison(verdict=Verdict.UNDECIDED, why=significance.too_few(int(x.size), int(y.size)),
                           more=not last_level, **base)
-    judged = _metric(x, y, settings, last_level, base, (sa.quantum, sb.quantum))
+    q = resolution.pair(sa.quanta, sb.quanta)
+    judged = _metric(x, y, settings, last_level, base, (q, q))
     if at is not None:
         judged = replace(judged, why=f"{judged.why} (at step {at}, the last every repeat recorded)")
     verdict, why = with_outcomes(judged.verdict, judged.why, outcomes)

@@ -278,7 +278,7 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p (and adjusted for the false
     discovery rate over the pairs tested), verdict and decision; and the unpaired cells."""
-    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "res", "statuses", "environments", "settings", "cell_keys",
+    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "res", "resi", "resr", "statuses", "environments", "settings", "cell_keys",
                  "steps_ok", "definition", THROTTLED]
     pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in stat_cols),
                  "ratio", "change", "p_value", "p_adjusted", "significant", "verdict", "decision", "throttling"]
@@ -300,7 +300,10 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         apart = [why_not(metric, (sx, sy), (dx, dy), (tx, ty)) for sx, sy, dx, dy, tx, ty in zip(
             both["a_settings"], both["b_settings"], both["a_definition"], both["b_definition"], both["a_steps_ok"],
             both["b_steps_ok"], strict=True)]
-        qa, qb = (both[f"{s}_res"].fillna(0.0).to_numpy(dtype=float) for s in "ab")
+        q = np.array([resolution.pair(resolution.Quanta(ia, ra), resolution.Quanta(ib, rb)) for ia, ra, ib, rb in zip(
+            *(both[c].fillna(0.0).to_numpy(dtype=float) for c in ("a_resi", "a_resr", "b_resi", "b_resr")),
+            strict=True)])
+        qa = qb = q
         p = significance.welch_from_stats(am, sda, an_, bm, sdb, bn_, qa, qb)
         p = np.where([bool(w) for w in apart], math.nan, p)
         p_adj = significance.adjust(p)

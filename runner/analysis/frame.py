@@ -386,49 +386,58 @@ def recipe_text(parts: Mapping[str, str]) -> str:
 
 def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per repeat, params and metrics flattened into columns (stored units: s, bytes)."""
-    records: list[dict[str, Any]] = []
-    for r in rows:
-        params = dict(r.get("params") or {})
-        metrics = r.get("metrics") or {}
-        env = r.get("env") or {}
-        window = _num(metrics.get("window_s"))
-        wait = _num(metrics.get("data_wait_s"))
-        peak = _num(metrics.get("peak_mem_allocated"))
-        if math.isnan(peak):
-            peak = _num(metrics.get("peak_mem_reserved"))
-        rec: dict[str, Any] = {
-            "id": r.get("id", len(records)), "run_id": r.get("run_id", ""), "cell_key": r.get("cell_key", ""),
-            "repeat": int(r.get("repeat") or 0), "environment": str(r.get("environment", "")),
-            "backend": str(r.get("backend", "")), "tags": tuple(str(t) for t in (r.get("tags") or ())),
-            "model": str(params.get("model", "")), "precision": str(params.get("precision", "")),
-            "batch_size": int(params.get("batch_size") or 0), "dataset": str(params.get("dataset", "")),
-            "gpus": int(params.get("gpus") or 1), "nodes": int(params.get("nodes") or 1),
-            "options": options_label(params), "settings": settings_text(r.get("raw")),
-            "status": str(r.get("status", "")), "reason": str(r.get("reason") or ""),
-            "log_tail": str(r.get("log_tail") or ""),
-            "started_at": _num(r.get("started_at")), "finished_at": _num(r.get("finished_at")),
-            "throughput": _num(metrics.get("throughput")), "iter_time": _iter_time(metrics, r.get("raw")),
-            "fwd_throughput": _phase_throughput(metrics, "forward"),
-            "bwd_throughput": _phase_throughput(metrics, "backward"),
-            "window_s": window, "peak_mem": peak, "loss_end": _num(metrics.get("loss_end")),
-            "accuracy": _num(metrics.get("accuracy")),
-            "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,
-            "images_per_joule": _num(metrics.get("images_per_joule")), "mfu": _num(metrics.get("mfu")),
-            "throttled": throttled(metrics),
-            "hardware": _hardware(env),
-        }
-        for f in ENV_FIELDS:
-            value = env.get(f)
-            rec[f"env_{f}"] = "" if value is None else str(value)
-        parts = recipe((r.get("raw") or {}).get("precision"), rec["precision"])
-        for f in RECIPE_FIELDS:
-            rec[f"recipe_{f}"] = parts[f]
-        rec["recipe"] = recipe_text(parts)
-        rec.update(measured(r))
-        rec.update(definitions(metrics if isinstance(metrics, Mapping) else {}, params.get("model")))
-        _admit(r, rec, metrics)
-        records.append(rec)
+    records = [record(r, i) for i, r in enumerate(rows)]
     return pd.DataFrame.from_records(records, columns=list(FRAME_COLUMNS))
+
+
+def record(r: Mapping[str, Any], position: int = 0) -> dict[str, Any]:
+    """One stored row as the frame's record: its figures, how it was measured and what admission decided."""
+    params = dict(r.get("params") or {})
+    metrics = r.get("metrics") or {}
+    env = r.get("env") or {}
+    window = _num(metrics.get("window_s"))
+    wait = _num(metrics.get("data_wait_s"))
+    peak = _num(metrics.get("peak_mem_allocated"))
+    if math.isnan(peak):
+        peak = _num(metrics.get("peak_mem_reserved"))
+    rec: dict[str, Any] = {
+        "id": r.get("id", position), "run_id": r.get("run_id", ""), "cell_key": r.get("cell_key", ""),
+        "repeat": int(r.get("repeat") or 0), "environment": str(r.get("environment", "")),
+        "backend": str(r.get("backend", "")), "tags": tuple(str(t) for t in (r.get("tags") or ())),
+        "model": str(params.get("model", "")), "precision": str(params.get("precision", "")),
+        "batch_size": int(params.get("batch_size") or 0), "dataset": str(params.get("dataset", "")),
+        "gpus": int(params.get("gpus") or 1), "nodes": int(params.get("nodes") or 1),
+        "options": options_label(params), "settings": settings_text(r.get("raw")),
+        "status": str(r.get("status", "")), "reason": str(r.get("reason") or ""),
+        "log_tail": str(r.get("log_tail") or ""),
+        "started_at": _num(r.get("started_at")), "finished_at": _num(r.get("finished_at")),
+        "throughput": _num(metrics.get("throughput")), "iter_time": _iter_time(metrics, r.get("raw")),
+        "fwd_throughput": _phase_throughput(metrics, "forward"),
+        "bwd_throughput": _phase_throughput(metrics, "backward"),
+        "window_s": window, "peak_mem": peak, "loss_end": _num(metrics.get("loss_end")),
+        "accuracy": _num(metrics.get("accuracy")),
+        "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,
+        "images_per_joule": _num(metrics.get("images_per_joule")), "mfu": _num(metrics.get("mfu")),
+        "throttled": throttled(metrics),
+        "hardware": _hardware(env),
+    }
+    for f in ENV_FIELDS:
+        value = env.get(f)
+        rec[f"env_{f}"] = "" if value is None else str(value)
+    parts = recipe((r.get("raw") or {}).get("precision"), rec["precision"])
+    for f in RECIPE_FIELDS:
+        rec[f"recipe_{f}"] = parts[f]
+    rec["recipe"] = recipe_text(parts)
+    rec.update(measured(r))
+    rec.update(definitions(metrics if isinstance(metrics, Mapping) else {}, params.get("model")))
+    _admit(r, rec, metrics)
+    return rec
+
+
+def unreachable(row: Mapping[str, Any]) -> str:
+    """Why a row's figures are none a machine produces (admission's bounds check failed), '' when they are: an
+    import refuses a file that holds one (a figure of 1.7e308 img/s would overflow every mean and ratio built on it)."""
+    return next((c.detail for c in record(row)["checks"] if c.name == "bounds" and c.passed is False), "")
 
 
 def _admit(row: Mapping[str, Any], rec: dict[str, Any], metrics: Any) -> None:

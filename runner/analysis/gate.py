@@ -134,7 +134,7 @@ class _Cell:
     settings: str
     definition: str = ""
     throttled: int = 0
-    quantum: float = 0.0  # the printed resolution of its values (runner/analysis/resolution.py)
+    quanta: resolution.Quanta = resolution.Quanta()  # its values' printed resolution (runner/analysis/resolution.py)
 
     @property
     def ok(self) -> int:
@@ -161,7 +161,7 @@ def _cells(frame: pd.DataFrame, metric: str, pool: bool) -> dict[tuple[Any, ...]
         throttled = int(okr["throttled"].fillna(False).astype(bool).sum()) if "throttled" in okr else 0
         keep = ~np.isnan(ok)
         q = resolution.of_rows(ok[keep], list(okr["resolution"][keep]), list(okr["printed"][keep]), metric) \
-            if "resolution" in okr and "printed" in okr else 0.0
+            if "resolution" in okr and "printed" in okr else resolution.Quanta()
         out[tuple(key)] = _Cell(ok[keep], Outcomes.of(g["status"]), settings, definition, throttled, q)
     return out
 
@@ -204,7 +204,8 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     apart = why_not(metric, (a.settings, b.settings), (a.definition, b.definition))
     # Every comparable pair with two values a side is one test of the rule's family, however it is decided, as in
     # compare: the two adjust the same p-values together.
-    quanta = (a.quantum, b.quantum)
+    q = resolution.pair(a.quanta, b.quanta)
+    quanta = (q, q)
     tested = significance.difference(xa, xb, test, quanta).p_value if not apart else math.nan
 
     def done(verdict: Verdict, why: str, change: float = math.nan) -> Check:

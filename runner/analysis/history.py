@@ -132,7 +132,8 @@ def _versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, mi
         return math.nan, math.nan, False, "", before_here(outcomes.why) if outcomes is not None else \
             apart or before_here(unsized)
     ratio = float(y.mean()) / float(x.mean())
-    quanta = (_quantum(a, metric), _quantum(b, metric))
+    q = resolution.pair(_quanta(a, metric), _quanta(b, metric))
+    quanta = (q, q)
     diff = significance.difference(x, y, test, quanta)
     gain = ratio if m.higher_is_better else 1 / ratio
     coarse = diff.rounding / abs(float(x.mean()))
@@ -150,10 +151,10 @@ def _versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, mi
     return ratio, diff.p_value, significant, change, before_here(diff.why) if not significant else ""
 
 
-def _quantum(g: pd.DataFrame, metric: str) -> float:
+def _quanta(g: pd.DataFrame, metric: str) -> resolution.Quanta:
     """A point's printed resolution of the metric (runner/analysis/resolution.py); none for a frame made by hand."""
     if "resolution" not in g or "printed" not in g:
-        return 0.0
+        return resolution.Quanta()
     return resolution.of_rows(g[metric].to_numpy(dtype=float), list(g["resolution"]), list(g["printed"]), metric)
 
 

@@ -391,7 +391,7 @@ def _rounding(ok: pd.DataFrame, metric: Metric, mean: float) -> float:
     if "resolution" not in ok or "printed" not in ok:
         return 0.0
     q = resolution.of_rows(ok[metric.name].to_numpy(dtype=float), list(ok["resolution"]), list(ok["printed"]),
-                           metric.name) * metric.scale
+                           metric.name).alone * metric.scale
     return resolution.half_width(q, 0.0, mean) if q else 0.0
 
 

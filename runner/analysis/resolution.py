@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -74,27 +75,50 @@ def words(q: float, unit: str = "") -> str:
     return f"printed to {q:g}{f' {unit}' if unit else ''}"
 
 
+@dataclass(frozen=True)
+class Quanta:
+    """One side's resolution of a metric: what its digits show (`inferred`, from printed figures only) and what its
+    results recorded. Two sides of a comparable pair obtained the metric the same way (one definition), so their
+    printer is one: the pair's quantum is the finer of what the digits show on either side (three repeats that all
+    print 100 say little; 150 beside it says the printer has tens) and the coarser of what was recorded."""
+
+    inferred: float = 0.0
+    recorded: float = 0.0
+
+    @property
+    def alone(self) -> float:
+        """This side's quantum by itself (a cell's own interval)."""
+        return max(self.inferred, self.recorded)
+
+
+def pair(a: Quanta, b: Quanta) -> float:
+    """The quantum both sides of a pair are judged with."""
+    shown = [q for q in (a.inferred, b.inferred) if q > 0]
+    return max([min(shown) if shown else 0.0, a.recorded, b.recorded])
+
+
 def of_rows(values: Sequence[float] | np.ndarray, recorded: Sequence[object], printed: Sequence[bool],
-            metric: str) -> float:
-    """The quantum of one side's sample of `metric` from its frame rows (aligned sequences): what the results
-    recorded (`resolution` column), else, for figures read from a program's printed output (`printed`), what their
-    digits show. A figure the benchmark computed has none."""
-    given = [d.get(metric) for d in recorded if isinstance(d, dict) and d.get(metric)]
+            metric: str) -> Quanta:
+    """One side's Quanta of `metric` from its frame rows (aligned sequences): what the results recorded
+    (`resolution` column), and, for figures read from a program's printed output (`printed`), what their digits
+    show. A figure the benchmark computed has neither."""
+    given = [float(d[metric]) for d in recorded if isinstance(d, dict) and d.get(metric)]
     shown = [v for v, p in zip(values, printed, strict=True) if p]
-    return quantum(shown, given)  # type: ignore[arg-type]
+    return Quanta(quantum(shown), max(given, default=0.0))
 
 
 def per_group(values: np.ndarray, recorded: Sequence[object], printed: np.ndarray, gid: np.ndarray, ngroups: int,
-              metric: str) -> np.ndarray:
-    """`of_rows` for every group at once (gid: each row's group; rows with a NaN value take no part)."""
-    out = np.zeros(ngroups)
-    if not ngroups:
-        return out
-    vq = np.where(printed & np.isfinite(values), value_quanta(np.where(np.isfinite(values), values, 0.0)), 0.0)
+              metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """`of_rows` for every group at once (gid: each row's group; rows with a NaN value take no part): the inferred
+    and the recorded quanta, each an array over the groups."""
     inferred = np.full(ngroups, np.inf)
+    recorded_out = np.zeros(ngroups)
+    if not ngroups:
+        return np.zeros(0), recorded_out
+    vq = np.where(printed & np.isfinite(values), value_quanta(np.where(np.isfinite(values), values, 0.0)), 0.0)
     use = vq > 0
     np.minimum.at(inferred, gid[use], vq[use])
     inferred[np.isinf(inferred)] = 0.0
     given = np.array([float(d.get(metric) or 0.0) if isinstance(d, dict) else 0.0 for d in recorded])
-    np.maximum.at(out, gid, np.where(np.isfinite(values), given, 0.0))
-    return np.maximum(out, inferred)
+    np.maximum.at(recorded_out, gid, np.where(np.isfinite(values), given, 0.0))
+    return inferred, recorded_out

@@ -162,20 +162,23 @@ def metric_stats(df: pd.DataFrame, gid: np.ndarray, ngroups: int, metrics: Seque
         with np.errstate(invalid="ignore", divide="ignore"):
             cv = np.where(mean != 0, std / mean, math.nan)
         half = t_half_width(std, n)
-        res = _quanta(df, ok, gid, ngroups, m)
+        inferred, recorded = _quanta(df, ok, gid, ngroups, m)
+        res = np.maximum(inferred, recorded)
         rounding = np.where(res > NEGLIGIBLE * np.abs(np.nan_to_num(mean)), res / 2, 0.0)
         cols.update({f"{m}_n": n, f"{m}_mean": mean, f"{m}_std": std, f"{m}_cv": cv,
                      f"{m}_min": get(f"{m}_min"), f"{m}_max": get(f"{m}_max"),
                      f"{m}_median": get(f"{m}_median"), f"{m}_ci_low": mean - half - rounding,
-                     f"{m}_ci_high": mean + half + rounding, f"{m}_res": res})
+                     f"{m}_ci_high": mean + half + rounding, f"{m}_res": res, f"{m}_resi": inferred,
+                     f"{m}_resr": recorded})
     return pd.DataFrame(cols, index=index)
 
 
-def _quanta(df: pd.DataFrame, ok: np.ndarray, gid: np.ndarray, ngroups: int, metric: str) -> np.ndarray:
-    """Per group, the printed resolution of the ok repeats' figures of `metric` (runner/analysis/resolution.py); a
-    frame without the admission columns (built by hand) has none."""
+def _quanta(df: pd.DataFrame, ok: np.ndarray, gid: np.ndarray, ngroups: int, metric: str
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Per group, the printed resolution of the ok repeats' figures of `metric`, inferred and recorded
+    (runner/analysis/resolution.py); a frame without the admission columns (built by hand) has none."""
     if "resolution" not in df or "printed" not in df or not ok.any():
-        return np.zeros(ngroups)
+        return np.zeros(ngroups), np.zeros(ngroups)
     values = np.where(ok, df[metric].to_numpy(dtype=float), math.nan)
     return resolution.per_group(values, df["resolution"].tolist(), df["printed"].to_numpy(dtype=bool), gid,
                                 ngroups, metric)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.analysis.frame import unreachable
 from runner.bench.readings import out_of_domain
 from runner.errors import ConfigError, StoreError
 from runner.results import Status
@@ -254,6 +255,10 @@ def _readable(path: Path, number: int, rec: dict[str, Any]) -> None:
     wrong = out_of_domain(rec["metrics"], {}) if rec["status"] == "ok" else None
     if wrong:
         raise DamagedFile(f"{path} line {number}: an ok repeat whose metric {wrong}; nothing was imported")
+    beyond = unreachable(rec) if rec["status"] == "ok" else ""
+    if beyond:
+        raise DamagedFile(f"{path} line {number}: an ok repeat whose {beyond} (docs/admission.md); nothing was "
+                          "imported")
     for name in _INT_PARAMS:
         value = rec["params"].get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):

@@ -1,0 +1,160 @@
+"""Admission (runner/analysis/admission.py): a stored repeat reaches a verdict only when it proves it measured what
+it claims. The rows here are shaped as the store holds them, several copied from the first run on an H100 (a plain
+AMP recipe whose loss went NaN at step 5 and was stored ok; windows of 0.27-0.32 s where 2.2 s was asked)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from runner import analysis as an
+from runner.analysis import admission, gate
+from runner.analysis.repeat import Repeat
+from runner.analysis.verdict import Verdict
+from tests.decide.helpers import long_frame, rows_for
+
+
+def gpu_row(**metrics: Any) -> dict[str, Any]:
+    """A ResNet-50 repeat as the H100 stored it: iterations auto (at least 2.2 s), 5 iterations calibrated."""
+    m = {"throughput": 4533.74, "window_s": 0.2823, "images": 4533.74 * 0.2823, "iterations": 5,
+         "losses": [7.08, 7.05, None, None, None], "loss_at": {"1": 7.03, "2": 7.08, "5": None, "6": None},
+         "loss_start": 7.03, "loss_end": None,
+         "calibration": {"iterations": 5, "iter_s": 23.73, "min_time": 2.2, "least": 5, "most": 100000}}
+    m.update(metrics)
+    return {"id": 1, "run_id": "r", "cell_key": "k", "repeat": 0, "environment": "local-gpu", "backend": "local",
+            "params": {"model": "resnet50", "precision": "amp", "batch_size": 256, "dataset": "synthetic"},
+            "status": "ok", "metrics": m,
+            "raw": {"params": {"window_time": 2.2, "window_min": 5, "window_max": 100000, "iterations": 5}}}
+
+
+def test_a_training_whose_loss_went_nan_is_diverged_not_ok() -> None:
+    rep = Repeat.from_row(gpu_row())
+    assert rep.status == "diverged" and rep.stored_status == "ok"
+    assert "NaN or infinite by training step 5" in rep.reason and "3 of the window's 5 losses" in rep.reason
+    assert not rep.ok
+
+
+def test_the_benchmarks_own_finite_record_is_what_counts() -> None:
+    """bench checks every step (metrics.finite); its word is taken over the kept losses."""
+    bad = Repeat.from_row(gpu_row(finite={"all": False, "first_nonfinite_step": 3, "phase": "warmup"},
+                                  losses=[6.9] * 5, loss_at={"1": 7.0}, loss_end=6.9))
+    assert bad.status == "diverged" and "step 3 (warmup)" in bad.reason
+    good = Repeat.from_row(gpu_row(finite={"all": True, "checked_steps": 11}, losses=[6.9] * 5, loss_at={"1": 7.0},
+                                   loss_end=6.9, window_s=2.3, images=4533.74 * 2.3))
+    assert good.status == "ok"
+
+
+def test_a_window_shorter_than_promised_is_refused_and_one_that_kept_it_admitted() -> None:
+    finite = {"losses": [6.9] * 5, "loss_at": {"1": 7.0, "5": 6.9}, "loss_end": 6.9}
+    short = Repeat.from_row(gpu_row(**finite, window_s=0.3165, images=4044.16 * 0.3165, throughput=4044.16))
+    assert short.status == "refused" and short.reason == "window 0.317 s, at least 2.2 s asked (5 iterations)"
+    kept = Repeat.from_row(gpu_row(**finite, window_s=2.2338, images=5730.26 * 2.2338, throughput=5730.26,
+                                   iterations=50))
+    assert kept.status == "ok"
+
+
+def test_a_window_short_because_its_count_reached_the_ceiling_is_admitted_with_a_note() -> None:
+    row = gpu_row(losses=[6.9] * 5, loss_at={"1": 7.0}, loss_end=6.9, window_s=0.5, images=4533.74 * 0.5,
+                  calibration={"iterations": 5, "most": 5, "capped": True})
+    row["raw"]["params"]["window_max"] = 5
+    rep = Repeat.from_row(row)
+    assert rep.status == "ok"
+    assert any(c.name == "window" and "ceiling of 5 iterations" in c.detail for c in rep.checks)
+
+
+def test_a_fixed_count_measured_short_is_refused() -> None:
+    row = rows_for("k", [100.0])[0]
+    row["metrics"]["iterations"] = 3
+    row["raw"] = {"params": {"iterations": 20, "warmup": 5, "seed": 0}}
+    assert Repeat.from_row(row).reason == "measured 3 of the 20 iterations asked"
+
+
+def test_a_loss_scaler_that_skipped_most_steps_did_not_train() -> None:
+    row = rows_for("k", [100.0])[0]
+    row["metrics"]["scaler"] = {"kind": "dynamic", "skipped_window": 30, "window_steps": 50}
+    rep = Repeat.from_row(row)
+    assert rep.status == "refused" and "skipped 30 of the window's 50 optimizer steps: not training" in rep.reason
+    row["metrics"]["scaler"] = {"kind": "dynamic", "skipped_window": 2, "window_steps": 50}
+    rep = Repeat.from_row(row)
+    assert rep.status == "ok" and "skipped 2 of the window's 50" in admission.Admission(
+        rep.status, "ok", rep.checks).notes
+
+
+@pytest.mark.parametrize(("metrics", "words"), [
+    ({"throughput": 1.7e308, "images": 1.7e308}, "outside what a machine can reach"),
+    ({"throughput": 5e6, "images": 100.0}, "not the result's own items over its window"),
+    ({"throughput": math.inf}, "is not a finite number"),
+    ({"throughput": "fast"}, "is not a finite number"),
+])
+def test_a_figure_no_machine_produces_is_refused(metrics: dict[str, Any], words: str) -> None:
+    row = rows_for("k", [100.0])[0]
+    row["metrics"].update(metrics)
+    rep = Repeat.from_row(row)
+    assert rep.status == "refused" and words in rep.reason, rep.reason
+
+
+def test_an_mfu_above_one_is_left_out_alone() -> None:
+    """A peak that was wrong makes the MFU impossible, not the throughput: the figure goes, the repeat stays."""
+    row = rows_for("k", [100.0])[0]
+    row["metrics"]["mfu"] = 1.7
+    df = long_frame([row])
+    assert df["status"].iloc[0] == "ok" and math.isnan(df["mfu"].iloc[0])
+    assert "mfu 1.7" in df["admission"].iloc[0]
+
+
+def test_every_other_status_is_what_it_was() -> None:
+    for status in ("oom", "failed", "timeout", "unsupported", "cancelled", "not_started", "skipped"):
+        row = dict(rows_for("k", [0.0], status=status)[0])
+        assert Repeat.from_row(row).status == status
+
+
+def diverged_rows(key: str, n: int, **kw: Any) -> list[dict[str, Any]]:
+    rows = rows_for(key, [4700.0 + i for i in range(n)], **kw)
+    for r in rows:
+        r["metrics"].update(images=r["metrics"]["throughput"], losses=[7.0, None], loss_at={"1": 7.0, "2": None})
+    return rows
+
+
+def test_a_diverged_side_is_no_pairs_figure_and_an_outcome_in_every_command() -> None:
+    """The H100's plain row (NaN, 10% faster) against a finite one: compare and the gate never rank its speed;
+    they call the pair what it is, a regression of outcome, in the same words."""
+    a = rows_for("k", [4450.0, 4460.0, 4440.0], run_id="ra", environment="A")
+    for r in a:
+        r["metrics"]["images"] = r["metrics"]["throughput"]
+    df = long_frame(a, diverged_rows("k", 3, run_id="rb", environment="B", start=2000.0))
+    (pair,) = an.compare(an.select_side(df, "A"), an.select_side(df, "B")).pairs.to_dict("records")
+    assert math.isnan(pair["b_mean"]) and pair["b_n"] == 0
+    assert pair["verdict"] == "regression: B 3 diverged (A 3 ok)" and pair["decision"] == "fail"
+    (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule("slower", 0.05)])
+    assert check.verdict is Verdict.FAIL and check.reason == pair["verdict"]
+    # Asked the other way ("is B faster?"), a diverged B is not faster, whatever its img/s said.
+    (faster,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule("faster", 0.05)])
+    assert faster.verdict is not Verdict.FAIL
+
+
+def test_a_refused_side_is_undecided_in_every_command_never_a_verdict() -> None:
+    a = rows_for("k", [100.0, 101.0, 99.0], run_id="ra", environment="A")
+    b = rows_for("k", [120.0, 121.0, 119.0], run_id="rb", environment="B", start=2000.0)
+    for r in b:
+        r["metrics"].update(iterations=3)
+        r["raw"] = {"params": {"iterations": 20}}
+    df = long_frame(a, b)
+    (pair,) = an.compare(an.select_side(df, "A"), an.select_side(df, "B")).pairs.to_dict("records")
+    assert pair["decision"] == "undecided" and pair["verdict"].startswith("no admitted repeat on B (3 refused")
+    (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule("slower", 0.05)])
+    assert check.verdict is Verdict.UNDECIDED and check.reason == pair["verdict"]
+    assert "with no admitted repeat on a side" in gate.summary_line([gate.Rule("slower", 0.05)], [check])
+
+
+def test_the_report_lists_what_was_set_aside_and_why() -> None:
+    from runner.report.views import build
+
+    df = long_frame(rows_for("k", [100.0, 101.0], run_id="ra", environment="A"), [gpu_row()])
+    model = build(df, [], "t")
+    built = model.built("admission")
+    assert built is not None and built.shown
+    (row,) = built.frame.to_dict("records")
+    assert row["status"] == "diverged" and row["stored_status"] == "ok"
+    assert "1 diverged" in model.totals
