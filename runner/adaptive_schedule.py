@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runner.adaptive import Assessment, assess
+from runner.analysis import admitted_rows
 from runner.results import Status
 from runner.spec import Cell, Task
 from runner.store import Store
@@ -33,9 +34,7 @@ def states(cells: Sequence[Cell], store: Store, run_id: str | None = None) -> li
     keys = {c.key for c in adaptive}
     statuses: dict[tuple[str, int], Status] = {}
     values: dict[str, list[float]] = defaultdict(list)
-    for row in store.rows([run_id] if run_id else None):
-        if row["cell_key"] not in keys:
-            continue
+    for row in admitted_rows(r for r in store.rows([run_id] if run_id else None) if r["cell_key"] in keys):
         statuses[(row["cell_key"], row["repeat"])] = Status(row["status"])
         if row["status"] == Status.OK.value:
             tput = (row["metrics"] or {}).get("throughput")

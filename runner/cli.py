@@ -134,8 +134,9 @@ def compare(a: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="A"))],
                                                        "(default: a table)")] = None,
             metric: Annotated[str, typer.Option("--metric", help="throughput, iter_time, time, memory, loss, "
                                                 "accuracy, energy (images per joule)")] = "throughput",
-            min_effect: Annotated[float, typer.Option("--min-effect", help="smallest change that counts as "
-                                                      "significant (0.02 = 2%)")] = 0.02,
+            min_effect: Annotated[float | None, typer.Option("--min-effect", help="smallest change that counts as "
+                                                             "significant (0.02 = 2%; with --fail-on on the same "
+                                                             "metric: the gate's threshold)")] = None,
             fail_on: Annotated[list[str] | None, typer.Option("--fail-on", help="exit 1 when B is slower:X%, "
                                                              "faster:X%, uses memory:X% more or energy:X% more per "
                                                              "image than A, beyond X and significant (repeatable)")] = None,
@@ -153,12 +154,13 @@ def compare(a: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="A"))],
     measured, run settings that differ; --undecided fail|pass counts those otherwise); the output lists
     the pairs that failed or were undecided (in JSON: the `gate` member).
     """
+    from runner.commands import decide
     from runner.report import compare_command
-    if not (math.isfinite(min_effect) and 0 <= min_effect < 1):
+    if min_effect is not None and not (math.isfinite(min_effect) and 0 <= min_effect < 1):
         raise ConfigError(f"--min-effect {min_effect}: a fraction from 0 to below 1 (0.02 = 2%)")
+    min_effect = decide.one_threshold(metric, min_effect, fail_on or [])
     gate_out, status = "", 0
     if fail_on:
-        from runner.commands import decide
         gate_out, status = decide.gate_command(db, a, b, fail_on, fmt, undecided, pool)
     elif undecided is not None:
         raise ConfigError("--undecided applies to the gate: add --fail-on (e.g. --fail-on slower:3%)")

@@ -434,6 +434,17 @@ def record(r: Mapping[str, Any], position: int = 0) -> dict[str, Any]:
     return rec
 
 
+def admitted_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Store rows as admission sees them, for code that walks rows rather than the frame: `status` and `reason`
+    replaced by admission's (a stored ok may be diverged or refused), `stored_status` and `admission` beside them."""
+    out = []
+    for r in rows:
+        rec = record(r)
+        out.append({**r, "status": rec["status"], "reason": rec["reason"], "stored_status": rec["stored_status"],
+                    "admission": rec["admission"]})
+    return out
+
+
 def unreachable(row: Mapping[str, Any]) -> str:
     """Why a row's figures are none a machine produces (admission's bounds check failed), '' when they are: an
     import refuses a file that holds one (a figure of 1.7e308 img/s would overflow every mean and ratio built on it)."""

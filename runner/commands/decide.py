@@ -83,6 +83,21 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
     return (present.terminal(*parts, titles=titles) if parts else ""), status
 
 
+def one_threshold(metric: str, min_effect: float | None, specs: Sequence[str]) -> float:
+    """The smallest change compare's table calls significant. One output says one threshold: with --fail-on rules on
+    the metric compared, their threshold (the smallest, when several), so the table never calls "not significant
+    (change < 2%)" the change the gate below it fails at 1%; a --min-effect that says otherwise is refused."""
+    rules = gate.parse_rules(specs) if specs else []
+    name = an.get_metric(metric).name
+    mine = sorted({r.threshold for r in rules if r.metric == name})
+    if not mine:
+        return an.MIN_EFFECT if min_effect is None else min_effect
+    if min_effect is not None and min_effect != mine[0]:
+        raise ConfigError(f"--min-effect {min_effect:g} and --fail-on {', '.join(specs)} judge the {name} with two "
+                          f"thresholds; give one (the table takes the gate's, {mine[0]:.2%} here)")
+    return mine[0]
+
+
 def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str], pool: bool = False
                 ) -> tuple[list[gate.Rule], list[gate.Check], list[dict[str, Any]]]:
     """The rules, every check, and B's cells that A has no cell for."""

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import console as consoles
-from runner.analysis import definition, shown_unit
+from runner.analysis import admitted_rows, definition, shown_unit
 from runner.spec import shown_params
 from runner.store import Store
 from runner.table import Cell, Table
@@ -15,7 +15,7 @@ from runner.table import Cell, Table
 def main(run_ref: str | None, db: Path) -> int:
     with Store(db, readonly=True) as store:
         run_id = store.resolve_run(run_ref)
-        rows = list(store.rows([run_id], latest_only=False))
+        rows = admitted_rows(store.rows([run_id], latest_only=False))  # a stored ok may be diverged or refused
     axes = list(dict.fromkeys(k for r in rows for k in shown_params(r["params"])))
     unit = shown_unit((definition(r["metrics"] or {}, "throughput")[1] for r in rows if r["status"] == "ok"),
                       "throughput")
@@ -28,7 +28,8 @@ def main(run_ref: str | None, db: Path) -> int:
         if one_unit is None and isinstance(tput, int | float):
             shown += " " + definition(r["metrics"] or {}, "throughput")[1]
         table.add(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
-                  str(r["repeat"] + 1), Cell(r["status"], "" if r["status"] == "ok" else "status"),
+                  str(r["repeat"] + 1), Cell(r["status"], "" if r["status"] == "ok" else (
+                      r["status"] if r["status"] in ("diverged", "refused") else "status")),
                   shown, note(r))
     consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
     return 0

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from runner import analysis as an
 from runner.exitcodes import Exit
 from runner.kit import device, output, reference
 from runner.kit import plan as plans
@@ -349,7 +350,7 @@ class Kit:
         from runner.store import Store
         with Store(self.db, readonly=True) as store:
             rows = [r for r in store.rows(keys=[key]) if r["repeat"] == repeat]
-        return rows[-1] if rows else None
+        return an.admitted_rows(rows[-1:])[0] if rows else None  # a stored ok may be diverged or refused
 
 
 def main(argv: Sequence[str] | None = None) -> int:

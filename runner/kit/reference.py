@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runner import analysis as an
 from runner.kit.settings import KitCell, KitView
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +81,7 @@ def sizes(kit: KitView, c: KitCell) -> tuple[int, int] | None:
     with Store(kit.db, readonly=True) as store:
         iterations = store.calibrations([c.key]).get(c.key)
         warm = sorted(int(((r.get("metrics") or {}).get("warmup") or {}).get("iterations") or 0)
-                      for r in store.rows(keys=[c.key]) if r["status"] == "ok")
+                      for r in an.admitted_rows(store.rows(keys=[c.key])) if r["status"] == "ok")
     if not iterations or not warm:
         return None
     return int(iterations), max(1, warm[len(warm) // 2])

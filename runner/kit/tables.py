@@ -27,7 +27,7 @@ def write(kit: KitView, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     files = report_command(kit.db, None, ["md", "html", "json", "csv"], out / "matrix")
     with Store(kit.db, readonly=True) as store:
-        rows = list(store.rows())
+        rows = an.admitted_rows(store.rows())  # a stored ok whose loss went NaN is diverged here too
     by_key: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_key.setdefault(r["cell_key"], []).append(r)

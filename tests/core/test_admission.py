@@ -5,6 +5,7 @@ AMP recipe whose loss went NaN at step 5 and was stored ok; windows of 0.27-0.32
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from runner import analysis as an
 from runner.analysis import admission, gate
 from runner.analysis.repeat import Repeat
 from runner.analysis.verdict import Verdict
-from tests.decide.helpers import long_frame, rows_for
+from tests.decide.helpers import long_frame, rows_for, store_of
 
 
 def gpu_row(**metrics: Any) -> dict[str, Any]:
@@ -158,3 +159,27 @@ def test_the_report_lists_what_was_set_aside_and_why() -> None:
     (row,) = built.frame.to_dict("records")
     assert row["status"] == "diverged" and row["stored_status"] == "ok"
     assert "1 diverged" in model.totals
+
+
+def test_compare_and_its_gate_say_one_threshold_in_one_output(tmp_path: Path) -> None:
+    """A 1.6% slowdown, significant: the gate at slower:1% fails it, so the table above it may not call it "not
+    significant (change < 2%)"; a --min-effect that says another threshold is refused."""
+    from typer.testing import CliRunner
+
+    from runner import cli
+
+    a = rows_for("k", [1000.0, 1001.0, 999.0, 1000.5], run_id="ra", environment="A")
+    b = rows_for("k", [984.0, 985.0, 983.0, 984.5], run_id="rb", environment="B", start=2000.0)
+    for r in a + b:
+        r["metrics"]["images"] = r["metrics"]["throughput"]
+    db = store_of(tmp_path / "s.db", a + b)
+    out = CliRunner().invoke(cli.app, ["compare", "A", "B", "--db", str(db), "--fail-on", "slower:1%"],
+                             terminal_width=250)
+    assert out.exit_code == 1, out.output
+    assert "change < 2%" not in out.output and "slower" in out.output
+    assert "1 failed" in out.output
+    refused = CliRunner().invoke(cli.app, ["compare", "A", "B", "--db", str(db), "--fail-on", "slower:1%",
+                                           "--min-effect", "0.02"])
+    assert refused.exit_code == 2 and "two thresholds" in refused.output
+    alone = CliRunner().invoke(cli.app, ["compare", "A", "B", "--db", str(db)], terminal_width=250)
+    assert alone.exit_code == 0 and "change < 2%" in alone.output

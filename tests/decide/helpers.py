@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -24,3 +25,27 @@ def rows_for(key: str, values: Sequence[float], *, run_id: str = "r1", start: fl
 
 def long_frame(*groups: list[dict[str, Any]]) -> pd.DataFrame:
     return frame([r for g in groups for r in g])
+
+
+def store_of(db: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    """A real store holding `rows` (rows_for's shape) as `matrix run` would have stored them, with their runs."""
+    import json
+
+    from runner.store import SCHEMA, Store
+
+    with Store(db) as store, store.db:
+        store.db.execute("BEGIN")
+        for run_id in dict.fromkeys(r["run_id"] for r in rows):
+            t0 = min(r["started_at"] for r in rows if r["run_id"] == run_id)
+            store.db.execute("INSERT INTO runs (run_id, schema, started_at, finished_at, matrix_path, matrix_name, "
+                             "argv, host, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (run_id, SCHEMA, t0, t0 + 60, "matrix.yaml", "test", "[]", "host", "complete"))
+        store.db.executemany(
+            "INSERT INTO results (schema, run_id, cell_key, repeat, environment, backend, tags, params, status, "
+            "reason, metrics, env, raw, log_tail, started_at, finished_at) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(SCHEMA, r["run_id"], r["cell_key"], r["repeat"], r["environment"], r["backend"], json.dumps(r["tags"]),
+              json.dumps(r["params"]), r["status"], r.get("reason"), json.dumps(r["metrics"]), json.dumps(r["env"]),
+              json.dumps(r.get("raw") or {"params": {"iterations": 20, "warmup": 5, "seed": 0}}), "",
+              r["started_at"], r["finished_at"]) for r in rows])
+    return db
