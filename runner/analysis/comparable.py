@@ -305,27 +305,12 @@ def measure_notes(sides: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
             why = _join_unique(g["cpu_why"])
             notes.append(f"{label} ({env}): {precision} emulated on this CPU{f' ({why})' if why else ''}: expect it "
                          "slower than fp32.")
-        short = ok[[_short_window(st_, w) for st_, w in zip(ok["settings"], ok["window_iters"], strict=True)]]
-        if not short.empty:
-            n = short["cell_key"].nunique()
-            r = short.iloc[0]
-            notes.append(f"{label} ({ref}): in {n} cell{'s' if n != 1 else ''} a repeat measured a shorter window "
-                         f"than its run settings promised (e.g. {int(r['window_iters'])} iterations; {r['settings']}).")
         unsteady = ok[ok["steady"].map(lambda v: v is False).astype(bool)]
         if not unsteady.empty:
             n = unsteady["cell_key"].nunique()
             notes.append(f"{label} ({ref}): in {n} cell{'s' if n != 1 else ''} a repeat's warm-up reached its "
                          "ceiling before the iteration times were steady.")
     return notes
-
-
-def _short_window(settings: Any, window: Any) -> bool:
-    """A fixed `iterations=N` in the run settings and a measured window of fewer iterations."""
-    for word in str(settings or "").split():
-        key, _, value = word.partition("=")
-        if key == "iterations" and value.isdigit() and isinstance(window, int | float) and window == window:
-            return int(window) < int(value)
-    return False
 
 
 def throttling_note(significant: bool, throttled_a: Any, throttled_b: Any, n_a: int, n_b: int) -> str:

@@ -407,17 +407,20 @@ def test_compare_never_pairs_two_definitions_of_a_metric() -> None:
     assert math.isnan(c.geomean)
 
 
-def test_a_window_shorter_than_the_run_settings_promised_is_said() -> None:
+def test_a_window_shorter_than_the_run_settings_promised_is_refused_and_said() -> None:
+    """Admission (runner/analysis/admission.py) refuses a repeat that measured fewer iterations than asked: the pair
+    is undecided in words that say why, never compared as if the windows were alike."""
     def rows(env: str, window: int, start: int) -> list[dict]:
         return [{"id": start + i, "run_id": env, "cell_key": env, "repeat": i, "environment": env, "status": "ok",
                  "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
                  "metrics": {"throughput": 100.0 + i, "iterations": window},
                  "raw": {"params": {"iterations": 50, "warmup": 5, "seed": 0}}} for i in range(3)]
     df = an.frame(rows("a", 50, 0) + rows("b", 12, 10))
+    assert list(df["status"]) == ["ok"] * 3 + ["refused"] * 3
+    assert set(df.loc[df["status"] == "refused", "reason"]) == {"measured 12 of the 50 iterations asked"}
     c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
-    assert [n for n in c.notes if "shorter window" in n] == [
-        "B (b): in 1 cell a repeat measured a shorter window than its run settings promised (e.g. 12 iterations; "
-        "iterations=50 warmup=5 seed=0)."]
+    (pair,) = c.pairs.to_dict("records")
+    assert pair["decision"] == "undecided" and pair["verdict"].startswith("no admitted repeat on B (3 refused")
 
 
 def test_the_pairs_table_labels_each_side_with_its_figures_unit() -> None:
