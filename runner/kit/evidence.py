@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import importlib.util
 import math
+import os
 import signal
 import statistics
 import sys
@@ -38,7 +39,6 @@ GPU_ENV, DRY_ENV = "local-gpu", "dry-run-cpu"
 MIN_ITERATIONS = {"cuda": 5, "cpu": 2}
 MAX_ITERATIONS = 100_000
 WINDOW_MARGIN = 1.1     # the window asked of bench: a little above --window (its count is rounded up anyway)
-CALL_BUDGET_S = 540.0   # --plan's calls: a 10-minute command, less the machine's own start
 
 
 class Kit:
@@ -93,6 +93,10 @@ class Kit:
             return int(Exit.OK)
         found = device.DRY_RUN if self.args.dry_run else device.identify(reference.pythonpath())
         self.device = device.bind(self.state, found)
+        caches = compile_caches(self.state)
+        files = [f for f in caches.rglob("*") if f.is_file()] if caches.exists() else []
+        self.say(f"torch.compile caches: {len(files)} files ({sum(f.stat().st_size for f in files) / 2**20:.1f} MiB) "
+                 f"carried in the state{'' if files else ': none yet, compiled cells compile from scratch'}")
         self.say(f"state {self.state} of {device.text(self.device)}; measuring {', '.join(self.selected)}"
                  f"{' (dry run)' if self.args.dry_run else ''}; {self.budget.text()}")
         if "gpt2-124m" in self.selected and not self.args.dry_run and importlib.util.find_spec("torchao") is None:
@@ -211,17 +215,25 @@ class Kit:
             return float(statistics.median(seen))
         return plans.guess_seconds(c.params, self.args.window, self.args.warmup_seconds, later=repeat > 0)
 
+    def cost(self, c: KitCell, r: int) -> float:
+        """A missing repeat's seconds: a reference repeat is two processes (bench and the hand-written loop) after
+        the headline's plain cell has run on this machine (its caches warm)."""
+        if c.phase.reference:
+            return 2 * self.repeat_estimate(c, max(r, 1))
+        return self.repeat_estimate(c, r)
+
     def estimate_left(self, phases: Sequence[str] | None = None) -> float:
-        return sum(self.repeat_estimate(c, r) * (2 if c.phase.reference else 1) for c, r in self.missing(phases))
+        return sum(self.cost(c, r) for c, r in self.missing(phases))
 
     def print_plan(self) -> None:
-        """Each phase in order: its cells, what is left and its device minutes; the whole, in calls of a lease."""
-        room = CALL_BUDGET_S - self.args.reserve
+        """Each phase in order: its cells, what is left and its device minutes; then the calls of a lease that measure
+        it (each at most plans.CALL_MEASURE_S of measuring, by the same model), the first one in full."""
+        room = plans.CALL_MEASURE_S
         total = 0.0
         left = self.missing()
         for i, phase in enumerate(self.phases, 1):
             todo = [m for m in left if m[0].phase is phase]
-            secs = sum(self.repeat_estimate(c, r) * (2 if phase.reference else 1) for c, r in todo)
+            secs = sum(self.cost(c, r) for c, r in todo)
             total += secs
             calls = max(1, math.ceil(total / room)) if total else 0
             mark = "" if phase.name in self.selected else " (not selected)"
@@ -230,11 +242,32 @@ class Kit:
             self.say(f"phase {i} {phase.name}{mark}: {len(phase.cells)} cells x {repeats}, {len(todo)} to run, "
                      f"~{secs / 60:.1f} device min (so far ~{(total + calls * plans.CALL_START_S) / 60:.0f} min of "
                      f"lease in {calls} calls): {phase.title}")
-        calls = math.ceil(total / room) if total else 0
-        self.say(f"plan: {len(left)} repeats to run, ~{total / 60:.1f} device min of measuring; with calls of "
-                 f"{CALL_BUDGET_S:.0f} s (--budget {CALL_BUDGET_S:.0f}) and ~{plans.CALL_START_S:.0f} s to start "
-                 f"each: {calls} calls, ~{(total + calls * plans.CALL_START_S) / 60:.0f} min of lease; "
-                 f"{self.budget.text()}")
+        packed = self.calls([m for m in left if m[0].phase.name in self.selected])
+        if packed:
+            first = packed[0]
+            parts = ", ".join(f"{name} {n} repeat{'s' if n != 1 else ''} (~{secs:.0f} s)"
+                              for name, (n, secs) in first.items())
+            used = sum(secs for _, secs in first.values())
+            self.say(f"call 1 measures {parts}: ~{used:.0f} s of its {room:.0f} s (--budget "
+                     f"{room + self.args.reserve:.0f}: {self.args.reserve:.0f} s more for the report and the pack)")
+        self.say(f"plan: {len(left)} repeats to run, ~{total / 60:.1f} device min of measuring; in calls of "
+                 f"{room:.0f} s of measuring and ~{plans.CALL_START_S:.0f} s to start each: {len(packed)} calls, "
+                 f"~{(total + len(packed) * plans.CALL_START_S) / 60:.0f} min of lease; {self.budget.text()}")
+
+    def calls(self, todo: Sequence[tuple[KitCell, int]]) -> list[dict[str, tuple[int, float]]]:
+        """The repeats in plan order cut into calls of at most plans.CALL_MEASURE_S seconds by the model (a repeat
+        longer than a call gets one of its own): per call, each phase's repeats and seconds."""
+        out: list[dict[str, tuple[int, float]]] = []
+        used = math.inf
+        for c, r in todo:
+            secs = self.cost(c, r)
+            if used + secs > plans.CALL_MEASURE_S:
+                out.append({})
+                used = 0.0
+            n, t = out[-1].get(c.phase.name, (0, 0.0))
+            out[-1][c.phase.name] = (n + 1, t + secs)
+            used += secs
+        return out
 
     # --- measuring ---------------------------------------------------------------------------------
     def measure(self) -> None:
@@ -351,6 +384,18 @@ class Kit:
         with Store(self.db, readonly=True) as store:
             rows = [r for r in store.rows(keys=[key]) if r["repeat"] == repeat]
         return an.admitted_rows(rows[-1:])[0] if rows else None  # a stored ok may be diverged or refused
+
+
+def compile_caches(state: Path) -> Path:
+    """Point torch.compile's caches (inductor's FX graph and autograd caches, Triton's kernels) into the state, for
+    every `matrix run` this process starts: the pack carries them to the next machine (runner/kit/output.py), so a
+    later call finds its compiled cells' graphs instead of compiling them again. A cache the user set is kept."""
+    folder = (state / output.COMPILE_CACHE).resolve()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
+    return folder
 
 
 def main(argv: Sequence[str] | None = None) -> int:

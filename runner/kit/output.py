@@ -15,6 +15,11 @@ from runner.kit import device
 from runner.kit.settings import KitView
 
 PACK_SKIP = ("cache",)     # generated data: made again where it is missing
+# torch.compile's caches (inductor's FX graphs and Triton's kernels, runner/kit/evidence.py points them here): carried
+# to the next machine when the pack stays under what a call returns (16 MiB a file), so a later call does not
+# compile again; left out, and said, when they would not fit.
+COMPILE_CACHE = "compile-cache"
+PACK_MAX = 15 * 2**20
 
 
 def out_dir(kit: KitView) -> Path:
@@ -51,23 +56,36 @@ def pack(kit: KitView, quiet: bool = False) -> None:
         import sqlite3
         with contextlib.closing(sqlite3.connect(kit.db, timeout=30)) as db:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    out = out_dir(kit)
     target = Path(kit.args.pack)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
+    caches = (kit.state / COMPILE_CACHE).exists()
+    _write_pack(kit, target, tmp, caches)
+    if caches and tmp.stat().st_size > PACK_MAX:
+        _write_pack(kit, target, tmp, False)
+        if not quiet:
+            kit.say(f"torch.compile's caches left out of the pack: with them it would pass {PACK_MAX / 2**20:.0f} MiB; "
+                    "the next machine compiles again")
+        caches = False
+    os.replace(tmp, target)
+    if not quiet:
+        kit.say(f"packed the state and the report: {target} ({target.stat().st_size / 2**20:.2f} MiB"
+                f"{', torch.compile caches included' if caches else ''}); unpack it in the checkout's root to "
+                "continue from it")
+
+
+def _write_pack(kit: KitView, target: Path, tmp: Path, caches: bool) -> None:
+    out = out_dir(kit)
+    skip = PACK_SKIP if caches else (*PACK_SKIP, COMPILE_CACHE)
     with tarfile.open(tmp, "w:gz", compresslevel=3) as tar:
         for folder in (kit.state, out):
             if not folder.exists():
                 continue
             for path in sorted(folder.rglob("*")):
                 rel = path.relative_to(kit.state) if folder == kit.state else None
-                if rel is not None and rel.parts and rel.parts[0] in PACK_SKIP:
+                if rel is not None and rel.parts and rel.parts[0] in skip:
                     continue
                 if path.resolve() in (target.resolve(), tmp.resolve()):
                     continue  # a pack written inside the state never packs itself
                 if path.is_file() and not path.name.endswith(("-shm", "-wal", ".tmp")):
                     tar.add(path, arcname=kit.rel(path), recursive=False)
-    os.replace(tmp, target)
-    if not quiet:
-        kit.say(f"packed the state and the report: {target} ({target.stat().st_size / 2**20:.2f} MiB); unpack it "
-                "in the checkout's root to continue from it")

@@ -39,8 +39,9 @@ GPT2_PRECISIONS: tuple[Params, ...] = (
     {"precision": "fp8", "fp8_impl": "torchao", "fp8_recipe": "tensorwise"},
     {"precision": "fp8", "fp8_impl": "torchao", "fp8_recipe": "rowwise"})
 # A model's own least window and most warm-up (compilation included), in seconds, where the kit's --window and
-# --warmup-seconds do not fit it: GPT-2 124M's steps are long (a short window is a few steps) and it compiles.
-LIMITS = {"gpt2_124m": (10.0, 180.0)}
+# --warmup-seconds do not fit it: GPT-2 124M's steps are long (32 x 1024 tokens, ~80 ms on an H100: a 5-s window
+# is ~60 steps) and it compiles.
+LIMITS = {"gpt2_124m": (5.0, 180.0)}
 
 
 def limits(params: Mapping[str, Any], window: float, warmup: float, compiled: float) -> tuple[float, float]:
@@ -86,27 +87,46 @@ def _each(key: str, values: Sequence[Any]) -> list[dict[str, Any]]:
     return [{key: v} for v in values]
 
 
-# A repeat's device seconds before any is stored (`--plan`'s model; measured wall times replace it): a fresh
-# process (Python, PyTorch, CUDA start-up, the model and data built, evaluation, exit), the warm-up until steady
-# (at most --warmup-seconds) and the window (at least --window); torch.compile adds its compilation.
+# A repeat's device seconds before any is stored (`--plan`'s model; measured wall times replace it), from the first
+# run on an H100 80GB HBM3 (2026-11-27, PyTorch 2.11, docs/gpu-evidence.md "What a lease costs"): a fresh process
+# (Python, PyTorch, CUDA start-up, the model and data built, evaluation, exit), the warm-up until steady (at most
+# --warmup-seconds) and the window (at least --window); a cell's first repeat on a machine adds cuDNN's autotuning
+# and CUDA's kernel caches (ResNet-50 eager: 31-39 s first, 16-20 s later); torch.compile adds its compilation
+# (ResNet-50: 78 s for the first repeat; GPT-2 124M: 49-52 s at BF16, 87 s at FP8, 5-s windows).
 PROCESS_S = {"cuda": 12.0, "cpu": 3.0}
-COMPILE_S = 75.0
-COMPILE_WARM_S = 25.0  # a cell's later repeats on the same machine: inductor's FX graph and Triton caches are warm
+FIRST_S = {"cuda": 16.0, "cpu": 0.0}
+COMPILE_S = 60.0                                  # an image model's compilation, caches cold
+COMPILE_MODEL_S = {"gpt2_124m": (26.0, 61.0)}     # a transformer's: (BF16, FP8: its casts and scales compile too)
+COMPILE_WARM_S = 25.0  # later repeats on the same machine (inductor's FX graph and Triton caches warm): not measured
 CALL_START_S = 150.0   # one call of the lease: the machine's start, the transfers, the wheels and the kit's start
+CALL_MEASURE_S = 540.0  # what one call measures: 9 minutes (a 10-minute command, less the report, the pack, the start)
+
+
+def compile_seconds(params: Mapping[str, Any], later: bool) -> float:
+    """torch.compile's seconds in a repeat of this cell on a GPU (0 without compile)."""
+    if not params.get("compile") or params.get("device") == "cpu":
+        return 0.0
+    if later:
+        return COMPILE_WARM_S
+    bf16, fp8 = COMPILE_MODEL_S.get(str(params.get("model")), (COMPILE_S, COMPILE_S))
+    return fp8 if params.get("precision") == "fp8" else bf16
 
 
 def guess_seconds(params: Mapping[str, Any], window: float, warmup: float, later: bool = False) -> float:
-    """`later`: not the cell's first repeat (its compilation finds this machine's caches warm)."""
+    """`later`: not the cell's first repeat (its compilation finds this machine's caches warm, cuDNN's autotuning
+    and CUDA's caches are done)."""
     dev = "cpu" if params.get("device") == "cpu" else "cuda"
-    compiled = (COMPILE_WARM_S if later else COMPILE_S) if params.get("compile") and dev == "cuda" else 0.0
+    compiled = compile_seconds(params, later)
     window, most = limits(params, window, warmup, compiled)
-    return PROCESS_S[dev] + min(warmup + compiled, most) + 1.1 * window
+    first = 0.0 if later or compiled else FIRST_S[dev]
+    return PROCESS_S[dev] + first + min(warmup + compiled, most) + 1.1 * window
 
 
 def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: str = "") -> list[Phase]:
-    """The phases, in the order they run: the headline first (a lease cut at any call still has it), then GPT-2
-    124M at BF16 and FP8, then the 2018 recipe, then every write-up's grid at one repeat a cell, then the grids'
-    (and GPT-2's) other repeats. `dry`: the CPU dry run's tiny version of the same plan (every phase, one or two
+    """The phases, in the order they run: the headline first (a lease cut at any call still has it), the hand-written
+    loop beside it, GPT-2 124M at BF16 beside FP8 (one repeat each): all three fit the first call's 9 minutes by the
+    model above; then the 2018 recipe, every write-up's grid at one repeat a cell, GPT-2's four cells, then the
+    grids' (and GPT-2's) other repeats. `dry`: the CPU dry run's tiny version of the same plan (every phase, one or two
     cells each)."""
     dev = "cpu" if dry else device
     base: Params = {"dataset": "synthetic", "device": dev, **({"threads": 1} if dry else {})}
@@ -162,6 +182,10 @@ def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: s
         Phase("reference", "The hand-written autocast loop on the plain cell's model, batch, data and optimizer "
               "(benchmarks/bench_vs_reference.py), alternating with bench",
               (dict(plain),), repeats, reference=True),
+        # The first call's last question: today's training at BF16 beside FP8, one repeat each (the others later).
+        Phase("gpt2-first", gpt2.title.split(":")[0] + ": bf16 beside fp8 (torchao, tensorwise), one repeat each",
+              tuple(dict(c) for c in gpt2.cells if c["precision"] == "bf16" or c.get("fp8_recipe") == "tensorwise"),
+              1),
         Phase("recipe-2018", "The 2018 recipe (FP16 model, FP32 master weights, static loss scale 256) beside "
               "native autocast",
               pick(_cells({**base, **rn50, **MANUAL_2018}, _each("channels_last", [False, True])),
