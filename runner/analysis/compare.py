@@ -278,7 +278,7 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
                min_effect: float = MIN_EFFECT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pair two sides' cell statistics (from side_stats): ratio B/A, Welch p (and adjusted for the false
     discovery rate over the pairs tested), verdict and decision; and the unpaired cells."""
-    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "res", "resi", "resr", "statuses", "environments", "settings", "cell_keys",
+    stat_cols = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys",
                  "steps_ok", "definition", THROTTLED]
     pair_cols = [*PARAM_KEYS, *(f"{s}_{x}" for s in "ab" for x in stat_cols),
                  "ratio", "change", "p_value", "p_adjusted", "significant", "verdict", "decision", "throttling"]

@@ -58,7 +58,9 @@ def cell_value(row: Any, m: an.Metric) -> Cell:
     n = int(row[f"{m.name}_n"])
     bad = not_ok(row["statuses"])
     if int(row["n_ok"]) == 0:
-        return Cell(bad or DASH, "status")
+        # Coloured by the worst outcome: a diverged training red, repeats admission refused magenta.
+        worst = next((w for w in ("diverged", "refused") if f" {w}" in f" {bad}"), "status")
+        return Cell(bad or DASH, worst)
     if n == 0:
         return Cell(DASH, "muted")
     text = fmt.metric_value(m, row[f"{m.name}_mean"], row[f"{m.name}_std"], n)

@@ -246,7 +246,7 @@ def admitted_counts(records: list[dict[str, Any]], df: pd.DataFrame) -> list[dic
     ok, the report the admitted ones (a diverged or refused repeat by its word)."""
     if df.empty or "run_id" not in df:
         return records
-    by_run = {r: g.value_counts().to_dict() for r, g in df.groupby("run_id", sort=False)["status"]}
+    by_run = {r: dict(sorted(g.value_counts().items())) for r, g in df.groupby("run_id", sort=False)["status"]}
     return [dict(r, counts=by_run[r["run_id"]]) if r.get("run_id") in by_run else r for r in records]
 
 
