@@ -195,7 +195,11 @@ def run_warmup(n, source, steps, device=None, rule=None, timed=False, agree=None
 # (CUDA context, cuDNN autotuning, compilation: 10 to 1000 times a steady one), not a steady iteration; a loaded
 # CPU's noise stays under 3x (tests/bench/test_timing.py's CPU trace: 2.7x between its extremes).
 SLOW_FACTOR = 4.0
-RESIZE_MARGIN = 0.10  # a re-sized window asks for this much more than --window-time
+# A calibrated window asks for CALIBRATE_MARGIN more than --window-time: the window runs without the warm-up's
+# per-iteration synchronisation and a few percent faster than its estimate now and then, and a window short by 1%
+# would be measured a second time (resize). A re-sized window asks for RESIZE_MARGIN more.
+CALIBRATE_MARGIN = 0.05
+RESIZE_MARGIN = 0.10
 MAX_RESIZES = 4       # re-sized windows at most, after the first
 
 
@@ -209,17 +213,17 @@ def steady_times(times):
     return [t for t in rest if t <= SLOW_FACTOR * fastest]
 
 
-def calibrate(warmup_times, min_time, least, most, window=STEADY_WINDOW):
-    """The measured iterations for a window of at least `min_time` seconds, from the warm-up's steady iteration
-    times (steady_times): their median over the last half (at most one steady window), the count at least `least`
-    and at most `most` (the ceiling wins). Returns (iterations, seconds per iteration), or (least, None) without
-    a steady time: the window is then re-sized from its own times (resize)."""
+def calibrate(warmup_times, min_time, least, most, window=STEADY_WINDOW, margin=CALIBRATE_MARGIN):
+    """The measured iterations for a window of at least `min_time` seconds (`margin` more asked), from the warm-up's
+    steady iteration times (steady_times): their median over the last half (at most one steady window), the count
+    at least `least` and at most `most` (the ceiling wins). Returns (iterations, seconds per iteration), or
+    (least, None) without a steady time: the window is then re-sized from its own times (resize)."""
     steady_ones = steady_times(warmup_times)
     if not steady_ones:
         return min(most, least), None
     tail = steady_ones[-max(1, min(window, len(steady_ones) // 2)):]
     per_iter = median(tail)
-    need = int(math.ceil(min_time / per_iter))
+    need = int(math.ceil(min_time * (1.0 + margin) / per_iter))
     return min(most, max(least, need)), per_iter
 
 
