@@ -30,7 +30,6 @@ class FiniteCheck(object):
         self.dist, self.device = dist, device
         self.losses = []   # every checked step's loss (this rank), step k at index k - 1
         self.bad = None    # (step, phase) of the first non-finite loss
-        self.phase_of = {}
 
     def check(self, losses, phase):
         """Add a phase's losses; returns True when the training is (now) diverged, on every rank alike."""

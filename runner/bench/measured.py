@@ -110,6 +110,7 @@ def measure(args, state, source, steps, check, watch):
         cal = {"iterations": iterations, "iter_s": None, "estimated_from": "given", "given": iterations,
                "min_time": args.window_time, "least": args.window_min, "most": args.window_max}
     if cal is not None:  # in the result before the window (an OOM result says what was asked), final after it
+        cal.update(resized=[], capped=False, met=None)
         metrics["calibration"] = cal
         metrics["window_asked_s"] = args.window_time
     window, iterations = windows(args, state, source, steps, iterations, cal, check, watch, before)
@@ -124,7 +125,7 @@ def windows(args, state, source, steps, iterations, cal, check, watch, before):
     goes into `cal` (resized, capped, met); the short windows' losses are appended to `before`. Returns (the final
     window, its iterations)."""
     dist, device = state["dist"], state["device"]
-    resized = []
+    resized = cal["resized"] if cal is not None else []
     while True:
         window = timing.run_window(iterations, source, steps, device, args.breakdown, dist)
         diverged = check.check(window["losses"], "window")
@@ -161,5 +162,5 @@ def windows(args, state, source, steps, iterations, cal, check, watch, before):
         if capped:
             log("window of %d iterations (--window-max) took %.3f s, shorter than the %g s asked: kept (capped)" % (
                 iterations, window_s, asked))
-        cal.update(iterations=iterations, resized=resized, capped=capped, met=window_s >= asked)
+        cal.update(iterations=iterations, capped=capped, met=window_s >= asked)
     return window, iterations
