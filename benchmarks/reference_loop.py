@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import math
 import sys
@@ -36,6 +37,25 @@ def load_bench() -> tuple[ModuleType, ModuleType]:
     return importlib.import_module("runner.bench.args"), importlib.import_module("runner.bench.models")
 
 
+def make_sgd(params: list[nn.Parameter], want: str, device: torch.device,
+             dynamic_scaler: bool) -> tuple[torch.optim.Optimizer, str, str]:
+    """SGD momentum 0.9 as bench makes it (runner/bench/training.py's optimizer_choices, the one place that decides):
+    (optimizer, implementation, why). auto is bench's auto for the same device and loss scaler: foreach, not fused,
+    under FP16's GradScaler."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    training = importlib.import_module("runner.bench.training")
+    accepted = set(inspect.signature(torch.optim.SGD.__init__).parameters)
+    choices, why = training.optimizer_choices(want, device.type, accepted, True, dynamic_scaler)
+    for impl, kwargs in choices:
+        try:
+            return torch.optim.SGD(params, lr=0.01, momentum=0.9, **kwargs), impl, why
+        except (RuntimeError, ValueError, TypeError):
+            if want != "auto":
+                raise
+    raise RuntimeError(f"no SGD implementation of {[c[0] for c in choices]} constructs here")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="resnet50")
@@ -50,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pool", type=int, default=4, help="random batches cycled (bench's --synthetic-batches)")
-    p.add_argument("--optimizer", choices=("fused", "foreach", "plain"), default="foreach",
-                   help="SGD's implementation (bench_vs_reference.py passes the one the benchmark used)")
+    p.add_argument("--optimizer", choices=("auto", "fused", "foreach", "plain"), default="auto",
+                   help="SGD's implementation (auto: bench's choice for the same device and precision; "
+                   "bench_vs_reference.py passes the one the benchmark used)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -77,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     use_autocast = dtype is not torch.float32
     scaler = torch.amp.GradScaler(device.type, enabled=cuda and dtype is torch.float16)
     criterion = nn.CrossEntropyLoss()
-    impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "plain": {"foreach": False}}[args.optimizer]
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **impl)
+    optimizer, impl, why = make_sgd(list(model.parameters()), args.optimizer, device, scaler.is_enabled())
 
     def sync() -> None:
         if cuda:
@@ -105,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model, "batch_size": args.batch_size, "dtype": args.dtype, "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
         "torch": torch.__version__, "iterations": args.iterations, "warmup": args.warmup,
-        "channels_last": args.channels_last, "cudnn_benchmark": args.cudnn_benchmark, "optimizer": args.optimizer,
+        "channels_last": args.channels_last, "cudnn_benchmark": args.cudnn_benchmark, "optimizer": impl,
+        "optimizer_why": why,
         "window_s": window, "throughput": args.batch_size * args.iterations / window if window > 0 else None,
         "loss_end": final if math.isfinite(final) else None,
         "peak_mem_allocated": torch.cuda.max_memory_allocated(device) if cuda else None,

@@ -75,7 +75,7 @@ def main() -> int:
     source, _, channels, hw, classes, _ = data.load_data(bargs, device, plan, models.model_defaults(args.model),
                                                         (0, 1, 0))
     model = models.build_model(args.model, bargs, channels, hw, classes)
-    model, _, (forward, backward, update), _ = training.setup_training(model, plan, bargs, device, (0, 1, 0))
+    model, _, (forward, backward, update), _, _ = training.setup_training(model, plan, bargs, device, (0, 1, 0))
     nv = fake_nvml(args.call_us)
     sys.modules["pynvml"] = nv
     gpu = torch.device("cuda", 0)  # only its name: telemetry samples "GPU 0" through the fake NVML

@@ -65,7 +65,8 @@ def _dtype_word(dtype):
 
 
 def convert(model, plan):
-    """The model with its linear layers in FP8, and the record of how: library, recipe, formats, layers."""
+    """The model with its linear layers in FP8, and the record of how: library, recipe, formats, layers, and
+    `fp8_matmul_weights` (in x out summed over the converted layers: their matrix products' share of the FLOPs)."""
     before = sum(1 for m in model.modules() if isinstance(m, nn.Linear))
     if plan["mechanism"] == "torchao":
         ao = _torchao()
@@ -76,19 +77,22 @@ def convert(model, plan):
         formats = ", ".join("%s %s" % (name, _dtype_word(c.target_dtype)) for name, c in casts)
         scaling = ", ".join(sorted(set(str(getattr(c.scaling_granularity, "value", c.scaling_granularity))
                                        for _, c in casts)))
-        converted = sum(1 for m in model.modules() if type(m).__name__ == "Float8Linear")
+        fp8 = [m for m in model.modules() if type(m).__name__ == "Float8Linear"]
+        converted, weights = len(fp8), sum(m.in_features * m.out_features for m in fp8)
         version = version_of(optional_module("torchao"))
     else:
-        converted = _swap_te_linear(model, _te())
+        converted, weights = _swap_te_linear(model, _te())
         formats, scaling = "HYBRID: E4M3 forward, E5M2 gradients", "delayed (amax history)"
         version = version_of(optional_module("transformer_engine"))
     return model, {"library": plan["mechanism"], "version": version, "recipe": plan["fp8_recipe"],
-                   "formats": formats, "scaling": scaling, "linear_layers": before, "fp8_layers": converted}
+                   "formats": formats, "scaling": scaling, "linear_layers": before, "fp8_layers": converted,
+                   "fp8_matmul_weights": weights}
 
 
 def _swap_te_linear(model, te):
-    """Every fitting nn.Linear replaced by te.Linear holding the same parameters (ties survive); the count."""
-    swapped = 0
+    """Every fitting nn.Linear replaced by te.Linear holding the same parameters (ties survive): (the count, their
+    weights' elements: in x out summed, what flops.fp8_flops_share counts)."""
+    swapped = weights = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if not _fits(child) or isinstance(child, te.Linear):
@@ -100,4 +104,5 @@ def _swap_te_linear(model, te):
                 new.bias = child.bias
             setattr(parent, name, new)
             swapped += 1
-    return swapped
+            weights += child.in_features * child.out_features
+    return swapped, weights

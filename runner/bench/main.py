@@ -10,12 +10,26 @@ import random
 import sys
 import traceback
 
-from . import compat, data, distributed, envinfo, models, precision, preflight, telemetry, timing, training
+from . import (
+    compat,
+    data,
+    distributed,
+    envinfo,
+    health,
+    measured,
+    models,
+    precision,
+    preflight,
+    telemetry,
+    timing,
+    training,
+)
 from .args import min_image_size, parse_args
 from .attention import attention_plan
 from .compat import first_line, log, optional_module
 from .contract import (
     EXIT_BAD_ARGS,
+    EXIT_DIVERGED,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_OOM,
@@ -24,7 +38,7 @@ from .contract import (
     TRANSFORMER_MODELS,
 )
 from .errors import BadArgs, Unsupported, is_dtype_gap, is_oom
-from .flops import flops_per_token, mfu_metrics
+from .flops import flops_per_token, mfu_metrics, mfu_text
 from .result import ResultChannel, new_result, result_line
 
 
@@ -83,14 +97,15 @@ def cpu_math(plan, device, env):
     return {"cpu_math": envinfo.cpu_math(plan["dtype"], env["cpu_features"])}
 
 
-def loss_ladder(warm, window_losses):
+def loss_ladder(before, window_losses):
     """{step: loss} at the steps timing.loss_step keeps (1, 2, 5, 10, ...) and the last step, counted from the
-    first training step, warm-up included: losses of cells whose windows differ in length compare at a step
-    every one of them reached."""
+    first training step: `before` is every loss before the window (warm-up, and windows re-sized away), so losses
+    of cells whose windows differ in length compare at a step every one of them reached."""
     out = {}
-    for step, value in warm["losses"].items():
-        out[str(step)] = value if isinstance(value, float) else float(value.float().item())
-    done = warm["done"]
+    for i, value in enumerate(before):
+        if timing.loss_step(i + 1):
+            out[str(i + 1)] = value
+    done = len(before)
     for i, value in enumerate(window_losses):
         step = done + i + 1
         if timing.loss_step(step) or i == len(window_losses) - 1:
@@ -126,10 +141,15 @@ def prepare(args, state):
     return dist
 
 
-def record_window(args, state, warm, window, iterations, dist):
-    """The window's metrics (throughput, memory, losses, telemetry), combined over the ranks."""
+EMPTY_WINDOW = {"window_s": 0.0, "iter_times": [], "data_wait_s": 0.0, "losses": []}
+
+
+def record_window(args, state, run, dist):
+    """The window's metrics (throughput, memory, losses, telemetry), combined over the ranks. `run`: measured.measure's
+    answer; without a window (the warm-up diverged) the figures of training that was never measured are null."""
     metrics, device = state["result"]["metrics"], state["device"]
     world = state["dist_info"][1]
+    window, iterations, before = run["window"] or EMPTY_WINDOW, run["iterations"], run["before"]
     metrics["load_avg"] = envinfo.load_average()
     memory = timing.memory_metrics(device)
     if world > 1:  # the largest footprint of any rank (-1 stands for unknown)
@@ -139,7 +159,7 @@ def record_window(args, state, warm, window, iterations, dist):
         memory.update((k, None if v < 0 else int(v)) for k, v in zip(keys, peaks))
     metrics.update(memory)
     losses = window["losses"]
-    loss_start = warm["first_loss"]
+    loss_start = run["warm"]["first_loss"]
     if loss_start is None and losses:
         loss_start = losses[0]
     transformer = args.model in TRANSFORMER_MODELS
@@ -153,79 +173,71 @@ def record_window(args, state, warm, window, iterations, dist):
     tail = losses[-LOSS_END_WINDOW:]
     metrics.update({
         "throughput": (images / window_s) if iterations > 0 and window_s > 0 else None,
-        "window_s": window_s, "images": images, "iterations": iterations, "iter_times": window["iter_times"],
-        "data_wait_s": data_wait, "steps": warm["done"] + iterations,
+        "window_s": window_s if run["window"] is not None else None, "images": images, "iterations": iterations,
+        "iter_times": window["iter_times"], "data_wait_s": data_wait, "steps": len(before) + iterations,
         "loss_start": loss_start, "loss_end": (sum(tail) / len(tail)) if tail else None,
-        "losses": losses, "loss_at": loss_ladder(warm, losses), "breakdown": window.get("breakdown"),
+        "losses": losses, "loss_at": loss_ladder(before, losses), "breakdown": window.get("breakdown"),
     })
     if "telemetry" in window:  # every rank sampled its own device: combined on every rank
         metrics.update(telemetry.combine_ranks(window["telemetry"], images, world, dist, device))
     if transformer:
-        transformer_metrics(metrics, state["result"]["workload"], args, device, state["result"]["env"], world)
+        transformer_metrics(metrics, state["result"], args, device, world)
     return window_s
 
 
 def benchmark(args, state):
-    """Everything between parsed arguments and the result: fills state['result'] as it learns."""
+    """Everything between parsed arguments and the result: fills state['result'] as it learns; a training whose
+    loss became NaN or infinite ends with status diverged (health.FiniteCheck)."""
     result = state["result"]
     metrics = result["metrics"]
-    world = state["dist_info"][1]
     dist = prepare(args, state)
     device, plan = state["device"], state["plan"]
-
     transformer = args.model in TRANSFORMER_MODELS
     if transformer:
         source, test_ds, model, result["workload"] = transformer_workload(args, device, plan, state["dist_info"])
     else:
         source, test_ds, model, result["workload"] = image_workload(args, device, plan, state["dist_info"])
     model.train()
-    model, eval_model, steps, extra = training.setup_training(model, plan, args, device, state["dist_info"])
+    model, eval_model, steps, extra, watch = training.setup_training(model, plan, args, device, state["dist_info"])
     extra.update(cpu_math(plan, device, result["env"]))
     result["precision"] = _precision_record(state, args, extra)
-
-    rule = None
-    if args.warmup_max is not None:
-        rule = {"max": args.warmup_max, "max_time": args.warmup_time, "window": args.steady_window,
-                "tolerance": args.steady_tolerance}
-    calibrating = args.window_time is not None and args.iterations is None
-    log("%s %s batch %d on %s%s: %s warm-up + %s measured iterations" % (
-        args.model, args.precision, args.batch_size, device, " x%d ranks" % world if world > 1 else "",
-        args.warmup if rule is None else "%d-%d (until steady)" % (args.warmup, args.warmup_max),
-        args.iterations if not calibrating else "calibrated for %gs" % args.window_time))
-    if args.compile and args.warmup == 0 and rule is None:
-        log("--compile with --warmup 0: compilation time falls inside the measured window")
-    if device.type == "cpu" and result["precision"].get("cpu_math", {}).get("native") is False:
-        log(result["precision"]["cpu_math"]["why"])
-    agree = None
-    if dist is not None:
-        def agree(stop):
-            return distributed.all_reduce_values(dist, [1.0 if stop else 0.0], "MIN", device)[0] > 0.5
-    warm = timing.run_warmup(args.warmup, source, steps, device, rule, timed=calibrating, agree=agree)
-    iterations = args.iterations
-    if calibrating:
-        iterations, per_iter = timing.calibrate(warm["times"], args.window_time, args.window_min, args.window_max,
-                                                args.steady_window)
-        if dist is not None:  # every rank runs the same window: the longest any rank asks for
-            iterations = int(distributed.all_reduce_values(dist, [iterations], "MAX", device)[0])
-        result["params"]["iterations"] = iterations
-        metrics["calibration"] = {"iterations": iterations, "iter_s": per_iter, "min_time": args.window_time,
-                                  "least": args.window_min, "most": args.window_max}
-        log("window calibrated: %d iterations (%.4f s each in the warm-up) for at least %g s" % (
-            iterations, per_iter or 0.0, args.window_time))
-    metrics["warmup"] = {"iterations": warm["done"], "seconds": warm["elapsed_s"], "how": warm["how"],
-                         "steady": None if rule is None else warm["how"] == "steady",
-                         "times": warm["times"][-500:] if (rule is not None or calibrating) else None}
-    window = timing.run_window(iterations, source, steps, device, args.breakdown, dist)
-    window_s = record_window(args, state, warm, window, iterations, dist)
+    steps = measured.slow_start(steps, metrics)
+    say_plan(args, state)
+    check = health.FiniteCheck(dist, device)
+    run = measured.measure(args, state, source, steps, check, watch)
+    window_s = record_window(args, state, run, dist)
+    metrics["finite"] = check.record()
+    if watch is not None:
+        metrics["scaler"] = watch.record()
+        watch.log_window()
+    if check.diverged:
+        result.update(status="diverged", reason=check.reason())
+        log("diverged: %s; the figures are kept for the record, not ranked (no accuracy evaluated)" % result["reason"])
+        return
     if test_ds is not None:
         prepare_batch = data.make_prepare(plan, args)
         metrics["accuracy"] = training.evaluate(training.make_predict(eval_model, plan), eval_model, test_ds,
                                                 args, device, prepare_batch, state["dist_info"], dist)
-    if iterations > 0:
+    if run["iterations"] > 0:
+        mfu = mfu_text(metrics)
         log("%.1f %s over %.3f s, loss %s -> %s, accuracy %s%s" % (
             metrics["throughput"] or 0.0, "tok/s" if transformer else "img/s", window_s, metrics["loss_start"],
-            metrics["loss_end"], metrics["accuracy"],
-            ", MFU %.2f%%" % (100 * metrics["mfu"]) if metrics.get("mfu") else ""))
+            metrics["loss_end"], metrics["accuracy"], ", " + mfu if mfu else ""))
+
+
+def say_plan(args, state):
+    """The run's first line on stderr, and what the options mean for the measurement."""
+    device, world = state["device"], state["dist_info"][1]
+    calibrating = args.window_time is not None and args.iterations is None
+    log("%s %s batch %d on %s%s: %s warm-up + %s measured iterations" % (
+        args.model, args.precision, args.batch_size, device, " x%d ranks" % world if world > 1 else "",
+        args.warmup if args.warmup_max is None else "%d-%d (until steady)" % (args.warmup, args.warmup_max),
+        args.iterations if not calibrating else "calibrated for %gs" % args.window_time))
+    if args.compile and args.warmup == 0 and args.warmup_max is None:
+        log("--compile with --warmup 0: compilation time falls inside the measured window")
+    cpu = state["result"]["precision"].get("cpu_math", {})
+    if device.type == "cpu" and cpu.get("native") is False:
+        log(cpu["why"])
 
 
 def image_workload(args, device, plan, dist_info):
@@ -262,12 +274,15 @@ def transformer_workload(args, device, plan, dist_info):
     return source, None, model, workload
 
 
-def transformer_metrics(metrics, workload, args, device, env, world):
-    """Tokens, MFU and the definitions that say throughput is tok/s (and how MFU was counted)."""
+def transformer_metrics(metrics, result, args, device, world):
+    """Tokens, MFU and the definitions that say throughput is tok/s (and how MFU was counted); an fp8 repeat's MFU
+    against the BF16 dense peak, with the share of its FLOPs that ran in FP8 (flops.py)."""
+    workload, env = result["workload"], result["env"]
+    fp8 = (result.get("precision") or {}).get("fp8") or {}
     per_token, formula = flops_per_token(workload["parameters"], workload["position_parameters"],
                                          workload["layers"], workload["width"], args.seq_len)
     mfu, how = mfu_metrics(metrics["throughput"], per_token, formula, device, env.get("device_name"),
-                           args.precision, world)
+                           args.precision, world, fp8.get("fp8_matmul_weights"))
     metrics.update(mfu, tokens=metrics["images"], sequences=metrics["images"] // args.seq_len)
     tok = "bench: tokens (sequences x seq_len) over the synchronised measured window"
     definitions = {"throughput": {"how": tok, "unit": "tok/s"},
@@ -297,6 +312,8 @@ def main(argv=None):
         if torch is None:
             raise Unsupported("torch is not importable here: %s" % compat.TORCH_IMPORT_ERROR)
         benchmark(args, state)
+        if result["status"] == "diverged":
+            code = EXIT_DIVERGED
     except BadArgs as e:
         sys.stderr.write("bench: error: %s\n" % e)
         code = EXIT_BAD_ARGS

@@ -125,19 +125,49 @@ def loss_step(step):
     return False
 
 
+class LossKeeper(object):
+    """Every loss of a phase, read once at its end: floats on a CPU (no device to wait for), tensors on a GPU (the loop
+    never waits for them), stacked into one tensor every CHUNK steps so a long phase holds a few tensors, not
+    thousands of scalars (each one an allocator block, and hundreds scatter the C heap: run_window's note)."""
+
+    CHUNK = 256
+
+    def __init__(self, on_gpu):
+        self.on_gpu = on_gpu
+        self.floats = []
+        self.pending = []
+        self.chunks = []
+
+    def add(self, loss):
+        if not self.on_gpu:
+            self.floats.append(float(loss.detach().item()))
+            return
+        self.pending.append(loss.detach().float())
+        if len(self.pending) >= self.CHUNK:
+            self.chunks.append(torch.stack(self.pending))
+            self.pending = []
+
+    def values(self):
+        """The losses as floats, in order: on a GPU one copy to the host (the phase's one wait)."""
+        if not self.on_gpu:
+            return list(self.floats)
+        parts = self.chunks + ([torch.stack(self.pending)] if self.pending else [])
+        if not parts:
+            return []
+        return [float(v) for v in torch.cat(parts).cpu().tolist()]
+
+
 def run_warmup(n, source, steps, device=None, rule=None, timed=False, agree=None):
     """Discarded iterations: `n` of them, or until steady under `rule` (see warmup_done). With a rule, or
     `timed` (a window to calibrate from these times), each iteration ends with a device synchronisation, so its
     time is the device's, not the host's queueing time (outside the measured window, it costs nothing that is
     measured). `agree(stop) -> stop`: ranks of a distributed run stop together (every step is a collective).
-    Returns {"first_loss", "times", "done", "how", "elapsed_s", "losses": {step: loss}}, each loss a tensor on
-    a GPU and a float on a CPU (run_window says why)."""
+    Returns {"first_loss", "times", "done", "how", "elapsed_s", "losses": [every step's loss]}; the losses are
+    read from the device once, at the end (LossKeeper)."""
     forward, backward, update = steps
-    first = None
     times = []
-    kept = {}
+    kept = LossKeeper(device is not None and device.type == "cuda")
     sync = _sync_fn(device) if device is not None and (rule is not None or timed) else None
-    on_gpu = device is not None and device.type == "cuda"
     perf = time.perf_counter
     start = perf()
     how = "fixed"
@@ -154,27 +184,62 @@ def run_warmup(n, source, steps, device=None, rule=None, timed=False, agree=None
         update()
         if sync is not None:
             sync()
-        if not times:
-            first = float(loss.detach().float().item())
-        if loss_step(len(times) + 1):
-            kept[len(times) + 1] = loss.detach() if on_gpu else float(loss.detach().item())  # see run_window
         times.append(perf() - a)
-    return {"first_loss": first, "times": times, "done": len(times), "how": how, "elapsed_s": perf() - start,
-            "losses": kept}
+        kept.add(loss)
+    losses = kept.values()
+    return {"first_loss": losses[0] if losses else None, "times": times, "done": len(times), "how": how,
+            "elapsed_s": perf() - start, "losses": losses}
 
 
-def calibrate(warmup_times, min_time, least, most, window=STEADY_WINDOW):
-    """The measured iterations for a window of at least `min_time` seconds, from the warm-up's iteration times:
-    their median over the last half of the warm-up (at most one steady window), count at least `least` and at most `most` (the ceiling wins).
-    Returns (iterations, seconds per iteration), or (least, None) without times."""
-    if not warmup_times:
-        return least, None
-    tail = warmup_times[-max(1, min(window, len(warmup_times) // 2)):]
+# Calibration counts steady iterations only: an iteration slower than SLOW_FACTOR x the warm-up's fastest is start-up
+# (CUDA context, cuDNN autotuning, compilation: 10 to 1000 times a steady one), not a steady iteration; a loaded
+# CPU's noise stays under 3x (tests/bench/test_timing.py's CPU trace: 2.7x between its extremes).
+SLOW_FACTOR = 4.0
+# A calibrated window asks for CALIBRATE_MARGIN more than --window-time: the window runs without the warm-up's
+# per-iteration synchronisation and a few percent faster than its estimate now and then, and a window short by 1%
+# would be measured a second time (resize). A re-sized window asks for RESIZE_MARGIN more.
+CALIBRATE_MARGIN = 0.05
+RESIZE_MARGIN = 0.10
+MAX_RESIZES = 4       # re-sized windows at most, after the first
+
+
+def steady_times(times):
+    """The warm-up's iteration times that count as steady: never the first (it pays every first-call cost), nor
+    one slower than SLOW_FACTOR x the fastest of the others. [] with fewer than two iterations."""
+    rest = [t for t in times[1:] if t > 0]
+    if not rest:
+        return []
+    fastest = min(rest)
+    return [t for t in rest if t <= SLOW_FACTOR * fastest]
+
+
+def calibrate(warmup_times, min_time, least, most, window=STEADY_WINDOW, margin=CALIBRATE_MARGIN):
+    """The measured iterations for a window of at least `min_time` seconds (`margin` more asked), from the warm-up's
+    steady iteration times (steady_times): their median over the last half (at most one steady window), the count
+    at least `least` and at most `most` (the ceiling wins). Returns (iterations, seconds per iteration), or
+    (least, None) without a steady time: the window is then re-sized from its own times (resize)."""
+    steady_ones = steady_times(warmup_times)
+    if not steady_ones:
+        return min(most, least), None
+    tail = steady_ones[-max(1, min(window, len(steady_ones) // 2)):]
     per_iter = median(tail)
-    if not per_iter or per_iter <= 0:
-        return most, per_iter
-    need = int(math.ceil(min_time / per_iter))
+    need = int(math.ceil(min_time * (1.0 + margin) / per_iter))
     return min(most, max(least, need)), per_iter
+
+
+def resize(window_s, iter_times, iterations, min_time, most, margin=RESIZE_MARGIN):
+    """(iterations, seconds per iteration) for a new window when this one came out shorter than `min_time`, from
+    its own times: the smaller of its mean and its median iteration (a slow first iteration does not shrink the
+    next window), `margin` more time asked; at least one more iteration, at most `most`. None when the window
+    is long enough, at `most` already, or empty."""
+    if iterations < 1 or window_s >= min_time or iterations >= most or window_s <= 0:
+        return None
+    per_iter = window_s / iterations
+    mid = median([t for t in iter_times if t > 0])
+    if mid:
+        per_iter = min(per_iter, mid)
+    need = int(math.ceil(min_time * (1.0 + margin) / per_iter))
+    return min(most, max(iterations + 1, need)), per_iter
 
 
 def start_window(device, dist=None):
@@ -206,7 +271,7 @@ def run_window(n, source, steps, device, breakdown, dist=None):
     cuda = device.type == "cuda"
     events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)] if cuda else None
     host_times = []
-    losses = []
+    losses = LossKeeper(cuda)
     phases = [0.0, 0.0, 0.0]
     data_wait = 0.0
     perf = time.perf_counter
@@ -242,7 +307,7 @@ def run_window(n, source, steps, device, breakdown, dist=None):
         # blocks through the C heap, so the step's large blocks cannot be reused and are faulted in again
         # (benchmarks/transformer_vs_reference.py: about 1.6x the page faults and 3-5% fewer tok/s for a small
         # transformer than the same loop keeping floats). On a GPU a tensor, so the loop never waits for it.
-        losses.append(loss.detach() if cuda else float(loss.detach().item()))
+        losses.add(loss)
         if cuda:
             events[i + 1].record()
         else:
@@ -254,9 +319,7 @@ def run_window(n, source, steps, device, breakdown, dist=None):
         iter_times = [events[i].elapsed_time(events[i + 1]) / 1000.0 for i in range(n)]
     else:
         iter_times = host_times
-    loss_values = (torch.stack(losses).float().cpu().tolist() if cuda else losses) if losses else []
-    out = {"window_s": window_s, "iter_times": iter_times, "data_wait_s": data_wait,
-           "losses": loss_values}
+    out = {"window_s": window_s, "iter_times": iter_times, "data_wait_s": data_wait, "losses": losses.values()}
     if breakdown:
         out["breakdown"] = {"forward_s": phases[0], "backward_s": phases[1], "optimizer_s": phases[2],
                             "synchronized_per_phase": True}

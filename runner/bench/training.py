@@ -8,6 +8,7 @@ from .compat import accepted_kwargs, log, nn, torch
 from .data import Shard, loader_kwargs
 from .distributed import all_reduce_values
 from .errors import Unsupported
+from .health import ScalerWatch
 from .precision import ManualMasterWeights, make_grad_scaler
 
 
@@ -25,36 +26,66 @@ def convert_model(model, plan, args, device):
     return model
 
 
-def make_optimizer(params, args, device, allow_fused):
-    """SGD momentum 0.9: the implementation --optimizer-impl names (Unsupported where this torch or device lacks
-    it), or with auto fused, else foreach, on CUDA where this torch has them."""
-    params = list(params)
-    accepted = accepted_kwargs(torch.optim.SGD.__init__)
-    want = getattr(args, "optimizer_impl", "auto")
+# Why auto never pairs fused SGD with a dynamic loss scaler (precision.optimizer_why).
+FUSED_UNDER_SCALER = ("fused SGD under a dynamic loss scaler corrupts momentum on the steps the scaler skips "
+                      "(seen in PyTorch 2.11: every repeat of ResNet-50 amp trained to NaN)")
+
+
+def optimizer_choices(want, device_type, accepted, allow_fused, dynamic_scaler):
+    """The SGD implementations to try, in order, as [(name, keyword arguments)], and why, for --optimizer-impl
+    `want` on `device_type`, where SGD takes the keywords `accepted`. auto: fused, else foreach, on CUDA where this
+    torch has them (fused never under a dynamic loss scaler: FUSED_UNDER_SCALER, nor under apex: `allow_fused`);
+    torch's default elsewhere. A named one is tried alone (make_optimizer says when this torch lacks it)."""
     if want == "plain":
-        return torch.optim.SGD(params, lr=args.lr, momentum=0.9, **(
-            {"foreach": False} if "foreach" in accepted else {})), "plain"
+        return [("plain", {"foreach": False} if "foreach" in accepted else {})], "asked for: the per-tensor loop"
+    if want in ("fused", "foreach"):
+        why = "asked for (--optimizer-impl %s)" % want
+        if want == "fused" and dynamic_scaler:
+            why += "; under a dynamic loss scaler, which auto avoids: " + FUSED_UNDER_SCALER
+        return [(want, {want: True})], why
+    choices = []
+    why = "auto on %s: torch's default SGD (bench picks fused or foreach on CUDA only)" % device_type
+    if device_type == "cuda":
+        fused_ok = allow_fused and "fused" in accepted and not dynamic_scaler
+        if fused_ok:
+            choices.append(("fused", {"fused": True}))
+        if "foreach" in accepted:
+            choices.append(("foreach", {"foreach": True}))
+        if fused_ok:
+            why = "auto: fused, the fastest SGD this torch has on CUDA"
+        elif choices and not allow_fused:
+            why = "auto: foreach, not fused: apex's amp patches the optimizer's step"
+        elif choices and dynamic_scaler and "fused" in accepted:
+            why = "auto: foreach, not fused: " + FUSED_UNDER_SCALER
+        elif choices:
+            why = "auto: foreach, this torch's SGD has no fused implementation"
+        else:
+            why = "auto: torch's default SGD, this torch's has neither fused nor foreach"
+    return choices + [("default", {})], why
+
+
+def make_optimizer(params, args, device, allow_fused, dynamic_scaler=False):
+    """SGD momentum 0.9 as optimizer_choices orders them: (optimizer, implementation, why). A named implementation
+    this torch or device lacks is Unsupported; auto falls through to the next."""
+    params = list(params)
+    want = getattr(args, "optimizer_impl", "auto")
+    accepted = accepted_kwargs(torch.optim.SGD.__init__)
+    choices, why = optimizer_choices(want, device.type, accepted, allow_fused, dynamic_scaler)
     if want in ("fused", "foreach"):
         if want not in accepted:
             raise Unsupported("this torch's SGD has no %s implementation" % want)
         if want == "fused" and not allow_fused:
             raise Unsupported("fused SGD cannot run under apex's amp, which patches the optimizer's step")
-        try:
-            return torch.optim.SGD(params, lr=args.lr, momentum=0.9, **{want: True}), want
-        except (RuntimeError, ValueError, TypeError) as e:
-            raise Unsupported("SGD %s on %s: %s" % (want, device.type, str(e).splitlines()[0] if str(e) else e))
-    choices = []
-    if device.type == "cuda":
-        if allow_fused and "fused" in accepted:
-            choices.append(("fused", {"fused": True}))
-        if "foreach" in accepted:
-            choices.append(("foreach", {"foreach": True}))
     for impl, kwargs in choices:
         try:
-            return torch.optim.SGD(params, lr=args.lr, momentum=0.9, **kwargs), impl
+            return torch.optim.SGD(params, lr=args.lr, momentum=0.9, **kwargs), impl, why
         except (RuntimeError, ValueError, TypeError) as e:
-            log("SGD %s unavailable here (%s); trying the next" % (impl, e))
-    return torch.optim.SGD(params, lr=args.lr, momentum=0.9), "default"
+            said = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if want != "auto":
+                raise Unsupported("SGD %s on %s: %s" % (want, device.type, said))
+            log("SGD %s unavailable here (%s); trying the next" % (impl, said))
+            why += "; %s unavailable here (%s)" % (impl, said)
+    return torch.optim.SGD(params, lr=args.lr, momentum=0.9), "default", why
 
 
 def _zero_grad_fn(optimizer):
@@ -64,9 +95,10 @@ def _zero_grad_fn(optimizer):
     return optimizer.zero_grad
 
 
-def make_steps(model, optimizer, plan, master, scaler, apex_amp):
+def make_steps(model, optimizer, plan, master, scaler, apex_amp, watch=None):
     """The three phases of one training step for this precision: forward(x, y) -> loss,
-    backward(loss), update(). Branching happens here, once, not in the hot loop."""
+    backward(loss), update(). Branching happens here, once, not in the hot loop. `watch`: a health.ScalerWatch
+    that counts the steps the dynamic loss scaler skips."""
     criterion = nn.CrossEntropyLoss()
     zero_grad = _zero_grad_fn(optimizer)
     autocast = plan["autocast"]
@@ -96,14 +128,19 @@ def make_steps(model, optimizer, plan, master, scaler, apex_amp):
             scaler.scale(loss).backward()
 
         def update():
+            before = watch.before_update() if watch is not None else None
             scaler.step(optimizer)
             scaler.update()
+            if watch is not None:
+                watch.after_update(before)
             zero_grad()
     else:
         if apex_amp is not None:
             def backward(loss):
                 with apex_amp.scale_loss(loss, optimizer) as scaled:
                     scaled.backward()
+                if watch is not None:
+                    watch.after_apex_backward()
         else:
             def backward(loss):
                 loss.backward()
@@ -128,21 +165,25 @@ def make_predict(model, plan):
 
 def setup_training(model, plan, args, device, dist_info):
     """Model, optimizer and precision machinery wired in the order each needs:
-    cast -> optimizer -> apex -> DDP -> compile."""
+    cast -> optimizer -> apex -> DDP -> compile. Returns (model, eval model, steps, the precision record's extra
+    entries, a health.ScalerWatch where a dynamic loss scaler runs, else None)."""
     extra = {}
     model = convert_model(model, plan, args, device)
     if plan["precision"] == "fp8":  # the linear layers' matrix products in FP8 (torchao or Transformer Engine)
         model, extra["fp8"] = fp8.convert(model, plan)
-    master = scaler = apex_amp = None
+    master = scaler = apex_amp = watch = None
+    dynamic = plan["loss_scale"] == "dynamic"
     if plan["mechanism"] == "manual":
         master = ManualMasterWeights(model.parameters(), plan["loss_scale"])
-        optimizer, impl = make_optimizer(master.master_params, args, device, allow_fused=True)
+        optimizer, impl, why = make_optimizer(master.master_params, args, device, allow_fused=True)
     else:
-        optimizer, impl = make_optimizer(model.parameters(), args, device,
-                                         allow_fused=plan["mechanism"] != "apex")
+        optimizer, impl, why = make_optimizer(model.parameters(), args, device,
+                                              allow_fused=plan["mechanism"] != "apex", dynamic_scaler=dynamic)
     extra["optimizer"] = "sgd-momentum-0.9-" + impl
+    extra["optimizer_why"] = why
     if plan["mechanism"] == "native" and plan["precision"] == "amp":
         scaler = make_grad_scaler()
+        watch = ScalerWatch("native", scaler=scaler)
     if plan["mechanism"] == "apex":
         apex_amp = importlib.import_module("apex.amp")
         if hasattr(apex_amp, "initialize"):
@@ -153,6 +194,7 @@ def setup_training(model, plan, args, device, dist_info):
         else:  # 2018 apex: amp.init() returns a handle that owns scale_loss
             apex_amp = apex_amp.init(enabled=True)
             extra["apex_api"] = "init"
+        watch = ScalerWatch("apex", apex_amp=apex_amp)
     eval_model = model
     rank, world, local = dist_info
     if world > 1:
@@ -180,13 +222,13 @@ def setup_training(model, plan, args, device, dist_info):
             model = torch.compile(model, mode=mode) if mode else torch.compile(model)
         except RuntimeError as e:  # e.g. Dynamo refusing this Python version
             raise Unsupported("torch.compile: %s" % str(e).splitlines()[0])
-    steps = make_steps(model, optimizer, plan, master, scaler, apex_amp)
+    steps = make_steps(model, optimizer, plan, master, scaler, apex_amp, watch)
     if getattr(args, "cuda_graphs", False):
         if world > 1:
             raise Unsupported("whole-step CUDA graphs are not captured across ranks here (DDP's all-reduce)")
         steps = GraphedStep(steps).steps()
         extra["cuda_graphs"] = "whole step"
-    return model, eval_model, steps, extra
+    return model, eval_model, steps, extra, watch
 
 
 class GraphedStep(object):

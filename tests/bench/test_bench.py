@@ -222,8 +222,10 @@ def test_zero_iterations_synthetic(bench_main: Callable[..., Run]) -> None:
 def test_diverging_loss_is_null_not_nan(bench_main: Callable[..., Run]) -> None:
     run = bench_main("--model", "mlp", "--precision", "fp32", "--batch-size", "16", "--dataset", "synthetic",
                     "--iterations", "5", "--warmup", "0", "--lr", "1e20", *FAST)
-    assert run.rc == 0, run.stderr
-    m = run.result["metrics"]  # strict parse: no NaN constants
+    assert run.rc == 5, run.stderr  # diverged (tests/bench/test_admission.py)
+    r = run.result
+    m = r["metrics"]  # strict parse: no NaN constants
+    assert r["status"] == "diverged"
     assert m["loss_start"] is not None and None in m["losses"] and m["loss_end"] is None
 
 
@@ -573,10 +575,10 @@ def test_manual_master_weights_match_plain_sgd_in_fp32() -> None:
     cpu = torch.device("cpu")
     args = args_for("fp32", lr=0.1)
     plan = {"autocast": None, "model_dtype": None}
-    opt_plain, _ = training.make_optimizer(plain.parameters(), args, cpu, allow_fused=False)
+    opt_plain, _, _ = training.make_optimizer(plain.parameters(), args, cpu, allow_fused=False)
     steps_plain = training.make_steps(plain, opt_plain, plan, None, None, None)
     master = recipes.ManualMasterWeights(mixed.parameters(), loss_scale=1024.0)
-    opt_mixed, _ = training.make_optimizer(master.master_params, args, cpu, allow_fused=False)
+    opt_mixed, _, _ = training.make_optimizer(master.master_params, args, cpu, allow_fused=False)
     steps_mixed = training.make_steps(mixed, opt_mixed, plan, master, None, None)
     for _ in range(5):
         for forward, backward, update in (steps_plain, steps_mixed):

@@ -178,7 +178,8 @@ run: {iterations: {min_time: 0.2s, min: 2, max: 400}, warmup: {max: 40, max_time
 
 def test_auto_warm_up_and_calibrated_window_with_the_real_benchmark(tmp_path: Path) -> None:
     """One real run: each repeat warms up until steady (or says it did not), each cell's first repeat calibrates
-    its window and the second runs the same count; the report says how each precision ran on this CPU."""
+    its window and the second starts from the same count (re-sized when its window came out shorter than asked:
+    never stored short); the report says how each precision ran on this CPU."""
     m = write(tmp_path, AUTO)
     cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
     stored = rows(tmp_path / "r.db")
@@ -189,12 +190,18 @@ def test_auto_warm_up_and_calibrated_window_with_the_real_benchmark(tmp_path: Pa
     for r in stored:
         metrics = r["metrics"]
         assert isinstance(metrics, dict)
-        assert metrics["iterations"] == calibrated[str(r["cell_key"])]
-        assert ("calibration" in metrics) == (r["repeat"] == 0)
+        cal = metrics["calibration"]  # every repeat with a window time: what it was given and what it did
+        assert cal["given"] == (None if r["repeat"] == 0 else calibrated[str(r["cell_key"])])
+        if r["repeat"] == 0 or not cal["resized"]:
+            assert metrics["iterations"] == calibrated[str(r["cell_key"])]
+        else:  # its window came out short: measured again with more iterations
+            assert metrics["iterations"] > cal["resized"][0]["iterations"] == calibrated[str(r["cell_key"])]
+        assert metrics["window_s"] >= 0.2 or cal["capped"]
         warm = metrics["warmup"]
         assert warm["how"] in ("steady", "max", "max_time") and warm["steady"] == (warm["how"] == "steady")
         assert warm["iterations"] == len(warm["times"]) >= (6 if warm["steady"] else 1)
-        assert metrics["steps"] == warm["iterations"] + metrics["iterations"]
+        short = sum(a["iterations"] for a in cal["resized"])
+        assert metrics["steps"] == warm["iterations"] + short + metrics["iterations"]
         assert "1" in metrics["loss_at"] and str(metrics["steps"]) in metrics["loss_at"]
         cpu = r["raw"]["precision"]["cpu_math"]  # type: ignore[index]
         assert cpu["native"] is True or "emulated" in cpu["unit"]
