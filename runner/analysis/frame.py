@@ -263,10 +263,16 @@ def measured(r: Mapping[str, Any]) -> dict[str, Any]:
     native = cpu.get("native")
     return {"warmup_iters": warmup_iters, "steady": steady if isinstance(steady, bool) else None,
             "warmup_how": str(warm.get("how") or ("fixed" if warmup_iters is not None else "")),
-            "window_iters": window, "steps": steps, "calibrated": isinstance(metrics.get("calibration"), Mapping),
+            "window_iters": window, "steps": steps, "calibrated": _calibrated(metrics.get("calibration")),
             "cpu_native": native if isinstance(native, bool) else None, "cpu_math": str(cpu.get("unit") or ""),
             "cpu_why": str(cpu.get("why") or ""), "load": _num(metrics.get("load_avg")),
             "loss_at": _loss_at(metrics.get("loss_at"))}
+
+
+def _calibrated(record: Any) -> bool:
+    """This repeat chose its cell's count (bench's calibration record without `given`: a later repeat, run with the
+    count a first one chose, carries the record too, `given` set)."""
+    return isinstance(record, Mapping) and record.get("given") is None
 
 
 def definitions(metrics: Mapping[str, Any], model: Any = None) -> dict[str, str]:

@@ -78,8 +78,19 @@ def fp8_record(res: CellResult) -> str:
 
 
 def peak_text(res: CellResult) -> str:
+    """The peak the row's MFU is over, named (an FP8 row's is the BF16 dense peak, as torchao and Transformer Engine
+    count it), in TFLOP/s."""
     peaks = res.values("peak_flops", 1e-12)
-    return _num(sum(peaks) / len(peaks), 3 if peaks and max(peaks) < 1 else 1) if peaks else DASH
+    if not peaks:
+        return DASH
+    named = next((str(m["peak_name"]) for r in res.ok if (m := r.get("metrics") or {}).get("peak_name")), "")
+    return named or _num(sum(peaks) / len(peaks), 3 if max(peaks) < 1 else 1)
+
+
+def fp8_share(res: CellResult) -> str:
+    """The share of the model FLOPs that ran in FP8 (an FP8 row's converted linear layers); '—' for others."""
+    shares = res.values("fp8_flops_share", 100.0)
+    return f"{sum(shares) / len(shares):.0f}%" if shares else DASH
 
 
 def section(cells: list[CellResult], doc: dict[str, Any]) -> str:
@@ -91,19 +102,21 @@ def section(cells: list[CellResult], doc: dict[str, Any]) -> str:
     base = next((r for r in cells if r.cell.params.get("precision") == BASE), None)
     step = common_step(cells)
     t = Table(["precision", f"{u} (mean ± std)", "CV", f"÷ {BASE}", "p (Welch)", "decision", "MFU (%)",
-               "peak (TFLOP/s)", f"loss at step {step or DASH}", "peak memory (MiB)", "status"],
-              align=["l"] + ["r"] * 9 + ["l"])
+               "FLOPs in FP8", "peak (TFLOP/s)", f"loss at step {step or DASH}", "peak memory (MiB)", "status"],
+              align=["l"] + ["r"] * 10 + ["l"])
     rows = []
     for res in cells:
         st = res.stats("throughput")
         vs = versus(res, base)
         t.add(name(res.cell.params), res.text("throughput"), fmt.percent(st.cv) if st.n >= 2 else DASH,
               fmt.ratio(vs["ratio"]), fmt.p_value(vs["p_value"]), vs["words"] or DASH,
-              res.text("mfu", 100.0), peak_text(res), loss_at(res, step), res.text("peak_mem", 1 / MIB),
+              res.text("mfu", 100.0), fp8_share(res), peak_text(res), loss_at(res, step),
+              res.text("peak_mem", 1 / MIB),
               res.statuses or DASH)
         rows.append({"params": res.cell.params, "unit": u, "n": st.n, "mean": st.mean, "std": st.std, "cv": st.cv,
                      "ratio_to_bf16": vs["ratio"], "p_value": vs["p_value"], "decision": vs.get("decision"),
                      "mfu": res.mean("mfu"), "peak_flops": res.mean("peak_flops"),
+                     "fp8_flops_share": res.mean("fp8_flops_share"),
                      "peak_mem_mib": res.mean("peak_mem", 1 / MIB), "loss_step": step,
                      "statuses": res.statuses, "fp8": fp8_record(res) if res.cell.params.get("precision") == "fp8"
                      else None})
@@ -118,8 +131,10 @@ def section(cells: list[CellResult], doc: dict[str, Any]) -> str:
              f"Throughput in {u}. `÷ {BASE}` is each row's mean over the {BASE} row's, with Welch's p-value and the "
              "decision `matrix compare` gives a pair (fail: a significant change of at least "
              f"{an.MIN_EFFECT:.0%}; undecided under two repeats a side). MFU is the model FLOP/s "
-             f"(FLOPs per token: {formula or 'the formula the results name'}) over the peak the results name for "
-             "the row's precision; the loss is every row's at the latest step all of them kept.", "", _md(t), ""]
+             f"(FLOPs per token: {formula or 'the formula the results name'}) over the peak the results name: the "
+             "GPU's BF16 dense peak for every row, FP8's included (the convention of torchao and Transformer Engine: "
+             "only the linear layers run in FP8; the share of the FLOPs they hold is beside it); the loss is every "
+             "row's at the latest step all of them kept.", "", _md(t), ""]
     lines += [f"- fp8 ({r.cell.params.get('fp8_recipe')}): {fp8_record(r)}" for r in cells
               if r.cell.params.get("precision") == "fp8"]
     if sources:
