@@ -52,11 +52,14 @@ def kind(st: os.stat_result) -> str | None:
     return next((word for test, word in _KINDS if test(st.st_mode)), None if stat.S_ISREG(st.st_mode) else "not a file")
 
 
-def problem(path: Path, st: os.stat_result | None, foreign_ok: bool = False) -> str | None:
-    """Why what lstat found at `path` must not be replaced, as the end of a sentence; None when it may be."""
+def problem(path: Path, st: os.stat_result | None, foreign_ok: bool = False, folder: bool = False) -> str | None:
+    """Why what lstat found at `path` must not be replaced, as the end of a sentence; None when it may be.
+    `folder`: a folder of matrix's own is expected there (the site's cells/), not a file."""
     if st is None:
         return None
     what = kind(st)
+    if folder and what == "a folder":
+        what = None
     if what == "a symbolic link":
         try:
             target = os.readlink(path)
@@ -80,13 +83,13 @@ def _lstat_at(folder: int, name: str) -> os.stat_result | None:
         return None
 
 
-def check(path: Path, foreign_ok: bool = False) -> None:
+def check(path: Path, foreign_ok: bool = False, folder: bool = False) -> None:
     """Refuse (UnsafePath) what is at `path` when a write must not replace it; nothing there is fine."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
-    why = problem(path, st, foreign_ok)
+    why = problem(path, st, foreign_ok, folder)
     if why:
         raise UnsafePath(f"{path} {why}")
 
