@@ -206,7 +206,7 @@ def create(path: Path, mode: int = 0o600) -> BinaryIO:
     return f
 
 
-def open_regular(path: Path) -> BinaryIO:
+def open_regular(path: Path, hint: str = "pass a file") -> BinaryIO:
     """`path` open for reading when it is a regular file; anything else (a FIFO, a device, a folder) is refused
     (UnsafePath) without blocking: it is opened with O_NONBLOCK (a FIFO opened plainly waits for a writer) and
     what was opened is what is checked."""
@@ -214,5 +214,5 @@ def open_regular(path: Path) -> BinaryIO:
     what = kind(os.fstat(fd))
     if what is not None:
         os.close(fd)
-        raise UnsafePath(f"{path} is {what}, not a regular file: pass a file")
+        raise UnsafePath(f"{path} is {what}, not a regular file: {hint}")
     return os.fdopen(fd, "rb")
