@@ -206,11 +206,11 @@ def create(path: Path, mode: int = 0o600) -> BinaryIO:
     return f
 
 
-def open_regular(path: Path, hint: str = "pass a file") -> BinaryIO:
+def open_regular(path: Path, hint: str = "pass a file", nofollow: bool = False) -> BinaryIO:
     """`path` open for reading when it is a regular file; anything else (a FIFO, a device, a folder) is refused
     (UnsafePath) without blocking: it is opened with O_NONBLOCK (a FIFO opened plainly waits for a writer) and
-    what was opened is what is checked."""
-    fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC)
+    what was opened is what is checked. `nofollow`: a link at `path` is not opened either (ELOOP)."""
+    fd = os.open(path, os.O_RDONLY | _NONBLOCK | _CLOEXEC | (_NOFOLLOW if nofollow else 0))
     what = kind(os.fstat(fd))
     if what is not None:
         os.close(fd)

@@ -128,7 +128,7 @@ class DockerBackend(SequentialBackend):
             mounts=[(str(Path(m.source).expanduser().resolve()), m.target, m.read_only) for m in env.mounts],
             gpus=env.gpus, shm_size=env.shm_size, ipc=env.ipc, user=env.user, cdi=session.kind == "podman")
         try:
-            data = payload.payload(self.files)
+            data = payload.payload(self.files, env.user or image.user)
         except Changed as e:
             raise NotStarted(str(e)) from e
         return session.start(spec, payload.IDLE_COMMANDS, data, what=f"{env.image!r} for environment {env.name!r}")
