@@ -152,3 +152,29 @@ def test_reading_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     (tmp_path / "ok").write_bytes(b"x")
     with safewrite.open_regular(tmp_path / "ok") as f:
         assert f.read() == b"x"
+
+
+def test_a_ranks_log_never_truncates_what_a_planted_link_names(tmp_path: Path, victim: Path) -> None:
+    from runner.backends import ranks
+    stem = tmp_path / "t1"
+    ranks.rank_file(stem, 0, "log").symlink_to(victim)
+    with pytest.raises(UnsafePath), ranks.rank_files(stem, 1):
+        pass
+    assert victim.read_text() == "the victim's own content\n"
+
+
+def test_a_run_whose_logs_folder_is_a_planted_link_stops_in_one_line(tmp_path: Path, victim: Path) -> None:
+    """The local backend's logs go to WORKDIR/logs/RUN: a link there would take every rank's output elsewhere.
+    The run stops before measuring (exit 6, the filesystem's status), the folder the link names untouched."""
+    import subprocess
+    import sys
+    (tmp_path / "m.yaml").write_text("name: planted\nenvironments: [{name: a, backend: local}]\n"
+                                     "axes: {model: [mlp], precision: [fp32], batch_size: [8], device: [cpu]}\n"
+                                     "run: {iterations: 1, warmup: 0, repeats: 1}\n")
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "logs").symlink_to(victim.parent, target_is_directory=True)
+    done = subprocess.run([sys.executable, "-m", "runner.cli", "run", "-m", "m.yaml", "--db", "r.db", "--workdir", "w"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert "logs is a symbolic link" in done.stderr and done.stderr.count("error:") == 1, done.stderr
+    assert sorted(p.name for p in victim.parent.iterdir()) == ["victim"]

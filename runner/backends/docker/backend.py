@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from runner import safewrite
 from runner.backends import ranks, register
 from runner.backends.base import Interrupted, NotStarted, SequentialBackend, not_started
 from runner.backends.docker import engine, host, payload
@@ -58,7 +59,7 @@ class DockerBackend(SequentialBackend):
     # -- session ---------------------------------------------------------------------------------
 
     def __enter__(self) -> DockerBackend:
-        self.logdir.mkdir(parents=True, exist_ok=True)
+        safewrite.folder(safewrite.folder(self.ctx.workdir / "logs") / self.ctx.run_id)  # never through a link
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
