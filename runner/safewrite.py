@@ -22,7 +22,7 @@ import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from runner.errors import StoreError
 
@@ -204,6 +204,21 @@ def create(path: Path, mode: int = 0o600) -> BinaryIO:
     finally:
         os.close(parent)
     return f
+
+
+def appending(path: Path, mode: int = 0o600) -> TextIO:
+    """`path` open for appending text (a log kept across calls), created when missing: never through a link
+    (O_NOFOLLOW), never waiting on a FIFO (O_NONBLOCK), only a regular file of this user's (UnsafePath else)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC, mode)
+    except OSError:
+        check(path)  # a link (ELOOP) or a FIFO without a reader (ENXIO): said as what it is
+        raise
+    why = problem(path, os.fstat(fd))
+    if why:
+        os.close(fd)
+        raise UnsafePath(f"{path} {why}")
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 def open_regular(path: Path, hint: str = "pass a file", nofollow: bool = False) -> BinaryIO:

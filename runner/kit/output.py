@@ -7,10 +7,10 @@ report that fails loses what was measured; the report's failure is one line."""
 from __future__ import annotations
 
 import contextlib
-import os
 import tarfile
 from pathlib import Path
 
+from runner import safewrite
 from runner.kit import device
 from runner.kit.settings import KitView
 
@@ -54,8 +54,7 @@ def pack(kit: KitView, quiet: bool = False) -> None:
     out = out_dir(kit)
     target = Path(kit.args.pack)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    with tarfile.open(tmp, "w:gz", compresslevel=3) as tar:
+    with safewrite.replacing(target, mode=0o644) as raw, tarfile.open(fileobj=raw, mode="w:gz", compresslevel=3) as tar:
         for folder in (kit.state, out):
             if not folder.exists():
                 continue
@@ -63,11 +62,10 @@ def pack(kit: KitView, quiet: bool = False) -> None:
                 rel = path.relative_to(kit.state) if folder == kit.state else None
                 if rel is not None and rel.parts and rel.parts[0] in PACK_SKIP:
                     continue
-                if path.resolve() in (target.resolve(), tmp.resolve()):
-                    continue  # a pack written inside the state never packs itself
-                if path.is_file() and not path.name.endswith(("-shm", "-wal", ".tmp")):
+                if path.resolve() == target.resolve() or any(p.startswith(safewrite.PRIVATE_PREFIX) for p in path.parts):
+                    continue  # a pack written inside the state never packs itself (nor a write under way)
+                if path.is_file() and not path.is_symlink() and not path.name.endswith(("-shm", "-wal", ".tmp")):
                     tar.add(path, arcname=kit.rel(path), recursive=False)
-    os.replace(tmp, target)
     if not quiet:
         kit.say(f"packed the state and the report: {target} ({target.stat().st_size / 2**20:.2f} MiB); unpack it "
                 "in the checkout's root to continue from it")

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runner import safewrite
 from runner.kit.settings import KitCell, KitView
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +104,7 @@ def run_reference(kit: KitView, c: KitCell) -> bool:
     path.parent.mkdir(exist_ok=True)
     started = time.monotonic()
     code, out, err = run_group(reference_argv(c, path, *size), kit.budget.left(), {**os.environ, "PYTHONPATH": pythonpath()})
-    with open(kit.log_path, "a") as f:
+    with safewrite.appending(kit.log_path) as f:
         f.write(out + err)
     if code is None:
         kit.stopped = "budget"
@@ -112,7 +113,7 @@ def run_reference(kit: KitView, c: KitCell) -> bool:
     if code not in MEASURED or not path.with_suffix(".tmp").exists():
         kit.say(f"reference: bench_vs_reference.py failed (exit {code}): "
                 f"{(err.strip().splitlines() or [''])[-1][:200]}")
-        path.with_suffix(".failed").write_text(out + err)
+        safewrite.write_text(path.with_suffix(".failed"), out + err)
         return True
     os.replace(path.with_suffix(".tmp"), path)
     kit.say(f"reference: {(out.strip().splitlines() or [''])[-1]} ({time.monotonic() - started:.0f} s; "
