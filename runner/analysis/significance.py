@@ -97,6 +97,26 @@ def welch_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndar
     return diff - half, diff + half
 
 
+def ratio_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+                   confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The interval of the ratio mean(b) / mean(a), made on the log scale: log(mean b / mean a) with the delta
+    method's standard error (each side's CV over the root of its n) and Welch's degrees of freedom, then
+    exponentiated. A ratio's interval stays above 0 (a change is never below -100%, however few or spread the
+    repeats) and is as wide each way in the log, as ratios and their geometric mean are. Neither side with
+    spread: the ratio itself, both ends; a mean that is not above 0 has no ratio (NaN)."""
+    x, y = _clean(a), _clean(b)
+    ma, mb = float(x.mean()), float(y.mean())
+    if not (ma > 0 and mb > 0):
+        return math.nan, math.nan
+    ratio = mb / ma
+    se, dof = _welch_parts(x.std(ddof=1) / ma, x.size, y.std(ddof=1) / mb, y.size)
+    if float(se) == 0:
+        return ratio, ratio
+    half = float(t_quantile(dof, confidence) * se)
+    with np.errstate(over="ignore"):  # an interval past what a float holds is unbounded: inf
+        return ratio * float(np.exp(-half)), ratio * float(np.exp(half))
+
+
 def mann_whitney(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
     """Two-sided p-value of the Mann-Whitney U test (exact for small samples without ties)."""
     x, y = _clean(a), _clean(b)
