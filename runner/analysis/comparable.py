@@ -238,6 +238,15 @@ def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) 
                          direction, d.p_value)
 
 
+def for_the_metric(oc: OutcomeChange) -> OutcomeChange:
+    """An outcome verdict as compare and the gate give it, deciding about the metric: the same failure on both
+    sides (`oom on both sides`) is the same *outcome* (bisect and a history say so), but nothing was measured, so
+    there is nothing to pass: undecided, in the gate's words. Unsupported on both passes (nothing to compare)."""
+    if oc.verdict is Verdict.PASS and oc.direction == "" and "unsupported" not in oc.why:
+        return OutcomeChange(Verdict.UNDECIDED, f"no ok repeat on either side ({oc.why})", oc.direction, oc.p_value)
+    return oc
+
+
 def with_outcomes(metric_verdict: Verdict, metric_why: str, outcomes: OutcomeChange | None) -> tuple[Verdict, str]:
     """The verdict of a pair whose outcomes could not be told apart (a failure on one side that few repeats cannot
     tell from chance) once its metric is judged: a significant change of the metric fails anyway, with the
