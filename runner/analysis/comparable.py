@@ -37,6 +37,11 @@ def definition_text(how: Any, unit: Any) -> str:
     return f"{how_s} [{unit_s}]" if unit_s else how_s
 
 
+def unit_in(definition: str) -> str:
+    """The unit a `definition_text` names ('mllog: mean of tracked_stats [samples/s]' -> 'samples/s'); '' when none."""
+    return definition[definition.rindex("[") + 1:-1] if definition.endswith("]") and "[" in definition else ""
+
+
 def _several(text: str) -> bool:
     return ", " in text
 

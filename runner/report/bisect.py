@@ -13,6 +13,7 @@ from typing import Any
 
 from runner.analysis.bisect import FOUND, NO_CHANGE, SPREAD, STATUS, Answer, Comparison, Sample, Settings
 from runner.analysis.bisect_pair import percent
+from runner.analysis.comparable import unit_in
 from runner.analysis.compare import change_words
 from runner.analysis.envdiff import EnvDiff, Side
 from runner.analysis.envdiff import to_json as diff_json
@@ -56,7 +57,12 @@ class Report:
 
 
 def _metric_name(r: Report) -> str:
-    return r.metric.heading if r.metric else "status"
+    """The metric with the unit its samples were measured in (a transformer's tok/s), never one written here."""
+    if r.metric is None:
+        return "status"
+    units = dict.fromkeys(unit_in(d) for s in r.answer.samples.values() for d in s.definition.split(", "))
+    unit = " | ".join(u for u in units if u) or r.metric.unit
+    return f"{r.metric.label} ({unit})" if unit else r.metric.label
 
 
 def change_percent(change: float, metric: Metric | None) -> str:
