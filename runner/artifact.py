@@ -21,6 +21,8 @@ import zipfile
 from functools import cache
 from pathlib import Path
 
+from runner import safewrite
+
 SOURCE = Path(__file__).with_name("bench")
 PACKAGE = "matrix_bench"  # the package's name inside the zip: distinct from anything an image installs
 MAIN = (b'"""matrix\'s benchmark as one file: python3 bench.pyz ARGS, or python3 bench.pyz workload SPEC for a\n'
@@ -56,19 +58,21 @@ def name() -> str:
 
 
 def install(folder: Path) -> Path:
-    """The zipapp in `folder`, written there (atomically) unless a file of the same bytes already is."""
+    """The zipapp in `folder`, written there (runner/safewrite.py: whole, never through a link) unless a file of
+    the same bytes already is. What is at its name is checked before it is read or trusted: a link (to a file of
+    the same bytes that its owner may change later), a FIFO or another user's file is refused (UnsafePath, an
+    OSError: `path` then falls back to a private folder)."""
     data = payload()
     target = folder / name()
+    safewrite.check(target)
     try:
-        if target.read_bytes() == data:
-            return target
+        with safewrite.open_regular(target, nofollow=True) as f:  # not through a link planted after the check
+            if f.read(len(data) + 1) == data:
+                return target
     except OSError:
         pass
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{target.name}.{os.getpid()}.tmp"
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
-    return target
+    return safewrite.write_bytes(target, data, mode=0o644)
 
 
 def cache_dir() -> Path:

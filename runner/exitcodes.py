@@ -50,7 +50,8 @@ MEANINGS: tuple[Meaning, ...] = (
             "not be told apart at the most repeats); never reported as passed unless `--undecided pass` asks for "
             "it, and never a culprit"),
     Meaning(Exit.STORE, "all", "the result store or its filesystem: a corrupt or unknown store (or results file to import), a folder that "
-            "cannot be written, a full disk (one line says which file and what to do)"),
+            "cannot be written, a full disk, a link, FIFO or another user's file where matrix would write (or a file "
+            "to import that is not a regular one) (one line says which file and what to do)"),
     Meaning(Exit.BUSY, "run, collect", "another `matrix run` is measuring the same repeats in this store; the "
             "message names it (its host, process and run id)"),
     Meaning(Exit.SPREAD, "bisect", "the change is spread over several steps (or a drift of steps each below the "

@@ -102,7 +102,8 @@ class Comparison:
     """Environment b against environment a (indices into the ordered list), judged with the one verdict type:
     FAIL changed (beyond the threshold and significant, or another status), PASS the same (the interval of the
     change inside ±threshold, or the same status that has no metric), UNDECIDED neither. `change` is b/a - 1,
-    `ci` its interval at the look's confidence; `more`: more repeats could still decide it."""
+    `ci` its interval at the look's confidence (significance.ratio_interval, less 1: never below -100%); `more`:
+    more repeats could still decide it."""
 
     a: int
     b: int
@@ -133,6 +134,12 @@ class Comparison:
         if self.change is None or self.change <= -1:
             return None
         return math.log1p(self.change)
+
+
+def percent(change: float) -> str:
+    """A change as a signed percentage, '+12.3%'; past ±10,000% in three figures ('+7.46e+23%'): the interval of
+    a few spread repeats can reach that far up (never below -100%)."""
+    return f"{change:+.1%}" if abs(change) < 100 else f"{change * 100:+.3g}%"
 
 
 def _beyond(change: float, threshold: float) -> bool:
@@ -209,20 +216,19 @@ def _metric(x: np.ndarray, y: np.ndarray, settings: Settings, last_level: bool, 
         return Comparison(verdict=Verdict.UNDECIDED, why=unsized, **base)
     change = mb / ma - 1
     d = significance.difference(x, y, quanta=quanta)
-    low, high = significance.welch_interval(x, y, settings.confidence, quanta)
-    ci = (low / ma, high / ma)
+    low, high = significance.ratio_interval(x, y, settings.confidence, quanta)  # of b/a, on the log scale: above 0
+    ci = (low - 1, high - 1)
     p = d.p_value if d.decided else None
     base.update(change=change, ci=ci, p_value=p)
     thr = settings.threshold
     coarse = d.rounding / abs(ma)
     near = math.copysign(max(abs(change) - coarse, 0.0), change)  # the change rounding could not make up
     if d.decided and d.p_value < settings.alpha_look and _beyond(near, thr):
-        return Comparison(verdict=Verdict.FAIL, why=f"{change:+.1%} beyond ±{thr:.0%}, p={d.p_value:.2g}", **base)
+        return Comparison(verdict=Verdict.FAIL, why=f"{percent(change)} beyond ±{thr:.0%}, p={d.p_value:.2g}", **base)
+    interval = f"{percent(change)}, interval {percent(ci[0])}..{percent(ci[1])}"
     if _inside(ci[0], ci[1], thr):
-        return Comparison(verdict=Verdict.PASS, why=f"{change:+.1%}, interval {ci[0]:+.1%}..{ci[1]:+.1%} within "
-                          f"±{thr:.0%}", **base)
-    why = (f"{change:+.1%}, interval {ci[0]:+.1%}..{ci[1]:+.1%}: neither within ±{thr:.0%} nor a significant "
-           "change beyond it")
+        return Comparison(verdict=Verdict.PASS, why=f"{interval} within ±{thr:.0%}", **base)
+    why = f"{interval}: neither within ±{thr:.0%} nor a significant change beyond it"
     if last_level:
         why += " at the most repeats"
     return Comparison(verdict=Verdict.UNDECIDED, why=why, more=not last_level, **base)

@@ -39,6 +39,11 @@ def definition_text(how: Any, unit: Any) -> str:
     return f"{how_s} [{unit_s}]" if unit_s else how_s
 
 
+def unit_in(definition: str) -> str:
+    """The unit a `definition_text` names ('mllog: mean of tracked_stats [samples/s]' -> 'samples/s'); '' when none."""
+    return definition[definition.rindex("[") + 1:-1] if definition.endswith("]") and "[" in definition else ""
+
+
 def _several(text: str) -> bool:
     return ", " in text
 
@@ -250,6 +255,15 @@ def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) 
     what = f"{', '.join(new)} on {'B' if worse else 'A'} only" if new else f"more failures on {'B' if worse else 'A'}"
     return OutcomeChange(Verdict.UNDECIDED, f"{what} ({a.words} vs {b.words}), {p_text}: more repeats needed",
                          direction, d.p_value)
+
+
+def for_the_metric(oc: OutcomeChange) -> OutcomeChange:
+    """An outcome verdict as compare and the gate give it, deciding about the metric: the same failure on both
+    sides (`oom on both sides`) is the same *outcome* (bisect and a history say so), but nothing was measured, so
+    there is nothing to pass: undecided, in the gate's words. Unsupported on both passes (nothing to compare)."""
+    if oc.verdict is Verdict.PASS and oc.direction == "" and "unsupported" not in oc.why:
+        return OutcomeChange(Verdict.UNDECIDED, f"no ok repeat on either side ({oc.why})", oc.direction, oc.p_value)
+    return oc
 
 
 def with_outcomes(metric_verdict: Verdict, metric_why: str, outcomes: OutcomeChange | None) -> tuple[Verdict, str]:

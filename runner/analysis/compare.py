@@ -14,6 +14,7 @@ from runner.analysis.comparable import (
     Outcomes,
     align_steps,
     definition_text,
+    for_the_metric,
     measure_notes,
     no_ratio,
     outcome_change,
@@ -317,7 +318,8 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
                 continue
             outcomes = outcome_change(Outcomes.parse(sa_), Outcomes.parse(sb_), alpha)
             if outcomes is not None and (outcomes.verdict is not Verdict.UNDECIDED or not (x and y)):
-                judged.append((outcomes.verdict is Verdict.FAIL, outcomes.why, outcomes.verdict))
+                said = for_the_metric(outcomes)  # oom on both: nothing measured, undecided as the gate says
+                judged.append((said.verdict is Verdict.FAIL, said.why, said.verdict))
                 continue
             unsized = no_ratio(metric, ma, mb) if x and y else ""
             significant, words, decision = (False, unsized, Verdict.UNDECIDED) if unsized else judge_pair(

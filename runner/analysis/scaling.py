@@ -16,6 +16,8 @@ def scaling(summary: pd.DataFrame) -> pd.DataFrame:
             "processes", "throughput_n", "throughput_mean", "throughput_std",
             "fwd_throughput_n", "fwd_throughput_mean", "fwd_throughput_std",
             "bwd_throughput_n", "bwd_throughput_mean", "bwd_throughput_std", "speedup", "efficiency"]
+    units = [f"unit_{m}" for m in ("throughput", "fwd_throughput", "bwd_throughput") if f"unit_{m}" in summary]
+    cols += units  # each figure's unit travels with it (a transformer's tok/s), for the table's headings
     ok = summary[summary["throughput_n"] > 0]
     if ok.empty or (ok["gpus"].nunique() < 2 and ok["nodes"].nunique() < 2):
         return pd.DataFrame(columns=cols)

@@ -127,6 +127,33 @@ def welch_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndar
     return diff - half - rounding, diff + half + rounding
 
 
+def ratio_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+                   confidence: float = CONFIDENCE, quanta: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
+    """The interval of the ratio mean(b) / mean(a), made on the log scale: log(mean b / mean a) with the delta
+    method's standard error (each side's CV over the root of its n) and Welch's degrees of freedom, then
+    exponentiated. A ratio's interval stays above 0 (a change is never below -100%, however few or spread the
+    repeats) and is as wide each way in the log, as ratios and their geometric mean are. Neither side with
+    spread: the ratio itself, both ends; a mean that is not above 0 has no ratio (NaN). `quanta`: each side's printed
+    resolution; where it matters (runner/analysis/resolution.py) each mean may be off by half of it, so the interval
+    spans the ratios of the means moved apart by that, and each spread is at least the rounding's own."""
+    x, y = _clean(a), _clean(b)
+    ma, mb = float(x.mean()), float(y.mean())
+    if not (ma > 0 and mb > 0):
+        return math.nan, math.nan
+    sx, sy = float(x.std(ddof=1)), float(y.std(ddof=1))
+    ha = hb = 0.0
+    if resolution.half_width(quanta[0], quanta[1], ma):
+        ha, hb = quanta[0] / 2, quanta[1] / 2
+        sx, sy = resolution.floor_std(sx, quanta[0]), resolution.floor_std(sy, quanta[1])
+    low, high = (mb - hb) / (ma + ha), (mb + hb) / (ma - ha) if ma > ha else math.inf
+    se, dof = _welch_parts(sx / ma, x.size, sy / mb, y.size)
+    if float(se) == 0:
+        return low, high
+    half = float(t_quantile(dof, confidence) * se)
+    with np.errstate(over="ignore"):  # an interval past what a float holds is unbounded: inf
+        return max(low, 0.0) * float(np.exp(-half)), high * float(np.exp(half))
+
+
 def mann_whitney(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
     """Two-sided p-value of the Mann-Whitney U test (exact for small samples without ties)."""
     x, y = _clean(a), _clean(b)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from runner import artifact
+from runner import artifact, safewrite
 from runner.backends import ranks, register
 from runner.backends.base import Check, Interrupted, SequentialBackend, not_started
 from runner.backends.ranks import rank_env
@@ -110,7 +110,7 @@ class LocalBackend(SequentialBackend):
         self.python = resolve_python(self.env.python)
         self.bench = artifact.path()
         self.logdir = self.ctx.workdir / "logs" / self.ctx.run_id
-        self.logdir.mkdir(parents=True, exist_ok=True)
+        safewrite.folder(safewrite.folder(self.ctx.workdir / "logs") / self.ctx.run_id)  # never through a link
         return self
 
     def run_one(self, task: Task) -> Outcome:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Literal, Protocol
 
+from runner import safewrite
 from runner.results import Outcome, Status
 
 # After one rank failed, the others get this long to end by themselves: they may wait forever in a
@@ -43,10 +44,11 @@ def rank_file(stem: Path, rank: int, kind: Literal["out", "log"]) -> Path:
 
 @contextlib.contextmanager
 def rank_files(stem: Path, world: int) -> Iterator[list[tuple[IO[bytes], IO[bytes]]]]:
-    """(stdout, stderr) files of every rank, open for writing, closed on the way out."""
+    """(stdout, stderr) files of every rank, open for writing, closed on the way out: new files (safewrite), so
+    a link planted at a rank's name is refused, never written through (and its target never truncated)."""
     with contextlib.ExitStack() as stack:
-        yield [(stack.enter_context(open(rank_file(stem, r, "out"), "wb")),
-                stack.enter_context(open(rank_file(stem, r, "log"), "wb"))) for r in range(world)]
+        yield [(stack.enter_context(safewrite.create(rank_file(stem, r, "out"))),
+                stack.enter_context(safewrite.create(rank_file(stem, r, "log")))) for r in range(world)]
 
 
 def wait_ranks(ranks: Sequence[Rank], deadline: float, stop: threading.Event | None = None,

@@ -219,11 +219,13 @@ def fresh_files(master, digest, into):
                               "run again" % os.path.join(master, rel))
             dest = os.path.join(target, rel)
             if not os.path.isdir(os.path.dirname(dest)):
-                os.makedirs(os.path.dirname(dest))
-            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.makedirs(os.path.dirname(dest), 0o700)
+            # A new file in this repeat's private folder (mkdtemp, 0700), never through a link; its mode as the
+            # source's, permission bits only (no set-id bit from a manifest).
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(body)
-            os.chmod(dest, int(mode))
+                os.fchmod(f.fileno(), int(mode) & 0o777)
     except (IOError, OSError, ValueError, KeyError, TypeError) as e:
         return None, "cannot copy the workload files from %s: %s" % (master, e)
     return target, None

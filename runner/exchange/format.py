@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner import safewrite
 from runner.analysis.frame import unreachable
 from runner.bench.readings import out_of_domain
 from runner.errors import ConfigError, StoreError
 from runner.results import Status
+from runner.safewrite import UnsafePath
 
 FORMAT = "matrix-results"
 SCHEMA = 1
@@ -75,22 +77,23 @@ class Bundle:
 
 
 def write(path: Path, header: dict[str, Any], records: Iterable[dict[str, Any]]) -> int:
-    """Write the file (header first, `end` last) through a temporary file renamed into place, so that a reader
-    never sees half a file. gzip's own time stamp is 0: the same records give the same bytes."""
+    """Write the file (header first, `end` last) through runner/safewrite.py: made in a private folder beside it
+    and renamed into place, so that a reader never sees half a file and a link planted at `path` is refused, never
+    written through. gzip's own time stamp is 0: the same records give the same bytes."""
     sha = hashlib.sha256()
     n = 0
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+        with safewrite.replacing(path, mode=0o644) as raw, \
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
             for record in _with_header(header, records):
                 line = (canonical(record) + "\n").encode()
                 gz.write(line)
                 sha.update(line)
                 n += 1
             gz.write((canonical({"kind": "end", "records": n, "sha256": sha.hexdigest()}) + "\n").encode())
-        tmp.replace(path)
+    except UnsafePath:
+        raise
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise StoreError(f"cannot write {path} ({e.strerror or e}): pass -o with a path in a folder you can write"
                          ) from e
     return n - 1
@@ -105,13 +108,16 @@ def read(path: Path) -> Bundle:
     """Read and check a whole file; any damage raises DamagedFile naming the file and the line. The file is
     decompressed as a stream within MAX_LINE_BYTES a line, MAX_TOTAL_BYTES and MAX_LINES in all: a file that
     grows past them (a gzip bomb) is refused before it fills the memory."""
-    try:
-        with path.open("rb") as raw, gzip.GzipFile(fileobj=raw) as stream:
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder: pass a file `matrix export` wrote")
+    try:  # a FIFO or a device is refused (exit 6) without blocking on it
+        with safewrite.open_regular(path, "pass a file `matrix export` wrote; nothing was imported") as raw, \
+                gzip.GzipFile(fileobj=raw) as stream:
             lines = _bounded_lines(path, stream)
+    except UnsafePath:
+        raise
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file (pass a file `matrix export` wrote)") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path} is a folder: pass a file `matrix export` wrote") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         what = "cut short" if isinstance(e, EOFError) else f"not an intact gzip file ({e})"
         raise DamagedFile(f"{path} is damaged: {what}; nothing was imported (export it again)") from None

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from runner import safewrite
 from runner.errors import MatrixError
 from runner.exitcodes import Exit
 
@@ -108,9 +109,7 @@ def bind(state: Path, identity: dict[str, Any]) -> dict[str, Any]:
                               f"mix; give this device its own state (--state {state}-{slug(identity)})")
         return kept
     state.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({k: identity.get(k) for k in (*IDENTITY, "capability", "torch")}, indent=1))
-    os.replace(tmp, path)
+    safewrite.write_text(path, json.dumps({k: identity.get(k) for k in (*IDENTITY, "capability", "torch")}, indent=1))
     return identity
 
 

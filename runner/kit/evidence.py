@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from runner import analysis as an
+from runner import safewrite
 from runner.exitcodes import Exit
 from runner.kit import device, output, reference
 from runner.kit import plan as plans
@@ -71,13 +72,13 @@ class Kit:
         line = f"[gpu-evidence {time.strftime('%H:%M:%S')}] {text}"
         print(line, flush=True)
         self.state.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "a") as f:
+        with safewrite.appending(self.log_path) as f:
             f.write(line + "\n")
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
         """matrix run's own output goes to the kit's log; the kit prints one line per repeat."""
-        with open(self.log_path, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        with safewrite.appending(self.log_path) as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
             yield
 
     # --- the steps ---------------------------------------------------------------------------------
@@ -157,7 +158,7 @@ class Kit:
         folder.mkdir(parents=True, exist_ok=True)
         for c in self.cells:
             c.path = folder / f"{c.id}.yaml"
-            c.path.write_text(self.matrix_text(c, c.phase.repeats))
+            safewrite.write_text(c.path, self.matrix_text(c, c.phase.repeats))
             cells = matrix.load(c.path).cells()
             assert len(cells) == 1, c.path
             c.key = cells[0].key
@@ -316,7 +317,7 @@ class Kit:
     def run_repeat(self, c: KitCell, r: int) -> bool:
         """One repeat through `matrix run`, then the pack; False when the budget's timer stopped it."""
         assert c.path is not None
-        c.path.write_text(self.matrix_text(c, r + 1))
+        safewrite.write_text(c.path, self.matrix_text(c, r + 1))
         started = time.monotonic()
         code = self._matrix_run(c.path, self.budget.left())
         took = time.monotonic() - started

@@ -8,6 +8,8 @@ import json
 import random
 from pathlib import Path
 
+from runner import safewrite
+
 CLASSES = 10
 SIZE = 32
 
@@ -34,5 +36,5 @@ def make_image_folder(folder: Path, per_class: int, seed: int = 0) -> int:
             noise = Image.frombytes("RGB", (SIZE, SIZE), rng.randbytes(SIZE * SIZE * 3))
             Image.blend(noise, tint, 0.6).save(d / f"{i:05d}.jpg", quality=90)
             written += 1
-    marker.write_text(json.dumps(spec))
+    safewrite.write_text(marker, json.dumps(spec))
     return written

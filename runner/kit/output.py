@@ -7,10 +7,11 @@ report that fails loses what was measured; the report's failure is one line."""
 from __future__ import annotations
 
 import contextlib
-import os
+import io
 import tarfile
 from pathlib import Path
 
+from runner import safewrite
 from runner.kit import device
 from runner.kit.settings import KitView
 
@@ -58,26 +59,29 @@ def pack(kit: KitView, quiet: bool = False) -> None:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     target = Path(kit.args.pack)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
     caches = (kit.state / COMPILE_CACHE).exists()
-    _write_pack(kit, target, tmp, caches)
-    if caches and tmp.stat().st_size > PACK_MAX:
-        _write_pack(kit, target, tmp, False)
+    data = _pack_bytes(kit, target, caches)
+    if caches and len(data) > PACK_MAX:
+        data = _pack_bytes(kit, target, False)
         if not quiet:
             kit.say(f"torch.compile's caches left out of the pack: with them it would pass {PACK_MAX / 2**20:.0f} MiB; "
                     "the next machine compiles again")
         caches = False
-    os.replace(tmp, target)
+    with safewrite.replacing(target, mode=0o644) as raw:
+        raw.write(data)
     if not quiet:
-        kit.say(f"packed the state and the report: {target} ({target.stat().st_size / 2**20:.2f} MiB"
+        kit.say(f"packed the state and the report: {target} ({len(data) / 2**20:.2f} MiB"
                 f"{', torch.compile caches included' if caches else ''}); unpack it in the checkout's root to "
                 "continue from it")
 
 
-def _write_pack(kit: KitView, target: Path, tmp: Path, caches: bool) -> None:
+def _pack_bytes(kit: KitView, target: Path, caches: bool) -> bytes:
+    """The pack's bytes: the state (without generated data; with torch.compile's caches when `caches`) and the
+    report folder, paths relative to the working directory."""
     out = out_dir(kit)
     skip = PACK_SKIP if caches else (*PACK_SKIP, COMPILE_CACHE)
-    with tarfile.open(tmp, "w:gz", compresslevel=3) as tar:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=3) as tar:
         for folder in (kit.state, out):
             if not folder.exists():
                 continue
@@ -85,7 +89,8 @@ def _write_pack(kit: KitView, target: Path, tmp: Path, caches: bool) -> None:
                 rel = path.relative_to(kit.state) if folder == kit.state else None
                 if rel is not None and rel.parts and rel.parts[0] in skip:
                     continue
-                if path.resolve() in (target.resolve(), tmp.resolve()):
-                    continue  # a pack written inside the state never packs itself
-                if path.is_file() and not path.name.endswith(("-shm", "-wal", ".tmp")):
+                if path.resolve() == target.resolve() or any(p.startswith(safewrite.PRIVATE_PREFIX) for p in path.parts):
+                    continue  # a pack written inside the state never packs itself (nor a write under way)
+                if path.is_file() and not path.is_symlink() and not path.name.endswith(("-shm", "-wal", ".tmp")):
                     tar.add(path, arcname=kit.rel(path), recursive=False)
+    return buffer.getvalue()

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from runner import analysis as an
+from runner import safewrite
 from runner.kit.settings import KitCell, KitView
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,12 +63,13 @@ MEASURED = (0, 1, 5)
 
 
 def reference_argv(c: KitCell, path: Path, iterations: int, warmup: int) -> list[str]:
-    """The same model, batch, precision, layout, window and warm-up as the cell's stored repeats."""
+    """The same model, batch, precision, layout, window and warm-up as the cell's stored repeats; its JSON to
+    `path`."""
     p: dict[str, Any] = c.params
     argv = [sys.executable, str(ROOT / "benchmarks" / "bench_vs_reference.py"), "--model", str(p["model"]),
             "--batch-size", str(p["batch_size"]), "--precision", str(p["precision"]),
             "--device", str(p["device"]), "--iterations", str(iterations), "--warmup", str(warmup),
-            "--repeats", str(c.phase.repeats), "--json", str(path.with_suffix(".tmp"))]
+            "--repeats", str(c.phase.repeats), "--json", str(path)]
     argv += ["--channels-last"] if p.get("channels_last") else []
     argv += ["--cudnn-benchmark"] if p.get("cudnn_benchmark") else []
     argv += ["--threads", str(p["threads"])] if p.get("threads") else []
@@ -103,19 +107,27 @@ def run_reference(kit: KitView, c: KitCell) -> bool:
         return False
     path.parent.mkdir(exist_ok=True)
     started = time.monotonic()
-    code, out, err = run_group(reference_argv(c, path, *size), kit.budget.left(), {**os.environ, "PYTHONPATH": pythonpath()})
-    with open(kit.log_path, "a") as f:
-        f.write(out + err)
-    if code is None:
-        kit.stopped = "budget"
-        kit.say("reference: stopped at the budget's deadline with every process it started; it runs again next call")
-        return False
-    if code not in MEASURED or not path.with_suffix(".tmp").exists():
-        kit.say(f"reference: bench_vs_reference.py failed (exit {code}): "
-                f"{(err.strip().splitlines() or [''])[-1][:200]}")
-        path.with_suffix(".failed").write_text(out + err)
-        return True
-    os.replace(path.with_suffix(".tmp"), path)
+    # Its JSON lands in a new private folder (no name to plant a link at) and is renamed into place.
+    private = Path(tempfile.mkdtemp(prefix=safewrite.PRIVATE_PREFIX, suffix=".tmp", dir=path.parent))
+    try:
+        made = private / path.name
+        code, out, err = run_group(reference_argv(c, made, *size), kit.budget.left(),
+                                   {**os.environ, "PYTHONPATH": pythonpath()})
+        with safewrite.appending(kit.log_path) as f:
+            f.write(out + err)
+        if code is None:
+            kit.stopped = "budget"
+            kit.say("reference: stopped at the budget's deadline with every process it started; it runs again next call")
+            return False
+        if code not in MEASURED or not made.exists():
+            kit.say(f"reference: bench_vs_reference.py failed (exit {code}): "
+                    f"{(err.strip().splitlines() or [''])[-1][:200]}")
+            safewrite.write_text(path.with_suffix(".failed"), out + err)
+            return True
+        safewrite.check(path)
+        os.replace(made, path)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     kit.say(f"reference: {(out.strip().splitlines() or [''])[-1]} ({time.monotonic() - started:.0f} s; "
             f"{kit.budget.text()})")
     return True

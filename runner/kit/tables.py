@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import analysis as an
+from runner import safewrite
 from runner.kit import headline, reference, transformer
 from runner.kit.cells import MIB, CellResult, _md, _num, _ratio, published
 from runner.kit.settings import KitView
@@ -34,8 +35,9 @@ def write(kit: KitView, out: Path) -> list[Path]:
     results = {id(c): CellResult(c, by_key.get(c.key, [])) for c in kit.cells}
     page = Page(kit, results, rows)
     text = page.render()
-    (out / "README.md").write_text(text, encoding="utf-8")
-    (out / "evidence.json").write_text(json.dumps(_plain(page.doc), indent=1, allow_nan=False) + "\n")
+    safewrite.write_text(out / "README.md", text, mode=0o644)
+    safewrite.write_text(out / "evidence.json", json.dumps(_plain(page.doc), indent=1, allow_nan=False) + "\n",
+                         mode=0o644)
     return [*files, out / "README.md", out / "evidence.json"]
 
 

@@ -22,6 +22,7 @@ from runner.analysis.verdict import Verdict
 from runner.publish import svg
 from runner.publish.changes import Change, changes
 from runner.publish.load import Loaded
+from runner.report.bisect import change_percent
 from runner.store.exchange import strip
 
 NAME_KEYS = ("environment", "model", "precision", "batch_size", "dataset", "gpus", "nodes", "options")
@@ -98,14 +99,18 @@ def bisects(found: list[dict[str, Any]], df: pd.DataFrame, label: dict[str, str]
         keys = list(b["cell_keys"]) + [""] * max(0, len(envs) - len(b["cell_keys"]))
         link = {e: slugs.get((b["origin"], k), "") for e, k in zip(envs, keys, strict=False)}
 
-        def pair(c: Any, link: dict[str, str] = link) -> dict[str, Any] | None:
+        metric = an.METRICS.get(str(a.get("metric", "")))
+
+        def pair(c: Any, link: dict[str, str] = link, metric: an.Metric | None = metric) -> dict[str, Any] | None:
             if not isinstance(c, dict):
                 return None
+            change = c.get("change")
             return {"a": str(c.get("a", "")), "b": str(c.get("b", "")), "a_slug": link.get(str(c.get("a")), ""),
                     "b_slug": link.get(str(c.get("b")), ""), "verdict": str(c.get("verdict", "")),
-                    "why": str(c.get("why", "")), "change": _num(c.get("change")) if isinstance(
-                        c.get("change"), int | float) else "", "p": _num(c.get("p_value")) if isinstance(
-                        c.get("p_value"), int | float) else ""}
+                    "why": str(c.get("why", "")),
+                    "change": change_percent(float(change), metric) if isinstance(change, int | float)
+                    and not isinstance(change, bool) and math.isfinite(change) else "",  # as bisect printed it
+                    "p": _num(c.get("p_value")) if isinstance(c.get("p_value"), int | float) else ""}
 
         cost = a.get("cost") if isinstance(a.get("cost"), dict) else {}
         out.append({"when": when(b["started_at"]), "_t": b["started_at"], "machine": label.get(b["origin"],

@@ -4,17 +4,25 @@ publishing, no absolute path) is written, and every list has a fixed order."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import shutil
+import stat
+import tempfile
 from pathlib import Path
 
 import jinja2
 
+from runner import safewrite
 from runner.errors import ConfigError, StoreError
 from runner.publish.model import Site
+from runner.safewrite import UnsafePath
 
 _TEMPLATES = Path(__file__).parent / "templates"
 # Written into every site: a folder with it is one `matrix publish` wrote, whose cells/ and runs/ it may replace.
 MARK = ".matrix-site"
+PAGE_MODE = 0o644  # a site is for a web host to serve: readable by all, under the umask
 
 
 def _env() -> jinja2.Environment:
@@ -26,10 +34,39 @@ def _env() -> jinja2.Environment:
 def write(site: Site, out: Path) -> list[Path]:
     """Render every page into `out` (pages of an earlier publish that no longer exist are removed with their
     folders `cells/` and `runs/`, which belong to the site). A folder that holds anything but a site is refused:
-    its own `cells/` or `runs/` are not the site's to remove."""
-    if out.is_dir() and any(out.iterdir()) and not (out / MARK).is_file():
+    its own `cells/` or `runs/` are not the site's to remove. Every file is written by runner/safewrite.py: a
+    link, a FIFO or another user's file at a page's name is refused, never written through."""
+    if out.is_dir():
+        safewrite.check(out / MARK)  # a link in the mark's place: said as such, not as a folder that is no site
+    if out.is_dir() and any(out.iterdir()) and not _marked(out):
         raise ConfigError(f"-o {out} is a folder with other files and no {MARK} (not a site `matrix publish` wrote): "
                           "pass a new or empty folder")
+    pages = _render(site)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in (MARK, "site.css", "cells", "runs", *pages, "machines.html", "bisects.html"):
+            if "/" not in name:  # before anything is written: a planted name stops the whole publish
+                safewrite.check(out / name, folder=name in ("cells", "runs"))
+        staging = Path(tempfile.mkdtemp(prefix=safewrite.PRIVATE_PREFIX, suffix=".tmp", dir=out))
+        try:
+            return _write_pages(pages, out, staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except UnsafePath:
+        raise
+    except OSError as e:
+        raise StoreError(f"cannot write the site in {out} ({e.strerror or e}): pass -o with a folder you can "
+                         "write") from e
+
+
+def _marked(out: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(out / MARK).st_mode)
+    except OSError:
+        return False
+
+
+def _render(site: Site) -> dict[str, str]:
     env = _env()
     pages: dict[str, str] = {"index.html": env.get_template("index.html.j2").render(site=site, root="")}
     if site.comparisons:
@@ -41,22 +78,46 @@ def write(site: Site, out: Path) -> list[Path]:
         pages[f"cells/{cell['slug']}.html"] = cell_t.render(site=site, cell=cell, root="../")
     for run in site.runs:
         pages[f"runs/{run['slug']}.html"] = run_t.render(site=site, run=run, root="../")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for folder in ("cells", "runs"):
-            shutil.rmtree(out / folder, ignore_errors=True)
-            (out / folder).mkdir()
-        for page in ("machines.html", "bisects.html"):  # an earlier publish's page this one does not have
-            if page not in pages:
-                (out / page).unlink(missing_ok=True)
-        (out / MARK).write_text("written by `matrix publish`: cells/ and runs/ are replaced on the next publish\n")
-        shutil.copyfile(_TEMPLATES / "site.css", out / "site.css")
-        written = [out / "site.css"]
-        for name, text in sorted(pages.items()):
-            path = out / name
-            path.write_text(text, encoding="utf-8")
-            written.append(path)
-    except OSError as e:
-        raise StoreError(f"cannot write the site in {out} ({e.strerror or e}): pass -o with a folder you can "
-                         "write") from e
+    return pages
+
+
+def _write_pages(pages: dict[str, str], out: Path, staging: Path) -> list[Path]:
+    """cells/ and runs/ are made whole in `staging` (a private folder inside `out`) and swapped in for the old
+    ones; every other page replaces its name atomically."""
+    for folder in ("cells", "runs"):
+        (staging / folder).mkdir()
+    for name, text in pages.items():
+        if "/" in name:
+            safewrite.write_text(staging / name, text, mode=PAGE_MODE)
+    for folder in ("cells", "runs"):
+        _swap(staging / folder, out / folder, staging)
+    for page in ("machines.html", "bisects.html"):  # an earlier publish's page this one does not have
+        if page not in pages:
+            safewrite.check(out / page)
+            (out / page).unlink(missing_ok=True)
+    safewrite.write_text(out / MARK, "written by `matrix publish`: cells/ and runs/ are replaced on the next publish\n",
+                         mode=PAGE_MODE)
+    safewrite.write_bytes(out / "site.css", (_TEMPLATES / "site.css").read_bytes(), mode=PAGE_MODE)
+    written = [out / "site.css"]
+    for name, text in sorted(pages.items()):
+        if "/" not in name:
+            safewrite.write_text(out / name, text, mode=PAGE_MODE)
+        written.append(out / name)
     return written
+
+
+def _swap(new: Path, old: Path, staging: Path) -> None:
+    """Put the folder `new` where `old` is, moving the old one into `staging` (a name moved, never followed; it is
+    removed with staging). Another publish into the same folder at the same moment may put its own in between:
+    moved aside too, and the last one in stays."""
+    for attempt in range(20):
+        safewrite.check(old, folder=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(old, staging / f"old-{old.name}-{attempt}")
+        try:
+            os.replace(new, old)
+            return
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+    raise StoreError(f"cannot replace {old}: another process keeps putting a folder there; publish again")

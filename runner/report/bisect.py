@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.analysis.bisect import FOUND, NO_CHANGE, SPREAD, STATUS, Answer, Comparison, Sample, Settings
+from runner.analysis.bisect_pair import percent
+from runner.analysis.comparable import unit_in
 from runner.analysis.compare import change_words
 from runner.analysis.envdiff import EnvDiff, Side
 from runner.analysis.envdiff import to_json as diff_json
@@ -55,17 +57,27 @@ class Report:
 
 
 def _metric_name(r: Report) -> str:
-    return r.metric.heading if r.metric else "status"
+    """The metric with the unit its samples were measured in (a transformer's tok/s), never one written here."""
+    if r.metric is None:
+        return "status"
+    units = dict.fromkeys(unit_in(d) for s in r.answer.samples.values() for d in s.definition.split(", "))
+    unit = " | ".join(u for u in units if u) or r.metric.unit
+    return f"{r.metric.label} ({unit})" if unit else r.metric.label
+
+
+def change_percent(change: float, metric: Metric | None) -> str:
+    """'+100.0% (2.00x faster)': a change b/a - 1 as bisect prints it (and the site's bisects.html shows it)."""
+    words = change_words(1 + change, metric) if metric else ""
+    return percent(change) + (f" ({words})" if words else "")
 
 
 def change_text(c: Comparison, metric: Metric | None, confidence: float) -> str:
     """'+41.2% (1.41x faster), 98.8% CI +30.1%..+52.0%, p=0.003' or 'unsupported -> ok'."""
     if c.kind == STATUS or c.change is None:
         return c.why
-    words = change_words(1 + c.change, metric) if metric else ""
-    text = f"{c.change:+.1%}" + (f" ({words})" if words else "")
+    text = change_percent(c.change, metric)
     if c.ci is not None:
-        text += f", {confidence:.4g}% CI {c.ci[0]:+.1%}..{c.ci[1]:+.1%}"
+        text += f", {confidence:.4g}% CI {percent(c.ci[0])}..{percent(c.ci[1])}"
     if c.p_value is not None:
         text += f", p={p_value(c.p_value)}" if c.p_value >= 0.001 else ", p<0.001"
     return text

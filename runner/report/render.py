@@ -16,6 +16,7 @@ import jinja2
 import pandas as pd
 
 from runner import analysis as an
+from runner import safewrite
 from runner.report import fmt, labels, views
 from runner.report import pairs as pair_views
 from runner.report.fmt import Cell, MdSafe, Table, records
@@ -24,6 +25,7 @@ from runner.report.pairs import comparison_doc
 if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
     from runner.report.plots import Plot
 
+REPORT_MODE = 0o644  # a report is for others to read (under the umask)
 JSON_SCHEMA = 2  # of report.json and `compare --format json`; bump when a field changes meaning
 # 2: cells carry their definition (cell_key, run settings); names with more than one definition are listed;
 # pairs carry a decision (pass/fail/undecided) and p adjusted for the false discovery rate.
@@ -98,7 +100,8 @@ def slug(name: str) -> str:
 
 
 def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) -> list[Path]:
-    """Write the report in each format into `out`; returns the files written (plots included)."""
+    """Write the report in each format into `out`; returns the files written (plots included). Each file through
+    runner/safewrite.py: a link or a FIFO planted at a report's name (or at plots/) is refused, never followed."""
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     plots: list[Plot] = []
@@ -112,10 +115,8 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) ->
         for p in plots:
             if p.png is None:
                 continue
-            path = out / "plots" / f"{p.name}.png"
-            path.parent.mkdir(exist_ok=True)
-            path.write_bytes(p.png)
-            written.append(path)
+            path = safewrite.folder(out / "plots") / f"{p.name}.png"
+            written.append(safewrite.write_bytes(path, p.png, mode=REPORT_MODE))
             shown.append({"title": p.title, "path": f"plots/{p.name}.png"})
         written.append(_write(out / "report.md", render_template("report.md.j2", r=model, plots=shown)))
     if "html" in formats:
@@ -137,8 +138,7 @@ def trusted_svg(p: Plot) -> Any:
 
 
 def _write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
+    return safewrite.write_text(path, text, mode=REPORT_MODE)
 
 
 # --- compare ----------------------------------------------------------------------------------

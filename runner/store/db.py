@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from runner import safewrite
 from runner.errors import BusyError, StoreError
 from runner.results import Status
 from runner.store.liveness import Heartbeat
@@ -75,6 +76,7 @@ class Database:
         self._snapshot: tuple[int, int, bool] | None = None  # what an unlocked read saw at open
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a folder, not a result store: pass --db FILE (e.g. {self.path / 'matrix.db'})")
+        self._refuse_planted()
         if (readonly or not create) and not self.path.exists():
             raise StoreError(f"no result store at {self.path}: run `matrix run` first, or pass --db PATH")
         if not readonly:
@@ -98,6 +100,21 @@ class Database:
         """What follows a successful open: the parts above may add to it (journaled.py imports a journal)."""
 
     # opening ----------------------------------------------------------------------------------
+    def _refuse_planted(self) -> None:
+        """SQLite opens a link at the store's name and writes into the file it names (another user's, a store of
+        another project): a link is refused for writing (reading through one changes nothing). A FIFO or a device
+        is refused either way: SQLite's open would wait on it for ever."""
+        if not self.readonly and os.path.islink(self.path):
+            raise StoreError(f"{self.path} is a symbolic link (to {os.readlink(self.path)}): matrix writes a store "
+                             "only under its own name, never through a link; pass --db with the file it names, or "
+                             "remove the link")
+        try:
+            what = safewrite.kind(os.stat(self.path))
+        except OSError:
+            return  # nothing there: created, or said missing below
+        if what not in (None, "a folder"):  # a folder is said below
+            raise StoreError(f"{self.path} is {what}, not a regular file: not a result store; pass --db FILE")
+
     def _make_folder(self) -> None:
         folder = self.path.parent
         try:

@@ -22,9 +22,11 @@ import os
 import shutil
 import stat
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner import safewrite
 from runner.spec import stable_hash
 
 MANIFEST = ".manifest.json"
@@ -136,10 +138,12 @@ def manifest_digest(entries: tuple[FileEntry, ...]) -> str:
     return hashlib.sha256(manifest(entries)).hexdigest()
 
 
-def _placed_mode(mode: int) -> int:
-    """The master's mode of a member: readable by all (the launcher may run as another user inside a
-    container), executable as it was, writable by none; the member's own mode is in the manifest."""
-    return (mode | 0o444) & ~0o222 & 0o7777
+def _placed_mode(mode: int, for_all: bool = False) -> int:
+    """The master's mode of a member: read-only, executable as it was, and readable by whom the member is
+    (0600 -> 0400, 0644 -> 0444): a file not readable by group or others stays so. `for_all`: readable by all,
+    for a container whose user matrix cannot name by id (its files are seen inside the container only). The
+    member's own mode is in the manifest, restored in each repeat's copy."""
+    return ((mode | 0o444) if for_all else mode) & 0o555
 
 
 def _intact(target: Path, entries: tuple[FileEntry, ...]) -> bool:
@@ -154,14 +158,17 @@ def _intact(target: Path, entries: tuple[FileEntry, ...]) -> bool:
 
 def stage(entries: tuple[FileEntry, ...], parent: Path) -> Path:
     """The files in parent/files-HASH (written once, atomically; reused when complete and every member's hash
-    still holds, placed again when not). Raises Changed."""
+    still holds, placed again when not). Made in a new private folder (0700, not a name anyone can plant a link
+    at) and renamed into place; a link, a file or another user's folder at files-HASH is refused (UnsafePath, an
+    OSError: the repeat's outcome says it). Raises Changed."""
     target = parent / folder_name(entries)
+    parent.mkdir(parents=True, exist_ok=True)
+    safewrite.check(target, folder=True)
     if (target / ".complete").exists():
         if _intact(target, entries):
             return target
         _remove(target)  # altered since it was placed (by a program run as root, say): placed again
-    tmp = parent / f".{target.name}.{os.getpid()}.tmp"
-    _remove(tmp)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
     try:
         for entry in entries:
             if entry.source.is_dir():
@@ -169,11 +176,11 @@ def stage(entries: tuple[FileEntry, ...], parent: Path) -> Path:
             for i, (rel, _) in enumerate(entry.members):
                 dest = tmp / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(_read(entry, rel))
+                safewrite.write_bytes(dest, _read(entry, rel), mode=0o600)
                 dest.chmod(_placed_mode(entry.modes[i] if i < len(entry.modes) else 0o644))
-        tmp.mkdir(parents=True, exist_ok=True)
-        (tmp / MANIFEST).write_bytes(manifest(entries))
-        (tmp / ".complete").write_text("")
+        safewrite.write_bytes(tmp / MANIFEST, manifest(entries), mode=0o444)
+        safewrite.write_bytes(tmp / ".complete", b"", mode=0o444)
+        tmp.chmod(_folder_mode(tmp))  # the folder as any the user makes; the files as restricted as their sources
         try:
             os.replace(tmp, target)
         except OSError:
@@ -184,15 +191,40 @@ def stage(entries: tuple[FileEntry, ...], parent: Path) -> Path:
     return target
 
 
+def _folder_mode(inside: Path) -> int:
+    """The mode a new folder gets under this process's umask (os.umask would change it for every thread)."""
+    probe = inside / ".mode"
+    probe.mkdir()
+    try:
+        return stat.S_IMODE(probe.stat().st_mode)
+    finally:
+        probe.rmdir()
+
+
 def _remove(folder: Path) -> None:
     """Remove a placed folder (its files are read-only, its folders are not: rmtree can unlink them)."""
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def tar_members(entries: tuple[FileEntry, ...], inside: str, tar: tarfile.TarFile, mtime: float) -> None:
-    """Add the files under `inside`/files-HASH, with their manifest, to a tar for put_archive. Raises Changed."""
+def owner_ids(user: str | None) -> tuple[int, int] | None:
+    """The (uid, gid) a container's `user:` names: none given is root, "UID" or "UID:GID" as numbers; None for a
+    user given by name, whose id only the image knows."""
+    if not user:
+        return 0, 0
+    uid, _, gid = user.partition(":")
+    if uid.isdigit() and (not gid or gid.isdigit()):
+        return int(uid), int(gid or 0)
+    return None
+
+
+def tar_members(entries: tuple[FileEntry, ...], inside: str, tar: tarfile.TarFile, mtime: float,
+                owner: tuple[int, int] | None = (0, 0)) -> None:
+    """Add the files under `inside`/files-HASH, with their manifest, to a tar for put_archive. The master is owned
+    by `owner` (the user the launcher runs as) with its members' restricted modes; a user known by name only
+    (owner None) gets a master readable by all inside the container. Raises Changed."""
     root = f"{inside.strip('/')}/{folder_name(entries)}"
     made: set[str] = set()
+    uid, gid = owner or (0, 0)
 
     def add(name: str, data: bytes, mode: int) -> None:
         parts = name.split("/")
@@ -201,15 +233,16 @@ def tar_members(entries: tuple[FileEntry, ...], inside: str, tar: tarfile.TarFil
             if folder not in made:
                 made.add(folder)
                 info = tarfile.TarInfo(folder)
-                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, mtime
+                info.type, info.mode, info.mtime, info.uid, info.gid = tarfile.DIRTYPE, 0o755, mtime, uid, gid
                 tar.addfile(info)
         info = tarfile.TarInfo(name)
-        info.size, info.mode, info.mtime = len(data), mode, mtime
+        info.size, info.mode, info.mtime, info.uid, info.gid = len(data), mode, mtime, uid, gid
         tar.addfile(info, io.BytesIO(data))
 
     for entry in entries:
         if entry.source.is_dir():
             _check_members(entry)
         for i, (rel, _) in enumerate(entry.members):
-            add(f"{root}/{rel}", _read(entry, rel), _placed_mode(entry.modes[i] if i < len(entry.modes) else 0o644))
+            mode = entry.modes[i] if i < len(entry.modes) else 0o644
+            add(f"{root}/{rel}", _read(entry, rel), _placed_mode(mode, for_all=owner is None))
     add(f"{root}/{MANIFEST}", manifest(entries), 0o444)

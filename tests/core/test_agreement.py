@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -161,3 +162,23 @@ def test_compare_and_the_gate_adjust_the_same_family_of_p_values() -> None:
     assert by_batch[32]["verdict"] == gated[32].reason
     for bs in (32, 64):
         assert same_p(by_batch[bs]["p_adjusted"], gated[bs].p_adjusted), bs
+
+
+@pytest.mark.parametrize(("status", "decision"), [("oom", "undecided"), ("failed", "undecided"),
+                                                   ("unsupported", "pass")])
+def test_nothing_measured_on_either_side_is_decided_as_the_gate_decides_it(status: str, decision: str) -> None:
+    """Both sides out of memory: `compare --format json` said pass while `compare --fail-on` said undecided.
+    Nothing was measured, so nothing passed: the JSON, the report's view and the gate say the same."""
+    import json
+
+    from runner.report.render import compare_json
+    s = {"statuses": [status] * 3, "values": [0.0] * 3, "how": HOWS[0], "iterations": 20}
+    df = an.frame(rows("A", s, 0) + rows("B", s, 100))
+    comparison = an.compare(an.select_side(df, "A"), an.select_side(df, "B"))
+    (pair,) = json.loads(compare_json(comparison))["pairs"]
+    (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule("slower", 0.02)])
+    assert pair["decision"] == decision == check.verdict.value, (pair, check.reason)
+    if status != "unsupported":
+        assert pair["verdict"] == check.reason == f"no ok repeat on either side ({status} on both sides)"
+    _, _, in_report = comparison_sections(df, an.summarize(df))[1][0]
+    assert [r["decision"] for r in in_report.pairs.to_dict("records")] == [decision]

@@ -80,7 +80,7 @@ def test_found_names_the_pair_the_change_and_what_differs(tmp_path: Path) -> Non
     m_path, db = fill(tmp_path, [100.0] * 6 + [70.0] * 2)
     code, out = bisect(m_path, db, "--threshold", "10%")
     assert code == Exit.OK, out
-    assert "Culprit: v5 -> v6: -29.8% (1.42x slower), 98.75% CI -33.3%..-26.3%, p<0.001" in out
+    assert "Culprit: v5 -> v6: -29.8% (1.42x slower), 98.75% CI -33.3%..-26.0%, p<0.001" in out
     assert "one step explains 100% of the end-to-end change" in out
     assert "Measured 5 of 8 environments, 15 repeats (0 measured now, 15 already stored); a full sweep: 8 " \
            "environments x 3 repeats = 24 repeats" in out

@@ -261,3 +261,27 @@ def test_a_loss_is_compared_at_a_step_both_recorded() -> None:
     answer = bisect(2, replay(bare), Settings(metric="loss_end", threshold=0.10, levels=(5,)))
     assert answer.outcome == UNDECIDED and answer.culprit is None
     assert "comes after different numbers of training steps (40, 73)" in answer.end.why
+
+
+def test_the_interval_of_a_change_is_never_below_minus_100_percent() -> None:
+    """Two repeats a side, one wildly off: the interval of the difference over A's mean gave -25816.4%..+33803.5%,
+    a fall of more than everything. The interval of the ratio is made on the log scale: above -100%, and it holds
+    the change itself."""
+    from runner.analysis import significance
+    from runner.report.bisect import change_text
+
+    a, b = Sample(statuses=("ok", "ok"), values=(100.0, 101.0)), Sample(statuses=("ok", "ok"), values=(100.0, 3000.0))
+    settings = Settings()
+    c = bisect_pair.compare(0, 1, a, b, settings)
+    assert c.ci is not None and c.change is not None
+    assert -1 <= c.ci[0] < c.change < c.ci[1]
+    assert c.verdict is Verdict.UNDECIDED and "interval -100.0%.." in c.why and "e+" in c.why  # '+7.46e+21%'
+    from runner.analysis import METRICS
+    text = change_text(c, METRICS["throughput"], settings.confidence * 100)
+    low_text = text.split("% CI ")[1].split("..")[0]
+    assert float(low_text.rstrip("%")) >= -100.0, text
+    # the same function on a pair with little spread: about the difference's interval, never below 0
+    low, high = significance.ratio_interval([100.0, 101.0, 99.0], [110.0, 111.0, 109.0])
+    dlow, dhigh = significance.welch_interval([100.0, 101.0, 99.0], [110.0, 111.0, 109.0])
+    assert low == pytest.approx(1 + dlow / 100, abs=0.005) and high == pytest.approx(1 + dhigh / 100, abs=0.005)
+    assert significance.ratio_interval([5.0, 5.0], [6.0, 6.0]) == (1.2, 1.2)

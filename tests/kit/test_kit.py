@@ -529,3 +529,29 @@ def test_the_kit_on_a_real_gpu(tmp_path: Path) -> None:
     assert all(r["metrics"]["telemetry"]["source"] in ("nvml", "nvidia-smi") for r in ok)
     page = (tmp_path / "r" / "README.md").read_text()
     assert "Write-up: Tensor Cores with PyTorch" in page and "tensor cores" in page
+
+
+def test_the_pack_never_writes_through_a_planted_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the pack's old temporary name a link is never followed (the pack is made in a private folder); at the
+    pack's own name it is refused in one line, and what it names is left as it was."""
+    from runner.safewrite import UnsafePath
+    monkeypatch.chdir(tmp_path)
+    k = evidence.Kit(evidence.options(["--dry-run", "--state", "s", "--out", "r", "--pack", "p.tgz"]))
+    k.device = dict(kit_device.DRY_RUN)
+    k.state.mkdir()
+    (k.state / "kit.log").write_text("x")
+    victim = tmp_path / "victim"
+    victim.write_text("someone else's")
+    (tmp_path / "p.tgz.tmp").symlink_to(victim)
+    output.pack(k, quiet=True)
+    with tarfile.open(tmp_path / "p.tgz") as tar:
+        assert tar.getnames() == ["s/kit.log"]
+    (tmp_path / "p.tgz").unlink()
+    (tmp_path / "p.tgz").symlink_to(victim)
+    with pytest.raises(UnsafePath, match="p.tgz is a symbolic link"):
+        output.pack(k, quiet=True)
+    (k.state / "kit.log").unlink()
+    (k.state / "kit.log").symlink_to(victim)
+    with pytest.raises(UnsafePath, match="kit.log is a symbolic link"):
+        k.say("a line")
+    assert victim.read_text() == "someone else's"

@@ -280,3 +280,21 @@ def test_two_copies_of_a_store_keep_each_ones_later_bisect_answers(tmp_path: Pat
     page = (tmp_path / "site" / "bisects.html").read_text()
     assert page.count("before the copy") == 1
     assert "only in the first" in page and "only in the copy" in page
+
+
+def test_a_bisect_change_is_shown_as_bisect_printed_it(tmp_path: Path) -> None:
+    """+100% was shown as `change 1` (the raw b/a - 1); the page says it as bisect and the other pages do."""
+    from runner.store import Store
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
+    pair = {"a": "v1", "b": "v2", "verdict": "fail", "why": "+100.0% beyond ±5%", "change": 1.0, "p_value": 0.001}
+    slower = {**pair, "a": "v2", "b": "v3", "change": -0.2}
+    answer = {"kind": "matrix-bisect", "outcome": "spread", "why": "two steps", "metric": "throughput", "cell": "c",
+              "threshold": 0.05, "environments": ["v1", "v2", "v3"], "culprit": None, "decisions": [pair, slower]}
+    with Store(db) as store:
+        store.add_bisect(answer, [], ["matrix", "bisect"], 1.8e9, 1.8e9 + 60)
+    publish([db], tmp_path / "site")
+    cells = re.findall(r'<td class="n">([^<]*)</td>', (tmp_path / "site" / "bisects.html").read_text())
+    assert "+100.0% (2.00x faster)" in cells and "-20.0% (1.25x slower)" in cells, cells
+    assert "1" not in cells

@@ -368,3 +368,21 @@ def test_hostile_image_and_options_reach_the_runtime_as_single_words(runtime: st
     assert not Path("/tmp/pwned").exists()
     (node,) = facts.read(results_dir / "out" / "task-r0.runtime")
     assert "error" not in node, node
+
+
+def test_the_identity_cache_never_writes_through_a_planted_link_nor_waits_on_a_fifo(tmp_path: Path) -> None:
+    image = tmp_path / "img.sif"
+    image.write_bytes(b"an image")
+    victim = tmp_path / "victim.json"
+    victim.write_text("someone else's\n")
+    cache = tmp_path / "cache" / "image-hashes.json"
+    cache.parent.mkdir()
+    cache.symlink_to(victim)
+    first = identity.image_identity(str(image), cache)
+    assert victim.read_text() == "someone else's\n" and cache.is_symlink()
+    cache.unlink()
+    os.mkfifo(cache)
+    assert identity.image_identity(str(image), cache) == first   # a FIFO is no cache: hashed again, not waited on
+    cache.unlink()
+    identity.image_identity(str(image), cache)
+    assert json.loads(cache.read_text())["hashes"]

@@ -61,3 +61,25 @@ def test_the_module_writes_the_zipapp_where_asked(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert Path(proc.stdout.strip()) == tmp_path / artifact.name()
     assert (tmp_path / artifact.name()).read_bytes() == artifact.payload()
+
+
+@pytest.mark.parametrize("content", ["the same bytes", "other bytes"])
+def test_a_link_planted_in_the_cache_is_neither_run_nor_written_through(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str) -> None:
+    """A link at the zipapp's name in the cache: to a file of the same bytes (its owner could change them after
+    the check) it is not run; to another file it is not written through. The cache falls back to a private
+    folder, as when it cannot be written, and the link and its target stay as they were."""
+    victim = tmp_path / "elsewhere" / "bench.pyz"
+    victim.parent.mkdir()
+    body = artifact.payload() if content == "the same bytes" else b"someone else's file"
+    victim.write_bytes(body)
+    cache = tmp_path / "cache" / "matrix"
+    cache.mkdir(parents=True)
+    (cache / artifact.name()).symlink_to(victim)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(artifact, "_fallback", [])
+    path = artifact.path()
+    assert path.parent != cache and not path.is_symlink() and path.read_bytes() == artifact.payload()
+    assert victim.read_bytes() == body and (cache / artifact.name()).is_symlink()
+    with pytest.raises(artifact.safewrite.UnsafePath, match="is a symbolic link"):
+        artifact.install(cache)

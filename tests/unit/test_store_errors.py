@@ -224,3 +224,30 @@ def test_fuzz_random_damage_to_a_store_file_never_gives_a_traceback(tmp_path: Pa
             assert "Traceback" not in said and code in (0, Exit.USAGE, Exit.STORE), \
                 f"mutation {i} ({kind}): matrix {' '.join(args)} exit {code}\n{said}"
     assert Exit.STORE in seen
+
+
+def test_a_store_path_that_is_a_planted_link_or_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SQLite would write a store into the file a link at --db names (another user's, here an empty one): refused
+    for writing in one line (exit 6), read through when only read; a FIFO there would hang SQLite's open."""
+    import os
+    m = tmp_path / "m.yaml"
+    m.write_text(TEXT)
+    victim = tmp_path / "elsewhere" / "victim"
+    victim.parent.mkdir()
+    victim.write_bytes(b"")
+    (tmp_path / "results").mkdir()
+    link = tmp_path / "results" / "matrix.db"
+    link.symlink_to(victim)
+    code, said = matrix_cli(capsys, "run", "-m", str(m), "--only", "model=mlp", "--db", str(link))
+    assert code == Exit.STORE and said.count("\n") == 1 and "matrix.db is a symbolic link" in said, said
+    assert victim.read_bytes() == b"", "the file the link names is left as it was"
+    os.unlink(link)
+    db = build(tmp_path / "elsewhere" / "real.db")
+    link.symlink_to(db)
+    code, said = matrix_cli(capsys, "ls", "--db", str(link))
+    assert code == 0 and "20260101-000000-aaaaaa" in said, said
+    os.unlink(link)
+    os.mkfifo(link)
+    for args in (["ls"], ["run", "-m", str(m), "--only", "model=mlp"]):
+        code, said = matrix_cli(capsys, *args, "--db", str(link))
+        assert code == Exit.STORE and "matrix.db is a FIFO, not a regular file" in said, said

@@ -114,9 +114,11 @@ def test_mllog_workload_on_two_slurm_nodes(tmp_path: Path, mllog_package: Path) 
 
 
 @pytest.mark.docker
-def test_files_in_a_container_keep_their_mode_and_never_run_warm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("user", ["", "1000:1000"])
+def test_files_in_a_container_keep_their_mode_and_never_run_warm(tmp_path: Path, user: str) -> None:
     """A 0600 file stays 0600 where the program reads it, and a program caching beside itself runs cold in
-    every repeat (each repeat has its own copy of the files)."""
+    every repeat (each repeat has its own copy of the files). The placed master is 0400, owned by the user the
+    launcher runs as (the image's, or `user:`), who can read it."""
     try:
         import docker
 
@@ -128,7 +130,7 @@ def test_files_in_a_container_keep_their_mode_and_never_run_warm(tmp_path: Path)
     (tmp_path / "secret.cfg").chmod(0o600)
     (tmp_path / "m.yaml").write_text(f"""
 name: wl-files
-environments: [{{name: container, backend: docker, image: {IMAGE}}}]
+environments: [{{name: container, backend: docker, image: {IMAGE}{f", user: '{user}'" if user else ""}}}]
 workload:
   argv: ["{{python}}", "{{files}}/train.py"]
   files: [train.py, secret.cfg]

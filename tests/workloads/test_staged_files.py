@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from runner.bench import workload as launcher
-from runner.workloads.files import MANIFEST, Changed, manifest_digest, scan, stage, tar_members
+from runner.safewrite import UnsafePath
+from runner.workloads.files import MANIFEST, Changed, manifest_digest, owner_ids, scan, stage, tar_members
 
 # Caches beside itself, as a program with a compile or dataset cache does: a warm run is twice as fast.
 CACHING = """
@@ -68,8 +69,11 @@ def test_a_program_caching_beside_itself_never_makes_a_later_repeat_warm(tmp_pat
 
 def test_the_placed_master_is_read_only_and_checked_again_when_reused(tmp_path: Path) -> None:
     entries = sources(tmp_path)
+    (tmp_path / "src" / "train.py").chmod(0o644)
     master = stage(entries, tmp_path / "staged")
-    assert stat.S_IMODE((master / "secret.cfg").stat().st_mode) == 0o444
+    # Read-only, and readable by whom the source is: a 0600 file is not readable by every local user when staged.
+    assert stat.S_IMODE((master / "secret.cfg").stat().st_mode) == 0o400
+    assert stat.S_IMODE((master / "train.py").stat().st_mode) == 0o444
     train_mode = stat.S_IMODE((tmp_path / "src" / "train.py").stat().st_mode)
     assert json.loads((master / MANIFEST).read_text())["members"] == [
         ["train.py", entries[0].members[0][1], train_mode], ["secret.cfg", entries[1].members[0][1], 0o600]]
@@ -98,13 +102,20 @@ def test_a_link_inside_a_folder_is_refused_naming_it(tmp_path: Path, link: str) 
         scan("lib", tmp_path)
 
 
-def test_the_tar_for_a_container_keeps_modes_in_the_manifest_and_the_master_read_only(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("user", "owner", "secret_mode"), [
+    (None, (0, 0), 0o400), ("", (0, 0), 0o400), ("1000", (1000, 0), 0o400), ("1000:1001", (1000, 1001), 0o400),
+    ("builder", (0, 0), 0o444)])
+def test_the_tar_for_a_container_keeps_modes_in_the_manifest_and_the_master_read_only(
+        tmp_path: Path, user: str | None, owner: tuple[int, int], secret_mode: int) -> None:
+    """The master in a container belongs to the user the launcher runs as, as restricted as its sources; a user
+    known by name only (its id is the image's) gets a master readable by all inside the container."""
     entries = sources(tmp_path)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar_members(entries, "/tmp/matrix", tar, 0.0)
+        tar_members(entries, "/tmp/matrix", tar, 0.0, owner_ids(user))
     members = {m.name.rsplit("/", 1)[-1]: m for m in tarfile.open(fileobj=io.BytesIO(buf.getvalue()))}
-    assert members["secret.cfg"].mode == 0o444 and members["train.py"].mode & 0o222 == 0
+    assert members["secret.cfg"].mode == secret_mode and members["train.py"].mode & 0o222 == 0
+    assert {(m.uid, m.gid) for m in members.values()} == {owner}
     assert MANIFEST in members
 
 
@@ -125,3 +136,25 @@ def test_the_launcher_copies_only_what_the_manifest_names(tmp_path: Path) -> Non
     copy, problem = launcher.fresh_files(str(master), manifest_digest(entries), str(tmp_path / "c"))
     assert problem is None and sorted(os.listdir(copy)) == ["secret.cfg", "train.py"]
     assert (launcher.fresh_files(str(master), "0" * 64, str(tmp_path / "d"))[1] or "").startswith("the manifest")
+
+
+def test_a_link_planted_at_the_old_temporary_name_or_at_the_folder_is_never_followed(tmp_path: Path) -> None:
+    """Staging once used `.files-HASH.PID.tmp`, a name anyone who may write the work folder could plant a link
+    at (and get the files written into a folder of theirs); it now makes a new private folder. A link at
+    files-HASH itself is refused (the repeat is not started, with this reason), never followed or trusted."""
+    entries = sources(tmp_path)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    from runner.workloads.files import folder_name
+    (staged / f".{folder_name(entries)}.{os.getpid()}.tmp").symlink_to(theirs, target_is_directory=True)
+    master = stage(entries, staged)
+    assert list(theirs.iterdir()) == [] and not master.is_symlink()
+    assert sorted(p.name for p in staged.iterdir()) == sorted([master.name, f".{folder_name(entries)}.{os.getpid()}.tmp"])
+    import shutil
+    shutil.copytree(master, theirs / "copy")   # the same bytes, in a folder someone else controls
+    shutil.rmtree(master)
+    master.symlink_to(theirs / "copy", target_is_directory=True)
+    with pytest.raises(UnsafePath, match="is a symbolic link"):
+        stage(entries, staged)

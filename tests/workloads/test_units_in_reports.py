@@ -119,3 +119,28 @@ def test_a_reference_on_a_workload_is_judged_in_its_own_unit() -> None:
     bench = references._judgement(ref, cell, pd.DataFrame(an.frame([row(0, 10.0, None)])), an.METRICS["throughput"],
                                   ref.bounds["throughput"], ["batch_size"])
     assert bench.unit == "img/s"
+
+
+def test_the_scaling_table_is_headed_in_the_rows_unit() -> None:
+    """A transformer's tok/s was headed `throughput (img/s)` in the Scaling table: the heading is the rows'."""
+    from runner.report.viewset.scaling import scaling_sections
+    (cell,) = M.cells()
+    rows = [{**row(i, 100.0 * gpus + i, {"throughput": TOKENS}), "id": 10 * gpus + i, "cell_key": f"k{gpus}",
+             "params": {**cell.params, "gpus": gpus}} for gpus in (1, 2) for i in range(2)]
+    (section,) = scaling_sections(an.scaling(an.summarize(an.frame(rows))))
+    assert section.table is not None
+    assert "throughput (tok/s)" in section.table.columns and not any("img/s" in c for c in section.table.columns)
+
+
+def test_bisects_environments_table_is_headed_in_the_samples_unit() -> None:
+    from runner.analysis.bisect import Sample, Settings, bisect, replay
+    from runner.analysis.comparable import definition_text
+    from runner.report.bisect import Cost, Report, tables
+    defined = definition_text(TOKENS["how"], "tok/s")
+    samples = [Sample(("ok",) * 3, (100.0, 101.0, 99.0), definition=defined),
+               Sample(("ok",) * 3, (80.0, 81.0, 79.0), definition=defined)]
+    settings = Settings(levels=(3,))
+    answer = bisect(2, replay(samples), settings)
+    report = Report(["v1", "v2"], "cell", an.METRICS["throughput"], settings, answer, Cost(2, 2, 6, 0, 3, 3))
+    envs = tables(report)[0][1]
+    assert envs.columns[-1] == "throughput (tok/s)", envs.columns

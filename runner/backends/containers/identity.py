@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from runner import safewrite
 from runner.backends.containers.base import ImageIdentity
 
 CHUNK = 1 << 20
@@ -91,7 +92,8 @@ def _tree_hash(root: Path, entries: list[tuple[str, os.stat_result]]) -> str:
 
 def _load(cache: Path) -> dict[str, Any]:
     try:
-        data = json.loads(cache.read_text())
+        with safewrite.open_regular(cache, nofollow=True) as f:  # a FIFO or a link there: no cache
+            data = json.loads(f.read())
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("schema") != CACHE_SCHEMA or not isinstance(data.get("hashes"), dict):
@@ -114,9 +116,7 @@ def _remember(cache: Path | None, key: str, digest: str) -> str:
         hashes = dict(list(hashes.items())[-CACHE_KEEP:])
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"schema": CACHE_SCHEMA, "hashes": hashes}, indent=1))
-            os.replace(tmp, cache)
+            safewrite.write_text(cache, json.dumps({"schema": CACHE_SCHEMA, "hashes": hashes}, indent=1))
         except OSError:
-            pass  # a cache that cannot be written only costs the next hash its time
+            pass  # a cache that cannot be written (or holds a planted link: UnsafePath) only costs the next hash its time
     return digest

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from runner import safewrite
 from runner.backends import ranks, register
 from runner.backends.base import Interrupted, NotStarted, SequentialBackend, not_started
 from runner.backends.docker import engine, host, payload
@@ -58,7 +59,7 @@ class DockerBackend(SequentialBackend):
     # -- session ---------------------------------------------------------------------------------
 
     def __enter__(self) -> DockerBackend:
-        self.logdir.mkdir(parents=True, exist_ok=True)
+        safewrite.folder(safewrite.folder(self.ctx.workdir / "logs") / self.ctx.run_id)  # never through a link
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -128,7 +129,7 @@ class DockerBackend(SequentialBackend):
             mounts=[(str(Path(m.source).expanduser().resolve()), m.target, m.read_only) for m in env.mounts],
             gpus=env.gpus, shm_size=env.shm_size, ipc=env.ipc, user=env.user, cdi=session.kind == "podman")
         try:
-            data = payload.payload(self.files)
+            data = payload.payload(self.files, env.user or image.user)
         except Changed as e:
             raise NotStarted(str(e)) from e
         return session.start(spec, payload.IDLE_COMMANDS, data, what=f"{env.image!r} for environment {env.name!r}")

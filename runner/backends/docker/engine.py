@@ -79,6 +79,7 @@ class ImageFacts:
     repo_digest: str | None
     # matrix's own labels (images/recipes.py: era, release date, versions), stored with results
     labels: dict[str, str] = field(default_factory=dict)
+    user: str = ""  # the image's own USER ("" is root): whom a workload's files belong to without `user:`
 
 
 @dataclass(frozen=True)
@@ -410,7 +411,7 @@ def _facts(image: Any) -> ImageFacts:
     config = image.attrs.get("Config") or {}
     found = getattr(image, "labels", None) or config.get("Labels") or {}
     labels = {k: v for k, v in sorted(found.items()) if k.startswith("matrix.")}
-    return ImageFacts(str(image.id), digests[0] if digests else None, labels)
+    return ImageFacts(str(image.id), digests[0] if digests else None, labels, str(config.get("User") or ""))
 
 
 def _count_layer(layers: dict[str, tuple[int, int]], event: dict[str, Any]) -> None:

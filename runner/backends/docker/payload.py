@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 
 from runner import artifact
-from runner.workloads.files import FileEntry, tar_members
+from runner.workloads.files import FileEntry, owner_ids, tar_members
 
 INSIDE = "/tmp/matrix"  # where the benchmark and the helper land in the container
 BENCH_IN = f"{INSIDE}/bench.pyz"
@@ -45,9 +45,10 @@ IDLE_PY = "import time\nwhile True:\n    time.sleep(3600)\n"
 IDLE_COMMANDS = (["sleep", "infinity"], ["python3", "-c", IDLE_PY], ["python", "-c", IDLE_PY])
 
 
-def payload(files: Sequence[FileEntry] = ()) -> bytes:
-    """The benchmark's zipapp, the kill helper and a workload's files (INSIDE/files-HASH) as a tar for
-    put_archive (the /tmp entry itself is left alone). Raises workloads.Changed for an edited file."""
+def payload(files: Sequence[FileEntry] = (), user: str | None = None) -> bytes:
+    """The benchmark's zipapp, the kill helper and a workload's files (INSIDE/files-HASH, owned by `user`, the
+    environment's `user:` the launcher runs as) as a tar for put_archive (the /tmp entry itself is left alone).
+    Raises workloads.Changed for an edited file."""
     buf = io.BytesIO()
     now = time.time()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -59,5 +60,5 @@ def payload(files: Sequence[FileEntry] = ()) -> bytes:
             info.size, info.mode, info.mtime = len(data), 0o644, now
             tar.addfile(info, io.BytesIO(data))
         if files:
-            tar_members(tuple(files), INSIDE, tar, now)
+            tar_members(tuple(files), INSIDE, tar, now, owner_ids(user))
     return buf.getvalue()

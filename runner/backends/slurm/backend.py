@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner import artifact
+from runner import artifact, safewrite
 from runner.backends import containers, register
 from runner.backends.base import NotStarted, Sink, not_started
 from runner.backends.batch import BatchBackend, Polled
@@ -103,8 +103,8 @@ class SlurmBackend(BatchBackend):
     # -- submission ------------------------------------------------------------------------------
 
     def _prepare(self) -> None:
-        for sub in ("logs", "work", "out"):
-            (self.results_dir / sub).mkdir(parents=True, exist_ok=True)
+        for sub in ("logs", "work", "out"):  # never a link planted in their place: the jobs write through them
+            safewrite.folder(self.results_dir / sub)
         # Workers run exactly the controller's benchmark: its zipapp, named by the hash of its bytes.
         artifact.install(self.results_dir)
 
@@ -136,7 +136,7 @@ class SlurmBackend(BatchBackend):
 
     def _next_name(self) -> str:
         n = 1
-        while (self.results_dir / f"job-{n:03d}.sh").exists():
+        while os.path.lexists(self.results_dir / f"job-{n:03d}.sh"):
             n += 1
         return f"{n:03d}"
 
@@ -180,9 +180,9 @@ class SlurmBackend(BatchBackend):
         name = self._next_name()
         manifest = f"manifest-{name}.tsv"
         script = self.results_dir / f"job-{name}.sh"
-        (self.results_dir / manifest).write_text("\n".join(lines) + "\n")
+        safewrite.write_text(self.results_dir / manifest, "\n".join(lines) + "\n", mode=0o644)
         limit = time_limit(self.env, max(t.cell.run.timeout for t in runnable))
-        script.write_text(render_script(array_job(
+        safewrite.write_text(script, mode=0o644, text=render_script(array_job(
             self.env, count=len(runnable), gpus=gpus, nodes=nodes, time=limit, run_id=self.ctx.run_id,
             results_dir=self.results_dir, manifest=manifest, bench_name=artifact.name(),
             identity=self._image_identity())))

@@ -23,16 +23,17 @@ class Scaling(View):
 
 
 def scaling_sections(scale: pd.DataFrame) -> list[Section]:
-    """Scaling in the write-ups' shape: nodes, processes per node and in all, img/s overall (and forward,
-    backward where measured), speedup over the smallest layout and efficiency."""
+    """Scaling in the write-ups' shape: nodes, processes per node and in all, throughput overall (and forward,
+    backward where measured) headed with the rows' unit, speedup over the smallest layout and efficiency."""
     if scale.empty:
         return []
     keys = varying(scale, ["environment", "model", "precision", "batch_size", "dataset", "options"],
                    always=("environment", "model", "precision", "batch_size"))
     m = an.METRICS["throughput"]
     phases = [an.METRICS[p] for p in ("fwd_throughput", "bwd_throughput") if (scale[f"{p}_n"] > 0).any()]
-    table = Table([*(KEY_LABELS[k] for k in keys), "nodes", "per node", "processes", m.heading,
-                   *(f"{p.label} ({p.unit})" for p in phases), "speedup", "efficiency"],
+    table = Table([*(KEY_LABELS[k] for k in keys), "nodes", "per node", "processes",
+                   *(an.metric_heading(x.name, scale.get(f"unit_{x.name}", ())) for x in (m, *phases)),
+                   "speedup", "efficiency"],
                   align=["l"] * len(keys) + ["r"] * (6 + len(phases)))
     for r in scale.to_dict("records"):
         table.add(*(key_text(k, r[k]) for k in keys), Cell(str(r["nodes"]), "num"), Cell(str(r["gpus"]), "num"),

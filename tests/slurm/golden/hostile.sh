@@ -36,6 +36,17 @@ args=("${fields[@]:1}")
 export MATRIX_TASK
 mkdir -p work out
 
+# Publish stdin as out/NAME: written in a new private folder, then renamed over the name (mv -T: a link
+# planted there is replaced, never written through or moved into), so the controller sees a whole file or none.
+publish() {
+    local dir rc
+    dir="$(mktemp -d "out/.$MATRIX_TASK.XXXXXX")" || return 1
+    cat > "$dir/file" && mv -fT "$dir/file" "out/$1"
+    rc=$?
+    rm -rf "$dir"
+    return "$rc"
+}
+
 # The environment's variables (env: in matrix.yaml).
 export HOSTILE='$(touch /tmp/pwned) `touch /tmp/pwned` '"'"'q'"'"' "d" ;touch /tmp/pwned #c \ %j'
 export NCCL_DEBUG=INFO
@@ -54,6 +65,8 @@ export PYTHONUNBUFFERED=1
 started="$(date +%s.%N)"
 srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node="$NTASKS_PER_NODE" \
     bash -c 'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" LOCAL_WORLD_SIZE="$SLURM_NTASKS_PER_NODE"
+rm -f "work/$MATRIX_TASK.rank$RANK".out "work/$MATRIX_TASK.rank$RANK".log "work/$MATRIX_TASK.rank$RANK".rc
+set -o noclobber  # new files only: a link planted at these names makes the rank fail, never written through
 "$@" >"work/$MATRIX_TASK.rank$RANK.out" 2>"work/$MATRIX_TASK.rank$RANK.log"
 rc=$?
 echo "$rc" >"work/$MATRIX_TASK.rank$RANK.rc"
@@ -64,7 +77,7 @@ rc="$(cat "work/$MATRIX_TASK.rank0.rc" 2>/dev/null)"
 rc="${rc:-$srun_rc}"
 
 # Publish atomically: stdout and stderr first, then the marker that says both are complete.
-mv -f "work/$MATRIX_TASK.rank0.out" "out/$MATRIX_TASK.out" 2>/dev/null || : > "out/$MATRIX_TASK.out"
+mv -fT "work/$MATRIX_TASK.rank0.out" "out/$MATRIX_TASK.out" 2>/dev/null || publish "$MATRIX_TASK.out" < /dev/null
 {
     cat "work/$MATRIX_TASK.rank0.log" 2>/dev/null
     for f in "work/$MATRIX_TASK".rank*.log; do
@@ -72,10 +85,8 @@ mv -f "work/$MATRIX_TASK.rank0.out" "out/$MATRIX_TASK.out" 2>/dev/null || : > "o
         echo "--- ${f#work/} ---"
         tail -c 1500 "$f"
     done
-} > "out/$MATRIX_TASK.err.tmp"
-mv -f "out/$MATRIX_TASK.err.tmp" "out/$MATRIX_TASK.err"
+} | publish "$MATRIX_TASK.err"
 printf '{"schema": 1, "task": "%s", "returncode": %d, "srun_returncode": %d, "job_id": "%s", "started_at": %s, "finished_at": %s}\n' \
     "$MATRIX_TASK" "$rc" "$srun_rc" "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" "$started" "$finished" \
-    > "out/$MATRIX_TASK.done.tmp"
-mv -f "out/$MATRIX_TASK.done.tmp" "out/$MATRIX_TASK.done"
+    | publish "$MATRIX_TASK.done"
 exit "$rc"
