@@ -103,7 +103,10 @@ def of_rows(values: Sequence[float] | np.ndarray, recorded: Sequence[object], pr
     (`resolution` column), and, for figures read from a program's printed output (`printed`), what their digits
     show. A figure the benchmark computed has neither."""
     given = [float(d[metric]) for d in recorded if isinstance(d, dict) and d.get(metric)]
-    shown = [v for v, p in zip(values, printed, strict=True) if p]
+    # A figure whose parser recorded its resolution (it read the text) is not guessed at from its digits again: a
+    # mean of rounded figures has many digits, and "100" may be exact.
+    shown = [v for v, p, d in zip(values, printed, recorded, strict=True)
+             if p and not (isinstance(d, dict) and d.get(metric))]
     return Quanta(quantum(shown), max(given, default=0.0))
 
 
@@ -115,10 +118,11 @@ def per_group(values: np.ndarray, recorded: Sequence[object], printed: np.ndarra
     recorded_out = np.zeros(ngroups)
     if not ngroups:
         return np.zeros(0), recorded_out
-    vq = np.where(printed & np.isfinite(values), value_quanta(np.where(np.isfinite(values), values, 0.0)), 0.0)
+    given = np.array([float(d.get(metric) or 0.0) if isinstance(d, dict) else 0.0 for d in recorded])
+    guess = printed & np.isfinite(values) & ~(given > 0)  # a recorded resolution is not guessed at again
+    vq = np.where(guess, value_quanta(np.where(np.isfinite(values), values, 0.0)), 0.0)
     use = vq > 0
     np.minimum.at(inferred, gid[use], vq[use])
     inferred[np.isinf(inferred)] = 0.0
-    given = np.array([float(d.get(metric) or 0.0) if isinstance(d, dict) else 0.0 for d in recorded])
     np.maximum.at(recorded_out, gid, np.where(np.isfinite(values), given, 0.0))
     return inferred, recorded_out

@@ -19,7 +19,7 @@ import math
 import re
 
 from .contract import RESULT_PREFIX
-from .readings import json_after, mean, number, out_of_domain, read_number, reading
+from .readings import json_after, mean, number, out_of_domain, quantum, quantum_of, read_number, reading
 
 MLLOG_MARK = ":::MLLOG "
 DLLOG_MARK = "DLLL "
@@ -73,6 +73,9 @@ class Parser(object):
         self.lines = 0
         self.records = 0
         self.definitions = {}  # metric -> {how, unit}: how this parser obtained each figure it gives
+        # metric -> the resolution its figure was printed at, in the store's unit (a mean of printed values, a
+        # scale, a figure derived from another carry it along): the controller counts it as uncertainty
+        self.resolution = {}
 
     def feed(self, line):
         self.lines += 1
@@ -93,8 +96,9 @@ class Parser(object):
         notes = dict(notes, records=self.records, lines=self.lines)
         definitions = dict((k, v) for k, v in self.definitions.items() if metrics.get(k) is not None
                            or (figures.get(k) or {}).get("value") is not None)
+        resolution = dict((k, q) for k, q in self.resolution.items() if q and metrics.get(k) is not None)
         return {"metrics": metrics, "figures": figures, "notes": notes, "problem": problem,
-                "definitions": definitions}
+                "definitions": definitions, "resolution": resolution}
 
     def where(self):
         source = self.config.get("file")
@@ -116,8 +120,11 @@ class MllogParser(Parser):
         self.run_stop = None
         self.stop_status = None
         self.throughputs = []
+        self.throughput_quanta = []
         self.losses = []
+        self.loss_quantum = 0.0
         self.accuracy = None
+        self.accuracy_quantum = 0.0
         self.train_samples = None
         self.logged = {}
 
@@ -138,15 +145,19 @@ class MllogParser(Parser):
             self.run_stop = time_ms
             self.stop_status = metadata.get("status")
         elif key == "tracked_stats" and isinstance(value, dict):
-            throughput = reading(value.get(self.config.get("throughput_key") or "throughput"))
+            raw = value.get(self.config.get("throughput_key") or "throughput")
+            throughput = reading(raw)
             if throughput is not None:
                 self.throughputs.append(throughput)
+                self.throughput_quanta.append(quantum(raw))
             for name in MLLOG_LOSS_KEYS:
                 if reading(value.get(name)) is not None:
                     self.losses.append(reading(value.get(name)))
+                    self.loss_quantum = quantum(value.get(name))
                     break
         elif key == "eval_accuracy" and reading(value) is not None:
             self.accuracy = reading(value)
+            self.accuracy_quantum = quantum(value)
         elif key in ("train_samples", "trained_samples") and number(value) is not None:
             self.train_samples = number(value)
         elif key in ("global_batch_size", "submission_benchmark", "submission_division", "seed",
@@ -164,6 +175,7 @@ class MllogParser(Parser):
         key = self.config.get("throughput_key") or "throughput"
         if kept:
             metrics["throughput"] = mean(kept)
+            self.resolution["throughput"] = max(self.throughput_quanta[skip:])  # a mean of rounded figures
             notes["throughput_from"] = "tracked_stats (mean of %d records after the first %d)" % (len(kept), skip)
             self.definitions["throughput"] = {"how": "mllog: mean of tracked_stats %s after the first %d records"
                                                      % (key, skip), "unit": "samples/s"}
@@ -173,6 +185,8 @@ class MllogParser(Parser):
                                                                   "s" if len(self.throughputs) != 1 else "", skip))
         elif self.train_samples and metrics.get("window_s"):
             metrics["throughput"] = self.train_samples / metrics["window_s"]
+            # time_ms in whole milliseconds: the window to 1 ms, the rate to what that moves it by
+            self.resolution["throughput"] = self.train_samples * 0.001 / metrics["window_s"] ** 2
             notes["throughput_from"] = "train_samples / (run_stop - run_start)"
             self.definitions["throughput"] = {"how": "mllog: train_samples / (run_stop - run_start)",
                                               "unit": "samples/s"}
@@ -182,12 +196,14 @@ class MllogParser(Parser):
             metrics["images"] = self.train_samples
         if self.accuracy is not None:
             metrics["accuracy"] = self.accuracy
+            self.resolution["accuracy"] = self.accuracy_quantum
             self.definitions["accuracy"] = {"how": "mllog: last eval_accuracy", "unit": ""}
             if math.isfinite(self.accuracy) and not 0 <= self.accuracy <= 1:
                 problem = ("eval_accuracy %s is not a fraction between 0 and 1 (MLPerf logs a fraction; a "
                            "percentage is not taken as one)" % self.accuracy)
         if self.losses:
             metrics["loss_end"] = self.losses[-1]
+            self.resolution["loss_end"] = self.loss_quantum
             self.definitions["loss_end"] = {"how": "mllog: last tracked_stats loss", "unit": ""}
         if self.stop_status is not None and str(self.stop_status).lower() != "success":
             problem = "run_stop says status %r (the run did not succeed)" % (self.stop_status,)
@@ -205,6 +221,7 @@ class DlloggerParser(Parser):
         Parser.__init__(self, config)
         self.summary = {}
         self.series = {}
+        self.series_quanta = {}
         self.units = {}
         self.parameters = {}
 
@@ -234,6 +251,7 @@ class DlloggerParser(Parser):
             for key, value in data.items():
                 if reading(value) is not None:
                     self.series.setdefault(key, []).append(reading(value))
+                    self.series_quanta.setdefault(key, []).append(quantum(value))
 
     def _key(self, metric):
         keys = self.config.get("keys") or {}
@@ -256,6 +274,7 @@ class DlloggerParser(Parser):
             if key is None:
                 continue
             value = reading(self.summary.get(key))
+            q = quantum(self.summary.get(key))
             source = "summary"
             if value is None and key in self.series:
                 values = self.series[key]
@@ -266,20 +285,23 @@ class DlloggerParser(Parser):
                                    "record" % (len(values), key, "s" if len(values) != 1 else "", skip))
                         continue
                     value, source = mean(kept), "mean of %d steps after the first %d" % (len(kept), skip)
+                    q = max(self.series_quanta[key][skip:])
                 else:
                     value, source = values[-1], "last step"
+                    q = self.series_quanta[key][-1]
             if value is None:
                 continue
             unit = self.units.get(key, "")
             percent = unit.strip() == "%" or self.config.get("accuracy_percent")
             if metric == "accuracy" and percent:
-                value = value / 100.0
+                value, q = value / 100.0, q / 100.0
             elif metric == "window_s":
                 if unit.strip() not in DLLOG_TIME_UNITS:
                     problem = problem or ("%s is logged in %r, not a unit of time this parser knows (%s)"
                                           % (key, unit, ", ".join(u for u in DLLOG_TIME_UNITS if u)))
                     continue
-                value = value * DLLOG_TIME_UNITS[unit.strip()]
+                value, q = value * DLLOG_TIME_UNITS[unit.strip()], q * DLLOG_TIME_UNITS[unit.strip()]
+            self.resolution[metric] = q
             if metric == "accuracy" and math.isfinite(value) and not 0 <= value <= 1 and problem is None:
                 problem = ("%s %s is not a fraction between 0 and 1: DeepLearningExamples logs percent; say so with "
                            "accuracy_percent: true (or a %% unit in its METADATA record)" % (key, value))
@@ -291,6 +313,13 @@ class DlloggerParser(Parser):
                                                                      if metric == "throughput" else source),
                                         "unit": shown}
         return metrics, {}, notes, problem
+
+
+def text_quantum(text, decimal="."):
+    """The resolution of a number as the program printed it, by the figure's decimal mark (1.234,5 with ",")."""
+    t = text.strip()
+    t = t.replace(".", "").replace(",", ".") if decimal == "," else t.replace(",", "")
+    return quantum_of(t)
 
 
 @register
@@ -307,6 +336,7 @@ class PatternParser(Parser):
         for fig in config.get("figures", ()):
             self.figures.append((fig, re.compile(fig["regex"])))
         self.found = dict((fig["name"], []) for fig, _ in self.figures)
+        self.quanta = dict((fig["name"], []) for fig, _ in self.figures)  # each match's printed resolution
         self.unreadable = {}
         self.ambiguous = {}
 
@@ -328,6 +358,7 @@ class PatternParser(Parser):
                     continue
                 self.records += 1
                 self.found[fig["name"]].append(value)
+                self.quanta[fig["name"]].append(text_quantum(text or "", fig.get("decimal", ".")))
 
     def where(self):
         source = self.config.get("file")
@@ -346,13 +377,18 @@ class PatternParser(Parser):
             if name in self.ambiguous and problem is None:
                 problem = "figure %s: the pattern matched %s" % (name, self.ambiguous[name])
             bad = [v for v in values if not math.isfinite(v)]
+            quanta = self.quanta[name][skip:]
+            q = 0.0
             if bad:  # min and max would pass a NaN over; a NaN the program printed is never skipped
                 value = bad[-1]
             elif values:
                 value = {"first": values[0], "last": values[-1], "min": min(values), "max": max(values),
                          "mean": mean(values)}.get(how, values[-1])
+                q = {"first": quanta[0], "last": quanta[-1], "min": quanta[values.index(min(values))],
+                     "max": quanta[values.index(max(values))]}.get(how, max(quanta))  # a mean: the coarsest
             if value is not None:
                 printed, value = value, value * float(fig.get("scale", 1.0))
+                q = q * abs(float(fig.get("scale", 1.0)))
                 if not math.isfinite(value) and problem is None:
                     problem = ("figure %s: the program printed %r, not a finite number (never skipped for an earlier "
                                "value)" % (name, printed) if not math.isfinite(printed) else
@@ -373,6 +409,7 @@ class PatternParser(Parser):
             if fig.get("metric"):
                 if value is not None:
                     metrics[fig["metric"]] = value
+                    self.resolution[fig["metric"]] = q
                     self.definitions[fig["metric"]] = definition
             else:
                 figures[name] = {"value": value, "unit": fig.get("unit", ""), "better": fig.get("better")}
@@ -380,6 +417,9 @@ class PatternParser(Parser):
         per_step = self.config.get("items_per_step")
         if per_step is not None and metrics.get("throughput") is None and metrics.get("iter_time"):
             metrics["throughput"] = float(per_step) / metrics["iter_time"]
+            # a rate from a printed time per step: what the time's last digit moves the rate by
+            self.resolution["throughput"] = float(per_step) * self.resolution.get("iter_time", 0.0) / (
+                metrics["iter_time"] ** 2)
             self.definitions["throughput"] = {
                 "how": "pattern: items_per_step (%s) / iter_time (%s)" % (
                     self.config.get("items_per_step_text") or per_step, self.definitions["iter_time"]["how"]),

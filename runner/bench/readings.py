@@ -66,13 +66,52 @@ def mean(values):
     return sum(values) / len(values) if values else None
 
 
+class Printed(float):
+    """A number read from a program's text, with the resolution its digits had (`quantum`): "12.30" is 12.3 to the
+    hundredth. The controller treats the resolution as part of the figure's uncertainty (docs/admission.md)."""
+
+    __slots__ = ("quantum",)
+
+
+def quantum_of(text):
+    """The resolution of a number as printed: 10 to the power of its last digit's place ("12.34" 0.01, "1.2e3"
+    100, "4663" 1); 0 when the text is not a plain decimal number."""
+    t = str(text).strip().lower().lstrip("+-").replace(",", "")
+    mantissa, _, exponent = t.partition("e")
+    try:
+        power = int(exponent) if exponent else 0
+    except ValueError:
+        return 0.0
+    whole, _, decimals = mantissa.partition(".")
+    if not (whole + decimals).isdigit():
+        return 0.0
+    return 10.0 ** (power - len(decimals))
+
+
+def printed(text):
+    """A float that remembers the resolution of its text (json's parse_float hook)."""
+    value = Printed(text)
+    value.quantum = quantum_of(text)
+    return value
+
+
+def quantum(value):
+    """The resolution a parsed value was printed at: a Printed float's, 1 for an integer, 0 when unknown."""
+    if isinstance(value, Printed):
+        return value.quantum
+    if isinstance(value, int) and not isinstance(value, bool):
+        return 1.0
+    return 0.0
+
+
 def json_after(line, mark):
-    """The JSON object that follows `mark` in a line (a launcher or logging prefix may precede it)."""
+    """The JSON object that follows `mark` in a line (a launcher or logging prefix may precede it); its decimal
+    numbers keep the resolution they were printed at (Printed)."""
     at = line.find(mark)
     if at < 0:
         return None
     try:
-        record = json.loads(line[at + len(mark):].strip())
+        record = json.loads(line[at + len(mark):].strip(), parse_float=printed)
     except ValueError:
         return None
     return record if isinstance(record, dict) else None

@@ -307,6 +307,8 @@ def build_result(spec, parser, found, status, reason, returncode, argv, seconds,
         metrics["figures"] = found["figures"]
     if found.get("definitions"):
         metrics["definitions"] = found["definitions"]
+    if found.get("resolution"):  # the printed resolution of each figure (docs/admission.md)
+        metrics["resolution"] = found["resolution"]
     try:
         import resource
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
