@@ -44,10 +44,10 @@ def test_a_mean_of_printed_figures_keeps_their_coarsest_resolution_and_a_scale_s
 
 
 def test_json_logs_keep_the_digits_their_numbers_were_printed_with() -> None:
-    lines = [':::MLLOG {"key": "tracked_stats", "value": {"throughput": %s}, "time_ms": %d}' % (v, i)
+    lines = [f':::MLLOG {{"key": "tracked_stats", "value": {{"throughput": {v}}}, "time_ms": {i}}}'
              for i, v in enumerate(["100.5", "101.25", "102.0"])]
     assert outcome("mllog", lines)["resolution"] == {"throughput": pytest.approx(0.1)}
-    dll = ['DLLL {"type": "LOG", "step": [1], "data": {"throughput_train": %s}}' % v for v in ("2000", "2100", "2200")]
+    dll = [f'DLLL {{"type": "LOG", "step": [1], "data": {{"throughput_train": {v}}}}}' for v in ("2000", "2100", "2200")]
     assert outcome("dllogger", dll)["resolution"] == {"throughput": 1.0}
 
 
