@@ -26,9 +26,13 @@ BASELINE_PRECISION = "fp32"
 PRECISION_ORDER = pd.CategoricalDtype(list(PRECISIONS), ordered=True)
 
 
+_PRECISION_INDEX = {p: i for i, p in enumerate(PRECISIONS)}
+
+
 def precision_rank(values: pd.Series) -> pd.Series:
-    """A sort key for a precision column: the contract's order, unknown precisions last."""
-    return values.astype(str).astype(PRECISION_ORDER).cat.codes.where(lambda c: c >= 0, len(PRECISIONS))
+    """A sort key for a precision column: the contract's order, unknown precisions last (mapped, not cast to the
+    ordered categorical: a value outside its categories is an error in the next pandas)."""
+    return values.astype(str).map(_PRECISION_INDEX).fillna(len(PRECISIONS)).astype(int)
 
 
 def precision_index(precision: str) -> int:
