@@ -47,6 +47,7 @@ EXIT_BAD_ARGS: int = _C["EXIT_BAD_ARGS"]
 EXIT_OOM: int = _C["EXIT_OOM"]
 EXIT_UNSUPPORTED: int = _C["EXIT_UNSUPPORTED"]
 EXIT_DIVERGED: int = _C["EXIT_DIVERGED"]
+WINDOW_REDO_BELOW: float = _C["WINDOW_REDO_BELOW"]
 # The exit statuses with which bench printed its result line (every other one is a crash or a bad argument).
 RESULT_EXITS: tuple[int, ...] = (EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, EXIT_DIVERGED)
 PRECISIONS: tuple[str, ...] = tuple(_C["PRECISIONS"])

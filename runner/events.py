@@ -48,7 +48,8 @@ class RunListener:
         return nullcontext()
 
     # before anything runs
-    def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path) -> None: ...
+    def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path,
+                       unsuccessful: Counter[str] | None = None) -> None: ...
     def nothing_to_collect(self, store: Path) -> None: ...
     def left_out(self, tasks: Sequence[Task]) -> None:
         """`matrix collect` leaves these tasks to `matrix run`."""

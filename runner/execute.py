@@ -26,7 +26,7 @@ from runner.events import Held, RunListener, RunReport
 from runner.exitcodes import Exit
 from runner.matrix import Matrix
 from runner.results import Outcome, Status
-from runner.runorder import EnvWork, Step, Want, calibration_phase, rounds, schedule, todo
+from runner.runorder import EnvWork, Step, Want, calibration_phase, rounds, schedule, todo, want_for
 from runner.runprint import RunPrinter
 from runner.spec import Cell, Task
 from runner.store import Store, new_run_id
@@ -54,20 +54,20 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
     if listener is None:
 
         listener = RunPrinter(console or consoles.stdout(), consoles.stderr(), cells, verbose)
-    want = Want(rerun_failed, force, store.last_id())
-    tasks = todo(cells, store, rerun_failed, force)
+    want = want_for(cells, store, rerun_failed, force)
+    tasks = todo(cells, store, want=want)
     if not submit:
         tasks, left_out = _collectable(tasks, store)
         listener.left_out(left_out)
     elif not tasks and not force:
         tasks = adaptive.more_tasks(cells, store)  # an adaptive cell whose interval is still too wide
     if not tasks and not (wait and submit and store.claims({c.key for c in cells})):
-        if submit:
-            listener.nothing_to_run(cells, matrix.run.repeats_text, store.path)
-        else:
-            listener.nothing_to_collect(store.path)
         report = RunReport(None)
         report.unsuccessful = _unsuccessful(cells, store)
+        if submit:
+            listener.nothing_to_run(cells, matrix.run.repeats_text, store.path, report.unsuccessful)
+        else:
+            listener.nothing_to_collect(store.path)
         return report
     run = Run(matrix, cells, store, listener, want, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
               poll_s=poll_s)

@@ -40,21 +40,33 @@ class Want:
     rerun_failed: bool = False
     force: bool = False
     since: int = 0
+    # Rows stored ok that admission sets aside (diverged or refused: runner/analysis/admission.py): with
+    # --rerun-failed they are measured again, as a failed one is; the store itself only knows they said ok.
+    set_aside: frozenset[int] = frozenset()
 
     def needs(self, status: Status | None, row_id: int = 0) -> bool:
         if status is None or not status.final:
             return True
         if row_id > self.since:
             return False
+        if self.rerun_failed and row_id in self.set_aside:
+            return True
         return self.force or (self.rerun_failed and status in RERUN_FAILED)
 
 
-def todo(cells: Sequence[Cell], store: Store, rerun_failed: bool = False, force: bool = False) -> list[Task]:
-    """The repeats to run now: missing ones, interrupted or never started ones, and failed ones when asked."""
-    want = Want(rerun_failed, force, store.last_id())
+def want_for(cells: Sequence[Cell], store: Store, rerun_failed: bool = False, force: bool = False) -> Want:
+    """What a run of these cells measures again (the store's newest row when it starts bounds it)."""
+    since = store.last_id()
+    aside = frozenset(i for _, i in _not_admitted(cells, store).values()) if rerun_failed else frozenset()
+    return Want(rerun_failed, force, since, aside)
+
+
+def todo(cells: Sequence[Cell], store: Store, rerun_failed: bool = False, force: bool = False,
+         want: Want | None = None) -> list[Task]:
+    """The repeats to run now: missing ones, interrupted or never started ones, and failed ones when asked (a
+    stored ok that admission sets aside counts as failed)."""
+    want = want or want_for(cells, store, rerun_failed, force)
     current = store.latest(c.key for c in cells)
-    if rerun_failed:  # a stored ok that admission does not admit (diverged, refused) is measured again too
-        current.update(_not_admitted(cells, store))
     return [Task(cell, r) for cell in cells for r in range(cell.run.repeats)
             if want.needs(*current.get((cell.key, r), (None, 0)))]
 

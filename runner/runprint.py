@@ -111,9 +111,13 @@ class RunPrinter(RunListener):
     def watching(self) -> Progress:
         return self.progress
 
-    def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path) -> None:
-        self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {escape(str(store))}. "
-                       "Use --rerun-failed or --force to measure again; `matrix show` lists them.")
+    def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path,
+                       unsuccessful: Counter[str] | None = None) -> None:
+        bad = ", ".join(f"{n} {s}" for s, n in sorted((unsuccessful or {}).items()))
+        self.out.print(f"Nothing to run: all {len(cells)} cells x {repeats} repeats are stored in {escape(str(store))}"
+                       + (f", {bad} (not measured: `matrix show` says why; --rerun-failed measures them again)"
+                          if bad else "")
+                       + ". Use --rerun-failed or --force to measure again; `matrix show` lists them.")
 
     def nothing_to_collect(self, store: Path) -> None:
         self.out.print(f"Nothing to collect: no batch job of these cells is waiting in {store}.")

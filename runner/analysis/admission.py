@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runner.contract import WINDOW_REDO_BELOW
 from runner.results import Status
 
 OK, DIVERGED, REFUSED = Status.OK.value, Status.DIVERGED.value, Status.REFUSED.value
@@ -49,7 +50,9 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("throughput", 0.0, 1e12, True, "items per second: above 0, at most 1e12 (a trillion)"),
     Bound("fwd_throughput", 0.0, 1e13, False, "items per second of the forward passes: above 0, at most 1e13"),
     Bound("bwd_throughput", 0.0, 1e13, False, "items per second of the backward passes: above 0, at most 1e13"),
-    Bound("window_s", 0.0, 30 * 86400.0, True, "seconds: above 0, at most 30 days"),
+    # 0 is a window a log's whole milliseconds could not resolve (a workload's run_stop in the same millisecond as
+    # its run_start): the workload parsers take it, so admission does (its rate, if any, is judged on its own).
+    Bound("window_s", 0.0, 30 * 86400.0, True, "seconds: 0 to 30 days", low_open=False),
     Bound("iter_time", 1e-6, 86400.0, True, "seconds a training step: at least 1 microsecond (no framework "
           "launches a step's kernels faster), at most a day", low_open=False),
     Bound("peak_mem", 0.0, 2.0**50, False, "bytes: 0 to 1 PiB", low_open=False),
@@ -166,15 +169,21 @@ def window_check(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
         return Check("window", None)
     params = _mapping(raw.get("params"))
     window_s, iterations = _num(metrics.get("window_s")), _num(metrics.get("iterations"))
-    asked = _num(metrics.get("window_asked_s")) or _num(params.get("window_time"))
+    promised = _num(metrics.get("window_asked_s"))  # the benchmark completes its windows to this since it says so
+    asked = promised or _num(params.get("window_time"))
     if asked is not None and asked > 0:
+        # A result from before windows were completed ran later repeats at the first one's count: held to the share
+        # of its promise below which a window was sized from a wrong estimate, not to the run's own noise (refusing
+        # the windows that came out a little short, the fast ones, would keep the slow ones).
+        floor = asked if promised else WINDOW_REDO_BELOW * asked
         if window_s is None:
             return Check("window", None)
         cal = _mapping(metrics.get("calibration"))
         most = _num(params.get("window_max")) or _num(cal.get("most"))
         capped = cal.get("capped") is True or (most is not None and iterations is not None and iterations >= most)
-        if window_s >= asked:
-            return Check("window", True)
+        if window_s >= floor:
+            return Check("window", True, "" if window_s >= asked else f"window {window_s:.3g} s of {asked:g} s "
+                         "asked (a result from before windows were completed: short by the run's own noise)")
         if capped:
             return Check("window", True, f"window {window_s:.3g} s of at least {asked:g} s asked: its count reached "
                          f"the ceiling of {int(most or iterations or 0)} iterations the run settings allow")
@@ -191,6 +200,9 @@ def scaler_check(metrics: Mapping[str, Any]) -> Check:
     are normal, a window that skipped most of its steps did not train."""
     record = _mapping(metrics.get("scaler"))
     skipped, steps = _num(record.get("skipped_window")), _num(record.get("window_steps"))
+    end = _num(record.get("scale_end"))
+    if end is not None and end <= 0:  # a scale that fell to 0 scales every gradient to 0 (or NaN): nothing trains
+        return Check("scaler", False, f"the loss scale fell to {end:g}: every step overflowed, not training")
     if skipped is None or not steps:
         return Check("scaler", None)
     said = f"the loss scaler skipped {int(skipped)} of the window's {int(steps)} optimizer steps"
@@ -242,11 +254,13 @@ def admit(row: Mapping[str, Any], figures: Mapping[str, float] | None = None) ->
     metrics = _mapping(row.get("metrics"))
     raw = _mapping(row.get("raw"))
     finite = finite_check(metrics, stored)
+    bounds, dropped = bounds_check(figures or {}, metrics, raw)
     if stored == DIVERGED or finite.passed is False:
-        return Admission(DIVERGED, stored, (finite,))
+        # Diverged whatever else: its bounds are still judged (an import refuses a figure no machine produces,
+        # whatever the loss did).
+        return Admission(DIVERGED, stored, (finite, bounds))
     window = window_check(metrics, raw)
     scaler = scaler_check(metrics)
-    bounds, dropped = bounds_check(figures or {}, metrics, raw)
     checks = (finite, window, scaler, bounds)
     status = REFUSED if any(c.passed is False for c in checks) else OK
     return Admission(status, stored, checks, dropped)

@@ -450,9 +450,19 @@ def admitted_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         rec = record(r)
-        out.append({**r, "status": rec["status"], "reason": rec["reason"], "stored_status": rec["stored_status"],
-                    "admission": rec["admission"]})
+        row = {**r, "status": rec["status"], "reason": rec["reason"], "stored_status": rec["stored_status"],
+               "admission": rec["admission"]}
+        left_out = [f for f in rec["_dropped"] if f in _RAW_FIELDS]
+        if left_out:  # a figure admission left out (an MFU above 1) is not read from the raw metrics either
+            row["metrics"] = {**_mapping(r.get("metrics")), **{k: None for f in left_out for k in _RAW_FIELDS[f]}}
+        out.append(row)
     return out
+
+
+# The raw metrics each figure admission may leave out on its own is read from (runner/analysis/admission.py BOUNDS).
+_RAW_FIELDS = {"mfu": ("mfu",), "images_per_joule": ("images_per_joule",), "accuracy": ("accuracy",),
+               "peak_mem": ("peak_mem_allocated", "peak_mem_reserved"), "data_wait": ("data_wait_s",),
+               "fwd_throughput": ("breakdown",), "bwd_throughput": ("breakdown",)}
 
 
 def unreachable(row: Mapping[str, Any]) -> str:
@@ -473,6 +483,7 @@ def _admit(row: Mapping[str, Any], rec: dict[str, Any], metrics: Any) -> None:
     rec["checks"] = verdict.checks
     for name in verdict.dropped:
         rec[name] = math.nan
+    rec["_dropped"] = verdict.dropped  # not a frame column: for admitted_rows
     given = _mapping(metrics).get("resolution") if isinstance(metrics, Mapping) else None
     rec["resolution"] = {str(k): float(v) for k, v in _mapping(given).items()
                          if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0}

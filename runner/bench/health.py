@@ -101,7 +101,9 @@ class ScalerWatch(object):
         if before is None or not torch.is_tensor(scale):
             self.why = "this torch's GradScaler keeps no scale tensor (_scale) to compare"
             return
-        skipped = (scale < before).int()
+        # A step backs the scale off when it skips; a scale already at 0 (every step overflowed ~166 times from
+        # 2**16) cannot back off further, and with it no step trains: counted as skipped too.
+        skipped = ((scale < before) | (scale <= 0)).int()
         if self.count is None:
             self.count = skipped
         else:

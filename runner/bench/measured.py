@@ -110,7 +110,7 @@ def measure(args, state, source, steps, check, watch):
         cal = {"iterations": iterations, "iter_s": None, "estimated_from": "given", "given": iterations,
                "min_time": args.window_time, "least": args.window_min, "most": args.window_max}
     if cal is not None:  # in the result before the window (an OOM result says what was asked), final after it
-        cal.update(resized=[], capped=False, met=None)
+        cal.update(resized=[], extended=[], capped=False, met=None)
         metrics["calibration"] = cal
         metrics["window_asked_s"] = args.window_time
     window, iterations = windows(args, state, source, steps, iterations, cal, check, watch, before)
@@ -119,15 +119,41 @@ def measure(args, state, source, steps, check, watch):
     return {"warm": warm, "window": window, "iterations": iterations, "before": before}
 
 
+def completer(args, state, cal):
+    """run_window's `extend` for a window asked to last --window-time: the iterations that complete a window a
+    little short of it where it stands (timing.extension: at most timing.MAX_EXTENDS times; every rank the same
+    count), each recorded in `cal["extended"]`; None without --window-time."""
+    if args.window_time is None:
+        return None
+    dist, device = state["dist"], state["device"]
+
+    def extend(elapsed_s, done):
+        if len(cal.setdefault("extended", [])) >= timing.MAX_EXTENDS:
+            return 0
+        more = timing.extension(elapsed_s, done, args.window_time, args.window_max)
+        if dist is not None:
+            more = int(distributed.all_reduce_values(dist, [more], "MAX", device)[0])
+        if more:
+            cal["extended"].append({"iterations": done, "window_s": elapsed_s, "more": more})
+            log("window of %d iterations at %.3f s, a little short of the %g s asked: completed with %d more "
+                "iterations" % (done, elapsed_s, args.window_time, more))
+        return more
+
+    return extend
+
+
 def windows(args, state, source, steps, iterations, cal, check, watch, before):
-    """Measure a window; while --window-time was asked and it came out shorter with its count below --window-max,
-    re-size from its own times (timing.resize) and measure again, at most timing.MAX_RESIZES times. Every attempt
+    """Measure a window; while --window-time was asked and it came out a little short, complete it where it stands
+    (completer); far short (below timing.REDO_BELOW of the time: sized from a wrong estimate) with its count below
+    --window-max, re-size from its own times (timing.resize) and measure again, at most timing.MAX_RESIZES times. Every attempt
     goes into `cal` (resized, capped, met); the short windows' losses are appended to `before`. Returns (the final
     window, its iterations)."""
     dist, device = state["dist"], state["device"]
     resized = cal["resized"] if cal is not None else []
+    extend = completer(args, state, cal)
     while True:
-        window = timing.run_window(iterations, source, steps, device, args.breakdown, dist)
+        window = timing.run_window(iterations, source, steps, device, args.breakdown, dist, extend)
+        iterations = window["iterations"]  # with what completed it
         diverged = check.check(window["losses"], "window")
         window_s = window["window_s"]
         if dist is not None and args.window_time is not None:  # the ranks' window: the longest

@@ -10,6 +10,7 @@ import time
 
 from . import telemetry
 from .compat import torch
+from .contract import WINDOW_REDO_BELOW
 from .envinfo import device_memory_used, host_peak_rss
 
 
@@ -201,6 +202,24 @@ SLOW_FACTOR = 4.0
 CALIBRATE_MARGIN = 0.05
 RESIZE_MARGIN = 0.10
 MAX_RESIZES = 4       # re-sized windows at most, after the first
+# A window shorter than REDO_BELOW x --window-time was sized from a wrong estimate (a warm-up that was not steady):
+# it is measured again, re-sized (resize). One between that and the time asked fell short by the run's own noise:
+# it is completed where it stands (run_window's `extend`), never measured again, since measuring again only the
+# windows that came out short (the fast ones) keeps the slow ones (a window-to-window CV of 5% biased the kept mean
+# by -1.4% that way, 8% by -3%).
+REDO_BELOW = WINDOW_REDO_BELOW
+MAX_EXTENDS = 3
+
+
+def extension(elapsed_s, done, min_time, most, margin=CALIBRATE_MARGIN):
+    """The iterations a window of `done` iterations that took `elapsed_s` needs to reach `min_time` (`margin`
+    more), at the pace it kept, up to `most` in all: 0 when it is long enough, at `most`, or short enough to be
+    sized anew (below REDO_BELOW of the time: resize's case)."""
+    if done < 1 or elapsed_s <= 0 or elapsed_s >= min_time or done >= most or elapsed_s < REDO_BELOW * min_time:
+        return 0
+    per_iter = elapsed_s / done
+    need = int(math.ceil((min_time * (1.0 + margin) - elapsed_s) / per_iter))
+    return max(1, min(most - done, need))
 
 
 def steady_times(times):
@@ -228,11 +247,12 @@ def calibrate(warmup_times, min_time, least, most, window=STEADY_WINDOW, margin=
 
 
 def resize(window_s, iter_times, iterations, min_time, most, margin=RESIZE_MARGIN):
-    """(iterations, seconds per iteration) for a new window when this one came out shorter than `min_time`, from
+    """(iterations, seconds per iteration) for a new window when this one came out shorter than REDO_BELOW x
+    `min_time` (sized from a wrong estimate; a window a little short is completed instead: extension), from
     its own times: the smaller of its mean and its median iteration (a slow first iteration does not shrink the
     next window), `margin` more time asked; at least one more iteration, at most `most`. None when the window
     is long enough, at `most` already, or empty."""
-    if iterations < 1 or window_s >= min_time or iterations >= most or window_s <= 0:
+    if iterations < 1 or window_s >= REDO_BELOW * min_time or iterations >= most or window_s <= 0:
         return None
     per_iter = window_s / iterations
     mid = median([t for t in iter_times if t > 0])
@@ -262,10 +282,15 @@ def end_window(device, window):
     return t1 - window["t0"], window["stop_telemetry"]()
 
 
-def run_window(n, source, steps, device, breakdown, dist=None):
+def run_window(n, source, steps, device, breakdown, dist=None, extend=None):
     """The measured iterations. The device is synchronised before and after (and, with
     breakdown, around each phase); per-iteration times come from CUDA events read at the end
-    on a GPU, perf_counter on CPU, so the loop itself never waits for the device."""
+    on a GPU, perf_counter on CPU, so the loop itself never waits for the device.
+
+    `extend(elapsed_s, iterations_done) -> more`: asked once the `n` iterations are done, with the device
+    synchronised: the window goes on for `more` iterations (0: it ends), inside the same timing and telemetry, so a
+    window that came out a little short of its promise is completed rather than measured again (measuring again
+    only the windows that came out short, the fast ones, would keep the slow ones: measured.py)."""
     forward, backward, update = steps
     sync = _sync_fn(device)
     cuda = device.type == "cuda"
@@ -273,56 +298,73 @@ def run_window(n, source, steps, device, breakdown, dist=None):
     host_times = []
     losses = LossKeeper(cuda)
     phases = [0.0, 0.0, 0.0]
-    data_wait = 0.0
+    state = {"data_wait": 0.0, "prev": 0.0}
     perf = time.perf_counter
     window = start_window(device, dist)
     if cuda:
         events[0].record()
-    prev = window["t0"]
-    for i in range(n):
-        a = perf()
-        x, y = source.next()
-        b = perf()
-        data_wait += b - a
-        if breakdown:
+    state["prev"] = window["t0"]
+    done, todo = 0, n
+    while todo > 0:
+        for _ in range(todo):
+            _step(source, (forward, backward, update), sync, breakdown, phases, state, losses)
+            done += 1
+            if cuda:
+                events[done].record()
+            else:
+                now = perf()
+                host_times.append(now - state["prev"])
+                state["prev"] = now
+        todo = 0
+        if extend is not None:
             sync()
-            b = perf()
-            loss = forward(x, y)
-            sync()
-            c = perf()
-            backward(loss)
-            sync()
-            d = perf()
-            update()
-            sync()
-            e = perf()
-            phases[0] += c - b
-            phases[1] += d - c
-            phases[2] += e - d
-        else:
-            loss = forward(x, y)
-            backward(loss)
-            update()
-        # The loss as a float on a CPU (no device to wait for): hundreds of kept scalar tensors scatter small
-        # blocks through the C heap, so the step's large blocks cannot be reused and are faulted in again
-        # (benchmarks/transformer_vs_reference.py: about 1.6x the page faults and 3-5% fewer tok/s for a small
-        # transformer than the same loop keeping floats). On a GPU a tensor, so the loop never waits for it.
-        losses.add(loss)
-        if cuda:
-            events[i + 1].record()
-        else:
-            now = perf()
-            host_times.append(now - prev)
-            prev = now
+            todo = int(extend(perf() - window["t0"], done))
+            if todo > 0 and cuda:
+                events.extend(torch.cuda.Event(enable_timing=True) for _ in range(todo))
     window_s, seen = end_window(device, window)
     if cuda:
-        iter_times = [events[i].elapsed_time(events[i + 1]) / 1000.0 for i in range(n)]
+        iter_times = [events[i].elapsed_time(events[i + 1]) / 1000.0 for i in range(done)]
     else:
         iter_times = host_times
-    out = {"window_s": window_s, "iter_times": iter_times, "data_wait_s": data_wait, "losses": losses.values()}
+    out = {"window_s": window_s, "iter_times": iter_times, "data_wait_s": state["data_wait"],
+           "losses": losses.values(), "iterations": done}
     if breakdown:
         out["breakdown"] = {"forward_s": phases[0], "backward_s": phases[1], "optimizer_s": phases[2],
                             "synchronized_per_phase": True}
     if seen is not None:
         out["telemetry"] = seen
     return out
+
+
+def _step(source, steps, sync, breakdown, phases, state, losses):
+    """One measured iteration (run_window's loop body)."""
+    forward, backward, update = steps
+    perf = time.perf_counter
+    a = perf()
+    x, y = source.next()
+    b = perf()
+    state["data_wait"] += b - a
+    if breakdown:
+        sync()
+        b = perf()
+        loss = forward(x, y)
+        sync()
+        c = perf()
+        backward(loss)
+        sync()
+        d = perf()
+        update()
+        sync()
+        e = perf()
+        phases[0] += c - b
+        phases[1] += d - c
+        phases[2] += e - d
+    else:
+        loss = forward(x, y)
+        backward(loss)
+        update()
+    # The loss as a float on a CPU (no device to wait for): hundreds of kept scalar tensors scatter small
+    # blocks through the C heap, so the step's large blocks cannot be reused and are faulted in again
+    # (benchmarks/transformer_vs_reference.py: about 1.6x the page faults and 3-5% fewer tok/s for a small
+    # transformer than the same loop keeping floats). On a GPU a tensor, so the loop never waits for it.
+    losses.add(loss)

@@ -18,8 +18,8 @@ def main(db: Path) -> int:
         # Each run's stored ok repeats as admission sees them (runner/analysis/admission.py): a diverged or refused
         # one is counted by its word, as every other command counts it.
         admitted: dict[str, Counter[str]] = defaultdict(Counter)
-        for r in admitted_rows(store.rows(latest_only=False)):
-            admitted[r["run_id"]][r["status"]] += 1
+        for row in admitted_rows(store.rows(latest_only=False)):
+            admitted[row["run_id"]][row["status"]] += 1
     table = Table(["run", "matrix", "started", "took", "status", "repeats"], align=["l"] * 3 + ["r"])
     for r in runs:
         took = f"{r.finished_at - r.started_at:.0f} s" if r.finished_at else "-"

@@ -65,9 +65,12 @@ def dumps(obj: Any) -> str:
 
 
 def repeats_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """The long frame as a flat table: tags joined, the multi-line log tail left out."""
-    out = df.drop(columns=[c for c in ("log_tail", "loss_at") if c in df]).copy()
+    """The long frame as a flat table: tags joined, the multi-line log tail left out, admission's checks as the
+    failed ones' words (`admission` beside them) and the printed resolution as JSON, never a Python repr."""
+    out = df.drop(columns=[c for c in ("log_tail", "loss_at", "checks") if c in df]).copy()
     out["tags"] = out["tags"].map(lambda t: " ".join(t))
+    if "resolution" in out:
+        out["resolution"] = out["resolution"].map(lambda d: json.dumps(d, sort_keys=True) if d else "")
     return out
 
 

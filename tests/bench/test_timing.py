@@ -121,3 +121,45 @@ def test_calibrate_bounds() -> None:
 def test_losses_are_kept_on_a_fixed_ladder_of_steps() -> None:
     kept = [s for s in range(1, 1001) if timing.loss_step(s)]
     assert kept == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+
+
+def test_a_window_a_little_short_is_completed_and_one_far_short_is_sized_again() -> None:
+    """Between REDO_BELOW of the time asked and the time itself: more iterations at the pace kept (5% margin), never a
+    new window; below it (an estimate from a warm-up that was not steady): none here, resize's case."""
+    assert timing.extension(0.09, 9, 0.1, 10_000) == 2          # 10 ms each: 2 more make 0.11 s >= 0.105
+    assert timing.extension(0.1, 10, 0.1, 10_000) == 0          # long enough
+    assert timing.extension(0.05, 5, 0.1, 10_000) == 0          # far short: sized again
+    assert timing.resize(0.05, [0.01] * 5, 5, 0.1, 10_000) is not None
+    assert timing.resize(0.09, [0.01] * 9, 9, 0.1, 10_000) is None  # a little short: completed, not measured again
+    assert timing.extension(0.09, 9, 0.1, 10) == 1              # the ceiling caps the completion
+
+
+def test_run_window_completes_a_short_window_inside_one_timing() -> None:
+    """A CPU window of 9 steps of ~10 ms asked to last 0.1 s: completed to at least 0.1 s in one window (its
+    iteration times and losses include every step), not re-measured."""
+    import time as _time
+
+    import torch
+
+    class Source:
+        def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.zeros(1), torch.zeros(1)
+
+    def forward(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        _time.sleep(0.01)
+        return (x + 1.0).sum()
+
+    asked: list[tuple[float, int, int]] = []
+
+    def extend(elapsed: float, done: int) -> int:
+        more = timing.extension(elapsed, done, 0.1, 10_000) if len(asked) < 3 else 0
+        asked.append((elapsed, done, more))
+        return more
+
+    out = timing.run_window(9, Source(), (forward, lambda loss: None, lambda: None), torch.device("cpu"), False,
+                            extend=extend)
+    # 9 sleeps of 10 ms take at least 0.09 s (above 0.8 x 0.1): completed, however loaded the machine is.
+    assert out["window_s"] >= 0.1, (out["window_s"], asked)
+    assert out["iterations"] == 9 + sum(m for _, _, m in asked)
+    assert asked[0][1] == 9 and (asked[0][0] >= 0.1 or asked[0][2] > 0)
+    assert len(out["iter_times"]) == len(out["losses"]) == out["iterations"]

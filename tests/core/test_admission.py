@@ -183,3 +183,69 @@ def test_compare_and_its_gate_say_one_threshold_in_one_output(tmp_path: Path) ->
     assert refused.exit_code == 2 and "two thresholds" in refused.output
     alone = CliRunner().invoke(cli.app, ["compare", "A", "B", "--db", str(db)], terminal_width=250)
     assert alone.exit_code == 0 and "change < 2%" in alone.output
+
+
+def test_a_loss_scale_that_fell_to_zero_trained_nothing() -> None:
+    """A GradScaler that overflows at every step halves its scale to 0 in ~166 steps; after that no step backs it
+    off, so a count of skipped steps alone went blind (116 of 1000 counted while all 1000 skipped)."""
+    row = rows_for("k", [100.0])[0]
+    row["metrics"]["scaler"] = {"kind": "dynamic", "skipped_window": 116, "window_steps": 1000, "scale_end": 0.0}
+    rep = Repeat.from_row(row)
+    assert rep.status == "refused" and "loss scale fell to 0" in rep.reason
+
+
+def test_a_result_from_before_windows_were_completed_is_held_to_its_promise_less_noise() -> None:
+    """Later repeats of an old `iterations: auto` cell ran the first one's count: a window 10% short is the run's
+    noise (refusing it, a fast one, would keep the slow ones), a window at 40% of the time was sized wrong."""
+    def old(window: float) -> dict[str, Any]:
+        row = rows_for("k", [100.0])[0]
+        row["metrics"].update(window_s=window, images=100.0 * window, iterations=50)
+        row["raw"] = {"params": {"window_time": 1.0, "window_min": 2, "window_max": 10000, "iterations": 50}}
+        return row
+    noisy = Repeat.from_row(old(0.9))
+    assert noisy.status == "ok" and any("short by the run's own noise" in c.detail for c in noisy.checks)
+    assert Repeat.from_row(old(0.4)).status == "refused"
+    new = old(0.9)
+    new["metrics"]["window_asked_s"] = 1.0  # a benchmark that completes its windows promised the whole second
+    assert Repeat.from_row(new).status == "refused"
+
+
+def test_rows_walked_by_hand_do_not_carry_a_figure_admission_left_out() -> None:
+    """The kit reads raw metrics (runner/kit/cells.py): an MFU above 1 was printed as 135% beside '2 ok'."""
+    from runner.analysis import admitted_rows
+
+    row = rows_for("k", [100.0])[0]
+    row["metrics"].update(mfu=1.35, images=100.0)
+    (seen,) = admitted_rows([row])
+    assert seen["status"] == "ok" and seen["metrics"]["mfu"] is None and seen["metrics"]["throughput"] == 100.0
+
+
+def test_rerun_failed_measures_again_what_admission_set_aside(tmp_path: Path) -> None:
+    """A stored ok repeat admission refuses (it measured fewer iterations than asked) is measured again by
+    `--rerun-failed`: the claim used to ask the store, which only knows it said ok, and nothing ran."""
+    import json
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from runner import cli
+
+    m = tmp_path / "m.yaml"
+    m.write_text("environments: [{name: cpu, backend: local}]\n"
+                 "axes: {model: [mlp], precision: [fp32], batch_size: [8], dataset: [synthetic], device: [cpu]}\n"
+                 "run: {iterations: 5, warmup: 1, repeats: 1}\n")
+    db = tmp_path / "r.db"
+    first = CliRunner().invoke(cli.app, ["run", "-m", str(m), "--db", str(db)])
+    assert first.exit_code == 0, first.output
+    with sqlite3.connect(db) as con:  # the store is append-only: a newer row of the repeat, as an older matrix stored
+        con.row_factory = sqlite3.Row
+        row = dict(con.execute("SELECT * FROM results").fetchone())
+        row.pop("id")
+        row["metrics"] = json.dumps(dict(json.loads(row["metrics"]), iterations=4))
+        con.execute(f"INSERT INTO results ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+    again = CliRunner().invoke(cli.app, ["run", "-m", str(m), "--db", str(db)])
+    assert again.exit_code == 3 and "refused" in again.output, again.output
+    fixed = CliRunner().invoke(cli.app, ["run", "-m", str(m), "--db", str(db), "--rerun-failed"])
+    assert fixed.exit_code == 0, fixed.output
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 3

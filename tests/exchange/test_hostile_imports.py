@@ -43,6 +43,9 @@ def exported(tmp_path: Path) -> Path:
     # that is not the result's own images over its window was made up after the fact.
     ({"metrics": {"throughput": 1.7e308, "window_s": 1.0, "images": 1.7e308}}, "outside what a machine can reach"),
     ({"metrics": {"throughput": 5e6, "window_s": 1.0, "images": 100.0}}, "not the result's own items over its window"),
+    # ... whatever its loss did: a diverged repeat's figures are judged too (it would be plotted by a site).
+    ({"metrics": {"throughput": 1e300, "window_s": 1.0, "images": 1e300, "losses": [2.0, None]}},
+     "outside what a machine can reach"),
 ])
 def test_a_repeat_a_store_would_never_hold_is_refused_and_nothing_imported(
         exported: Path, tmp_path: Path, change: dict[str, object], words: str) -> None:

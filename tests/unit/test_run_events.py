@@ -3,6 +3,7 @@ recorder another (runner/events.py)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,8 @@ class Recorder(RunListener):
     def outcome(self, task: Task, outcome: Outcome) -> None:
         self.said.append(f"{outcome.status.value} {task.id}")
 
-    def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path) -> None:
+    def nothing_to_run(self, cells: Sequence[Cell], repeats: int | str, store: Path,
+                       unsuccessful: Counter[str] | None = None) -> None:
         self.said.append("nothing")
 
     def summary(self, cells: Sequence[Cell], rows: Sequence[dict[str, Any]], report: RunReport,
