@@ -32,7 +32,6 @@ from runner.analysis.frame import (
     BASELINE_PRECISION,
     CELL_KEYS,
     CORE_PARAMS,
-    DASH_WORD,
     ENV_FIELDS,
     FRAME_COLUMNS,
     MEASURE_COLUMNS,
@@ -41,7 +40,6 @@ from runner.analysis.frame import (
     PARAM_KEYS,
     PRECISION_ORDER,
     RECIPE_COLUMNS,
-    RECIPE_FIELDS,
     RUN_SETTINGS,
     STAT_NAMES,
     Metric,
@@ -55,12 +53,11 @@ from runner.analysis.frame import (
     options_label,
     precision_index,
     precision_rank,
-    recipe,
-    recipe_text,
     settings_text,
     shown_unit,
 )
 from runner.analysis.identity import DEFINITION_COLUMNS, Definitions, choose
+from runner.analysis.recipes import DASH_WORD, RECIPE_FIELDS, recipe, recipe_text
 from runner.analysis.scaling import scaling
 from runner.analysis.significance import ALPHA, CONFIDENCE, t_half_width, welch_from_stats
 from runner.analysis.stats import (

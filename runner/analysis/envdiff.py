@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.analysis.frame import recipe, recipe_text
+from runner.analysis.recipes import recipe, recipe_text
 
 # Scalar facts of a result's env, in the order a reader looks for them, with how to name them.
 FIELDS: tuple[tuple[str, str], ...] = (

@@ -14,12 +14,22 @@ is missing: a result without its figure is `failed`, never a zero.
 """
 
 import importlib
-import json
 import math
 import re
 
-from .contract import RESULT_PREFIX
-from .readings import json_after, mean, number, out_of_domain, quantum, quantum_of, read_number, reading
+from .readings import (
+    DLLOG_TIME_UNITS,
+    DLLOGGER_KEYS,
+    MLLOG_LOSS_KEYS,
+    json_after,
+    mean,
+    number,
+    out_of_domain,
+    quantum,
+    read_number,
+    reading,
+    text_quantum,
+)
 
 MLLOG_MARK = ":::MLLOG "
 DLLOG_MARK = "DLLL "
@@ -32,19 +42,6 @@ STORE_FIELDS = {"throughput": "throughput", "window_s": "window_s", "iter_time":
 # The unit a store metric other than throughput is shown in, whatever the program printed (converted).
 SHOWN_UNITS = {"window_s": "s", "iter_time": "ms", "peak_mem": "MiB", "accuracy": "", "loss_end": "",
                "images_per_joule": "img/J"}
-
-DLLOGGER_KEYS = {
-    "throughput": ("throughput_train", "train.total_ips", "train_throughput", "throughput", "total_ips",
-                   "train.compute_ips", "ips"),
-    "accuracy": ("val.top1", "eval_accuracy", "accuracy", "top1", "val.accuracy"),
-    "loss_end": ("train.loss", "train_loss", "loss", "final_loss"),
-    "window_s": ("train.total_time", "total_time", "train_time", "training_time"),
-}
-MLLOG_LOSS_KEYS = ("loss", "train_loss", "reduced_train_loss")
-# DLLogger METADATA time units -> seconds (a total time logged in another unit is refused, not taken as seconds).
-DLLOG_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "seconds": 1.0, "ms": 1e-3, "milliseconds": 1e-3,
-                    "min": 60.0, "minutes": 60.0, "h": 3600.0, "hours": 3600.0}
-
 
 # Kind -> parser class, filled by @register (the built-ins below, and each parser_KIND.py module).
 PARSERS = {}  # type: dict
@@ -315,13 +312,6 @@ class DlloggerParser(Parser):
         return metrics, {}, notes, problem
 
 
-def text_quantum(text, decimal="."):
-    """The resolution of a number as the program printed it, by the figure's decimal mark (1.234,5 with ",")."""
-    t = text.strip()
-    t = t.replace(".", "").replace(",", ".") if decimal == "," else t.replace(",", "")
-    return quantum_of(t)
-
-
 @register
 class PatternParser(Parser):
     """Named figures by regular expression, one line at a time. Each figure: `regex` (its number is the
@@ -425,42 +415,6 @@ class PatternParser(Parser):
                     self.config.get("items_per_step_text") or per_step, self.definitions["iter_time"]["how"]),
                 "unit": "%s/s" % (self.config.get("items") or "items")}
         return metrics, figures, notes, problem
-
-
-@register
-class MatrixParser(Parser):
-    """The result line of matrix_bench.measure: the script measured its own window."""
-
-    kind = "matrix"
-
-    def __init__(self, config):
-        Parser.__init__(self, config)
-        self.result = None
-
-    def feed(self, line):
-        Parser.feed(self, line)
-        if not line.startswith(RESULT_PREFIX):
-            return
-        try:
-            record = json.loads(line[len(RESULT_PREFIX):])
-        except ValueError:
-            return
-        if isinstance(record, dict):
-            self.records += 1
-            self.result = record
-
-    def measured(self):
-        if self.result is None:
-            return {}, {}, {}, ("found no MATRIX_RESULT line in the program's output (%d lines): does the script "
-                                "call matrix_bench.measure's report()?" % self.lines)
-        metrics = dict(self.result.get("metrics") or {})
-        own = metrics.pop("definitions", None)
-        if isinstance(own, dict):
-            self.definitions.update(own)
-        elif metrics.get("throughput") is not None:
-            self.definitions["throughput"] = {"how": "measure: items over the script's synchronised window",
-                                              "unit": "items/s"}
-        return metrics, {}, {}, None
 
 
 def make(config):

@@ -138,3 +138,24 @@ def out_of_domain(metrics, figures):
             return "%s is %r: a count, a size or a window is not negative; the pattern or the log is wrong" % (
                 name, value)
     return None
+
+
+# The keys programs log their figures under (DeepLearningExamples' DLLogger, MLPerf's mllog), per store metric.
+DLLOGGER_KEYS = {
+    "throughput": ("throughput_train", "train.total_ips", "train_throughput", "throughput", "total_ips",
+                   "train.compute_ips", "ips"),
+    "accuracy": ("val.top1", "eval_accuracy", "accuracy", "top1", "val.accuracy"),
+    "loss_end": ("train.loss", "train_loss", "loss", "final_loss"),
+    "window_s": ("train.total_time", "total_time", "train_time", "training_time"),
+}
+MLLOG_LOSS_KEYS = ("loss", "train_loss", "reduced_train_loss")
+# DLLogger METADATA time units -> seconds (a total time logged in another unit is refused, not taken as seconds).
+DLLOG_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "seconds": 1.0, "ms": 1e-3, "milliseconds": 1e-3,
+                    "min": 60.0, "minutes": 60.0, "h": 3600.0, "hours": 3600.0}
+
+
+def text_quantum(text, decimal="."):
+    """The resolution of a number as the program printed it, by the figure's decimal mark (1.234,5 with ",")."""
+    t = text.strip()
+    t = t.replace(".", "").replace(",", ".") if decimal == "," else t.replace(",", "")
+    return quantum_of(t)

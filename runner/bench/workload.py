@@ -24,6 +24,7 @@ import time
 from . import parsers
 from .bounded import BoundedFeed, Updates
 from .contract import EXIT_BAD_ARGS, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, SCHEMA
+from .parser_matrix import MatrixParser
 
 SPEC_VERSION = 1
 MAX_LINE = 1 << 20  # a line longer than this (a progress bar without newlines) is read in pieces
@@ -274,7 +275,7 @@ def capture(values):
 
 def judge(returncode, found, tail, parser):
     """(status, reason) of the repeat from the program's exit status and what the parser found."""
-    child = parser.result if isinstance(parser, parsers.MatrixParser) else None
+    child = parser.result if isinstance(parser, MatrixParser) else None
     if returncode != 0:
         oom = oom_reason(returncode, tail)
         if oom:
@@ -297,7 +298,7 @@ def build_result(spec, parser, found, status, reason, returncode, argv, seconds,
                "loss_start": None, "loss_end": None, "accuracy": None, "peak_mem_allocated": None,
                "peak_mem_reserved": None, "device_mem_used": None, "host_peak_rss": None, "breakdown": None,
                "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1), "energy_j": None, "images_per_joule": None}
-    child = parser.result if isinstance(parser, parsers.MatrixParser) else None
+    child = parser.result if isinstance(parser, MatrixParser) else None
     if child:
         metrics.update(child.get("metrics") or {})
     for name, value in found["metrics"].items():

@@ -1,0 +1,157 @@
+"""The house holds its shape: every import under runner/ points down the floors of docs/architecture.md (lazy and
+type-checking imports counted), no two modules import each other round a circle, no module is over 450 lines and
+no function over 80. The floors are read from FLOORS below; a module no floor names fails the test, so a new one is
+placed on purpose."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = ROOT / "runner"
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+
+# Top to bottom (docs/architecture.md, "The layers, as built"): a module may import its own floor and the floors below.
+# Each floor: module name prefixes (a package prefix covers its modules).
+FLOORS: list[tuple[str, tuple[str, ...]]] = [
+    ("kit", ("runner.kit",)),
+    ("cli", ("runner.cli", "runner.cli_boundary", "runner.__main__")),
+    ("commands", ("runner.commands",)),
+    ("clients", ("runner.publish", "runner.bisect_measure", "runner.bisect_envs")),
+    ("the run", ("runner.execute", "runner.runprint", "runner.runorder", "runner.events")),
+    ("report", ("runner.report",)),
+    ("adaptive", ("runner.adaptive_schedule", "runner.adaptive")),
+    ("matrix", ("runner.matrix",)),
+    ("backends", ("runner.backends", "runner.context", "runner.workloads", "runner.artifact")),
+    ("store", ("runner.store", "runner.exchange")),
+    ("analysis", ("runner.analysis",)),
+    ("spec", ("runner.cellmatch", "runner.fileproblems", "runner.spec", "runner.runsettings", "runner.strict",
+              "runner.contract", "runner.results", "runner.yamltext", "runner.console", "runner.table")),
+    ("bottom", ("runner.errors", "runner.exitcodes", "runner.registry", "runner.safewrite", "runner")),
+    ("bench", ("runner.bench",)),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(RUNNER.rglob("*.py"))}
+
+
+def floor_of(name: str) -> int:
+    """The index of the floor (0: the top) whose longest prefix names the module."""
+    best, where = -1, -1
+    for i, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best:
+                best, where = len(prefix), i
+    return where
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The runner modules `name` imports, wherever the import sits (a function body, `if TYPE_CHECKING:`)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name and t.startswith("runner"):
+                found.add(t)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports(name, path, known) for name, path in mods.items()}
+
+
+def test_every_module_has_a_floor() -> None:
+    assert [n for n in modules() if floor_of(n) < 0] == []
+
+
+def test_no_import_climbs_a_floor() -> None:
+    upward = []
+    for name, targets in graph().items():
+        if name == "runner":
+            continue
+        for t in targets:
+            if t != "runner" and floor_of(t) < floor_of(name):
+                upward.append(f"{name} ({FLOORS[floor_of(name)][0]}) imports {t} ({FLOORS[floor_of(t)][0]})")
+    assert upward == []
+
+
+def test_the_benchmark_imports_nothing_of_the_controller() -> None:
+    """runner/bench/ runs alone inside every environment (Python 3.6, torch): it ships as one zipapp."""
+    leaks = [f"{n} imports {t}" for n, ts in graph().items() if n.startswith("runner.bench")
+             for t in ts if not t.startswith("runner.bench")]
+    assert leaks == []
+
+
+def test_no_import_cycle() -> None:
+    g = graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components, iterative enough for this graph
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_no_module_is_over_450_lines_and_no_function_over_80() -> None:
+    big = [f"{p.relative_to(ROOT)}: {n} lines" for p in RUNNER.rglob("*.py")
+           if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    long = []
+    for p in RUNNER.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno:
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
+    assert big == [] and long == []
