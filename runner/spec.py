@@ -21,8 +21,10 @@ from runner.contract import (
     DEVICES,
     FP8_IMPLS,
     FP8_RECIPES,
+    LOSS_IMPLS,
     MODELS,
     OPTIMIZER_IMPLS,
+    OPTIMIZERS,
     PRECISIONS,
 )
 
@@ -127,6 +129,7 @@ class Axes(Strict):
     amp_impl: list[Literal[AMP_IMPLS]] | None = None  # type: ignore[valid-type]
     breakdown: list[bool] | None = None
     eval_batches: list[int] | None = None
+    optimizer: list[Literal[OPTIMIZERS]] | None = None  # type: ignore[valid-type]
     optimizer_impl: list[Literal[OPTIMIZER_IMPLS]] | None = None  # type: ignore[valid-type]
     compile_mode: list[Literal[COMPILE_MODES]] | None = None  # type: ignore[valid-type]
     cuda_graphs: list[bool] | None = None
@@ -135,6 +138,8 @@ class Axes(Strict):
     attention: list[Literal[ATTENTION_BACKENDS]] | None = None  # type: ignore[valid-type]
     fp8_impl: list[Literal[FP8_IMPLS]] | None = None  # type: ignore[valid-type]
     fp8_recipe: list[Literal[FP8_RECIPES]] | None = None  # type: ignore[valid-type]
+    loss_impl: list[Literal[LOSS_IMPLS]] | None = None  # type: ignore[valid-type]
+    checkpoint: list[bool] | None = None
 
     @field_validator("*", mode="before")
     @classmethod

@@ -45,10 +45,16 @@ def recipe(record: Mapping[str, Any] | None, precision: str = "") -> dict[str, s
     else:
         tf32_words = f"matmul {'on' if tf32[0] else 'off'}, cuDNN {'on' if tf32[1] else 'off'}"
     flags = [word for key, word in (("channels_last", "channels_last"), ("cudnn_benchmark", "cudnn.benchmark"),
-                                    ("compile", "torch.compile")) if record.get(key)]
+                                    ("compile", "torch.compile"), ("cuda_graphs", "CUDA graph"),
+                                    ("checkpoint", "activation checkpointing")) if record.get(key) is True]
+    if record.get("loss_impl") == "chunked":
+        flags.append("chunked cross-entropy")
     optimizer = str(record.get("optimizer") or "")
-    impl = optimizer.rsplit("-", 1)[-1] if optimizer.startswith("sgd-") else optimizer
-    optimizer_words = {"default": "SGD", "fused": "SGD, fused", "foreach": "SGD, foreach"}.get(impl, optimizer)
+    name, impl = optimizer.split("-", 1)[0], optimizer.rsplit("-", 1)[-1]
+    optimizer_words = optimizer
+    if name in ("sgd", "adamw") and impl in ("default", "fused", "foreach", "plain"):
+        label = {"sgd": "SGD", "adamw": "AdamW"}[name]
+        optimizer_words = label if impl == "default" else f"{label}, {impl}"
     native = record.get("native")
     units_words = str(native.get("unit") or DASH_WORD) if isinstance(native, Mapping) else DASH_WORD
     return {"math": math_words, "units": units_words, "loss_scale": scale_words, "tf32": tf32_words,

@@ -12,13 +12,16 @@ from .contract import (
     BUILTIN_MODELS,
     COMPILE_MODES,
     DATASET_KINDS,
+    DEFAULT_LR,
     DEVICES,
     EXIT_BAD_ARGS,
     FP8_IMPLS,
     FP8_RECIPES,
+    LOSS_IMPLS,
     MIN_IMAGE_SIZE,
     MIN_IMAGE_SIZE_DEFAULT,
     OPTIMIZER_IMPLS,
+    OPTIMIZERS,
     PRECISIONS,
     TORCHVISION_MODELS,
     TRANSFORMER_MODELS,
@@ -70,24 +73,29 @@ def build_parser():
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--workers", type=int, default=4, help="DataLoader workers for real data")
-    p.add_argument("--loss-scale", type=float, default=256.0,
-                   help="static loss scale of the manual FP16 master-weights path")
+    p.add_argument("--loss-scale", type=float, default=None,
+                   help="a static loss scale for FP16 amp: native autocast without a GradScaler (no host check: the "
+                   "step can be one CUDA graph), or the manual master-weights recipe (default there: 256)")
     p.add_argument("--breakdown", action="store_true",
                    help="time forward/backward/optimizer (synchronises after every phase)")
     p.add_argument("--image-size", type=int, default=None, help="input height and width")
     p.add_argument("--num-classes", type=int, default=None)
     p.add_argument("--wrn-depth", type=int, default=28)
     p.add_argument("--wrn-width", type=int, default=10)
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default: %s)" % ", ".join("%s %g" % kv for kv in sorted(DEFAULT_LR.items())))
     p.add_argument("--amp-impl", choices=AMP_IMPLS, default="auto",
                    help="force the FP16 mixed-precision mechanism of --precision amp")
     p.add_argument("--eval-batches", type=int, default=None, help="cap on test batches evaluated")
     p.add_argument("--synthetic-batches", type=int, default=4,
                    help="size of the pool of synthetic batches generated once on the device")
-    # Speed levers, each recorded with the result (its precision record): SGD's implementation, torch.compile's
-    # mode, and the whole training step captured as one CUDA graph.
+    # Speed levers, each recorded with the result (its precision record): the optimizer and its implementation,
+    # torch.compile's mode, and the whole training step captured as one CUDA graph.
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
+                   help="sgd: momentum 0.9; adamw: betas 0.9/0.95, weight decay 0.1 on matrices only (nanoGPT's)")
     p.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS, default="auto",
-                   help="SGD's implementation (auto: fused, else foreach, on CUDA; plain: the per-tensor loop)")
+                   help="the optimizer's implementation (auto: fused, else foreach, on CUDA; plain: the per-tensor "
+                   "loop)")
     p.add_argument("--compile-mode", choices=COMPILE_MODES, default=None, help="with --compile: torch.compile's mode")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="capture the whole training step (forward, backward, optimizer) as one CUDA graph, replayed")
@@ -106,6 +114,11 @@ def add_transformer_options(p):
                    help="the FP8 training library of --precision fp8 (auto: torchao, else Transformer Engine)")
     p.add_argument("--fp8-recipe", choices=FP8_RECIPES, default="tensorwise",
                    help="torchao's float8 scaling recipe")
+    p.add_argument("--loss-impl", choices=LOSS_IMPLS, default="plain",
+                   help="the transformer's loss: plain (the whole logits tensor) or chunked (the output projection "
+                   "and cross-entropy a chunk of rows at a time: the full logits are never held)")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="activation checkpointing: each transformer block's activations recomputed in the backward")
 
 
 def check_transformer_args(args):
@@ -188,6 +201,8 @@ def parse_args(argv):
                       "them apart; allowed: one of the two")
     if args.iterations is None and args.window_time is None:
         args.iterations = 50
+    if args.lr is None:
+        args.lr = DEFAULT_LR[args.optimizer]
     args.data_kind, args.data_path = parse_dataset(args.dataset)
     check_transformer_args(args)
     return args

@@ -21,9 +21,16 @@ AMP_IMPLS = ("auto", "native", "apex", "manual")
 DEVICES = ("auto", "cpu", "cuda")
 DATASET_KINDS = ("npz", "cifar10", "imagefolder", "text")  # KIND:PATH, besides "synthetic"
 LOSS_END_WINDOW = 5  # loss_end is the mean of this many last measured iterations
-# Speed levers (args.py's block of the same name): SGD's implementation and torch.compile's mode.
+# Speed levers (args.py's block of the same name): the optimizer and its implementation, torch.compile's mode, the
+# transformer's loss (plain: the whole logits tensor; chunked: the output projection and cross-entropy a chunk of
+# rows at a time, the full logits never held).
+OPTIMIZERS = ("sgd", "adamw")
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "plain")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+LOSS_IMPLS = ("plain", "chunked")
+# The learning rate each optimizer trains with when --lr is not given: SGD's as before; AdamW's is nanoGPT's and
+# llm.c's for GPT-2 124M (6e-4).
+DEFAULT_LR = {"sgd": 0.01, "adamw": 0.0006}
 
 # name -> (input channels, default image size, default classes)
 TORCHVISION_MODELS = {
@@ -45,6 +52,7 @@ BUILTIN_MODELS = {
 TRANSFORMER_MODELS = {
     "gpt_tiny": (2, 2, 64, 128, 256), "gpt_small": (4, 4, 256, 256, 256),
     "gpt2_124m": (12, 12, 768, 1024, 50304), "gpt2_350m": (24, 16, 1024, 1024, 50304),
+    "gpt2_774m": (36, 20, 1280, 1024, 50304), "gpt2_1558m": (48, 25, 1600, 1024, 50304),
 }
 # --attention: auto (SDPA where this torch has it, else plain), plain (the hand-written softmax(QK^T)V that
 # every torch runs), or one SDPA backend forced through torch.nn.attention.sdpa_kernel.

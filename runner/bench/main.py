@@ -16,6 +16,7 @@ from . import (
     distributed,
     envinfo,
     health,
+    levers,
     measured,
     models,
     precision,
@@ -130,6 +131,7 @@ def prepare(args, state):
     seed_everything(args.seed)
     models.check_model_available(args.model)
     plan = precision.plan_precision(args, device)
+    levers.check_levers(args, plan)  # a lever that would do nothing here is unsupported, before any model is built
     state["plan"] = plan
     state["flags"] = precision.apply_backend_flags(plan, args, device)
     result["precision"] = _precision_record(state, args, cpu_math(plan, device, result["env"]))

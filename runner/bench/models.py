@@ -175,7 +175,8 @@ class Block(_Module):
 class GPT(_Module):
     """GPT-2: token and learned position embeddings, pre-LN blocks, a final LayerNorm and an output
     projection tied to the token embedding. forward(tokens (B, T)) returns the logits of every position
-    as rows, (B*T, vocabulary), so the classification loss of the other models applies unchanged."""
+    as rows, (B*T, vocabulary), so the classification loss of the other models applies unchanged (with the chunked
+    loss, the final hidden states as rows, (B*T, width))."""
 
     def __init__(self, layers, heads, width, context, vocab, sdpa=None, kernel=None):
         super(GPT, self).__init__()
@@ -187,6 +188,8 @@ class GPT(_Module):
         self.head = nn.Linear(width, vocab, bias=False)
         self.head.weight = self.wte.weight
         self.kernel = kernel  # a no-argument function returning the SDPA backend's context, or None
+        self.checkpoint = None  # --checkpoint: function(block, x) recomputing the block's activations (levers.py)
+        self.hidden_only = False  # --loss-impl chunked: forward returns the final hidden states, not the logits
         for name, p in self.named_parameters():  # GPT-2's initialisation
             if name.endswith("bias"):
                 nn.init.zeros_(p)
@@ -198,8 +201,11 @@ class GPT(_Module):
         t = idx.size(1)
         x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.ln_f(x))
+            x = block(x) if self.checkpoint is None else self.checkpoint(block, x)
+        x = self.ln_f(x)
+        if self.hidden_only:  # the chunked loss applies the output projection itself (levers.py)
+            return x.view(-1, x.size(-1))
+        logits = self.head(x)
         return logits.view(-1, logits.size(-1))
 
     def forward(self, idx):

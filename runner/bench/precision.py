@@ -10,6 +10,8 @@ from .compat import accepted_kwargs, optional_module, torch
 from .contract import AMP_IMPLS
 from .errors import BadArgs, Unsupported
 
+MANUAL_LOSS_SCALE = 256.0  # the manual FP16 recipe's static loss scale unless --loss-scale gives one (apex's 2018)
+
 
 class ManualMasterWeights(object):
     """Pre-AMP mixed precision: FP16 model, FP32 master weights, a static loss scale.
@@ -146,13 +148,18 @@ def plan_precision(args, device, caps=None):
             raise Unsupported("amp (FP16 mixed precision) is not supported on CPU" + hint)
         impl = choose_amp_impl(args.amp_impl, caps if caps is not None else amp_capabilities())
         plan.update(mechanism=impl, dtype="float16")
-        if impl == "native":
-            plan.update(autocast=autocast_factory("cuda", torch.float16), loss_scale="dynamic")
+        static = getattr(args, "loss_scale", None)
+        if impl == "native":  # a static --loss-scale replaces the GradScaler: no host decision in the step
+            plan.update(autocast=autocast_factory("cuda", torch.float16),
+                        loss_scale="dynamic" if static is None else float(static))
         elif impl == "apex":
+            if static is not None:
+                raise Unsupported("bench runs apex's amp with its dynamic loss scaler only; a static --loss-scale "
+                                  "runs with --amp-impl native or manual")
             plan.update(loss_scale="dynamic")
         else:
             plan.update(model_dtype=torch.float16, input_dtype=torch.float16, bn_fp32=True,
-                        loss_scale=float(args.loss_scale))
+                        loss_scale=float(MANUAL_LOSS_SCALE if static is None else static))
     elif p == "amp-bf16":
         if args.amp_impl not in ("auto", "native"):
             raise Unsupported("amp-bf16 exists only as native autocast, not %s" % args.amp_impl)
@@ -163,6 +170,9 @@ def plan_precision(args, device, caps=None):
         plan.update(mechanism="native", dtype="bfloat16", autocast=factory)
     elif p == "fp8":
         plan.update(fp8.plan_fp8(args, device, _capability(device)))
+    if getattr(args, "loss_scale", None) is not None and p != "amp":
+        raise Unsupported("--loss-scale is FP16 amp's (native autocast or the manual recipe); %s has no loss "
+                          "scaling to set" % p)
     if args.channels_last and not hasattr(torch, "channels_last"):
         raise Unsupported("this torch has no channels_last memory format")
     if args.compile and not hasattr(torch, "compile"):
@@ -170,23 +180,28 @@ def plan_precision(args, device, caps=None):
     if args.compile and device.type == "cpu" and not _cxx_compiler():
         raise Unsupported("torch.compile on the CPU needs a C++ compiler (inductor), none here (CXX, c++, g++)")
     if getattr(args, "cuda_graphs", False):
-        check_cuda_graphs(plan, device)
-        if plan["autocast"] is not None:
+        check_cuda_graphs(plan, device, args)
+        if plan["autocast"] is not None and plan["mechanism"] == "native":
             plan["autocast"] = autocast_factory(device.type, torch.bfloat16 if plan["dtype"] == "bfloat16"
                                                 else torch.float16, cache=False)
     return plan
 
 
-def check_cuda_graphs(plan, device):
+def check_cuda_graphs(plan, device, args=None):
     """The whole training step as one CUDA graph: a CUDA device, a torch that has graphs, and a step with no
-    host decision in it (a dynamic loss scale checks the gradients for inf/NaN on the host at every step)."""
+    host decision in it (a dynamic loss scale checks the gradients for inf/NaN on the host at every step; a
+    static one, native or the manual recipe's, does not), nor a compile mode that captures graphs of its own."""
     if device.type != "cuda":
         raise Unsupported("CUDA graphs need a CUDA device; this run trains on %s" % device.type)
     if not hasattr(torch.cuda, "CUDAGraph") or not hasattr(torch.cuda, "graph"):
         raise Unsupported("this torch has no torch.cuda.CUDAGraph (whole-step CUDA graphs came in PyTorch 1.10)")
-    if plan["mechanism"] in ("apex", "manual") or plan["loss_scale"] == "dynamic":
-        raise Unsupported("CUDA graphs cannot capture %s: its loss scaling decides on the host at every step "
-                          "(amp-bf16 needs no loss scaling)" % ("the %s FP16 recipe" % plan["mechanism"]))
+    if plan["mechanism"] == "apex" or plan["loss_scale"] == "dynamic":
+        raise Unsupported("CUDA graphs cannot capture the %s FP16 recipe: its dynamic loss scaling decides on the "
+                          "host at every step (a static --loss-scale, or amp-bf16, needs no host decision)"
+                          % plan["mechanism"])
+    if args is not None and args.compile and getattr(args, "compile_mode", None) == "reduce-overhead":
+        raise Unsupported("torch.compile's reduce-overhead mode captures CUDA graphs of its own; with --cuda-graphs "
+                          "the whole step is one graph already: compile_mode default or max-autotune")
 
 
 def _cxx_compiler():
@@ -240,6 +255,8 @@ def precision_record(plan, flags, args, extra):
            "compile_mode": getattr(args, "compile_mode", None) if args.compile else None,
            "cuda_graphs": bool(getattr(args, "cuda_graphs", False)),
            "optimizer_impl": getattr(args, "optimizer_impl", "auto"),
+           "loss_impl": getattr(args, "loss_impl", "plain"),
+           "checkpoint": bool(getattr(args, "checkpoint", False)),
            "data_on_device": getattr(args, "data_kind", None) == "synthetic",
            "autocast": bool(plan and plan["autocast"] is not None),
            "master_weights": bool(plan and plan["mechanism"] == "manual"),

@@ -3,12 +3,13 @@ torch.compile in the order each needs; forward, backward and update as three fun
 
 import importlib
 
-from . import fp8
-from .compat import accepted_kwargs, log, nn, torch
+from . import fp8, levers
+from .compat import accepted_kwargs, nn, torch
 from .data import Shard, loader_kwargs
 from .distributed import all_reduce_values
 from .errors import Unsupported
 from .health import ScalerWatch
+from .optim import FUSED_UNDER_SCALER, make_optimizer, optimizer_choices  # noqa: F401 (their old home)
 from .precision import ManualMasterWeights, make_grad_scaler
 
 
@@ -26,68 +27,6 @@ def convert_model(model, plan, args, device):
     return model
 
 
-# Why auto never pairs fused SGD with a dynamic loss scaler (precision.optimizer_why).
-FUSED_UNDER_SCALER = ("fused SGD under a dynamic loss scaler corrupts momentum on the steps the scaler skips "
-                      "(seen in PyTorch 2.11: every repeat of ResNet-50 amp trained to NaN)")
-
-
-def optimizer_choices(want, device_type, accepted, allow_fused, dynamic_scaler):
-    """The SGD implementations to try, in order, as [(name, keyword arguments)], and why, for --optimizer-impl
-    `want` on `device_type`, where SGD takes the keywords `accepted`. auto: fused, else foreach, on CUDA where this
-    torch has them (fused never under a dynamic loss scaler: FUSED_UNDER_SCALER, nor under apex: `allow_fused`);
-    torch's default elsewhere. A named one is tried alone (make_optimizer says when this torch lacks it)."""
-    if want == "plain":
-        return [("plain", {"foreach": False} if "foreach" in accepted else {})], "asked for: the per-tensor loop"
-    if want in ("fused", "foreach"):
-        why = "asked for (--optimizer-impl %s)" % want
-        if want == "fused" and dynamic_scaler:
-            why += "; under a dynamic loss scaler, which auto avoids: " + FUSED_UNDER_SCALER
-        return [(want, {want: True})], why
-    choices = []
-    why = "auto on %s: torch's default SGD (bench picks fused or foreach on CUDA only)" % device_type
-    if device_type == "cuda":
-        fused_ok = allow_fused and "fused" in accepted and not dynamic_scaler
-        if fused_ok:
-            choices.append(("fused", {"fused": True}))
-        if "foreach" in accepted:
-            choices.append(("foreach", {"foreach": True}))
-        if fused_ok:
-            why = "auto: fused, the fastest SGD this torch has on CUDA"
-        elif choices and not allow_fused:
-            why = "auto: foreach, not fused: apex's amp patches the optimizer's step"
-        elif choices and dynamic_scaler and "fused" in accepted:
-            why = "auto: foreach, not fused: " + FUSED_UNDER_SCALER
-        elif choices:
-            why = "auto: foreach, this torch's SGD has no fused implementation"
-        else:
-            why = "auto: torch's default SGD, this torch's has neither fused nor foreach"
-    return choices + [("default", {})], why
-
-
-def make_optimizer(params, args, device, allow_fused, dynamic_scaler=False):
-    """SGD momentum 0.9 as optimizer_choices orders them: (optimizer, implementation, why). A named implementation
-    this torch or device lacks is Unsupported; auto falls through to the next."""
-    params = list(params)
-    want = getattr(args, "optimizer_impl", "auto")
-    accepted = accepted_kwargs(torch.optim.SGD.__init__)
-    choices, why = optimizer_choices(want, device.type, accepted, allow_fused, dynamic_scaler)
-    if want in ("fused", "foreach"):
-        if want not in accepted:
-            raise Unsupported("this torch's SGD has no %s implementation" % want)
-        if want == "fused" and not allow_fused:
-            raise Unsupported("fused SGD cannot run under apex's amp, which patches the optimizer's step")
-    for impl, kwargs in choices:
-        try:
-            return torch.optim.SGD(params, lr=args.lr, momentum=0.9, **kwargs), impl, why
-        except (RuntimeError, ValueError, TypeError) as e:
-            said = str(e).splitlines()[0] if str(e) else type(e).__name__
-            if want != "auto":
-                raise Unsupported("SGD %s on %s: %s" % (want, device.type, said))
-            log("SGD %s unavailable here (%s); trying the next" % (impl, said))
-            why += "; %s unavailable here (%s)" % (impl, said)
-    return torch.optim.SGD(params, lr=args.lr, momentum=0.9), "default", why
-
-
 def _zero_grad_fn(optimizer):
     """zero_grad(set_to_none=True) where it exists: frees grads instead of writing zeros."""
     if "set_to_none" in accepted_kwargs(optimizer.zero_grad):
@@ -95,12 +34,31 @@ def _zero_grad_fn(optimizer):
     return optimizer.zero_grad
 
 
-def make_steps(model, optimizer, plan, master, scaler, apex_amp, watch=None):
+def unscale_fn(optimizer, scale):
+    """update()'s first part under a static loss scale: every gradient times 1/scale, on the device (one
+    _foreach_mul_ where this torch has it), no check: an overflow reaches the weights and the finite check sees it."""
+    inv = 1.0 / float(scale)
+    foreach = getattr(torch, "_foreach_mul_", None)
+
+    def unscale():
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if foreach is not None:
+            foreach(grads, inv)
+        else:
+            for g in grads:
+                g.mul_(inv)
+    return unscale
+
+
+def make_steps(model, optimizer, plan, master, scaler, apex_amp, watch=None, criterion=None):
     """The three phases of one training step for this precision: forward(x, y) -> loss,
     backward(loss), update(). Branching happens here, once, not in the hot loop. `watch`: a health.ScalerWatch
-    that counts the steps the dynamic loss scaler skips."""
-    criterion = nn.CrossEntropyLoss()
+    that counts the steps the dynamic loss scaler skips; `criterion`: the loss of the model's output (default: the
+    cross-entropy of logits; levers.chunked_loss for a GPT that returns its hidden states). A numeric
+    plan["loss_scale"] with native autocast is a static scale: the loss times it, the gradients times its inverse."""
+    criterion = criterion or nn.CrossEntropyLoss()
     zero_grad = _zero_grad_fn(optimizer)
+    static = plan.get("loss_scale") if plan.get("mechanism") == "native" and master is None else None
     autocast = plan["autocast"]
     low = plan["model_dtype"] is not None
 
@@ -123,6 +81,16 @@ def make_steps(model, optimizer, plan, master, scaler, apex_amp, watch=None):
             optimizer.step()
             master.master_to_model()
             master.zero_grad()
+    elif isinstance(static, float):
+        unscale = unscale_fn(optimizer, static)
+
+        def backward(loss):
+            (loss * static).backward()
+
+        def update():
+            unscale()
+            optimizer.step()
+            zero_grad()
     elif scaler is not None:
         def backward(loss):
             scaler.scale(loss).backward()
@@ -165,23 +133,55 @@ def make_predict(model, plan):
 
 def setup_training(model, plan, args, device, dist_info):
     """Model, optimizer and precision machinery wired in the order each needs:
-    cast -> optimizer -> apex -> DDP -> compile. Returns (model, eval model, steps, the precision record's extra
-    entries, a health.ScalerWatch where a dynamic loss scaler runs, else None)."""
+    cast -> the transformer's levers -> optimizer -> apex -> DDP -> compile -> CUDA graph. Returns (model, eval model,
+    steps, the precision record's extra entries, a health.ScalerWatch where a dynamic loss scaler runs, else None)."""
     extra = {}
     model = convert_model(model, plan, args, device)
     if plan["precision"] == "fp8":  # the linear layers' matrix products in FP8 (torchao or Transformer Engine)
         model, extra["fp8"] = fp8.convert(model, plan)
+    criterion = transformer_levers(model, args, extra)
+    model, optimizer, master, scaler, apex_amp, watch = wire_precision(model, plan, args, device, extra)
+    eval_model = model
+    world = dist_info[1]
+    if world > 1:
+        model = wrap_ddp(model, device, extra)
+    if args.compile:
+        model = compile_model(model, args, extra)
+    steps = make_steps(model, optimizer, plan, master, scaler, apex_amp, watch, criterion)
+    if getattr(args, "cuda_graphs", False):
+        if world > 1:
+            raise Unsupported("whole-step CUDA graphs are not captured across ranks here (DDP's all-reduce)")
+        steps = GraphedStep(steps).steps()
+        extra["cuda_graphs"] = "whole step"
+    return model, eval_model, steps, extra, watch
+
+
+def transformer_levers(model, args, extra):
+    """--checkpoint and --loss-impl chunked on the GPT itself, before anything wraps it (levers.check_levers refused
+    them already where they cannot apply); returns the loss the step uses (None: cross-entropy of the logits)."""
+    if getattr(args, "checkpoint", False):
+        extra.update(levers.apply_checkpoint(model))
+    if getattr(args, "loss_impl", "plain") != "chunked":
+        return None
+    model.hidden_only = True
+    extra["loss_chunk_rows"] = levers.CE_CHUNK_ROWS
+    return levers.chunked_loss(model.head.weight)
+
+
+def wire_precision(model, plan, args, device, extra):
+    """The optimizer over the model's (or the manual recipe's master) weights, a GradScaler for a dynamic loss scale,
+    apex's amp: (model, optimizer, master weights, scaler, apex's amp, the scaler's watch)."""
     master = scaler = apex_amp = watch = None
     dynamic = plan["loss_scale"] == "dynamic"
     if plan["mechanism"] == "manual":
         master = ManualMasterWeights(model.parameters(), plan["loss_scale"])
-        optimizer, impl, why = make_optimizer(master.master_params, args, device, allow_fused=True)
+        optimizer, impl, why, record = make_optimizer(master.master_params, args, device, allow_fused=True)
     else:
-        optimizer, impl, why = make_optimizer(model.parameters(), args, device,
-                                              allow_fused=plan["mechanism"] != "apex", dynamic_scaler=dynamic)
-    extra["optimizer"] = "sgd-momentum-0.9-" + impl
+        optimizer, impl, why, record = make_optimizer(model.parameters(), args, device,
+                                                      allow_fused=plan["mechanism"] != "apex", dynamic_scaler=dynamic)
+    extra.update(record)
     extra["optimizer_why"] = why
-    if plan["mechanism"] == "native" and plan["precision"] == "amp":
+    if plan["mechanism"] == "native" and dynamic:
         scaler = make_grad_scaler()
         watch = ScalerWatch("native", scaler=scaler)
     if plan["mechanism"] == "apex":
@@ -195,40 +195,46 @@ def setup_training(model, plan, args, device, dist_info):
             apex_amp = apex_amp.init(enabled=True)
             extra["apex_api"] = "init"
         watch = ScalerWatch("apex", apex_amp=apex_amp)
-    eval_model = model
-    rank, world, local = dist_info
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        kwargs = {}
-        if device.type == "cuda":
-            kwargs["device_ids"] = [device.index]
-            kwargs["output_device"] = device.index
-        if "gradient_as_bucket_view" in accepted_kwargs(DDP.__init__):
-            kwargs["gradient_as_bucket_view"] = True
-        try:
-            model = DDP(model, **kwargs)
-            extra["ddp"] = "DistributedDataParallel"
-        except (IndexError, AssertionError):
-            # torch 1.0's DDP is CUDA-only (it indexes device_ids before any collective);
-            # its CPU twin takes over where it exists.
-            ddp_cpu = getattr(torch.nn.parallel, "DistributedDataParallelCPU", None)
-            if device.type == "cuda" or ddp_cpu is None:
-                raise
-            model = ddp_cpu(model)
-            extra["ddp"] = "DistributedDataParallelCPU"
-    if args.compile:
-        mode = getattr(args, "compile_mode", None)
-        try:
-            model = torch.compile(model, mode=mode) if mode else torch.compile(model)
-        except RuntimeError as e:  # e.g. Dynamo refusing this Python version
-            raise Unsupported("torch.compile: %s" % str(e).splitlines()[0])
-    steps = make_steps(model, optimizer, plan, master, scaler, apex_amp, watch)
-    if getattr(args, "cuda_graphs", False):
-        if world > 1:
-            raise Unsupported("whole-step CUDA graphs are not captured across ranks here (DDP's all-reduce)")
-        steps = GraphedStep(steps).steps()
-        extra["cuda_graphs"] = "whole step"
-    return model, eval_model, steps, extra, watch
+    return model, optimizer, master, scaler, apex_amp, watch
+
+
+def wrap_ddp(model, device, extra):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    kwargs = {}
+    if device.type == "cuda":
+        kwargs["device_ids"] = [device.index]
+        kwargs["output_device"] = device.index
+    if "gradient_as_bucket_view" in accepted_kwargs(DDP.__init__):
+        kwargs["gradient_as_bucket_view"] = True
+    try:
+        model = DDP(model, **kwargs)
+        extra["ddp"] = "DistributedDataParallel"
+    except (IndexError, AssertionError):
+        # torch 1.0's DDP is CUDA-only (it indexes device_ids before any collective);
+        # its CPU twin takes over where it exists.
+        ddp_cpu = getattr(torch.nn.parallel, "DistributedDataParallelCPU", None)
+        if device.type == "cuda" or ddp_cpu is None:
+            raise
+        model = ddp_cpu(model)
+        extra["ddp"] = "DistributedDataParallelCPU"
+    return model
+
+
+# Under --cuda-graphs the whole step is one graph already: a compile mode that would capture graphs of its own runs
+# without them (reduce-overhead, which is nothing else, is refused: precision.check_cuda_graphs).
+MODE_UNDER_GRAPHS = {"max-autotune": "max-autotune-no-cudagraphs"}
+
+
+def compile_model(model, args, extra):
+    """torch.compile with --compile-mode; the mode that ran is recorded where the whole-step graph changed it."""
+    mode = getattr(args, "compile_mode", None)
+    if mode and getattr(args, "cuda_graphs", False) and mode in MODE_UNDER_GRAPHS:
+        mode = MODE_UNDER_GRAPHS[mode]
+        extra["compile_mode_ran"] = mode + " (the whole step is one CUDA graph already)"
+    try:
+        return torch.compile(model, mode=mode) if mode else torch.compile(model)
+    except RuntimeError as e:  # e.g. Dynamo refusing this Python version
+        raise Unsupported("torch.compile: %s" % str(e).splitlines()[0])
 
 
 class GraphedStep(object):

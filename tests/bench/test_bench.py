@@ -575,10 +575,10 @@ def test_manual_master_weights_match_plain_sgd_in_fp32() -> None:
     cpu = torch.device("cpu")
     args = args_for("fp32", lr=0.1)
     plan = {"autocast": None, "model_dtype": None}
-    opt_plain, _, _ = training.make_optimizer(plain.parameters(), args, cpu, allow_fused=False)
+    opt_plain = training.make_optimizer(plain.parameters(), args, cpu, allow_fused=False)[0]
     steps_plain = training.make_steps(plain, opt_plain, plan, None, None, None)
     master = recipes.ManualMasterWeights(mixed.parameters(), loss_scale=1024.0)
-    opt_mixed, _, _ = training.make_optimizer(master.master_params, args, cpu, allow_fused=False)
+    opt_mixed = training.make_optimizer(master.master_params, args, cpu, allow_fused=False)[0]
     steps_mixed = training.make_steps(mixed, opt_mixed, plan, master, None, None)
     for _ in range(5):
         for forward, backward, update in (steps_plain, steps_mixed):

@@ -36,13 +36,18 @@ def gpt(sdpa: Any = None, name: str = "gpt_tiny") -> torch.nn.Module:
     return models.build_transformer(name, sdpa)
 
 
-@pytest.mark.parametrize(("name", "parameters"), [("gpt2_124m", 124_475_904), ("gpt2_350m", 354_871_296)])
+@pytest.mark.parametrize(("name", "parameters"), [
+    ("gpt2_124m", 124_475_904), ("gpt2_350m", 354_871_296), ("gpt2_774m", 774_090_240),
+    ("gpt2_1558m", 1_557_686_400)])
 def test_gpt2_sizes_have_gpt2s_parameter_counts(name: str, parameters: int) -> None:
-    """GPT-2 small and medium with the vocabulary padded to 50304 (GPT-2's own: 124,439,808 and 354,823,168,
-    48 x 768 and 47 x 1024 fewer); the output projection is the token embedding, counted once."""
+    """GPT-2 small, medium, large and XL with the vocabulary padded to 50304 (GPT-2's own: 124,439,808, 354,823,168,
+    774,030,080 and 1,557,611,200: 47 padding rows of 768, 1024, 1280 and 1600 fewer); the output projection is the
+    token embedding, counted once."""
     with torch.device("meta"):
         model = models.build_transformer(name)
     assert sum(p.numel() for p in model.parameters()) == parameters
+    assert parameters - 47 * model.wte.weight.size(1) == {"gpt2_124m": 124_439_808, "gpt2_350m": 354_823_168,
+                                                          "gpt2_774m": 774_030_080, "gpt2_1558m": 1_557_611_200}[name]
     assert model.head.weight is model.wte.weight
 
 

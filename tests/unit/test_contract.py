@@ -41,7 +41,7 @@ def test_constants_are_benchs() -> None:
     for name in ("SCHEMA", "RESULT_PREFIX", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_ARGS", "EXIT_OOM",
                  "EXIT_UNSUPPORTED", "PRECISIONS", "AMP_IMPLS", "DEVICES", "DATASET_KINDS", "ARGUMENT_RULES",
                  "MIN_IMAGE_SIZE", "MIN_IMAGE_SIZE_DEFAULT", "TRANSFORMER_MODELS", "ATTENTION_BACKENDS",
-                 "FP8_IMPLS", "FP8_RECIPES"):
+                 "FP8_IMPLS", "FP8_RECIPES", "OPTIMIZERS", "OPTIMIZER_IMPLS", "LOSS_IMPLS", "COMPILE_MODES"):
         assert getattr(contract, name) == getattr(bench_contract, name), name
     assert set(contract.MODELS) == (set(bench_contract.TORCHVISION_MODELS) | set(bench_contract.BUILTIN_MODELS)
                                     | set(bench_contract.TRANSFORMER_MODELS))
@@ -133,8 +133,9 @@ def test_bench_args_of_a_full_cell_parse_in_bench() -> None:
               "channels_last": True, "cudnn_benchmark": False, "compile": False, "workers": 0, "threads": 1,
               "image_size": 32, "num_classes": 10, "loss_scale": 128.0, "wrn_depth": 10, "wrn_width": 2,
               "lr": 0.1, "amp_impl": "manual", "breakdown": True, "eval_batches": 2,
-              "optimizer_impl": "foreach", "compile_mode": None, "cuda_graphs": False}
-    transformer = {"seq_len": 64, "attention": "flash", "fp8_impl": "torchao", "fp8_recipe": "rowwise"}
+              "optimizer": "adamw", "optimizer_impl": "foreach", "compile_mode": None, "cuda_graphs": False}
+    transformer = {"seq_len": 64, "attention": "flash", "fp8_impl": "torchao", "fp8_recipe": "rowwise",
+                   "loss_impl": "chunked", "checkpoint": True}
     assert set(params) | set(transformer) | set(LAYOUT_AXES) == set(AXIS_NAMES), "a new axis needs a value here"
     env = EnvironmentBase(name="e", backend="local")
     args = bench_args.parse_args(Cell(env, params, RunSettings()).bench_args())
@@ -143,3 +144,4 @@ def test_bench_args_of_a_full_cell_parse_in_bench() -> None:
     gpt = {**params, **transformer, "model": "gpt_small", "precision": "fp8"}
     args = bench_args.parse_args(Cell(env, gpt, RunSettings()).bench_args())
     assert (args.seq_len, args.attention, args.fp8_impl, args.fp8_recipe) == (64, "flash", "torchao", "rowwise")
+    assert (args.optimizer, args.loss_impl, args.checkpoint, args.lr) == ("adamw", "chunked", True, 0.1)

@@ -1,0 +1,140 @@
+"""Every speed lever that exists on a CPU trains to the same loss as eager without it: the same seed, the same
+batches, the same steps, wired by bench itself (its parser, precision plan and setup_training), the loss after each
+step compared within a stated tolerance.
+
+Tolerances (docs/internals.md, "Each lever's loss against eager"). The levers change the order of the arithmetic,
+never the arithmetic: foreach and fused AdamW update the same tensors in other kernels, the chunked loss sums its
+chunks' losses and the output projection's gradient chunk by chunk, inductor fuses and reorders reductions. In FP32
+each reordering rounds differently by about FP32's epsilon (1.2e-7) a step; over 20 steps of a model whose loss
+falls from 5.6 to 1.6 the measured differences are at most 2.5e-7 (relative), so FP32 levers are held to 1e-5:
+forty times that, and a thousand times below what a wrong lever gives (a chunk boundary off by one row, a gradient
+divided by the chunk's rows instead of all rows, the last partial chunk dropped: 0.4 to 2.2, relative). Under BF16
+autocast the chunked loss sums the output projection's gradient over its chunks in FP32 where the plain one rounds the
+whole sum to BF16 once: the first step's loss is the same, then the two trajectories part at BF16's rounding, which
+this training amplifies as much as a learning rate 0.1% higher does (3e-3 after 20 steps, measured both ways): held
+to 1e-2, BF16's epsilon (7.8e-3) with room, still forty times below a wrong lever. Checkpointing recomputes the very
+same operations: 1e-6.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from runner.bench import args as bench_args
+from runner.bench import levers, models, precision, training
+
+STEPS = 20
+FP32_RTOL = 1e-5      # foreach/fused AdamW, the chunked loss, torch.compile: the same sums in another order
+BF16_RTOL = 1e-2      # the chunked loss under BF16 autocast: the projection's gradient summed in FP32, not BF16
+RECOMPUTE_RTOL = 1e-6  # checkpointing: the same operations run again
+ROWS = 7               # 4 x 16 = 64 rows in chunks of 7: nine whole chunks and a partial one
+
+
+def train(*extra: str, precision_name: str = "fp32", lr: str = "0.1", steps: int = STEPS,
+          model_name: str = "gpt_tiny") -> tuple[list[float], torch.nn.Module]:
+    """Every step's loss of the tiny GPT trained on two fixed batches in turn (the loss falls: each lever's error
+    would change the trajectory), wired as bench wires it."""
+    torch.set_num_threads(1)
+    args = bench_args.parse_args(["--model", model_name, "--precision", precision_name, "--batch-size", "4",
+                                  "--seq-len", "16", "--dataset", "synthetic", "--device", "cpu", "--lr", lr, *extra])
+    device = torch.device("cpu")
+    plan = precision.plan_precision(args, device)
+    levers.check_levers(args, plan)
+    torch.manual_seed(0)
+    model = models.build_transformer(model_name, F.scaled_dot_product_attention)
+    wrapped, _, (forward, backward, update), _, _ = training.setup_training(model, plan, args, device, (0, 1, 0))
+    g = torch.Generator().manual_seed(1)
+    pool = [(torch.randint(0, 256, (4, 16), generator=g), torch.randint(0, 256, (64,), generator=g)) for _ in range(2)]
+    losses = []
+    for i in range(steps):
+        x, y = pool[i % 2]
+        loss = forward(x, y)
+        backward(loss)
+        update()
+        losses.append(float(loss.item()))
+    return losses, model
+
+
+def assert_same_training(eager: list[float], lever: list[float], rtol: float) -> None:
+    assert eager[-1] < eager[0] - 1.0, eager  # it trained: a lever's error would show in the trajectory
+    torch.testing.assert_close(torch.tensor(lever), torch.tensor(eager), rtol=rtol, atol=0.0)
+
+
+@pytest.mark.parametrize("impl", ["foreach", "fused"])
+def test_adamw_foreach_and_fused_train_as_the_per_tensor_loop(impl: str) -> None:
+    plain, _ = train("--optimizer", "adamw", "--optimizer-impl", "plain", lr="0.003")
+    other, _ = train("--optimizer", "adamw", "--optimizer-impl", impl, lr="0.003")
+    assert_same_training(plain, other, FP32_RTOL)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Chunks of ROWS rows, and the rows of every log-softmax the chunked loss took (never more than a chunk)."""
+    monkeypatch.setattr(levers, "CE_CHUNK_ROWS", ROWS)
+    seen: list[int] = []
+    real = F.log_softmax
+
+    def counting(x: torch.Tensor, dim: int) -> torch.Tensor:
+        seen.append(x.size(0))
+        return real(x, dim=dim)
+    monkeypatch.setattr(levers, "F", type("F", (), {"log_softmax": staticmethod(counting)}))
+    return seen
+
+
+@pytest.mark.parametrize(("precision_name", "rtol"), [("fp32", FP32_RTOL), ("amp-bf16", BF16_RTOL)])
+def test_the_chunked_loss_trains_as_the_whole_logits_do(precision_name: str, rtol: float,
+                                                        small_chunks: list[int]) -> None:
+    plain, _ = train(precision_name=precision_name)
+    assert small_chunks == []
+    chunked, model = train("--loss-impl", "chunked", precision_name=precision_name)
+    assert chunked[0] == pytest.approx(plain[0], rel=1e-6, abs=0.0)  # the same forward, chunk by chunk
+    assert_same_training(plain, chunked, rtol)
+    assert small_chunks[:10] == [ROWS] * 9 + [64 - 9 * ROWS]  # no logits tensor of more than a chunk's rows
+    assert model.hidden_only
+
+
+def test_the_chunked_loss_and_its_gradients_equal_cross_entropy() -> None:
+    """Rows that do not divide into the chunks, a scaled loss (the backward multiplies by the loss's gradient)."""
+    torch.manual_seed(0)
+    hidden = torch.randn(10, 8, requires_grad=True)
+    weight = torch.randn(20, 8, requires_grad=True)
+    targets = torch.randint(0, 20, (10,))
+    expected = F.cross_entropy(hidden @ weight.t(), targets)
+    want = torch.autograd.grad(expected * 3.0, (hidden, weight))
+    for rows in (1, 3, 10, 4096):
+        loss = levers.chunked_loss(weight, rows)(hidden, targets)
+        got = torch.autograd.grad(loss * 3.0, (hidden, weight))
+        torch.testing.assert_close(loss, expected, rtol=FP32_RTOL, atol=0.0)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=FP32_RTOL, atol=1e-7)
+
+
+def test_checkpointing_trains_as_without_and_recomputes_every_block() -> None:
+    eager, _ = train()
+    checkpointed, model = train("--checkpoint")
+    assert model.checkpoint is not None
+    assert_same_training(eager, checkpointed, RECOMPUTE_RTOL)
+    calls: list[int] = []
+    for block in model.blocks:
+        block.register_forward_pre_hook(lambda *_: calls.append(1))  # the recompute may stop early: pre-hooks
+    x = torch.randint(0, 256, (1, 8))
+    F.cross_entropy(model(x), torch.zeros(8, dtype=torch.long)).backward()
+    assert len(calls) == 2 * len(model.blocks)  # forward once, and again in the backward: checkpointing is on
+
+
+@pytest.mark.slow
+def test_compile_trains_as_eager() -> None:
+    """inductor on this CPU: 82 s for the tiny GPT with a cold cache on the 2-vCPU VM, 6.5 s warm (its FX graph and
+    C++ caches); on a GPU: tests/gpu/test_levers_gpu.py."""
+    eager, _ = train(steps=10)
+    compiled, _ = train("--compile", steps=10)
+    assert_same_training(eager, compiled, FP32_RTOL)
+
+
+def test_a_lever_that_changed_the_loss_would_be_seen() -> None:
+    """The comparison can fail: one step more of training, or a learning rate 1% higher, is far outside it."""
+    eager, _ = train()
+    with pytest.raises(AssertionError):
+        assert_same_training(eager, train(lr="0.101")[0], FP32_RTOL)
