@@ -16,34 +16,36 @@ _Function = torch.autograd.Function if torch is not None else object
 class ChunkedCrossEntropy(_Function):
     """mean cross-entropy(hidden @ weight^T, targets) a chunk of rows at a time, the gradients of each chunk computed
     in the forward (the logits' gradient is softmax - one-hot: nothing of a chunk need be kept), so the full logits
-    tensor is never held, in FP32 or otherwise. The backward scales the kept gradients by the loss's own gradient.
-    Under autocast the two matrix products of each chunk run in its dtype, as the plain loss's do; the softmax is
-    FP32, as cross_entropy's is under autocast."""
+    tensor is never held, in FP32 or otherwise. Under autocast the two matrix products of each chunk run in its
+    dtype, as the plain loss's do; the softmax is FP32, as cross_entropy's is under autocast. The kept gradients are
+    FP32 and not yet divided by the rows: the backward applies 1/rows and the loss's own gradient (an FP16 loss scale
+    among it) before casting, so no FP16 gradient underflows before the scale reaches it."""
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, rows):
         n = hidden.size(0)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        grad_hidden = torch.empty_like(hidden)
+        grad_hidden = torch.empty(hidden.size(), dtype=torch.float32, device=hidden.device)
         grad_weight = torch.zeros(weight.size(), dtype=torch.float32, device=weight.device)
         for start in range(0, n, rows):
             h, t = hidden[start:start + rows], targets[start:start + rows].view(-1, 1)
             raw = torch.matmul(h, weight.t())  # autocast's dtype where it is on, as the plain head's
             logp = F.log_softmax(raw.float(), dim=-1)
             total = total - logp.gather(1, t).sum()
-            grad = logp.exp_()  # d(loss)/d(logits) = (softmax - one-hot) / n, in place of the log-probabilities
+            grad = logp.exp_()  # softmax - one-hot, in place of the log-probabilities: |values| <= 1 in any dtype
             grad.scatter_add_(1, t, torch.full(t.size(), -1.0, dtype=grad.dtype, device=grad.device))
-            grad = grad.div_(n).to(raw.dtype)
-            grad_hidden[start:start + rows] = torch.matmul(grad, weight).to(hidden.dtype)
+            grad = grad.to(raw.dtype)
+            grad_hidden[start:start + rows] = torch.matmul(grad, weight).float()
             grad_weight += torch.matmul(grad.t(), h).float()
-        ctx.grads = (grad_hidden, grad_weight.to(weight.dtype))  # made without autograd: they hold no graph
+        ctx.grads = (grad_hidden, grad_weight, n, hidden.dtype, weight.dtype)  # made without autograd: no graph
         return total / n
 
     @staticmethod
     def backward(ctx, grad_loss):
-        grad_hidden, grad_weight = ctx.grads
+        grad_hidden, grad_weight, n, hidden_dtype, weight_dtype = ctx.grads
         del ctx.grads
-        return grad_hidden * grad_loss.to(grad_hidden.dtype), grad_weight * grad_loss.to(grad_weight.dtype), None, None
+        scale = grad_loss.float() / n
+        return (grad_hidden * scale).to(hidden_dtype), (grad_weight * scale).to(weight_dtype), None, None
 
 
 def chunked_loss(weight, rows=None):

@@ -138,3 +138,20 @@ def test_a_lever_that_changed_the_loss_would_be_seen() -> None:
     eager, _ = train()
     with pytest.raises(AssertionError):
         assert_same_training(eager, train(lr="0.101")[0], FP32_RTOL)
+
+
+def test_the_chunked_loss_keeps_fp16_gradients_from_underflowing_before_the_loss_scale() -> None:
+    """FP16 (the manual recipe's model, or autocast's products): the logits' gradient divided by 4,096 rows is below
+    FP16's normal range; the plain loss receives the loss scale first, so must the chunked one."""
+    torch.manual_seed(0)
+    hidden = torch.randn(4096, 16).half().requires_grad_()
+    weight = (torch.randn(512, 16) * 0.1).half().requires_grad_()
+    targets = torch.randint(0, 512, (4096,))
+    plain = F.cross_entropy((hidden @ weight.t()).float(), targets)
+    want = torch.autograd.grad(plain * 1024.0, (hidden, weight))
+    chunked = levers.chunked_loss(weight, 1000)(hidden, targets)
+    got = torch.autograd.grad(chunked * 1024.0, (hidden, weight))
+    torch.testing.assert_close(chunked, plain, rtol=1e-3, atol=0.0)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == torch.float16
+        torch.testing.assert_close(g.float(), w.float(), rtol=2e-2, atol=1e-3)
