@@ -8,6 +8,7 @@ from .compat import accepted_kwargs, nn, torch
 from .data import Shard, loader_kwargs
 from .distributed import all_reduce_values
 from .errors import Unsupported
+from .graphs import GraphedStep, undo_warmup
 from .health import ScalerWatch
 from .optim import FUSED_UNDER_SCALER, make_optimizer, optimizer_choices  # noqa: F401 (their old home)
 from .precision import ManualMasterWeights, make_grad_scaler
@@ -151,7 +152,7 @@ def setup_training(model, plan, args, device, dist_info):
     if getattr(args, "cuda_graphs", False):
         if world > 1:
             raise Unsupported("whole-step CUDA graphs are not captured across ranks here (DDP's all-reduce)")
-        steps = GraphedStep(steps).steps()
+        steps = GraphedStep(steps, undo_warmup(model, optimizer)).steps()
         extra["cuda_graphs"] = "whole step"
     return model, eval_model, steps, extra, watch
 
@@ -235,51 +236,6 @@ def compile_model(model, args, extra):
         return torch.compile(model, mode=mode) if mode else torch.compile(model)
     except RuntimeError as e:  # e.g. Dynamo refusing this Python version
         raise Unsupported("torch.compile: %s" % str(e).splitlines()[0])
-
-
-class GraphedStep(object):
-    """The whole training step captured as one CUDA graph on its first call, then replayed: forward(x, y) copies
-    the batch into the graph's input tensors and replays forward, backward and the optimizer's step together;
-    backward and update have nothing left to do. Gradients are set to None before the capture, so the captured
-    backward writes them afresh at every replay."""
-
-    WARMUP = 3  # eager steps on a side stream before the capture (optimizer state, cuDNN's choices, autotuning)
-
-    def __init__(self, steps):
-        self.eager = steps
-        self.graph = None
-        self.x = self.y = self.loss = None
-
-    def capture(self, x, y):
-        forward, backward, update = self.eager
-        self.x, self.y = x.clone(), y.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(self.WARMUP):
-                backward(forward(self.x, self.y))
-                update()  # ends with the gradients set to None
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.loss = forward(self.x, self.y)
-            backward(self.loss)
-            update()
-        self.graph = graph
-
-    def forward(self, x, y):
-        if self.graph is None:
-            self.capture(x, y)
-        self.x.copy_(x, non_blocking=True)
-        self.y.copy_(y, non_blocking=True)
-        self.graph.replay()
-        return self.loss.detach().clone()  # the graph's loss tensor is rewritten by the next replay
-
-    def nothing(self, loss=None):
-        return None
-
-    def steps(self):
-        return self.forward, self.nothing, self.nothing
 
 
 def evaluate(predict, model, test_ds, args, device, prepare, dist_info, dist):

@@ -17,7 +17,7 @@ import torch
 
 from runner import matrix
 from runner.analysis.frame import recipe
-from runner.bench import levers, models, optim, training
+from runner.bench import graphs, levers, models, optim, training
 from runner.bench import precision as recipes
 from runner.bench.errors import Unsupported
 from tests.bench.test_bench import args_for
@@ -166,8 +166,8 @@ def test_max_autotune_under_the_whole_step_graph_runs_without_its_own_graphs(mon
     seen: list[Any] = []
     monkeypatch.setattr(training.torch, "compile", lambda model, mode=None: seen.append(mode) or model)
     extra: dict[str, Any] = {}
-    for graphs in (False, True):
-        args = types.SimpleNamespace(compile=True, compile_mode="max-autotune", cuda_graphs=graphs)
+    for whole_step in (False, True):
+        args = types.SimpleNamespace(compile=True, compile_mode="max-autotune", cuda_graphs=whole_step)
         training.compile_model(torch.nn.Linear(2, 2), args, extra)
     assert seen == ["max-autotune", "max-autotune-no-cudagraphs"]
     assert extra["compile_mode_ran"].startswith("max-autotune-no-cudagraphs (the whole step is one CUDA graph")
@@ -215,3 +215,35 @@ def test_the_recipe_words_name_the_new_levers() -> None:
     assert words["flags"] == "torch.compile, CUDA graph, activation checkpointing, chunked cross-entropy"
     assert recipe({"optimizer": "sgd-momentum-0.9-default", "loss_scale": 256.0})["loss_scale"] == \
         "static 256"
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_the_graphs_warm_up_steps_are_undone(optimizer: str) -> None:
+    """The whole-step graph's three eager warm-up steps trained the model before the first counted step: undone
+    (weights, batch norm's statistics, the optimizer's state as before a first step), the training then takes exactly
+    the steps a run without the graph takes (bit for bit on this CPU)."""
+    def make() -> tuple[torch.nn.Module, Any, Any]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                                    torch.nn.Linear(8, 3))
+        args = args_for("fp32", optimizer=optimizer, lr=0.05)
+        opt = optim.make_optimizer(model.parameters(), args, torch.device("cpu"), allow_fused=True)[0]
+        return model, opt, training.make_steps(model, opt, {"autocast": None, "model_dtype": None}, None, None, None)
+
+    def train(steps: Any, n: int) -> None:
+        forward, backward, update = steps
+        for _ in range(n):
+            backward(forward(x, y))
+            update()
+
+    x, y = torch.randn(16, 6), torch.randint(0, 3, (16,))
+    fresh, _, steps = make()
+    train(steps, 4)
+    warmed, opt, steps = make()
+    undo = graphs.undo_warmup(warmed, opt)
+    train(steps, 3)  # GraphedStep's eager warm-up
+    assert not torch.equal(warmed[0].weight, fresh[0].weight)
+    undo()
+    train(steps, 4)
+    for (name, a), b in zip(fresh.state_dict().items(), warmed.state_dict().values(), strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=0, msg=name)
