@@ -100,9 +100,10 @@ class Kit:
                  f"carried in the state{'' if files else ': none yet, compiled cells compile from scratch'}")
         self.say(f"state {self.state} of {device.text(self.device)}; measuring {', '.join(self.selected)}"
                  f"{' (dry run)' if self.args.dry_run else ''}; {self.budget.text()}")
-        if "gpt2-124m" in self.selected and not self.args.dry_run and importlib.util.find_spec("torchao") is None:
-            self.say("torchao missing (no .whl/torchao-*.whl: scripts/gpu_evidence_wheels.py): the gpt2-124m phase's "
-                     "fp8 cells are stored unsupported")
+        fp8_phases = [p for p in ("gpt2-first", "gpt2-124m", "fp8-by-size") if p in self.selected]
+        if fp8_phases and not self.args.dry_run and importlib.util.find_spec("torchao") is None:
+            self.say("torchao missing (no .whl/torchao-*.whl: scripts/gpu_evidence_wheels.py): the fp8 cells of "
+                     f"{', '.join(fp8_phases)} are stored unsupported")
         if "wrn-apex-levels" in self.selected:
             from runner.kit.images import make_image_folder
             made = make_image_folder(self.data_dir, per_class=8 if self.args.dry_run else 260)
@@ -140,7 +141,7 @@ class Kit:
     def matrix_text(self, c: KitCell, repeats: int) -> str:
         dev = self.args.device
         dry = self.args.dry_run
-        compiled = 300.0 if c.params.get("compile") and not dry else 0.0
+        compiled = 0.0 if dry else plans.compile_allowance(c.params)
         window, most = plans.limits(c.params, self.args.window, self.args.warmup_seconds, compiled)
         doc = {"name": "gpu-evidence", "description": c.phase.title,
                "environments": [{"name": self.env_name, "backend": "local"}],

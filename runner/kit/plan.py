@@ -41,7 +41,7 @@ GPT2_PRECISIONS: tuple[Params, ...] = (
 # A model's own least window and most warm-up (compilation included), in seconds, where the kit's --window and
 # --warmup-seconds do not fit it: GPT-2 124M's steps are long (32 x 1024 tokens, ~80 ms on an H100: a 5-s window
 # is ~60 steps) and it compiles.
-LIMITS = {"gpt2_124m": (5.0, 180.0)}
+LIMITS = {"gpt2_124m": (5.0, 180.0), "gpt2_350m": (5.0, 240.0), "gpt2_774m": (5.0, 300.0), "gpt2_1558m": (5.0, 360.0)}
 
 
 def limits(params: Mapping[str, Any], window: float, warmup: float, compiled: float) -> tuple[float, float]:
@@ -96,8 +96,16 @@ def _each(key: str, values: Sequence[Any]) -> list[dict[str, Any]]:
 PROCESS_S = {"cuda": 12.0, "cpu": 3.0}
 FIRST_S = {"cuda": 16.0, "cpu": 0.0}
 COMPILE_S = 60.0                                  # an image model's compilation, caches cold
-COMPILE_MODEL_S = {"gpt2_124m": (26.0, 61.0)}     # a transformer's: (BF16, FP8: its casts and scales compile too)
+# A transformer's: (BF16, FP8: its casts and scales compile too). 124M's measured; the larger GPT-2s' are ESTIMATES,
+# 124M's scaled by their layers (Dynamo traces the blocks unrolled: 24, 36 and 48 against 12), not yet measured.
+COMPILE_MODEL_S = {"gpt2_124m": (26.0, 61.0), "gpt2_350m": (52.0, 122.0), "gpt2_774m": (78.0, 183.0),
+                   "gpt2_1558m": (104.0, 244.0)}
 COMPILE_WARM_S = 25.0  # later repeats on the same machine (inductor's FX graph and Triton caches warm): not measured
+# A compile mode's seconds over the default's: an ESTIMATE, not measured (max-autotune benchmarks Triton's and
+# cuBLAS's candidates for every matrix product and convolution; its choices are cached for later repeats too).
+COMPILE_MODE_FACTOR = {"max-autotune": 3.0, "max-autotune-no-cudagraphs": 3.0}
+# The warm-up (compilation included) the kit allows a compiled cell before it gives up (most of a call's 540 s).
+COMPILE_ALLOWANCE_S = 300.0
 CALL_START_S = 150.0   # one call of the lease: the machine's start, the transfers, the wheels and the kit's start
 CALL_MEASURE_S = 540.0  # what one call measures: 9 minutes (a 10-minute command, less the report, the pack, the start)
 
@@ -106,10 +114,18 @@ def compile_seconds(params: Mapping[str, Any], later: bool) -> float:
     """torch.compile's seconds in a repeat of this cell on a GPU (0 without compile)."""
     if not params.get("compile") or params.get("device") == "cpu":
         return 0.0
+    factor = COMPILE_MODE_FACTOR.get(str(params.get("compile_mode")), 1.0)
     if later:
-        return COMPILE_WARM_S
+        return COMPILE_WARM_S * factor
     bf16, fp8 = COMPILE_MODEL_S.get(str(params.get("model")), (COMPILE_S, COMPILE_S))
-    return fp8 if params.get("precision") == "fp8" else bf16
+    return (fp8 if params.get("precision") == "fp8" else bf16) * factor
+
+
+def compile_allowance(params: Mapping[str, Any]) -> float:
+    """The warm-up seconds a compiled cell may take on a GPU, its compilation included (0 without compile)."""
+    if not params.get("compile") or params.get("device") == "cpu":
+        return 0.0
+    return COMPILE_ALLOWANCE_S * (1.4 if str(params.get("compile_mode")).startswith("max-autotune") else 1.0)
 
 
 def guess_seconds(params: Mapping[str, Any], window: float, warmup: float, later: bool = False) -> float:
@@ -198,6 +214,9 @@ def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: s
         every = tuple(c for g in [gpt2, *grids] for c in g.cells)
         phases.append(Phase("more-repeats", f"The write-ups' grids and GPT-2 up to {repeats} repeats a cell", every, repeats,
                             first_repeat=1))
+    # Issue 38's later phases, after everything above (the first call's contents do not change): each lever's gain.
+    phases += [resnet_fastest_phase(plain, repeats, dry), gpt2_levers_phase(gpt2, repeats, dry),
+               fp8_by_size_phase(base, repeats, dry)]
     return [_strip_labels(p) for p in phases]
 
 
@@ -250,3 +269,68 @@ def select(phases: Sequence[Phase], names: Sequence[str]) -> list[Phase]:
         from runner.errors import ConfigError
         raise ConfigError(f"--only {', '.join(unknown)}: no such phase; phases: {', '.join(known)}")
     return [p for p in phases if p.name in names]
+
+
+# --- issue 38: each speed lever's gain -----------------------------------------------------------------------------
+STATIC_FP16 = {"precision": "amp", "loss_scale": 256.0}  # FP16 autocast with a static scale: no GradScaler
+# GPT-2 at each size, 1024 tokens a sequence: (model, batch, activation checkpointing). Batch 32 where it fits an
+# 80 GB GPU without recomputing (by the usual count: ~36 x width bytes a token and a layer of activations in BF16, the
+# logits and their FP32 copies ~0.5 MB a token, 12 bytes a weight for FP32 weights, gradients and momentum; 124M
+# measured 28.9 GB at batch 32); 774M at batch 16 (~46 GB); 1.5B at batch 16 only with each block recomputed (~35 GB;
+# without, ~72 GB, too near 80).
+GPT2_SIZES = (("gpt2_124m", 32, False), ("gpt2_350m", 32, False), ("gpt2_774m", 16, False),
+              ("gpt2_1558m", 16, True))
+
+
+def resnet_fastest_phase(plain: Params, repeats: int, dry: bool) -> Phase:
+    """ResNet-50's fastest step: the headline's fastest (BF16, fused SGD, one CUDA graph, compiled) beside the same
+    under max-autotune, and the FP16 step with a static loss scale (no GradScaler, so the whole step is one CUDA
+    graph) under max-autotune, at batch 256 and 512. On a CPU: FP16 and the graphs are `unsupported`, with their
+    sentences."""
+    fast = {**plain, "precision": "amp-bf16", "optimizer_impl": "fused", "cuda_graphs": True}
+    static = {**plain, **STATIC_FP16, "optimizer_impl": "fused", "cuda_graphs": True}
+    if dry:
+        cells = [fast, {**fast, "compile": True, "compile_mode": "max-autotune"}, static,
+                 {**static, "batch_size": 2 * plain["batch_size"]}]
+    else:
+        fast = {**fast, "compile": True, "compile_mode": "default"}
+        auto = {**static, "compile": True, "compile_mode": "max-autotune"}
+        cells = [fast, {**fast, "compile_mode": "max-autotune"}, auto, {**auto, "batch_size": 512}]
+    return Phase("resnet50-fastest", f"ResNet-50 fastest: the headline's fastest (bf16, fused SGD, one CUDA graph, "
+                 "torch.compile) beside max-autotune and the FP16 step with a static loss scale as one CUDA graph, "
+                 f"batch {plain['batch_size']} and {2 * plain['batch_size'] if dry else 512}",
+                 tuple(cells), min(repeats, 2))
+
+
+def gpt2_levers_phase(gpt2: Phase, repeats: int, dry: bool) -> Phase:
+    """GPT-2 124M at amp-bf16, compiled (the gpt2-124m phase's cell), then one lever more a row: AdamW fused (how a GPT
+    trains), the chunked cross-entropy, flash attention, the whole step as one CUDA graph; and cuDNN's attention in
+    the last row's place. The dry run's stand-in: gpt_tiny, eager; the graphs and cuDNN are `unsupported` on a CPU."""
+    base = {**gpt2.cells[0], "precision": "amp-bf16"}  # its first cell is bf16: the same cell at autocast
+    adamw = {**base, "optimizer": "adamw", "optimizer_impl": "fused"}
+    chunked = {**adamw, "loss_impl": "chunked"}
+    flash = {**chunked, "attention": "flash"}
+    graphs = {**flash, "cuda_graphs": True}
+    cells = [base, adamw, chunked, flash, graphs, {**graphs, "attention": "cudnn"}]
+    return Phase("gpt2-levers", f"GPT-2 124M levers ({base['model']}, {base['seq_len']} tokens x batch "
+                 f"{base['batch_size']}, amp-bf16, torch.compile {'on' if base['compile'] else 'off'}): AdamW fused, "
+                 "the chunked cross-entropy, flash or cuDNN attention, the whole step as one CUDA graph, one more a row",
+                 tuple(cells[:5] if dry else cells), min(repeats, 2))
+
+
+def fp8_by_size_phase(base: Params, repeats: int, dry: bool) -> Phase:
+    """GPT-2 124M, 350M, 774M and 1.5B at amp-bf16 beside FP8 (torchao, tensorwise and rowwise), compiled, at a batch
+    that fits 80 GB (GPT2_SIZES; checkpointing where it would not, part of the cell): where FP8 starts to win. 124M's
+    cells are the gpt2-124m phase's. The dry run's stand-ins: gpt_tiny, and gpt_small with checkpointing; FP8 is
+    `unsupported` there, with preflight's sentence."""
+    precisions = [{"precision": "amp-bf16"}, dict(GPT2_PRECISIONS[2]), dict(GPT2_PRECISIONS[3])]
+    sizes: Sequence[tuple[str, int, bool]] = (("gpt_tiny", 2, False), ("gpt_small", 2, True)) if dry else GPT2_SIZES
+    cells: list[Params] = []
+    for model, batch, checkpoint in sizes:
+        common: Params = {**base, "model": model, "seq_len": 32 if dry else 1024, "batch_size": batch,
+                          "compile": not dry, "attention": "auto", **({"checkpoint": True} if checkpoint else {})}
+        cells += _cells(common, precisions[:2] if dry else precisions)
+    return Phase("fp8-by-size", "FP8 by size: GPT-2 " + ", ".join(f"{m} (batch {b}{', checkpointed' if c else ''})"
+                                                                  for m, b, c in sizes)
+                 + ", amp-bf16 beside fp8 (torchao, tensorwise and rowwise), compiled: where FP8 starts to win",
+                 tuple(cells), min(repeats, 2))

@@ -13,7 +13,7 @@ from typing import Any
 
 from runner import analysis as an
 from runner import safewrite
-from runner.kit import headline, reference, transformer
+from runner.kit import headline, levers, reference, transformer
 from runner.kit.cells import MIB, CellResult, _md, _num, _ratio, published
 from runner.kit.settings import KitView
 from runner.report import fmt
@@ -56,7 +56,9 @@ class Page:
         parts = [self.header(), self.headline(), self.time_section(), self.resnet50_section(),
                  transformer.section(self.phase("gpt2-124m"), self.doc), self.recipe_section(),
                  self.breakdown_section(), self.ngc_section(), self.vgg_section(), self.mnist_section(),
-                 self.wrn_section(), self.left_section()]
+                 self.wrn_section(), levers.resnet_fastest_section(self.phase("resnet50-fastest"), self.mlperf(), self.doc),
+                 levers.gpt2_levers_section(self.phase("gpt2-levers"), self.doc),
+                 transformer.by_size_section(self.phase("fp8-by-size"), self.doc), self.left_section()]
         return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
     # --- device and time -------------------------------------------------------------------------------
@@ -145,10 +147,13 @@ class Page:
         return None
 
     def headline(self) -> str:
+        return headline.section(self.phase("headline"), self.phase("resnet50"), self.published_amp(), self.mlperf(),
+                                self.doc)
+
+    def mlperf(self) -> float | None:
         pub = self.published_amp()
         mlperf = self.pub["resnet50-amp-per-gpu"].get("mlperf_img_s", {}).get(pub[0]) if pub else None
-        return headline.section(self.phase("headline"), self.phase("resnet50"), pub,
-                                float(mlperf) if mlperf else None, self.doc)
+        return float(mlperf) if mlperf else None
 
     def published_amp(self) -> tuple[str, float] | None:
         name = self.gpu_name().upper()

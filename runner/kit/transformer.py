@@ -140,3 +140,59 @@ def section(cells: list[CellResult], doc: dict[str, Any]) -> str:
     if sources:
         lines += [f"- peak: {s}" for s in sources]
     return "\n".join(lines).rstrip()
+
+
+BY_SIZE_BASE = "amp-bf16"
+
+
+def by_size_section(cells: list[CellResult], doc: dict[str, Any]) -> str:
+    """FP8 by size: per GPT-2 size and FP8 recipe, FP8's tok/s over amp-bf16's at the same size and batch, with Welch's
+    p-value and the decision `matrix compare` gives, both rows' MFU, and both rows' loss at the latest step both kept
+    (FP8 must win at the same loss after the same steps); the numbers go into doc["fp8-by-size"]."""
+    if not cells:
+        return ""
+    u = unit(cells)
+    t = Table(["model", "parameters", "batch x tokens", "checkpointed", "fp8 recipe", f"{BY_SIZE_BASE} {u}",
+               f"fp8 {u}", "fp8 ÷ bf16", "p (Welch)", "decision", "MFU bf16 / fp8 (%)", "loss at step",
+               "loss bf16", "loss fp8", "status bf16 / fp8"], align=["l"] * 5 + ["r"] * 9 + ["l"])
+    rows = []
+    models = list(dict.fromkeys(str(r.cell.params.get("model")) for r in cells))
+    for model in models:
+        same = [r for r in cells if r.cell.params.get("model") == model]
+        base = next((r for r in same if r.cell.params.get("precision") == BY_SIZE_BASE), None)
+        for res in (r for r in same if r.cell.params.get("precision") == "fp8"):
+            p = res.cell.params
+            vs = versus(res, base)
+            step = common_step([res, base] if base else [res])
+            params_count = parameters(res.ok + (base.ok if base else []))
+            t.add(model, (f"{params_count / 1e6:,.{0 if params_count >= 1e7 else 2}f}M" if params_count else DASH),
+                  f"{p.get('batch_size')} x {p.get('seq_len')}", "yes" if p.get("checkpoint") else "no",
+                  str(p.get("fp8_recipe")), base.text("throughput") if base else DASH, res.text("throughput"),
+                  fmt.ratio(vs["ratio"]), fmt.p_value(vs["p_value"]), vs["words"] or DASH,
+                  f"{base.text('mfu', 100.0) if base else DASH} / {res.text('mfu', 100.0)}", step or DASH,
+                  loss_at(base, step) if base else DASH, loss_at(res, step),
+                  f"{base.statuses if base else DASH} / {res.statuses or DASH}")
+            rows.append({"model": model, "parameters": params_count, "params": p, "ratio_to_bf16": vs["ratio"],
+                         "p_value": vs["p_value"], "decision": vs.get("decision"), "loss_step": step,
+                         "bf16_mean": base.mean("throughput") if base else None, "fp8_mean": res.mean("throughput"),
+                         "fp8": fp8_record(res)})
+    doc["fp8-by-size"] = rows
+    lines = ["## FP8 by size: GPT-2 124M to 1.5B, FP8 beside amp-bf16", "",
+             f"Each GPT-2 size compiled at {BY_SIZE_BASE} and in FP8 through torchao (tensorwise and rowwise scaling), "
+             "at a batch that fits an 80 GB GPU (activation checkpointing where it would not: the same on both sides, "
+             "so its recomputation is in both). `fp8 ÷ bf16` is FP8's mean over BF16's at the same size and batch, "
+             "with Welch's p-value and the decision `matrix compare` gives; the losses are both rows' at the latest "
+             "step both kept: FP8 wins only where it is faster at the same loss after the same steps. MFU is over the "
+             "BF16 dense peak on both sides.", "", _md(t)]
+    if any(r["fp8"] for r in rows):
+        lines += [""] + [f"- {r['model']} fp8 ({r['params'].get('fp8_recipe')}): {r['fp8']}" for r in rows if r["fp8"]]
+    return "\n".join(lines).rstrip()
+
+
+def parameters(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """The model's parameter count as the benchmark's workload record gives it (the result as bench printed it)."""
+    for r in rows:
+        count = (((r.get("raw") or {}).get("workload") or {}).get("parameters"))
+        if isinstance(count, int):
+            return count
+    return None
