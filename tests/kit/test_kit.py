@@ -27,6 +27,7 @@ from runner.store import Store
 from tests.conftest import ROOT
 
 KIT = ROOT / "scripts" / "gpu_evidence.py"
+LATER = ("resnet50-fastest", "gpt2-levers", "fp8-by-size")  # issue 38's phases, after every other
 
 
 def kit(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -75,7 +76,7 @@ def test_no_image_phase_gets_an_fp8_cell(dry: bool) -> None:
     """The ResNet-50 grid looped over the project's precisions, which gained fp8 (a transformer's precision: FP8
     training converts linear layers, a ResNet's convolutions stay BF16): 14 cells, two of them fp8."""
     for ph in plan.build(dry=dry, data_dir="x"):
-        if ph.name in ("gpt2-first", "gpt2-124m", "more-repeats"):
+        if ph.name in ("gpt2-first", "gpt2-124m", "more-repeats", "fp8-by-size"):
             continue
         assert not [c for c in ph.cells if c.get("precision") == "fp8"], ph.name
     assert len(phases()["resnet50"].cells) == 2 * len(plan.IMAGE_PRECISIONS) == 12
@@ -100,8 +101,9 @@ def test_the_gpt2_cells_warm_up_up_to_180_s_and_measure_windows_of_10_s(tmp_path
     for c in k.cells:
         run = matrix.parse(k.matrix_text(c, 2), tmp_path / "m.yaml").cells()[0].run
         doc = yaml.safe_load(k.matrix_text(c, 2))["run"]
-        if c.params["model"] == "gpt2_124m":
-            assert doc["warmup"]["max_time"] == 180.0 and doc["iterations"]["min_time"] >= 5.0, doc
+        if c.params["model"] in plan.LIMITS:  # every GPT-2 size: its own warm-up ceiling, windows of 5 s or more
+            assert doc["warmup"]["max_time"] == plan.LIMITS[c.params["model"]][1] >= 180.0, doc
+            assert doc["iterations"]["min_time"] >= 5.0, doc
         else:
             assert doc["iterations"]["min_time"] < 5.0, doc
         assert run.calibrated
@@ -115,12 +117,12 @@ def test_the_headline_comes_first_then_the_recipe_then_each_grid_once_then_more_
     repeat each) comes third: the first call's answer to today's training."""
     order = [p.name for p in plan.build(data_dir="x")]
     assert order[:4] == ["headline", "reference", "gpt2-first", "recipe-2018"]
-    assert order[-2:] == ["gpt2-124m", "more-repeats"]
+    assert order[-5:] == ["gpt2-124m", "more-repeats", *LATER]  # issue 38's levers after everything else
     grids = phases()
     first = grids["gpt2-first"]
     assert first.repeats == 1 and [(c["precision"], c.get("fp8_recipe")) for c in first.cells] == [
         ("bf16", None), ("fp8", "tensorwise")]
-    order = [n for n in order if n != "gpt2-first"]
+    order = [n for n in order if n not in ("gpt2-first", *LATER)]
     assert all(grids[n].repeats == 1 for n in order[3:-2])
     more = grids["more-repeats"]
     assert more.first_repeat == 1 and list(more.wanted()) == [1, 2]
@@ -140,6 +142,60 @@ def test_the_first_call_holds_the_headline_the_loop_and_gpt2_in_nine_minutes(tmp
     used = int(line.split("~")[-1].split(" s of its")[0])
     assert used <= 540 and "of its 540 s" in line, line
     assert ("recipe-2018" not in line)
+
+
+def test_resnet50_fastest_is_the_static_fp16_graph_under_max_autotune_beside_the_headlines_fastest() -> None:
+    ph = phases()
+    cells = ph["resnet50-fastest"].cells
+    assert plan.cell_id(cells[0]) == plan.cell_id(ph["headline"].cells[-1])  # the headline's fastest, not run again
+    assert all(c["model"] == "resnet50" and c["cuda_graphs"] and c["optimizer_impl"] == "fused" and c["compile"]
+               and c["channels_last"] for c in cells)
+    static = [c for c in cells if c["precision"] == "amp"]
+    assert [c["batch_size"] for c in static] == [256, 512]
+    assert all(c["loss_scale"] == 256.0 and c["compile_mode"] == "max-autotune" for c in static)
+    assert [(c["precision"], c["compile_mode"]) for c in cells[:2]] == [("amp-bf16", "default"),
+                                                                         ("amp-bf16", "max-autotune")]
+    assert ph["resnet50-fastest"].repeats == 2
+
+
+def test_gpt2_levers_add_one_lever_a_row_from_the_gpt2_phases_cell() -> None:
+    ph = phases()
+    cells = ph["gpt2-levers"].cells
+    amp = next(c for c in ph["gpt2-124m"].cells if c["precision"] == "amp-bf16")
+    assert plan.cell_id(cells[0]) == plan.cell_id(amp)
+    steps = [{k: v for k, v in b.items() if a.get(k) != v} for a, b in zip(cells, cells[1:], strict=False)]
+    assert steps == [{"optimizer": "adamw", "optimizer_impl": "fused"}, {"loss_impl": "chunked"},
+                     {"attention": "flash"}, {"cuda_graphs": True}, {"attention": "cudnn"}]
+    assert all(c["model"] == "gpt2_124m" and c["compile"] and c["precision"] == "amp-bf16" for c in cells)
+
+
+def test_fp8_by_size_fits_80_gb_and_shares_124ms_cells() -> None:
+    ph = phases()
+    cells = ph["fp8-by-size"].cells
+    sizes = {(c["model"], c["batch_size"], bool(c.get("checkpoint"))) for c in cells}
+    assert sizes == {("gpt2_124m", 32, False), ("gpt2_350m", 32, False), ("gpt2_774m", 16, False),
+                     ("gpt2_1558m", 16, True)}
+    for model in ("gpt2_124m", "gpt2_350m", "gpt2_774m", "gpt2_1558m"):
+        assert {(c["precision"], c.get("fp8_recipe")) for c in cells if c["model"] == model} == {
+            ("amp-bf16", None), ("fp8", "tensorwise"), ("fp8", "rowwise")}
+    assert all(c["compile"] and c["seq_len"] == 1024 for c in cells)
+    assert {plan.cell_id(c) for c in ph["gpt2-124m"].cells if c["precision"] != "bf16"} == {
+        plan.cell_id(c) for c in cells if c["model"] == "gpt2_124m"}
+    small = phases(dry=True)["fp8-by-size"].cells
+    assert {c["model"] for c in small} == {"gpt_tiny", "gpt_small"} and any(c.get("checkpoint") for c in small)
+
+
+def test_the_later_phases_costs_are_estimates_scaled_from_124m() -> None:
+    """Not measured yet: the larger GPT-2s compile for 124M's seconds times their layers over 12; max-autotune for 3x
+    the default's; each repeat still fits a call's 540 s."""
+    gpt = {"model": "gpt2_124m", "precision": "fp8", "device": "cuda", "compile": True}
+    for model, layers in (("gpt2_350m", 24), ("gpt2_774m", 36), ("gpt2_1558m", 48)):
+        assert plan.compile_seconds({**gpt, "model": model}, False) == pytest.approx(61.0 * layers / 12, rel=0.01)
+    rn = {"model": "resnet50", "precision": "amp", "device": "cuda", "compile": True}
+    assert plan.compile_seconds({**rn, "compile_mode": "max-autotune"}, False) == 3 * plan.compile_seconds(rn, False)
+    for phase in plan.build(data_dir="x"):
+        for c in phase.cells:
+            assert plan.guess_seconds(c, 2.0, 3.0) < plan.CALL_MEASURE_S, c
 
 
 def test_the_plan_model_is_the_measured_costs() -> None:
@@ -164,8 +220,9 @@ def test_the_headline_and_every_grid_at_one_repeat_fit_an_hour_in_six_calls(tmp_
     names = [ln.split("] phase ")[1].split()[1].rstrip(":") for ln in lines]
     assert names == [p.name for p in plan.build(data_dir="x")]
     assert all("device min" in ln and "min of lease in" in ln for ln in lines)
-    last_grid = lines[-3]  # the line before GPT-2's and more-repeats': the lease so far
-    assert "gpt2-124m" in lines[-2] and "more-repeats" in lines[-1]
+    gpt2_line = names.index("gpt2-124m")
+    last_grid = lines[gpt2_line - 1]  # the line before GPT-2's and more-repeats': the lease so far
+    assert "more-repeats" in lines[gpt2_line + 1] and names[gpt2_line + 2:] == list(LATER)
     minutes = int(last_grid.split("(so far ~")[1].split(" min")[0])
     calls = int(last_grid.split("min of lease in ")[1].split(" calls")[0])
     assert minutes <= 60 and calls <= 6, last_grid
@@ -300,6 +357,18 @@ def test_dry_run_runs_every_phase_and_writes_the_report(dry: dict[str, Any]) -> 
     assert "tok/s (mean ± std)" in gpt and "img/s" not in gpt and "gpt_tiny" in gpt
     assert "fp8 (tensorwise): fp8 training needs an NVIDIA GPU with FP8 tensor cores" in gpt
     assert [r["statuses"] for r in doc["gpt2"]] == ["1 ok", "1 unsupported"]
+    # Issue 38's phases: every lever a CPU has runs; each one it lacks says why in one sentence.
+    fastest = page.split("## ResNet-50 fastest")[1].split("\n## ")[0]
+    assert "CUDA graphs need a CUDA device; this run trains on cpu" in fastest
+    assert "amp (FP16 mixed precision) is not supported on CPU" in fastest and "loss_scale=256.0" in fastest
+    levers = page.split("## GPT-2 124M levers")[1].split("\n## ")[0]
+    assert [r["statuses"] for r in doc["gpt2-levers"]] == ["1 ok"] * 4 + ["1 unsupported"]
+    assert "loss_impl=chunked" in levers and "attention=flash" in levers and "optimizer=adamw" in levers
+    assert "CUDA graphs need a CUDA device" in levers
+    by_size = page.split("## FP8 by size")[1].split("\n## ")[0]
+    assert [(r["model"], r["params"].get("checkpoint")) for r in doc["fp8-by-size"]] == [
+        ("gpt_tiny", None), ("gpt_small", True)]
+    assert "fp8 training needs an NVIDIA GPU with FP8 tensor cores" in by_size and "tok/s" in by_size
     log = (dry["state"] / "kit.log").read_text()
     assert "precision=bf16: " in log and " tok/s over " in log
     assert (dry["out"] / "matrix" / "report.json").exists() and (dry["out"] / "matrix" / "report.html").exists()
