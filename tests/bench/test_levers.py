@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from runner import matrix
-from runner.analysis.frame import recipe
+from runner.analysis.recipes import recipe
 from runner.bench import graphs, levers, models, optim, training
 from runner.bench import precision as recipes
 from runner.bench.errors import Unsupported
