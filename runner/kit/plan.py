@@ -276,8 +276,8 @@ STATIC_FP16 = {"precision": "amp", "loss_scale": 256.0}  # FP16 autocast with a 
 # GPT-2 at each size, 1024 tokens a sequence: (model, batch, activation checkpointing). Batch 32 where it fits an
 # 80 GB GPU without recomputing (by the usual count: ~36 x width bytes a token and a layer of activations in BF16, the
 # logits and their FP32 copies ~0.5 MB a token, 12 bytes a weight for FP32 weights, gradients and momentum; 124M
-# measured 28.9 GB at batch 32); 774M at batch 16 (~46 GB); 1.5B at batch 16 only with each block recomputed (~35 GB;
-# without, ~72 GB, too near 80).
+# measured 28.9 GB allocated and 38.4 GB reserved at batch 32: the allocator keeps a third more); 774M at batch 16
+# (~46 GB); 1.5B at batch 16 only with each block recomputed (~35 GB; without, ~72 GB, past 80 with the reserve).
 GPT2_SIZES = (("gpt2_124m", 32, False), ("gpt2_350m", 32, False), ("gpt2_774m", 16, False),
               ("gpt2_1558m", 16, True))
 
