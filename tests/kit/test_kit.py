@@ -362,9 +362,10 @@ def test_dry_run_runs_every_phase_and_writes_the_report(dry: dict[str, Any]) -> 
     assert "CUDA graphs need a CUDA device; this run trains on cpu" in fastest
     assert "amp (FP16 mixed precision) is not supported on CPU" in fastest and "loss_scale=256.0" in fastest
     levers = page.split("## GPT-2 124M levers")[1].split("\n## ")[0]
-    assert [r["statuses"] for r in doc["gpt2-levers"]] == ["1 ok"] * 4 + ["1 unsupported"]
+    assert [r["statuses"] for r in doc["gpt2-levers"]] == ["1 ok"] * 4 + ["1 unsupported"] * 2
     assert "loss_impl=chunked" in levers and "attention=flash" in levers and "optimizer=adamw" in levers
     assert "CUDA graphs need a CUDA device" in levers
+    assert "the cudnn backend of scaled_dot_product_attention cannot run here (cpu" in levers
     by_size = page.split("## FP8 by size")[1].split("\n## ")[0]
     assert [(r["model"], r["params"].get("checkpoint")) for r in doc["fp8-by-size"]] == [
         ("gpt_tiny", None), ("gpt_small", True)]
