@@ -24,7 +24,8 @@ _INTEGRAL = 1e-12     # relative: how close to a whole multiple a float must be 
 
 
 def value_quanta(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Per value, the largest power of ten (at most the value itself) of which it is a whole multiple, to a
+    """Per value, the largest power of ten (at most a tenth of the value: two digits printed at least) of which it is a
+    whole multiple, to a
     millionth of a millionth (so a float of many digits gets a quantum near 1e-12 of itself: negligible); 0 for 0 and for
     values that are not finite."""
     v = np.abs(np.asarray(values, dtype=float))
@@ -35,7 +36,9 @@ def value_quanta(values: Sequence[float] | np.ndarray) -> np.ndarray:
     x = v[good][:, None]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         r = x / _POWERS[None, :]
-        integral = (np.abs(r - np.round(r)) <= _INTEGRAL * np.maximum(r, 1.0)) & (_POWERS[None, :] <= x * (1 + 1e-12))
+        # At most the place of the value's second significant digit: a printer shows two digits at least ("1.0e2"),
+        # so 10 read alone is 10 to the unit, not to the ten.
+        integral = (np.abs(r - np.round(r)) <= _INTEGRAL * np.maximum(r, 1.0)) & (_POWERS[None, :] <= x * (0.1 + 1e-12))
     # The largest power of ten that divides the value; none (a float of many digits): its own last digit, ~0.
     idx = np.where(integral.any(axis=1), integral.shape[1] - 1 - np.argmax(integral[:, ::-1], axis=1), -1)
     out[good] = np.where(idx >= 0, _POWERS[np.clip(idx, 0, None)], 0.0)

@@ -31,9 +31,10 @@ def printed(rows: list[dict[str, Any]], resolution_: dict[str, float] | None = N
 def test_the_quantum_of_printed_values_is_the_finest_power_of_ten_they_all_share() -> None:
     assert resolution.quantum([100.0, 110.0, 100.0]) == 10.0
     assert resolution.quantum([104.7, 105.3]) == pytest.approx(0.1)
-    assert resolution.quantum([0.30000000000000004, 0.1]) == pytest.approx(0.1)
+    assert resolution.quantum([0.1 * 3 * 10, 1.2]) == pytest.approx(0.1)  # 3.0000000000000004: still to the tenth
     assert resolution.quantum([4663.2134567891]) < 1e-6 * 4663  # a computed float: negligible
-    assert resolution.quantum([100.0], recorded=[0.5]) == 100.0 and resolution.quantum([104.7], [0.5]) == 0.5
+    assert resolution.quantum([100.0], recorded=[0.5]) == 10.0 and resolution.quantum([104.7], [0.5]) == 0.5
+    assert resolution.quantum([10.0, 10.0]) == 1.0  # two digits printed at least: "10", not "1e1"
 
 
 def decide(va: list[float], vb: list[float], **kw: Any) -> tuple[gate.Check, dict[str, Any]]:
