@@ -9,9 +9,10 @@ from typing import Any
 
 from runner import analysis as an
 from runner.errors import ConfigError, StoreError
+from runner.report.formats import FORMATS
 from runner.store import Store
 
-REPORT_FORMATS = ("md", "html", "csv", "json")
+REPORT_FORMATS = tuple(FORMATS.names())  # runner/report/formats/: every registered format
 DEFAULT_REPORT_FORMATS = ("md", "html")
 COMPARE_FORMATS = ("md", "csv", "json")
 # Reports land under the untracked results/ by default; reports/ holds only what is committed on purpose.
@@ -103,7 +104,7 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
     """
     from runner.report import render, views
 
-    fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, REPORT_FORMATS, "report")
+    fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, tuple(FORMATS.names()), "report")
     infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
     df, records, name = _frame(infos, run_ids, newest(rows), db)
     model = views.build(df, records, name, history=_history(rows))

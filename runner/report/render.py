@@ -16,7 +16,6 @@ import jinja2
 import pandas as pd
 
 from runner import analysis as an
-from runner import safewrite
 from runner.report import fmt, labels, views
 from runner.report import pairs as pair_views
 from runner.report.fmt import Cell, MdSafe, Table, records
@@ -25,7 +24,6 @@ from runner.report.pairs import comparison_doc
 if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
     from runner.report.plots import Plot
 
-REPORT_MODE = 0o644  # a report is for others to read (under the umask)
 JSON_SCHEMA = 2  # of report.json and `compare --format json`; bump when a field changes meaning
 # 2: cells carry their definition (cell_key, run settings); names with more than one definition are listed;
 # pairs carry a decision (pass/fail/undecided) and p adjusted for the false discovery rate.
@@ -103,34 +101,21 @@ def slug(name: str) -> str:
 
 
 def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) -> list[Path]:
-    """Write the report in each format into `out`; returns the files written (plots included). Each file through
-    runner/safewrite.py: a link or a FIFO planted at a report's name (or at plots/) is refused, never followed."""
+    """Write the report in each format (runner/report/formats/: one module each) into `out`; returns the files
+    written (plots included). Each file through runner/safewrite.py: a link or a FIFO planted at a report's name (or
+    at plots/) is refused, never followed."""
+    from runner.report.formats import FORMATS
+
     out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    chosen = [FORMATS.get(name) for name in formats]
+    kinds = {k for f in chosen for k in f.plots}
     plots: list[Plot] = []
-    if "md" in formats or "html" in formats:
+    if kinds:
         from runner.report.plots import make_plots
 
-        plots = make_plots(model.summary, model.scaling_df, svg="html" in formats, png="md" in formats,
+        plots = make_plots(model.summary, model.scaling_df, svg="svg" in kinds, png="png" in kinds,
                            history=model.history_df)
-    if "md" in formats:
-        shown = []
-        for p in plots:
-            if p.png is None:
-                continue
-            path = safewrite.folder(out / "plots") / f"{p.name}.png"
-            written.append(safewrite.write_bytes(path, p.png, mode=REPORT_MODE))
-            shown.append({"title": p.title, "path": f"plots/{p.name}.png"})
-        written.append(_write(out / "report.md", render_template("report.md.j2", r=model, plots=shown)))
-    if "html" in formats:
-        svgs = [{"title": p.title, "name": p.name, "svg": trusted_svg(p)} for p in plots if p.svg]
-        written.append(_write(out / "report.html", render_template("report.html.j2", r=model, plots=svgs)))
-    if "csv" in formats:
-        written.append(_write(out / "summary.csv", fmt.csv_text(model.summary)))
-        written.append(_write(out / "repeats.csv", fmt.csv_text(repeats_frame(model.frame))))
-    if "json" in formats:
-        written.append(_write(out / "report.json", report_json(model)))
-    return written
+    return [path for f in chosen for path in f.write(model, out, plots)]
 
 
 def trusted_svg(p: Plot) -> Any:
@@ -138,10 +123,6 @@ def trusted_svg(p: Plot) -> Any:
     from markupsafe import Markup
 
     return Markup(p.svg or "")
-
-
-def _write(path: Path, text: str) -> Path:
-    return safewrite.write_text(path, text, mode=REPORT_MODE)
 
 
 # --- compare ----------------------------------------------------------------------------------
