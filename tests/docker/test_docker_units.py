@@ -11,6 +11,7 @@ import pytest
 from runner.backends import docker as dk
 from runner.backends.base import NotStarted
 from runner.backends.docker import engine, payload, podman
+from runner.backends.docker.engines import ENGINES
 from runner.context import RunContext
 from runner.errors import ConfigError
 from runner.results import Status
@@ -198,12 +199,11 @@ def test_naming_an_engine_measures_anew_and_leaving_it_unset_keeps_the_old_keys(
 def test_gpus_go_to_podman_as_cdi_devices_and_never_as_device_requests(gpus: Any, devices: list[str]) -> None:
     if engine.SDK_MISSING:
         pytest.skip(engine.SDK_MISSING)
-    spec = engine.ContainerSpec(image_id="i", name="n", labels={}, env={}, network="none", mounts=(), gpus=gpus,
-                                cdi=True)
-    options = spec.options()
+    spec = engine.ContainerSpec(image_id="i", name="n", labels={}, env={}, network="none", mounts=(), gpus=gpus)
+    options = spec.options(ENGINES.get("podman"))
     assert options["devices"] == devices and "device_requests" not in options
-    assert engine.ContainerSpec(**{**spec.__dict__, "cdi": False}).options()["device_requests"] == \
-        engine.device_requests(gpus)
+    assert spec.options(ENGINES.get("docker"))["device_requests"] == engine.device_requests(gpus)
+    assert "devices" not in spec.options(ENGINES.get("docker"))
     assert podman.cdi_devices(gpus) == devices
 
 

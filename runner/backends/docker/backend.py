@@ -127,7 +127,7 @@ class DockerBackend(SequentialBackend):
                     engine.LABEL_HOST: socket.gethostname(), engine.LABEL_PID: str(os.getpid())},
             env={**env.env, "PYTHONUNBUFFERED": "1"}, network=env.network,
             mounts=[(str(Path(m.source).expanduser().resolve()), m.target, m.read_only) for m in env.mounts],
-            gpus=env.gpus, shm_size=env.shm_size, ipc=env.ipc, user=env.user, cdi=session.kind == "podman")
+            gpus=env.gpus, shm_size=env.shm_size, ipc=env.ipc, user=env.user)
         try:
             data = payload.payload(self.files, env.user or image.user)
         except Changed as e:

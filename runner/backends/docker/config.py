@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from runner.backends.docker.engines import ENGINES
 from runner.errors import ConfigError
 from runner.spec import EnvironmentBase
 
@@ -25,10 +26,10 @@ class DockerEnvironment(EnvironmentBase):
     network: str = "none"
     user: str | None = None
     pull: Literal["missing", "always", "never"] = "missing"
-    engine: Literal["docker", "podman"] | None = Field(
-        default=None, description="which engine runs the container: docker (DOCKER_HOST or the Docker context), "
-        "podman (its Docker-compatible API: MATRIX_PODMAN_HOST, CONTAINER_HOST or /run/podman/podman.sock); "
-        "unset: whatever DOCKER_HOST or the context points at")
+    engine: str | None = Field(
+        default=None, description="which engine runs the container, by its registered name (engines.py): docker "
+        "(DOCKER_HOST or the Docker context), podman (its Docker-compatible API: MATRIX_PODMAN_HOST, CONTAINER_HOST "
+        "or /run/podman/podman.sock); unset: whatever DOCKER_HOST or the context points at")
     measured_fields = ("image", "gpus")
 
     def identity(self) -> dict[str, Any]:
@@ -37,6 +38,14 @@ class DockerEnvironment(EnvironmentBase):
         if self.engine:
             ident["engine"] = self.engine
         return ident
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str | None) -> str | None:
+        if value is not None and value not in ENGINES:
+            names = [repr(n) for n in ENGINES.names()]
+            raise ValueError(f"{value!r} is not allowed; allowed: {', '.join(names[:-1])} or {names[-1]}")
+        return value
 
     @field_validator("gpus")
     @classmethod

@@ -3,14 +3,16 @@
 The Docker SDK is an optional extra (`pip install 'matrix-bench[docker]'`); without it this
 module still imports, and `connect` says what to install. The client comes from
 `docker.from_env()`, so DOCKER_HOST and the current Docker context are respected; the `docker`
-CLI is never run. Podman's Docker-compatible API (`podman system service`) is the same client at
-Podman's socket (`engine: podman`, or DOCKER_HOST pointing there); which engine answered is read
-from its version, and GPUs go to Podman as CDI devices, since it ignores Docker's device requests. Every container is labelled with the run id so that `matrix clean` can reap
-what a killed run left behind, and a session removes every container it made when it closes.
+CLI is never run. Which engine is asked for, how it is reached, recognised and given GPUs, and what its
+refusals mean are the engine's own (engines.py: Docker in dockerd.py, Podman's Docker-compatible API in
+podman.py); this module never branches on an engine's name. Every container is labelled with the run id
+so that `matrix clean` can reap what a killed run left behind, and a session removes every container it
+made when it closes.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -18,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from runner.backends.base import NotStarted
-from runner.backends.docker.address import engine_address as engine_address
-from runner.backends.docker.address import engine_hint
-from runner.backends.docker.podman import NO_CDI, NO_RLIMIT, cdi_devices, podman_address
+from runner.backends.docker.engines import EngineKind, engine, identify
+from runner.backends.docker.engines import engine_address as engine_address
+from runner.backends.docker.engines import engine_hint as engine_hint
 
 try:
     import docker
@@ -42,17 +44,6 @@ LABEL_ENV = "matrix.environment"
 LABEL_HOST = "matrix.host"
 LABEL_PID = "matrix.pid"
 
-NO_GPU_RUNTIME = (
-    "environment {env!r} asks for GPUs (gpus: {gpus}) but this Docker engine has no NVIDIA runtime "
-    "({detail}). Install the NVIDIA Container Toolkit (apt-get install nvidia-container-toolkit), "
-    "configure it with `nvidia-ctk runtime configure --runtime=docker` and restart dockerd; "
-    "or drop `gpus` to run on the CPU."
-)
-
-
-ENGINES = ("docker", "podman")
-
-
 class EngineUnavailable(Exception):
     """No engine answers (or the SDK is missing, or another engine answers than asked for): the
     message says what to do."""
@@ -60,6 +51,18 @@ class EngineUnavailable(Exception):
 
 def sdk_version() -> str | None:
     return None if SDK_MISSING else str(getattr(docker, "__version__", "?"))
+
+
+def default_address() -> str:
+    """Where `docker.from_env()` looks for the engine: DOCKER_HOST, else the current Docker context."""
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    try:
+        from docker.context import ContextAPI
+        context = ContextAPI.get_current_context()
+        return f"{context.Host} (context {context.name})" if context and context.Host else "unix:///var/run/docker.sock"
+    except Exception:  # noqa: BLE001 - a broken CLI config (or no SDK) only makes this description vaguer
+        return "unix:///var/run/docker.sock"
 
 
 def device_requests(gpus: Any) -> list[Any]:
@@ -84,7 +87,8 @@ class ImageFacts:
 
 @dataclass(frozen=True)
 class ContainerSpec:
-    """What a container of one environment is made of (no SDK types: `Engine.start` converts)."""
+    """What a container of one environment is made of (no SDK types: `Engine.start` converts; its GPUs go in
+    as the engine takes them)."""
 
     image_id: str
     name: str
@@ -97,19 +101,15 @@ class ContainerSpec:
     ipc: str | None = None
     user: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    cdi: bool = False  # GPUs as CDI devices (Podman), not as Docker's device requests
 
-    def options(self) -> dict[str, Any]:
+    def options(self, kind: EngineKind) -> dict[str, Any]:
         shared_ipc = bool(self.ipc) and (self.ipc == "host" or str(self.ipc).startswith("container:"))
         options: dict[str, Any] = {
             "labels": self.labels, "environment": self.env, "network_mode": self.network,
             "mounts": [Mount(target=t, source=s, type="bind", read_only=ro) for s, t, ro in self.mounts],
             "privileged": False, "detach": True, "stdin_open": False, "tty": False,
         }
-        if self.cdi:
-            options["devices"] = cdi_devices(self.gpus)  # Podman 4 ignores device requests: no silent CPU run
-        else:
-            options["device_requests"] = device_requests(self.gpus)
+        options.update(kind.gpu_options(self.gpus))
         if self.shm_size and not shared_ipc:
             options["shm_size"] = self.shm_size
         if self.ipc:
@@ -120,42 +120,43 @@ class ContainerSpec:
 
 
 def connect(timeout: int = API_TIMEOUT, kind: str | None = None) -> Engine:
-    """A session with an engine that answers: Podman's API for kind "podman", else the one DOCKER_HOST
+    """A session with an engine that answers: the engine `kind` names (engines.py), else the one DOCKER_HOST
     or the current context points at; with a kind, the engine that answers must be that one."""
     if SDK_MISSING:
         raise EngineUnavailable(SDK_MISSING)
-    address = engine_address(kind)
+    asked = engine(kind)
+    address = asked.address()
     try:
-        client = (docker.DockerClient(base_url=podman_address(), timeout=timeout) if kind == "podman"
-                  else docker.from_env(timeout=timeout))
+        url = asked.base_url()
+        client = docker.DockerClient(base_url=url, timeout=timeout) if url else docker.from_env(timeout=timeout)
         client.ping()
-        session = Engine(client, address, client.version())
+        session = Engine(client, address, client.version(), kind)
     except ENGINE_ERRORS as e:
-        raise EngineUnavailable(f"{engine_hint(kind)} ({e})") from e
+        raise EngineUnavailable(f"{asked.unreachable(address)} ({e})") from e
     if kind and session.kind != kind:
         session.client.close()
         raise EngineUnavailable(f"the engine at {address} is {session.describe_kind()}, not {kind}: "
-                                + ("unset DOCKER_HOST, or set engine: podman on the environment" if kind == "docker"
-                                   else "set MATRIX_PODMAN_HOST to Podman's socket"))
+                                + asked.not_this())
     return session
 
 
 class Engine:
     """One session with the engine: the containers it made are removed by `close`."""
 
-    def __init__(self, client: Any, address: str = "", version: dict[str, Any] | None = None) -> None:
+    def __init__(self, client: Any, address: str = "", version: dict[str, Any] | None = None,
+                 asked: str | None = None) -> None:
         self.client = client
         self.address = address
         self.created: list[str] = []
         version = version or {}
         components = [str(c.get("Name", "")) for c in version.get("Components") or []]
-        # Podman's API answers Docker's calls and names itself in the version's components.
-        self.kind = "podman" if any(c.startswith("Podman") for c in components) else "docker"
+        self.kind = identify(components, asked)  # which engine answered, by its version's components
+        self.engine: EngineKind = engine(self.kind)
         self.version = str(version.get("Version", "?"))
         self.api_version = str(version.get("ApiVersion", "?"))
 
     def describe_kind(self) -> str:
-        return f"{'Podman' if self.kind == 'podman' else 'Docker'} {self.version}"
+        return f"{self.engine.title} {self.version}"
 
     def facts(self) -> dict[str, str]:
         """Which engine ran a result: stored with it, in the same words as a Slurm container runtime's."""
@@ -230,16 +231,15 @@ class Engine:
         """A running container of the spec with `data` (a tar) unpacked at /: the first of `commands`
         the image can run keeps it alive. `what` names the environment in errors."""
         last: Exception | None = None
-        options = spec.options()
+        options = spec.options(self.engine)
+        env = spec.labels.get(LABEL_ENV)
         for command in commands:
             try:
                 container = self.client.containers.create(spec.image_id, list(command), name=spec.name, **options)
             except ENGINE_ERRORS as e:
                 text = str(getattr(e, "explanation", None) or e)
-                if spec.cdi and "nvidia.com/gpu" in text:
-                    raise NotStarted(NO_CDI.format(env=spec.labels.get(LABEL_ENV), gpus=spec.gpus, detail=text,
-                                                   devices=", ".join(cdi_devices(spec.gpus)))) from e
-                raise NotStarted(f"cannot create a container of {what}: {text}") from e
+                reason = self.engine.refused(text, env, spec.gpus, what, started=False)
+                raise NotStarted(reason or f"cannot create a container of {what}: {text}") from e
             # containers.run(remove=True) leaves a container behind when start fails: track and remove ourselves.
             self.created.append(str(container.id))
             try:
@@ -249,14 +249,13 @@ class Engine:
             except APIError as e:
                 self.remove(str(container.id))
                 text = str(e.explanation or e)
-                if "could not select device driver" in text or "nvidia" in text.lower() and "gpu" in text.lower():
-                    raise NotStarted(NO_GPU_RUNTIME.format(env=spec.labels.get(LABEL_ENV), gpus=spec.gpus,
-                                                           detail=text)) from e
+                reason = self.engine.refused(text, env, spec.gpus, what, started=True)
+                if reason:
+                    raise NotStarted(reason) from e
                 if "executable file not found" in text or "no such file or directory" in text:
                     last = e
                     continue
-                hint = NO_RLIMIT if "setting rlimit" in text else ""
-                raise NotStarted(f"cannot start a container of {what}: {text}{hint}") from e
+                raise NotStarted(f"cannot start a container of {what}: {text}") from e
             except BaseException:
                 self.remove(str(container.id))
                 raise

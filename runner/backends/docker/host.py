@@ -1,4 +1,5 @@
-"""What `matrix doctor` says about Docker here, and what `matrix clean` removes."""
+"""What `matrix doctor` says about the engines here (the one DOCKER_HOST or the context points at, then every
+other registered engine), and what `matrix clean` removes from each of them."""
 
 from __future__ import annotations
 
@@ -6,16 +7,14 @@ import os
 import shutil
 import socket
 import subprocess
-from pathlib import Path
-from typing import Any
 
 from runner.backends.base import Check
 from runner.backends.docker import engine
 from runner.backends.docker.engine import ENGINE_ERRORS
+from runner.backends.docker.engines import DEFAULT, ENGINES
 from runner.errors import BackendError
 
 TEST_IMAGE = "matrix/debian-torch:1.13"
-CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 def doctor() -> list[Check]:
@@ -27,30 +26,34 @@ def doctor() -> list[Check]:
     except engine.EngineUnavailable as e:
         checks.append(Check("docker engine", False, str(e)))
         session = None
+    seen: set[str] = set()
     if session is not None:
-        checks += _engine_checks("docker", session)
-    if session is None or session.kind != "podman":
-        checks += _podman_checks()
+        seen.add(session.kind)
+        checks += _engine_checks(DEFAULT, session)
+    for name in ENGINES.names():  # every other engine, for the environments that name it
+        if name != DEFAULT and name not in seen:
+            checks += _named_checks(name)
     return checks
 
 
 def _engine_checks(name: str, session: engine.Engine) -> list[Check]:
-    """The engine's version and address, what it offers for GPUs, and whether it has the test image."""
+    """The engine's version and address, what it offers for GPUs, and whether it has the test image. `name`: the
+    engine asked for (DEFAULT: whichever DOCKER_HOST or the context points at)."""
     checks: list[Check] = []
     try:
         version, info = session.describe()
         checks.append(Check(f"{name} engine", True,
                             f"{session.describe_kind()} (API {version.get('ApiVersion')}) at "
-                            f"{engine.engine_address(name if name == 'podman' else None)}, storage "
+                            f"{engine.engine_address(name)}, storage "
                             f"{info.get('Driver')}, cgroup v{info.get('CgroupVersion', '?')}"))
         smi = shutil.which("nvidia-smi")
-        checks += [_cdi_check(name, smi) if session.kind == "podman" else _runtime_check(info, smi)]
-        if name == "docker":
+        checks.append(session.engine.gpu_check(name, info, smi))
+        if name == DEFAULT:
             checks.append(_gpus_check(smi))
         short = session.has_image(TEST_IMAGE)
         checks.append(Check(f"{name} test image", True, f"{TEST_IMAGE} ({short})") if short else
                       Check(f"{name} test image", None, f"{TEST_IMAGE} not built: images/debian-torch/build.sh "
-                            + ("(make services)" if name == "docker" else "then scripts/podman-up.sh")))
+                            + ENGINES.get(name).bring_up))
     except ENGINE_ERRORS as e:
         checks.append(Check(f"{name} engine", False, f"the engine answered ping but not info: {e}"))
     finally:
@@ -58,37 +61,13 @@ def _engine_checks(name: str, session: engine.Engine) -> list[Check]:
     return checks
 
 
-def _podman_checks() -> list[Check]:
-    """Podman's Docker-compatible API, for `engine: podman` environments."""
+def _named_checks(name: str) -> list[Check]:
+    """An engine other than the default one, for the environments that name it (`engine: podman`)."""
     try:
-        session = engine.connect(timeout=20, kind="podman")
+        session = engine.connect(timeout=20, kind=name)
     except engine.EngineUnavailable as e:
-        found = shutil.which("podman")
-        return [Check("podman engine", None, (f"podman is installed ({found}) but its API does not answer: "
-                                              if found else "podman not installed: ") + str(e))]
-    return _engine_checks("podman", session)
-
-
-def _cdi_check(name: str, smi: str | None) -> Check:
-    """Podman takes GPUs as CDI devices: a spec from `nvidia-ctk cdi generate` must exist."""
-    specs = [str(p) for d in CDI_DIRS for p in sorted(Path(d).glob("nvidia*")) if p.is_file()]
-    if specs:
-        return Check(f"{name} GPUs (CDI)", True, f"CDI specs: {', '.join(specs)}")
-    return Check(f"{name} GPUs (CDI)", False if smi else None,
-                 f"no NVIDIA CDI spec in {' or '.join(CDI_DIRS)}: environments with `gpus` do not start; "
-                 "run `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`")
-
-
-def _runtime_check(info: dict[str, Any], smi: str | None) -> Check:
-    runtimes = sorted((info.get("Runtimes") or {}).keys())
-    cdi = [d for d in (info.get("CDISpecDirs") or []) if any(Path(d).glob("nvidia*"))]
-    if "nvidia" in runtimes or cdi:
-        how = "nvidia runtime" if "nvidia" in runtimes else f"CDI specs in {', '.join(cdi)}"
-        return Check("docker GPU runtime", True, f"{how} (runtimes: {', '.join(runtimes)})")
-    return Check("docker GPU runtime", False if smi else None,
-                 f"no NVIDIA runtime (runtimes: {', '.join(runtimes) or 'none'}): environments "
-                 "with `gpus` do not start; install the NVIDIA Container Toolkit and run "
-                 "`nvidia-ctk runtime configure --runtime=docker`, then restart dockerd")
+        return [ENGINES.get(name).absent(str(e))]
+    return _engine_checks(name, session)
 
 
 def _gpus_check(smi: str | None) -> Check:
@@ -108,15 +87,15 @@ def clean(run_id: str | None = None) -> list[str]:
     removed: list[str] = []
     failed: list[str] = []
     seen: set[str] = set()
-    for kind in (None, "podman"):
+    for kind in (None, *(n for n in ENGINES.names() if n != DEFAULT)):
         try:
             session = engine.connect(timeout=30, kind=kind)
         except engine.EngineUnavailable:
             continue
-        if session.kind in seen:  # DOCKER_HOST already pointed at Podman
+        if session.kind in seen or session.address in seen:  # DOCKER_HOST already pointed at Podman
             session.close()
             continue
-        seen.add(session.kind)
+        seen |= {session.kind, session.address}
         _reap(session, run_id, removed, failed)
     if failed:
         raise BackendError(f"removed {len(removed)} leftover containers but not these: {'; '.join(failed)}; "
@@ -126,7 +105,7 @@ def clean(run_id: str | None = None) -> list[str]:
 
 def _reap(session: engine.Engine, run_id: str | None, removed: list[str], failed: list[str]) -> None:
     labels = [f"{engine.LABEL_MANAGED}=true"] + ([f"{engine.LABEL_RUN}={run_id}"] if run_id else [])
-    where = " in podman" if session.kind == "podman" else ""
+    where = "" if session.kind == DEFAULT else f" in {session.kind}"
     try:
         for box in session.leftovers(labels):
             if run_id is None and _owner_alive(box.labels):

@@ -5,10 +5,17 @@ SDK here: engine.py is the one module that speaks to an engine."""
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from runner.backends.base import Check
+from runner.backends.docker.engines import EngineKind, register
 
 # Where Podman's Docker-compatible API listens when nothing says otherwise: root's socket, then the user's.
 PODMAN_SOCKETS = ("/run/podman/podman.sock", "{XDG_RUNTIME_DIR}/podman/podman.sock")
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 NO_CDI = (
     "environment {env!r} asks for GPUs (gpus: {gpus}) as CDI devices ({devices}), and this Podman's "
@@ -40,3 +47,50 @@ def cdi_devices(gpus: Any) -> list[str]:
         return ["nvidia.com/gpu=all"]
     ids = gpus if isinstance(gpus, list) else range(int(gpus))
     return [f"nvidia.com/gpu={i}" for i in ids]
+
+
+class Podman(EngineKind):
+    name = "podman"
+    title = "Podman"
+    bring_up = "then scripts/podman-up.sh"
+
+    def address(self) -> str:
+        return podman_address()
+
+    def unreachable(self, where: str) -> str:
+        return (f"no Podman API answers at {where}: start it with `podman system service --time=0 {where} &` "
+                "(scripts/podman-up.sh, as root), or set MATRIX_PODMAN_HOST to where it listens")
+
+    def not_this(self) -> str:
+        return "set MATRIX_PODMAN_HOST to Podman's socket"
+
+    def recognises(self, components: Sequence[str]) -> bool:
+        # Podman's API answers Docker's calls and names itself in the version's components.
+        return any(c.startswith("Podman") for c in components)
+
+    def gpu_options(self, gpus: Any) -> dict[str, Any]:
+        return {"devices": cdi_devices(gpus)}  # Podman 4 ignores device requests: no silent CPU run
+
+    def refused(self, text: str, env: str | None, gpus: Any, what: str, started: bool) -> str | None:
+        if cdi_devices(gpus) and "nvidia.com/gpu" in text:
+            return NO_CDI.format(env=env, gpus=gpus, detail=text, devices=", ".join(cdi_devices(gpus)))
+        if started and "setting rlimit" in text:
+            return f"cannot start a container of {what}: {text}{NO_RLIMIT}"
+        return None
+
+    def gpu_check(self, label: str, info: dict[str, Any], smi: str | None) -> Check:
+        """Podman takes GPUs as CDI devices: a spec from `nvidia-ctk cdi generate` must exist."""
+        specs = [str(p) for d in CDI_DIRS for p in sorted(Path(d).glob("nvidia*")) if p.is_file()]
+        if specs:
+            return Check(f"{label} GPUs (CDI)", True, f"CDI specs: {', '.join(specs)}")
+        return Check(f"{label} GPUs (CDI)", False if smi else None,
+                     f"no NVIDIA CDI spec in {' or '.join(CDI_DIRS)}: environments with `gpus` do not start; "
+                     "run `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`")
+
+    def absent(self, why: str) -> Check:
+        found = shutil.which("podman")
+        return Check("podman engine", None, (f"podman is installed ({found}) but its API does not answer: "
+                                             if found else "podman not installed: ") + why)
+
+
+register(Podman())
