@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runner.errors import StoreError
-from runner.store.db import Database
+from runner.store.db import Database, schema_refused
 from runner.store.schema import BISECTS_SCHEMA
 
 
@@ -38,8 +38,7 @@ class Bisects(Database):
         out = []
         for r in rows:
             if r[1] != BISECTS_SCHEMA:
-                raise StoreError(f"{self.path} holds a bisect answer of schema {r[1]}; this matrix reads "
-                                 f"{BISECTS_SCHEMA}: it was written by a newer matrix; upgrade matrix")
+                raise schema_refused(self.path, "holds a bisect answer of", r[1], BISECTS_SCHEMA)
             try:
                 answer, argv, keys = json.loads(r[7]), json.loads(r[5]), json.loads(r[6])
             except ValueError:

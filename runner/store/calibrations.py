@@ -6,9 +6,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from runner.errors import StoreError
 from runner.results import Status
-from runner.store.db import Database
+from runner.store.db import Database, schema_refused
 from runner.store.schema import CALIBRATIONS_SCHEMA
 
 
@@ -34,14 +33,11 @@ class Calibrations(Database):
         with self._guard():
             if not keys or (self.readonly and not self._has("calibrations")):
                 return found
-            for i in range(0, len(keys), 500):
-                chunk = keys[i:i + 500]
-                for row in self.db.execute(f"SELECT cell_key, iterations, schema FROM calibrations WHERE cell_key IN "
-                                           f"({','.join('?' * len(chunk))})", chunk):
-                    if row[2] != CALIBRATIONS_SCHEMA:
-                        raise StoreError(f"{self.path} holds calibrations of schema {row[2]}; this matrix reads "
-                                         f"{CALIBRATIONS_SCHEMA}: it was written by a newer matrix; upgrade matrix")
-                    found[row[0]] = int(row[1])
+            for row in self._each_in("SELECT cell_key, iterations, schema FROM calibrations WHERE cell_key IN ({marks})",
+                                     keys):
+                if row[2] != CALIBRATIONS_SCHEMA:
+                    raise schema_refused(self.path, "holds calibrations of", row[2], CALIBRATIONS_SCHEMA)
+                found[row[0]] = int(row[1])
         return found
 
 

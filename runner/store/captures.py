@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import StoreError
-from runner.store.db import Database
+from runner.store.db import Database, schema_refused
 from runner.store.schema import CAPTURES_SCHEMA
 
 
@@ -51,20 +51,16 @@ class Captures(Database):
         with self._guard():
             if not wanted or not self._has("captures"):
                 return found
-            for i in range(0, len(wanted), 500):
-                chunk = wanted[i:i + 500]
-                for row in self.db.execute(f"SELECT id, schema, content FROM captures WHERE id IN "
-                                           f"({','.join('?' * len(chunk))})", chunk):
-                    if row[1] != CAPTURES_SCHEMA:
-                        raise StoreError(f"{self.path}: capture {row[0][:12]} has schema {row[1]!r}; this matrix reads "
-                                         f"{CAPTURES_SCHEMA}: it was written by a newer matrix; upgrade matrix")
-                    try:
-                        content = json.loads(row[2])
-                    except (TypeError, ValueError):
-                        content = None
-                    if not isinstance(content, dict):
-                        raise StoreError(f"{self.path} is damaged: capture {row[0][:12]} is not a JSON object; restore "
-                                         "the store from a copy, or start a new store with --db")
-                    found[row[0]] = content
+            for row in self._each_in("SELECT id, schema, content FROM captures WHERE id IN ({marks})", wanted):
+                if row[1] != CAPTURES_SCHEMA:
+                    raise schema_refused(self.path, f"holds capture {row[0][:12]} of", row[1], CAPTURES_SCHEMA)
+                try:
+                    content = json.loads(row[2])
+                except (TypeError, ValueError):
+                    content = None
+                if not isinstance(content, dict):
+                    raise StoreError(f"{self.path} is damaged: capture {row[0][:12]} is not a JSON object; restore "
+                                     "the store from a copy, or start a new store with --db")
+                found[row[0]] = content
         return found
 

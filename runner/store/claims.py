@@ -90,12 +90,9 @@ class Claims(Runs):
             if self.readonly and not self._has("claims"):
                 return found
             holders = {k: h for k, h in self._holders(" WHERE ended_at IS NULL").items() if h.alive()}
-            for i in range(0, len(keys), 500):
-                chunk = keys[i:i + 500]
-                for row in self.db.execute(f"SELECT cell_key, repeat, run_id FROM claims WHERE cell_key IN "
-                                           f"({','.join('?' * len(chunk))})", chunk):
-                    if row[2] != run_id and row[2] in holders:
-                        found[(row[0], row[1])] = holders[row[2]]
+            for row in self._each_in("SELECT cell_key, repeat, run_id FROM claims WHERE cell_key IN ({marks})", keys):
+                if row[2] != run_id and row[2] in holders:
+                    found[(row[0], row[1])] = holders[row[2]]
         return found
 
     def release(self, run_id: str, tasks: Iterable[Task] = ()) -> None:

@@ -8,10 +8,10 @@ import shutil
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from runner import safewrite
 from runner.errors import BusyError, StoreError
@@ -20,6 +20,16 @@ from runner.store.liveness import Heartbeat
 from runner.store.schema import CAPTURES_DDL, DDL, DEFAULT_DB, STORE_SCHEMA, TABLES
 
 BUSY_TIMEOUT_S = 30.0
+# SQLite builds before 3.32 take at most 999 host parameters in one statement: an `IN (...)` list of more values
+# is sent this many at a time.
+IN_CHUNK = 500
+NEWER = "it was written by a newer matrix; upgrade matrix"
+
+
+def schema_refused(path: Path, holds: str, found: object, reads: int, then: str = NEWER) -> StoreError:
+    """The one line for a store, or rows in it, of a schema this matrix does not read: what holds it (`holds`, e.g.
+    "holds calibrations of"), the schema found and the one read, and what to do (`then`)."""
+    return StoreError(f"{path} {holds} schema {found!r}; this matrix reads schema {reads}: {then}")
 
 
 class StoreFull(StoreError):
@@ -185,11 +195,10 @@ class Database:
                 self._migrate()
             return
         if found > STORE_SCHEMA:
-            raise StoreError(f"{self.path} has store schema {found}; this matrix reads schema {STORE_SCHEMA}: it was "
-                             "written by a newer matrix; upgrade matrix, or start a new store with --db")
+            raise schema_refused(self.path, "has store", found, STORE_SCHEMA, f"{NEWER}, or start a new store with --db")
         if found < 1:
-            raise StoreError(f"{self.path} has store schema {found}; this matrix reads schema {STORE_SCHEMA}: use the "
-                             "matrix version that wrote it, or start a new store with --db")
+            raise schema_refused(self.path, "has store", found, STORE_SCHEMA,
+                                 "use the matrix version that wrote it, or start a new store with --db")
         if found < STORE_SCHEMA and not self.readonly:
             self._migrate()
         # Read-only, an older store is read as it is (it has no captures): nothing is written.
@@ -307,6 +316,13 @@ class Database:
 
 
     # reading helpers the parts share ---------------------------------------------------------------
+    def _each_in(self, sql: str, values: Iterable[Any]) -> Iterator[sqlite3.Row]:
+        """The rows of `sql`, whose `IN ({marks})` takes every one of `values`, IN_CHUNK values at a time."""
+        values = list(values)
+        for i in range(0, len(values), IN_CHUNK):
+            chunk = values[i:i + IN_CHUNK]
+            yield from self.db.execute(sql.format(marks=",".join("?" * len(chunk))), chunk)
+
     def _has(self, table: str) -> bool:
         return self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone() is not None
 
@@ -316,8 +332,7 @@ class Database:
             return Status(value)
         except ValueError:
             raise StoreError(f"{self.path}: result {row_id} has status {value!r}, which this matrix does not know "
-                             f"(it knows {', '.join(s.value for s in Status)}): it was written by a newer matrix; "
-                             "upgrade matrix") from None
+                             f"(it knows {', '.join(s.value for s in Status)}): {NEWER}") from None
 
 
     def _latest(self, key: str, repeat: int) -> tuple[Status | None, int]:

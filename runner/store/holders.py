@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from runner.errors import StoreError
+from runner.store.db import schema_refused
 from runner.store.journaled import Journaled
 from runner.store.liveness import Holder
 from runner.store.schema import HOLDERS_SCHEMA
@@ -25,8 +25,7 @@ class Holders(Journaled):
         out = {}
         for r in self.db.execute(f"SELECT * FROM holders{where}", args):
             if r["schema"] != HOLDERS_SCHEMA:
-                raise StoreError(f"{self.path} holds runs of holder schema {r['schema']}; this matrix reads "
-                                 f"{HOLDERS_SCHEMA}: it was written by a newer matrix; upgrade matrix")
+                raise schema_refused(self.path, "holds runs of holder", r["schema"], HOLDERS_SCHEMA)
             out[r["run_id"]] = Holder(r["run_id"], r["host"], r["ident"], r["pid"], r["pid_start"], r["started_at"],
                                       r["heartbeat"], r["ended_at"])
         return out

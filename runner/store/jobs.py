@@ -6,8 +6,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from runner.errors import StoreError
-from runner.store.db import Database
+from runner.store.db import Database, schema_refused
 from runner.store.schema import JOBS_SCHEMA
 
 
@@ -48,8 +47,8 @@ class BatchJobs(Database):
             for r in self.db.execute("SELECT * FROM batch_jobs WHERE backend=? AND closed_at IS NULL ORDER BY id",
                                      (backend,)):
                 if r["schema"] != JOBS_SCHEMA:
-                    raise StoreError(f"{self.path} holds {backend} jobs of schema {r['schema']}; this matrix reads "
-                                     f"{JOBS_SCHEMA}: collect them with the matrix version that submitted them")
+                    raise schema_refused(self.path, f"holds {backend} jobs of", r["schema"], JOBS_SCHEMA,
+                                         "collect them with the matrix version that submitted them")
                 found[r["task_key"]] = BatchJob(r["task_key"], r["task_id"], r["run_id"], r["job"], r["idx"],
                                                 r["results_dir"], r["submitted_at"])
         return found

@@ -12,7 +12,7 @@ from runner.results import Outcome, Status
 from runner.spec import Task
 from runner.store.captures import Capture, split_capture
 from runner.store.claims import Claims
-from runner.store.db import StoreFull
+from runner.store.db import StoreFull, schema_refused
 from runner.store.schema import COLUMNS, INSERT_RESULT, JSON_COLUMNS, SCHEMA
 
 
@@ -82,13 +82,9 @@ class Results(Claims):
         keys = list(keys)
         found: dict[tuple[str, int], tuple[Status, int]] = {}
         with self._guard():
-            for i in range(0, len(keys), 500):
-                chunk = keys[i:i + 500]
-                marks = ",".join("?" * len(chunk))
-                for row in self.db.execute(
-                        f"SELECT cell_key, repeat, status, id FROM results WHERE id IN (SELECT MAX(id) FROM results"
-                        f" WHERE cell_key IN ({marks}) GROUP BY cell_key, repeat)", chunk):
-                    found[(row[0], row[1])] = (self._status(row[2], row[3]), row[3])
+            for row in self._each_in("SELECT cell_key, repeat, status, id FROM results WHERE id IN (SELECT MAX(id) "
+                                     "FROM results WHERE cell_key IN ({marks}) GROUP BY cell_key, repeat)", keys):
+                found[(row[0], row[1])] = (self._status(row[2], row[3]), row[3])
         return found
 
     def latest_statuses(self, keys: Iterable[str]) -> dict[tuple[str, int], Status]:
@@ -118,8 +114,8 @@ class Results(Claims):
 
     def _decode(self, d: dict[str, Any]) -> dict[str, Any]:
         if d["schema"] != SCHEMA:
-            raise StoreError(f"{self.path}: result {d['id']} has row schema {d['schema']!r}; this matrix reads "
-                             f"{SCHEMA}: it was written by another matrix version; use that version")
+            raise schema_refused(self.path, f"holds result {d['id']} of row", d["schema"], SCHEMA,
+                                 "it was written by another matrix version; use that version")
         d.setdefault("capture_id", None)  # a store of schema 1 read as it is
         self._status(d["status"], d["id"])
         for col, kind in JSON_COLUMNS.items():
