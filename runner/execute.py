@@ -29,7 +29,7 @@ from runner.results import Outcome, Status
 from runner.runorder import EnvWork, Step, Want, calibration_phase, rounds, schedule, todo, want_for
 from runner.runprint import RunPrinter
 from runner.spec import Cell, Task
-from runner.store import Store, new_run_id
+from runner.store import RunClaims, Store, new_run_id
 
 # Exit statuses of `matrix run` and `matrix collect` (runner/exitcodes.py has the one table).
 EXIT_OK = Exit.OK                    # every selected repeat is ok or unsupported (or still queued with --no-wait)
@@ -76,7 +76,10 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
 
 class Run:
     """One run's state while it measures: which of its tasks are stored (`reported`), stored elsewhere or no
-    longer needed (`gone`), held by another live run (`held`), or deferred until their cell has calibrated."""
+    longer needed (`gone`), held by another live run (`held`), or deferred until their cell has calibrated. The
+    claim protocol is the store's (`claims`, from `Store.begin_run`): take, record, held, calibrated, end."""
+
+    claims: RunClaims
 
     def __init__(self, matrix: Matrix, cells: Sequence[Cell], store: Store, listener: RunListener, want: Want, *,
                  workdir: Path, wait: bool, submit: bool, verbose: bool, poll_s: float) -> None:
@@ -106,28 +109,25 @@ class Run:
         store, report = self.store, self.report
         final = _stored(self.cells, store)
         again = len(final & {(t.cell.key, t.repeat) for t in tasks})  # --rerun-failed, --force: measured again
-        store.start_run(self.run_id, str(self.matrix.path) if self.matrix.path else None, self.matrix.name,
-                        list(argv))
+        self.claims = store.begin_run(self.run_id, str(self.matrix.path) if self.matrix.path else None,
+                                      self.matrix.name, list(argv), self.want.needs, poll_s=self.poll_s,
+                                      on_machine_busy=self.listener.machine_busy)
         report.planned = len(tasks)
         self.listener.started(self.run_id, len(tasks), len(final) - again, again, store.path, self.matrix.run,
-                              store.claims({c.key for c in self.cells}, self.run_id),
-                              {(t.cell.key, t.repeat) for t in tasks})
+                              self.claims.held({c.key for c in self.cells}), {(t.cell.key, t.repeat) for t in tasks})
         steps = _steps(tasks, self.ctx, self.matrix.run.interleave, self.wait, self.submit)
         try:
             with self.listener.watching():
                 self.measure(tasks)
         except KeyboardInterrupt:
             report.interrupted = True
-            store.finish_run(self.run_id, "interrupted")
+            self.claims.end("interrupted")
             left = sum(1 for s in steps if s.submit_only for t in s.work.tasks
                        if t.id not in self.reported and t.cell.env_name not in self.running)
             self.listener.interrupted(self.run_id, sum(report.stored.values()), store.path, left)
             return report
         except BaseException:
-            try:
-                store.finish_run(self.run_id, "failed")  # a controller crash: the run says so; its results stay
-            except StoreError:
-                pass  # the store cannot take it (a full disk): the error being raised says what to do
+            self.claims.abandon()  # a controller crash: the run says so; its results stay
             raise
         return self.finish(tasks)
 
@@ -154,7 +154,7 @@ class Run:
                 self.phases(extra)
                 self.settle()
                 continue
-            busy = self.store.claims([c.key for c in self.cells if c.run.adaptive], self.run_id)
+            busy = self.claims.held([c.key for c in self.cells if c.run.adaptive])
             if not busy:
                 break
             self.held.update({f"{k}-r{r}": (Task(by_key[k], r), h) for (k, r), h in busy.items()})
@@ -167,39 +167,29 @@ class Run:
         report.deferred = len({t.id for t in self.deferred} - settled - held)
         report.pending = len({t.id for t in tasks} - settled - held - {t.id for t in self.deferred})
         report.unsuccessful = _unsuccessful(self.cells, self.store)
-        self.store.finish_run(self.run_id, "complete" if not report.pending else "submitted")
+        self.claims.end("complete" if not report.pending else "submitted")
         self.listener.summary(self.cells, _cell_rows(self.cells, self.store), report, self.held)
         return report
 
     # claims and results ----------------------------------------------------------------------------
     def claim(self, some: Sequence[Task], here: bool = False) -> list[Task]:
         """The tasks of `some` this run may measure now; the others are held elsewhere or gone."""
-        answers = self.store.claim(self.run_id, some, self.want.needs, here)
-        mine = []
-        for t in some:
-            answer = answers[t.id]
-            while answer.machine is not None:
-                # Another run measures on this machine now: wait for its turn (one measurement at a time).
-                self.listener.machine_busy(answer.machine)
-                time.sleep(self.poll_s)
-                answer = self.store.claim(self.run_id, [t], self.want.needs, here)[t.id]
-            if answer.mine:
-                self.held.pop(t.id, None)
-                if answer.taken is not None:
-                    self.listener.taken_over(answer.taken)
-                mine.append(t)
-            elif answer.holder is not None:
-                self.held[t.id] = (t, answer.holder)
-            else:
-                self.held.pop(t.id, None)
-                if t.id not in self.gone:
-                    self.gone.add(t.id)
-                    self.listener.elsewhere_done(t)
-        return mine
+        taken = self.claims.take(some, here)
+        for dead in taken.taken_over:
+            self.listener.taken_over(dead)
+        for t in taken.mine:
+            self.held.pop(t.id, None)
+        self.held.update(taken.held)
+        for t in taken.gone:
+            self.held.pop(t.id, None)
+            if t.id not in self.gone:
+                self.gone.add(t.id)
+                self.listener.elsewhere_done(t)
+        return taken.mine
 
     def sink(self, task: Task, outcome: Outcome) -> None:
         left = self.report.planned - len(self.reported) - len(self.gone) - 1
-        if self.store.record(self.run_id, task, outcome, self.want.needs, remaining=max(left, 0)):
+        if self.claims.record(task, outcome, remaining=max(left, 0)):
             self.reported.add(task.id)
             self.report.stored[outcome.status.value] += 1
             self.listener.outcome(task, outcome)
@@ -211,7 +201,7 @@ class Run:
         """The task as it runs: with its cell's calibrated count (iterations: auto), when one is stored."""
         if not task.cell.run.calibrated:
             return task
-        return replace(task, iterations=self.store.calibrations([task.cell.key]).get(task.cell.key))
+        return replace(task, iterations=self.claims.calibrated([task.cell.key]).get(task.cell.key))
 
     # steps ------------------------------------------------------------------------------------------------
     def drive(self, steps: Sequence[Step]) -> None:
@@ -222,7 +212,7 @@ class Run:
             mine = [self.prepare(t) for t in step.work.tasks if not self._settled(t)]
             if backends.get(step.work.tasks[0].cell.environment.backend).claims_each_task:
                 # It claims each task as it starts it; leave out now what another run holds (no session for it).
-                others = self.store.claims({t.cell.key for t in mine}, self.run_id)
+                others = self.claims.held({t.cell.key for t in mine})
                 for t in mine:
                     if (t.cell.key, t.repeat) in others:
                         self.held[t.id] = (t, others[(t.cell.key, t.repeat)])
@@ -241,7 +231,7 @@ class Run:
         while held and self.waits:
             self.listener.waiting(held)
             time.sleep(self.poll_s)
-            live = self.store.claims({t.cell.key for t, _ in held.values()}, self.run_id)
+            live = self.claims.held({t.cell.key for t, _ in held.values()})
             free = [t for t, _ in held.values() if (t.cell.key, t.repeat) not in live]
             for t, _ in list(held.values()):
                 if (t.cell.key, t.repeat) in live:
@@ -257,7 +247,7 @@ class Run:
         waited for) are deferred."""
         pending = list(some)
         while pending:
-            known = self.store.calibrations({t.cell.key for t in pending if t.cell.run.calibrated})
+            known = self.claims.calibrated({t.cell.key for t in pending if t.cell.run.calibrated})
             now, later = calibration_phase(pending, known)
             self.drive(_steps(now, self.ctx, self.matrix.run.interleave, self.wait, self.submit))
             unresolved = {t.cell.key for t in now if t.cell.run.calibrated and t.cell.key not in known
