@@ -118,7 +118,9 @@ DEFINITION_FIELDS = tuple(f"{part}_{m}" for m in METRICS for part in ("how", "un
 # resolution as the result recorded it ({metric: quantum in stored units}; runner/analysis/resolution.py).
 # `printed`: the figures were read from a program's printed output (a workload), so their digits may be all there is.
 ADMISSION_COLUMNS = ("stored_status", "admission", "checks", "resolution", "printed")
-FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
+# `origin`: the id of the store that measured the repeat, from an imported run id `<run>@<store>`; "" for this store's
+# own (runner/analysis/identity.py: a cell's identity is its definition and its machine).
+FRAME_COLUMNS = ("id", "run_id", "origin", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
                  "settings", "status", *ADMISSION_COLUMNS, "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
                  "hardware", *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe", *MEASURE_COLUMNS,
                  *DEFINITION_FIELDS)
@@ -333,6 +335,11 @@ def _hardware(env: Mapping[str, Any]) -> str:
     return f"{cpu} ({count} CPUs)" if cpu and isinstance(count, int) else cpu
 
 
+def origin_of(name: str) -> str:
+    """The store a run id or cell key came from: `<name>@<store id>` for an imported one, "" for this store's own."""
+    return name.rpartition("@")[2] if "@" in name else ""
+
+
 def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per repeat, params and metrics flattened into columns (stored units: s, bytes)."""
     records = [record(r, i) for i, r in enumerate(rows)]
@@ -350,7 +357,8 @@ def record(r: Mapping[str, Any], position: int = 0) -> dict[str, Any]:
     if math.isnan(peak):
         peak = _num(metrics.get("peak_mem_reserved"))
     rec: dict[str, Any] = {
-        "id": r.get("id", position), "run_id": r.get("run_id", ""), "cell_key": r.get("cell_key", ""),
+        "id": r.get("id", position), "run_id": r.get("run_id", ""), "origin": origin_of(str(r.get("run_id") or "")),
+        "cell_key": r.get("cell_key", ""),
         "repeat": int(r.get("repeat") or 0), "environment": str(r.get("environment", "")),
         "backend": str(r.get("backend", "")), "tags": tuple(str(t) for t in (r.get("tags") or ())),
         "model": str(params.get("model", "")), "precision": str(params.get("precision", "")),

@@ -273,7 +273,7 @@ def _comparisons(data: Loaded, machines: list[dict[str, Any]], metric: an.Metric
         return []
     sids = data.ids
     origin = [r.rpartition("@")[2] if "@" in r else sids[s] for r, s in zip(df["run_id"], df["store"], strict=True)]
-    df = df.assign(run_id=[f"{strip(r, o)}@{o}" for r, o in zip(df["run_id"], origin, strict=True)],
+    df = df.assign(origin=origin, run_id=[f"{strip(r, o)}@{o}" for r, o in zip(df["run_id"], origin, strict=True)],
                    cell_key=[f"{strip(k, o)}@{o}" for k, o in zip(df["cell_key"], origin, strict=True)],
                    id=df["store"] * 10**9 + df["id"])
     df = df.drop_duplicates(["run_id", "cell_key", "repeat"], keep="first").reset_index(drop=True)
@@ -282,7 +282,8 @@ def _comparisons(data: Loaded, machines: list[dict[str, Any]], metric: an.Metric
         for b in machines[i + 1:]:
             sa, sb = an.select_side(df, f"machine:{a['id']}"), an.select_side(df, f"machine:{b['id']}")
             c = an.compare(sa, sb, metric)
-            rows = [{"model": r["model"], "precision": r["precision"], "batch": r["batch_size"],
+            rows = [{"environment": r["environment"], "model": r["model"], "precision": r["precision"],
+                     "batch": r["batch_size"],
                      "options": r["options"], "a": _ms(r["a_mean"], r["a_std"], metric),
                      "b": _ms(r["b_mean"], r["b_std"], metric), "ratio": _num(r["ratio"]),
                      "change": str(r["change"]), "p": _num(r["p_adjusted"]), "verdict": str(r["verdict"])}
