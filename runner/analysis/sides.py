@@ -129,7 +129,7 @@ def machines(df: pd.DataFrame, here: str = "", provenance: Mapping[str, Provenan
     return tuple(out)
 
 
-def _split(ref: str) -> tuple[str, tuple[str, str] | None]:
+def split(ref: str) -> tuple[str, tuple[str, str] | None]:
     """(the name part, (machine kind, value) or None): `machine:X`, `host:X`, `NAME@machine:X`, `NAME@host:X`."""
     kind, sep, value = ref.partition(":")
     if sep and kind in MACHINE_KINDS:
@@ -221,7 +221,7 @@ def one_machine(rows: pd.DataFrame, ref: str, here: str = "",
     if "" in owners:
         return rows[origin == ""], machines(rows[origin != ""], here, provenance)
     every = machines(rows, here, provenance)
-    name = _split(ref)[0] or ref
+    name = split(ref)[0] or ref
     raise ConfigError(f"{ref!r} was measured on {len(every)} machines, none of them this store: {_listed(every)}; "
                       f"name one, e.g. {name}@machine:{every[0].id}")
 
@@ -231,7 +231,7 @@ def select(df: pd.DataFrame, ref: str, here: str = "", provenance: Mapping[str, 
     """The repeats side `ref` stands for (each repeat's newest row), as every command takes them: compare, the gate,
     check, history, bisect, diff, report and publish. `here`: this store's id (so that `machine:<it>` names this
     store's own repeats); `provenance`: each imported machine's, by store id, for the words a header shows."""
-    name, machine_ref = _split(ref)
+    name, machine_ref = split(ref)
     if machine_ref is not None:
         kind, value = machine_ref
         df = df[machine_mask(df, kind, value, here)]

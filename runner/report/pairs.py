@@ -25,13 +25,18 @@ from runner.report.labels import (
 
 def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame
                         ) -> tuple[list[Section], list[tuple[str, str, an.Comparison]]]:
-    """Environment comparison: every environment against the first, plus each one's FP16/FP32 ratios."""
+    """Environment comparison: on each machine, every environment against its first (never one machine's against
+    another's: the machines side by side is another view), plus each one's FP16/FP32 ratios. Each side is the one
+    `compare` takes (runner/analysis/sides.py)."""
     envs = list(dict.fromkeys(summary["environment"]))
     if len(envs) < 2:
         return [], []
-    base = envs[0]
-    sides = {e: an.Side(e, "env", e, df[df["environment"] == e]) for e in envs}
-    comparisons = [(base, e, an.compare(sides[base], sides[e])) for e in envs[1:]]
+    machine = df.drop_duplicates("environment").set_index("environment")["machine"] if "machine" in df else None
+    on: dict[str, list[str]] = {}
+    for e in envs:
+        on.setdefault(str(machine.get(e, "")) if machine is not None else "", []).append(e)
+    sides = {e: an.select_side(df, f"env:{e}") for e in envs}
+    comparisons = [(group[0], e, an.compare(sides[group[0]], sides[e])) for group in on.values() for e in group[1:]]
     sections = []
     m = an.METRICS["throughput"]
     for a, b, c in comparisons:
