@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -35,7 +36,7 @@ def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame
     on: dict[str, list[str]] = {}
     for e in envs:
         on.setdefault(str(machine.get(e, "")) if machine is not None else "", []).append(e)
-    sides = {e: an.select_side(df, f"env:{e}") for e in envs}
+    sides = {e: replace(an.select_side(df, f"env:{e}"), ref=e) for e in envs}
     comparisons = [(group[0], e, an.compare(sides[group[0]], sides[e])) for group in on.values() for e in group[1:]]
     sections = []
     m = an.METRICS["throughput"]
