@@ -38,9 +38,11 @@ from runner.analysis.frame import (
     RUN_SETTINGS,
     STAT_NAMES,
     Metric,
+    admission_of,
     admitted_rows,
     definition,
     environment_rank,
+    figures,
     frame,
     get_metric,
     latest,
@@ -79,7 +81,7 @@ from runner.analysis.stats import (
 
 __all__ = [
     "ALPHA", "BASELINE_PRECISION", "CELL_KEYS", "CONFIDENCE", "CORE_PARAMS", "DASH_WORD", "DATA_BOUND",
-    "DEFINITION_COLUMNS", "admitted_rows", "definition", "metric_heading", "shown_unit", "ENV_FIELDS", "FRAME_COLUMNS", "MEASURE_COLUMNS", "MEASURE_SUMMARY_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV",
+    "DEFINITION_COLUMNS", "admission_of", "figures", "admitted_rows", "definition", "metric_heading", "shown_unit", "ENV_FIELDS", "FRAME_COLUMNS", "MEASURE_COLUMNS", "MEASURE_SUMMARY_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV",
     "PARAM_KEYS", "PRECISION_ORDER", "RECIPE_COLUMNS", "RECIPE_FIELDS", "RUN_SETTINGS", "SIDE_KINDS",
     "STAT_NAMES", "Comparison", "Definitions", "Metric", "Side", "Stats", "available_sides", "cell_attributes",
     "change_words", "choose", "compare", "describe", "environment_info", "environment_rank", "frame",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from runner.analysis.admission import admit
+from runner.analysis.admission import Admission, admit
 from runner.analysis.recipes import RECIPE_FIELDS, recipe, recipe_text
 from runner.errors import ConfigError
 from runner.spec import PRECISIONS
@@ -169,6 +169,8 @@ def options_label(params: Mapping[str, Any]) -> str:
 def _num(value: Any) -> float:
     """A stored figure as a float; NaN (not measured) when it is none, not a number or not finite: an infinite
     throughput is no measurement, and every command reads the frame, so none pairs or tests it."""
+    if type(value) is float:  # the common case first: the site reads 100,000 repeats' figures
+        return value if math.isfinite(value) else math.nan
     if value is None or isinstance(value, bool):
         return math.nan
     try:
@@ -181,8 +183,8 @@ def _num(value: Any) -> float:
 def ran_program(raw: Mapping[str, Any] | None) -> bool:
     """Whether a stored result is a workload's (the launcher's `workload` record names its parser; bench's
     own `workload` record describes its model's input)."""
-    record = (raw or {}).get("workload") if isinstance(raw, Mapping) else None
-    return isinstance(record, Mapping) and "parser" in record
+    record = (raw or {}).get("workload") if isinstance(raw, dict | Mapping) else None
+    return record is not None and isinstance(record, Mapping) and "parser" in record
 
 
 def _iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
@@ -203,6 +205,8 @@ def _iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> flo
 def _phase_throughput(metrics: Mapping[str, Any], phase: str) -> float:
     """Images of the window over the time spent in one phase (bench --breakdown), NaN without it."""
     breakdown = metrics.get("breakdown")
+    if breakdown is None:
+        return math.nan
     seconds = _num(breakdown.get(f"{phase}_s")) if isinstance(breakdown, Mapping) else math.nan
     images = _num(metrics.get("images"))
     return images / seconds if seconds > 0 and not math.isnan(images) else math.nan
@@ -351,11 +355,6 @@ def record(r: Mapping[str, Any], position: int = 0) -> dict[str, Any]:
     params = dict(r.get("params") or {})
     metrics = r.get("metrics") or {}
     env = r.get("env") or {}
-    window = _num(metrics.get("window_s"))
-    wait = _num(metrics.get("data_wait_s"))
-    peak = _num(metrics.get("peak_mem_allocated"))
-    if math.isnan(peak):
-        peak = _num(metrics.get("peak_mem_reserved"))
     rec: dict[str, Any] = {
         "id": r.get("id", position), "run_id": r.get("run_id", ""), "origin": origin_of(str(r.get("run_id") or "")),
         "cell_key": r.get("cell_key", ""),
@@ -368,14 +367,7 @@ def record(r: Mapping[str, Any], position: int = 0) -> dict[str, Any]:
         "status": str(r.get("status", "")), "reason": str(r.get("reason") or ""),
         "log_tail": str(r.get("log_tail") or ""),
         "started_at": _num(r.get("started_at")), "finished_at": _num(r.get("finished_at")),
-        "throughput": _num(metrics.get("throughput")), "iter_time": _iter_time(metrics, r.get("raw")),
-        "fwd_throughput": _phase_throughput(metrics, "forward"),
-        "bwd_throughput": _phase_throughput(metrics, "backward"),
-        "window_s": window, "peak_mem": peak, "loss_end": _num(metrics.get("loss_end")),
-        "accuracy": _num(metrics.get("accuracy")),
-        "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,
-        "images_per_joule": _num(metrics.get("images_per_joule")), "mfu": _num(metrics.get("mfu")),
-        "throttled": throttled(metrics),
+        **figures(metrics, r.get("raw")), "throttled": throttled(metrics),
         "hardware": _hardware(env),
     }
     for f in ENV_FIELDS:
@@ -389,6 +381,30 @@ def record(r: Mapping[str, Any], position: int = 0) -> dict[str, Any]:
     rec.update(definitions(metrics if isinstance(metrics, Mapping) else {}, params.get("model")))
     _admit(r, rec, metrics)
     return rec
+
+
+def figures(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> dict[str, float]:
+    """A stored repeat's figures in stored units, one per metric (NaN: not measured): the frame's columns, and what
+    admission's bounds judge."""
+    window = _num(metrics.get("window_s"))
+    wait = _num(metrics.get("data_wait_s"))
+    peak = _num(metrics.get("peak_mem_allocated"))
+    if math.isnan(peak):
+        peak = _num(metrics.get("peak_mem_reserved"))
+    return {"throughput": _num(metrics.get("throughput")), "iter_time": _iter_time(metrics, raw),
+            "fwd_throughput": _phase_throughput(metrics, "forward"),
+            "bwd_throughput": _phase_throughput(metrics, "backward"),
+            "window_s": window, "peak_mem": peak, "loss_end": _num(metrics.get("loss_end")),
+            "accuracy": _num(metrics.get("accuracy")),
+            "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,
+            "images_per_joule": _num(metrics.get("images_per_joule")), "mfu": _num(metrics.get("mfu"))}
+
+
+def admission_of(row: Mapping[str, Any]) -> Admission:
+    """What admission decides for one stored row (status, metrics, raw), as the frame's record takes it: for code
+    that reads rows without building the frame (the site reads one figure a row)."""
+    metrics = row.get("metrics")
+    return admit(row, figures(metrics if isinstance(metrics, Mapping) else {}, row.get("raw")))
 
 
 def admitted_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
