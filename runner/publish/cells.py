@@ -105,14 +105,14 @@ def machine_history(runs: pd.DataFrame, rows: Rows, metric: an.Metric, label: st
         boundary = ""
         if previous is not None and previous.series != r.series:
             boundary = what_changed(rows.series(previous.series), rows.series(r.series))
-            bounds.append((float(r.when), f"definition changed: {boundary}"))
+            bounds.append((float(r.when), f"{label}: definition changed: {boundary}"))
         table_runs.append({"run": r.run, "slug": r.run_slug, "when": when(r.when), "mean": _num(r.mean * metric.scale)
                            if r.n else "", "std": _num(r.std * metric.scale) if r.n else "", "n": int(r.n),
                            "outcomes": r.outcomes.words, "torch": str(r.torch or ""), "definition": number[r.series],
                            "key": str(r.key), "boundary": boundary})
         previous = r
     table = {"machine": label, "changes": found, "runs": table_runs, "definitions": len(defs)}
-    return table, plotted, bounds, latest(runs, rows, metric, unit, label, table_runs)
+    return table, plotted, bounds, {**latest(runs, rows, metric, unit, label, table_runs), "changes": len(found)}
 
 
 def _outcome_changes(mine: pd.DataFrame, definition: int) -> list[dict[str, Any]]:
