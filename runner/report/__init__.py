@@ -108,7 +108,9 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
     fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, tuple(FORMATS.names()), "report")
     infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
     df, records, name = _frame(infos, run_ids, newest(rows), db)
-    model = views.build(df, records, name, history=_history(rows))
+    with _open(db) as store:
+        provenance = store_exchange.provenance(store)
+    model = views.build(df, records, name, history=_history(rows), provenance=provenance)
     return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -157,3 +158,28 @@ def test_a_machine_id_is_matched_whole(tmp_path: Path, matrix_cmd: list[str]) ->
 def test_a_host_or_hardware_that_names_two_machines_is_refused(twins: Path) -> None:
     with pytest.raises(ConfigError, match=r"'machine:AMD EPYC \(2 CPUs\)' names 2 machines: machine:\S+ \(host box1;"):
         compare_command(twins, "machine:AMD EPYC (2 CPUs)", "host:box1", "json")
+
+
+def test_the_report_says_where_each_machines_repeats_came_from(laptop_imported: Path, tmp_path: Path) -> None:
+    from runner.report import report_command
+
+    written = report_command(laptop_imported, formats=["md"], out=tmp_path / "report")
+    text = next(p for p in written if p.name == "report.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| from "))
+    assert "this store" in row and "imported from" in row and "laptop.jsonl.gz" in row
+    assert "Where each machine's results came from:" in text
+
+
+def test_ls_imports_lists_each_file_and_origin(laptop_imported: Path, matrix_cmd: list[str]) -> None:
+    laptop_id = store_of(laptop_imported.parent / "laptop.jsonl.gz")
+    proc = subprocess.run([*matrix_cmd, "ls", "--imports", "--db", str(laptop_imported)], capture_output=True,
+                          text=True, timeout=120, check=False, env={**os.environ, "COLUMNS": "250"})
+    assert proc.returncode == 0, proc.stderr
+    (row,) = [line for line in proc.stdout.splitlines() if laptop_id in line]
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[:3] == [laptop_id, "laptop", "Apple M1 (2 CPUs)"] and cells[-2:] == ["2", "8"]
+    assert cells[5].endswith("laptop.jsonl.gz")
+    own = measured(laptop_imported.parent / "own.db", "own", [("a", 100.0)], seed=9)
+    alone = subprocess.run([*matrix_cmd, "ls", "--imports", "--db", str(own)], capture_output=True, text=True,
+                           timeout=120, check=False)
+    assert alone.returncode == 0 and "imported nothing" in alone.stdout
