@@ -93,9 +93,13 @@ def _lean(store: Store, metric: str, sid: str, n: int) -> pd.DataFrame:
         df[f] = pd.Series([p.get(f, "") for p in parsed], dtype=object).to_numpy()[codes]
     df["options"] = pd.Series([an.options_label(p) for p in parsed], dtype=object).to_numpy()[codes]
     # A repeat that states no unit is in its benchmark's own (a transformer's tok/s, an image model's img/s).
-    default = {m: an.definition({}, metric, m)[1] for m in dict.fromkeys(str(m) for m in df["model"])}
-    df["unit"] = [u.strip() if isinstance(u, str) and u.strip() else default[str(m)]
-                  for u, m in zip(df["unit"], df["model"], strict=True)]
+    df["unit"] = df["unit"].fillna("")
+    pairs = df[["unit", "model"]].drop_duplicates()
+    default = {m: an.definition({}, metric, m)[1] for m in dict.fromkeys(str(m) for m in pairs["model"].tolist())}
+    said = {(u, m): u.strip() if isinstance(u, str) and u.strip() else default[str(m)]
+            for u, m in zip(pairs["unit"].tolist(), pairs["model"].tolist(), strict=True)}
+    codes_u, uniques = pd.MultiIndex.from_frame(df[["unit", "model"]]).factorize()
+    df["unit"] = pd.Series([said[(u, m)] for u, m in uniques], dtype=object).to_numpy()[codes_u]
     df["value"] = pd.to_numeric(df["value"], errors="coerce")
     run_codes, run_ids = pd.factorize(df["run_id"], use_na_sentinel=False)
     df["origin"] = pd.Series([r.rpartition("@")[2] if "@" in r else sid for r in run_ids], dtype=object

@@ -49,11 +49,11 @@ def build(data: Loaded, metric: an.Metric) -> Site:
     df = data.repeats.copy()
     if df.empty:
         return Site(metric, metric.unit, [], [], [], [], stores=data.stores)
-    df["run"] = [strip(r, o) for r, o in zip(df["run_id"], df["origin"], strict=True)]
-    df["key"] = [strip(k, o) for k, o in zip(df["cell_key"], df["origin"], strict=True)]
+    df["run"] = _per_group(df, ["run_id", "origin"], strip)
+    df["key"] = _per_group(df, ["cell_key", "origin"], strip)
     # The same repeat read from two stores (a store and one it was imported into) counts once.
     df = df.drop_duplicates(["origin", "run", "key", "repeat"], keep="first")
-    unit = an.shown_unit(df["unit"], metric.name)  # every unit the site's repeats are in, never the commonest alone
+    unit = an.shown_unit(df["unit"].unique(), metric.name)  # every unit the site's repeats are in, not the commonest
     machines = _machines(df, data)
     label = {m["id"]: m["label"] for m in machines}
     df["run_slug"] = _per_group(df, ["run", "origin"], slug)
@@ -63,7 +63,7 @@ def build(data: Loaded, metric: an.Metric) -> Site:
     df["series"] = definition_ids(df.assign(cell_key=df["key"] + "@" + df["origin"].astype(str)))
     runs = _runs(df, data.runs, label)
     cells = cells_.cells(df, metric, label)
-    envs = [{"name": env, "machines": sorted({label[o] for o in g["origin"]}),
+    envs = [{"name": env, "machines": sorted({label[o] for o in g["origin"].unique()}),
              "torch": ", ".join(sorted({str(t) for t in g["env_torch"].unique() if t == t and str(t)})),
              "runs": int(g["run_slug"].nunique()), "repeats": len(g)}
             for env, g in sorted(df.groupby("environment", sort=False), key=lambda kv: str(kv[0]))]
@@ -78,7 +78,9 @@ def bisects(found: list[dict[str, Any]], df: pd.DataFrame, label: dict[str, str]
     """Each stored bisect answer as the site shows it: when, on which machine, the cell, the ordered environments,
     the outcome in bisect's own words, the culprit pair (each environment linked to its cell's history where the
     site has it), and every pair it decided. The same answer read from two stores counts once."""
-    slugs = {(str(o), str(k)): str(s) for o, k, s in zip(df["origin"], df["key"], df["cell_slug"], strict=True)}
+    first = df.drop_duplicates(["origin", "key"])
+    slugs = {(str(o), str(k)): str(s) for o, k, s in zip(first["origin"].tolist(), first["key"].tolist(),
+                                                          first["cell_slug"].tolist(), strict=True)}
     out, seen = [], set()
     for b in found:
         a = b["answer"]
@@ -132,8 +134,8 @@ def _machines(df: pd.DataFrame, data: Loaded) -> list[dict[str, Any]]:
                                                       f"{via}")
     out = []
     for origin, g in sorted(df.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
-        hosts = sorted({str(h) for h in g["env_hostname"].dropna() if h})
-        hardware = sorted({str(h) for h in g["hardware"] if h})
+        hosts = sorted({str(h) for h in g["env_hostname"].dropna().unique() if h})
+        hardware = sorted({str(h) for h in g["hardware"].unique() if h})
         # Where its repeats came from, as the stores' `imported` tables say; a store published that no other imported.
         source = "; ".join(dict.fromkeys(came.get(str(origin), []))) or ("a store published" if str(origin) in data.ids
                                                                           else "")
