@@ -51,6 +51,7 @@ def history_metric(name: str) -> an.Metric:
 
 def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
     frames, latest, runs, stores, ids, bisects, imports = [], [], [], {}, [], [], []
+    dbs = list(dbs)
     for n, db in enumerate(dbs):
         with Store(db, readonly=True) as store, store._guard():
             sid = store_exchange.store_id(store) or f"store{n}"
@@ -66,9 +67,30 @@ def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
             runs.append(pd.DataFrame(found, columns=["run_id", "matrix_name", "host", "status", "origin"]))
             bisects += [dict(b, origin=sid) for b in store.bisects()]
             imports += [dict(i, store=n) for i in store_exchange.imports(store)]
+    _one_machine_an_id(frames, ids, dbs)
     repeats = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Loaded(repeats, pd.concat(latest, ignore_index=True), stores, ids,
                   pd.concat(runs, ignore_index=True) if runs else pd.DataFrame(), bisects, imports)
+
+
+def _one_machine_an_id(frames: list[pd.DataFrame], ids: list[str], dbs: list[Path]) -> None:
+    """Two stores named that share an id are one machine only when one is a copy of the other as it was (their own
+    rows agree wherever both have them); two copies that both measured after the copy are two machines under one id,
+    and the site would pool them: refused in one line, as `matrix import` refuses their files."""
+    seen: dict[str, tuple[int, dict[int, tuple[Any, ...]]]] = {}
+    for n, (sid, df) in enumerate(zip(ids, frames, strict=True)):
+        own = df[~df["run_id"].str.contains("@", regex=False)]
+        rows = dict(zip(own["id"].tolist(), zip(own["run_id"].tolist(), own["cell_key"].tolist(),
+                                                own["repeat"].tolist(), own["started_at"].tolist(), strict=True),
+                        strict=True))
+        if sid in seen:
+            m, other = seen[sid]
+            if any(other[i] != r for i, r in rows.items() if i in other):
+                raise ConfigError(f"--db {dbs[m]} and --db {dbs[n]} share the store id {sid} but hold different "
+                                  "repeats under it (one was copied from the other, and both measured since): two "
+                                  "machines under one id; publish one of them")
+            rows = {**other, **rows}
+        seen[sid] = (n, rows)
 
 
 def _lean(store: Store, metric: str, sid: str, n: int) -> pd.DataFrame:
