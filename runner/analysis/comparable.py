@@ -123,7 +123,7 @@ def other_definition(keys_a: str, keys_b: str) -> str:
     if not a or not b or a == b:
         return ""
     return (f"not comparable: another definition of the cell on each machine (cell key {', '.join(a)} on A, "
-            f"{', '.join(b)} on B; `matrix diff` says how the environments differ)")
+            f"{', '.join(b)} on B; matrix diff says how the environments differ)")
 
 
 def no_ratio(metric: Metric, mean_a: float, mean_b: float) -> str:

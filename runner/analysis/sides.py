@@ -70,11 +70,15 @@ class Machine:
         return f"machine:{self.id}" if self.id else "this store"
 
     def words(self) -> str:
-        """'machine:709c470fbcc6 (host box2; AMD EPYC (2 CPUs); imported from box2.jsonl.gz on 2026-11-24)'."""
+        """'machine:709c470fbcc6 (host box2; AMD EPYC (2 CPUs); measured 2026-11-20 – 2026-11-24; imported from
+        box2.jsonl.gz on 2026-11-24)'."""
         bits = ["this store" if self.local else ""]
         if self.hosts:
             bits.append(f"host {', '.join(self.hosts)}")
         bits.append(", ".join(self.hardware) or "device unknown")
+        first, last = _day(self.first), _day(self.last)
+        if first != "?":
+            bits.append(f"measured {first}" if first == last else f"measured {first} – {last}")
         if not self.local and self.provenance is not None:
             bits.append(self.provenance.words())
         name = f"machine:{self.id}" if self.id else "this store"
