@@ -10,6 +10,8 @@ from typing import Any
 import pandas as pd
 
 from runner.analysis.admission import Admission, admit
+from runner.analysis.figures import figures, ran_program
+from runner.analysis.figures import number as _num
 from runner.analysis.recipes import RECIPE_FIELDS, recipe, recipe_text
 from runner.errors import ConfigError
 from runner.spec import PRECISIONS
@@ -164,52 +166,6 @@ def get_metric(name: str) -> Metric:
 def options_label(params: Mapping[str, Any]) -> str:
     """The non-core params of a cell as one stable 'k=v k=v' string, so cells group and pair on it."""
     return " ".join(f"{k}={v}" for k, v in sorted(params.items()) if k not in CORE_PARAMS and v is not None)
-
-
-def _num(value: Any) -> float:
-    """A stored figure as a float; NaN (not measured) when it is none, not a number or not finite: an infinite
-    throughput is no measurement, and every command reads the frame, so none pairs or tests it."""
-    if type(value) is float:  # the common case first: the site reads 100,000 repeats' figures
-        return value if math.isfinite(value) else math.nan
-    if value is None or isinstance(value, bool):
-        return math.nan
-    try:
-        x = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return math.nan
-    return x if math.isfinite(x) else math.nan
-
-
-def ran_program(raw: Mapping[str, Any] | None) -> bool:
-    """Whether a stored result is a workload's (the launcher's `workload` record names its parser; bench's
-    own `workload` record describes its model's input)."""
-    record = (raw or {}).get("workload") if isinstance(raw, dict | Mapping) else None
-    return record is not None and isinstance(record, Mapping) and "parser" in record
-
-
-def _iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
-    times = metrics.get("iter_times")
-    if isinstance(times, list) and times:
-        vals = [float(t) for t in times if isinstance(t, int | float)]
-        if vals:
-            return sum(vals) / len(vals)
-    if ran_program(raw):
-        return math.nan  # a user's program ran its own steps, not run.iterations: no time/iter unless it said
-    iterations = ((raw or {}).get("params") or {}).get("iterations")
-    window = _num(metrics.get("window_s"))
-    if isinstance(iterations, int) and iterations > 0 and not math.isnan(window):
-        return window / iterations
-    return math.nan
-
-
-def _phase_throughput(metrics: Mapping[str, Any], phase: str) -> float:
-    """Images of the window over the time spent in one phase (bench --breakdown), NaN without it."""
-    breakdown = metrics.get("breakdown")
-    if breakdown is None:
-        return math.nan
-    seconds = _num(breakdown.get(f"{phase}_s")) if isinstance(breakdown, Mapping) else math.nan
-    images = _num(metrics.get("images"))
-    return images / seconds if seconds > 0 and not math.isnan(images) else math.nan
 
 
 def throttled(metrics: Mapping[str, Any]) -> bool:
@@ -381,23 +337,6 @@ def record(r: Mapping[str, Any], position: int = 0) -> dict[str, Any]:
     rec.update(definitions(metrics if isinstance(metrics, Mapping) else {}, params.get("model")))
     _admit(r, rec, metrics)
     return rec
-
-
-def figures(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> dict[str, float]:
-    """A stored repeat's figures in stored units, one per metric (NaN: not measured): the frame's columns, and what
-    admission's bounds judge."""
-    window = _num(metrics.get("window_s"))
-    wait = _num(metrics.get("data_wait_s"))
-    peak = _num(metrics.get("peak_mem_allocated"))
-    if math.isnan(peak):
-        peak = _num(metrics.get("peak_mem_reserved"))
-    return {"throughput": _num(metrics.get("throughput")), "iter_time": _iter_time(metrics, raw),
-            "fwd_throughput": _phase_throughput(metrics, "forward"),
-            "bwd_throughput": _phase_throughput(metrics, "backward"),
-            "window_s": window, "peak_mem": peak, "loss_end": _num(metrics.get("loss_end")),
-            "accuracy": _num(metrics.get("accuracy")),
-            "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,
-            "images_per_joule": _num(metrics.get("images_per_joule")), "mfu": _num(metrics.get("mfu"))}
 
 
 def admission_of(row: Mapping[str, Any]) -> Admission:
