@@ -11,9 +11,9 @@ from pathlib import Path
 from rich.console import Console
 
 from runner import execute
-from runner.analysis import resolution
+from runner.analysis import resolution, sides
 from runner.analysis.bisect import Sample
-from runner.analysis.frame import Metric
+from runner.analysis.frame import Metric, frame
 from runner.analysis.repeat import Repeat
 from runner.matrix import Matrix
 from runner.spec import Cell
@@ -54,8 +54,15 @@ class StoreMeasure:
         self.tally = Tally()
 
     def _repeats(self, index: int, n: int) -> list[Repeat]:
-        """The newest row of each of the cell's repeats 0..n-1 that are stored."""
-        rows = [Repeat.from_row(r) for r in self.store.rows(keys=[self.cells[index].key])]
+        """The newest row of each of the cell's repeats 0..n-1 that are stored: this store's own, as
+        runner/analysis/sides.py selects a side (a bisect measures here; a repeat imported from another machine is
+        stored under another key and is never one of them)."""
+        cell = self.cells[index]
+        stored = list(self.store.rows(keys=[cell.key]))
+        if stored:
+            mine = set(sides.select(frame(stored), f"env:{cell.env_name}").frame["id"])
+            stored = [r for r in stored if r["id"] in mine]
+        rows = [Repeat.from_row(r) for r in stored]
         return sorted((r for r in rows if r.number < n), key=lambda r: r.number)
 
     def _complete(self, index: int, n: int) -> bool:

@@ -101,9 +101,12 @@ def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None
 
 @app.command("ls")
 @exits("ls")
-def ls(db: DbOpt = DEFAULT_DB) -> None:
-    """List the runs in the store."""
-    _done(ls_cmd.main(db))
+def ls(db: DbOpt = DEFAULT_DB,
+       imports: Annotated[bool, typer.Option("--imports", help="what the store imported and from where: one row "
+                                             "per origin store and file (host, hardware, when, runs, repeats)")]
+       = False) -> None:
+    """List the runs in the store (--imports: what it imported)."""
+    _done(ls_cmd.main(db, imports))
 
 
 @app.command()
@@ -121,8 +124,10 @@ UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an un
                                                    "(exit 5, the default), fail (exit 1) or pass (exit 0; still "
                                                    "said undecided)")]
 
-SIDE_HELP = ("side {side}: environment, tag, backend or run id; or env:NAME, tag:NAME, backend:KIND, run:ID, "
-             "host:NAME (the host a repeat ran on), machine:X (its hardware, or the store it was imported from)")
+SIDE_HELP = ("side {side}: environment, tag, backend or run id (this store's repeats; where it has none, the one "
+             "machine that measured it); or env:NAME, tag:NAME, backend:KIND, run:ID; NAME@machine:ID for another "
+             "machine's; a whole machine: host:NAME (the host a repeat ran on), machine:X (the store id that measured "
+             "it, or its hardware, written whole)")
 
 
 @app.command()

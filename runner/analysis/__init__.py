@@ -1,7 +1,8 @@
 """Statistics over the result store: every number a report shows is computed here.
 
 `frame`: the long frame, one row per repeat (params, metrics, how each precision ran).
-`identity`: a cell is its key, not its name: each name shows its newest definition unless pooled on purpose.
+`identity`: a cell is its key and its machine, not its name: each name shows its newest definition unless pooled on
+purpose. `sides`: which repeats form a side (one machine's, unless a comparison names machines), for every command.
 `stats`: per-cell n, mean, std, CV, min, max, median and a t confidence interval; the precision summary
 and the quality flags. `compare`: pair two sides' cells, Welch's test plus a minimum effect size, the
 geometric mean. `scaling`: throughput against the process layout. Statuses other than ok are counted,
@@ -11,20 +12,14 @@ never dropped.
 from runner.analysis.comparable import OutcomeChange, Outcomes, outcome_change, why_not
 from runner.analysis.compare import (
     MIN_EFFECT,
-    SIDE_KINDS,
     Comparison,
     Side,
-    available_sides,
     change_words,
     compare,
-    environment_info,
     geometric_mean,
     judge_pair,
     pair_cells,
     pair_stats,
-    precision_ratios,
-    precision_recipes,
-    recipe_differences,
     select_side,
     side_stats,
 )
@@ -43,9 +38,11 @@ from runner.analysis.frame import (
     RUN_SETTINGS,
     STAT_NAMES,
     Metric,
+    admission_of,
     admitted_rows,
     definition,
     environment_rank,
+    figures,
     frame,
     get_metric,
     latest,
@@ -59,6 +56,13 @@ from runner.analysis.frame import (
 from runner.analysis.identity import DEFINITION_COLUMNS, Definitions, choose
 from runner.analysis.recipes import DASH_WORD, RECIPE_FIELDS, recipe, recipe_text
 from runner.analysis.scaling import scaling
+from runner.analysis.sidefacts import (
+    environment_info,
+    precision_ratios,
+    precision_recipes,
+    recipe_differences,
+)
+from runner.analysis.sides import SIDE_KINDS, Machine, Provenance, Selection, available_sides, select
 from runner.analysis.significance import ALPHA, CONFIDENCE, t_half_width, welch_from_stats
 from runner.analysis.stats import (
     DATA_BOUND,
@@ -77,7 +81,7 @@ from runner.analysis.stats import (
 
 __all__ = [
     "ALPHA", "BASELINE_PRECISION", "CELL_KEYS", "CONFIDENCE", "CORE_PARAMS", "DASH_WORD", "DATA_BOUND",
-    "DEFINITION_COLUMNS", "admitted_rows", "definition", "metric_heading", "shown_unit", "ENV_FIELDS", "FRAME_COLUMNS", "MEASURE_COLUMNS", "MEASURE_SUMMARY_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV",
+    "DEFINITION_COLUMNS", "admission_of", "figures", "admitted_rows", "definition", "metric_heading", "shown_unit", "ENV_FIELDS", "FRAME_COLUMNS", "MEASURE_COLUMNS", "MEASURE_SUMMARY_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV",
     "PARAM_KEYS", "PRECISION_ORDER", "RECIPE_COLUMNS", "RECIPE_FIELDS", "RUN_SETTINGS", "SIDE_KINDS",
     "STAT_NAMES", "Comparison", "Definitions", "Metric", "Side", "Stats", "available_sides", "cell_attributes",
     "change_words", "choose", "compare", "describe", "environment_info", "environment_rank", "frame",
@@ -85,5 +89,6 @@ __all__ = [
     "options_label", "pair_cells", "pair_stats", "precision_index", "precision_rank", "precision_ratios",
     "precision_recipes", "precision_summary", "quality_flags", "recipe", "recipe_differences", "recipe_text",
     "scaling", "select_side", "settings_text", "side_stats", "status_summary", "summarize", "t_half_width",
-    "welch_from_stats", "Outcomes", "OutcomeChange", "outcome_change", "why_not",
+    "welch_from_stats", "Outcomes", "OutcomeChange", "outcome_change", "why_not", "Machine", "Provenance",
+    "Selection", "select",
 ]

@@ -62,6 +62,7 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("mfu", 0.0, 1.0, False, "a fraction of the peak: above 0, at most 1 (above it, the peak is wrong)"),
 )
 BOUND_OF = {b.metric: b for b in BOUNDS}
+_BOUND_ROWS = tuple((b.metric, b.low, b.high, b.low_open, b) for b in BOUNDS)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,11 @@ class Check:
 
     def as_dict(self) -> dict[str, Any]:
         return {"check": self.name, "passed": self.passed, "detail": self.detail}
+
+
+# The checks' common results, made once: admission reads every repeat a site plots (100,000 of them).
+_PLAIN = {(name, passed): Check(name, passed) for name in ("finite", "window", "scaler", "bounds")
+          for passed in (True, None)}
 
 
 @dataclass(frozen=True)
@@ -107,18 +113,23 @@ class Admission:
 
 
 def _num(value: Any) -> float | None:
-    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+    kind = type(value)  # the common cases first: admission reads every repeat a site plots (100,000 of them)
+    if kind is float or kind is int:
+        return float(value)
+    if value is None or kind is bool or not isinstance(value, int | float):
         return None
     return float(value)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
+    if type(value) is dict:
+        return value
     return value if isinstance(value, Mapping) else {}
 
 
 def _program(raw: Mapping[str, Any]) -> bool:
     record = raw.get("workload")
-    return isinstance(record, Mapping) and "parser" in record
+    return record is not None and isinstance(record, Mapping) and "parser" in record
 
 
 def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:
@@ -132,18 +143,18 @@ def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:
             where = f" at training step {step}" if isinstance(step, int) else ""
             return Check("finite", False, f"diverged: a loss became NaN or infinite{where}"
                          f"{f' ({phase})' if isinstance(phase, str) and phase else ''}")
-        return Check("finite", True)
+        return _PLAIN["finite", True]
     if stored == DIVERGED:
         return Check("finite", False, "diverged: a loss became NaN or infinite")
     losses = metrics.get("losses")
     window = losses if isinstance(losses, list) else []
     ladder = _mapping(metrics.get("loss_at"))
     if not window and not ladder:
-        return Check("finite", None)
+        return _PLAIN["finite", None]
     bad_window = sum(1 for v in window if not _finite(v))
     bad_ladder = sorted(_step(k) for k, v in ladder.items() if not _finite(v))
     if not (bad_window or bad_ladder):
-        return Check("finite", True)
+        return _PLAIN["finite", True]
     where = f" by training step {bad_ladder[0]}" if bad_ladder else ""
     count = f" ({bad_window} of the window's {len(window)} losses)" if window else ""
     return Check("finite", False, f"diverged: the loss became NaN or infinite{where}{count}")
@@ -166,7 +177,7 @@ def window_check(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
     (unless its count reached the ceiling the run settings allow), exactly `--iterations` when it asked for a
     count. A user's program measures its own window: nothing promised, nothing checked."""
     if _program(raw):
-        return Check("window", None)
+        return _PLAIN["window", None]
     params = _mapping(raw.get("params"))
     window_s, iterations = _num(metrics.get("window_s")), _num(metrics.get("iterations"))
     promised = _num(metrics.get("window_asked_s"))  # the benchmark completes its windows to this since it says so
@@ -177,13 +188,15 @@ def window_check(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
         # the windows that came out a little short, the fast ones, would keep the slow ones).
         floor = asked if promised else WINDOW_REDO_BELOW * asked
         if window_s is None:
-            return Check("window", None)
+            return _PLAIN["window", None]
         cal = _mapping(metrics.get("calibration"))
         most = _num(params.get("window_max")) or _num(cal.get("most"))
         capped = cal.get("capped") is True or (most is not None and iterations is not None and iterations >= most)
         if window_s >= floor:
-            return Check("window", True, "" if window_s >= asked else f"window {window_s:.3g} s of {asked:g} s "
-                         "asked (a result from before windows were completed: short by the run's own noise)")
+            if window_s >= asked:
+                return _PLAIN["window", True]
+            return Check("window", True, f"window {window_s:.3g} s of {asked:g} s asked (a result from before windows "
+                         "were completed: short by the run's own noise)")
         if capped:
             return Check("window", True, f"window {window_s:.3g} s of at least {asked:g} s asked: its count reached "
                          f"the ceiling of {int(most or iterations or 0)} iterations the run settings allow")
@@ -198,13 +211,16 @@ def window_check(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
 def scaler_check(metrics: Mapping[str, Any]) -> Check:
     """A dynamic loss scaler skips the optimizer step of an iteration whose gradients overflowed: a few early on
     are normal, a window that skipped most of its steps did not train."""
-    record = _mapping(metrics.get("scaler"))
+    found = metrics.get("scaler")
+    if found is None:
+        return _PLAIN["scaler", None]
+    record = _mapping(found)
     skipped, steps = _num(record.get("skipped_window")), _num(record.get("window_steps"))
     end = _num(record.get("scale_end"))
     if end is not None and end <= 0:  # a scale that fell to 0 scales every gradient to 0 (or NaN): nothing trains
         return Check("scaler", False, f"the loss scale fell to {end:g}: every step overflowed, not training")
     if skipped is None or not steps:
-        return Check("scaler", None)
+        return _PLAIN["scaler", None]
     said = f"the loss scaler skipped {int(skipped)} of the window's {int(steps)} optimizer steps"
     if skipped > MOST_SKIPPED * steps:
         return Check("scaler", False, f"{said}: not training")
@@ -217,11 +233,11 @@ def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: 
     results). Returns the check and the metrics left out on their own."""
     refused: list[str] = []
     dropped: list[str] = []
-    for b in BOUNDS:
-        v = figures.get(b.metric)
-        if v is None or (isinstance(v, float) and math.isnan(v)):
+    for metric, low, high, low_open, b in _BOUND_ROWS:
+        v = figures.get(metric)
+        if v is None or v != v:  # not measured (NaN)
             continue
-        if math.isfinite(v) and (v > b.low if b.low_open else v >= b.low) and v <= b.high:
+        if (v > low if low_open else v >= low) and v <= high:  # inside: finite too (the bounds are)
             continue
         if b.refuses:
             refused.append(f"{b.metric} {v:.6g} outside what a machine can reach ({b.why})")
@@ -229,9 +245,10 @@ def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: 
             dropped.append(f"{b.metric} {v:.6g} ({b.why})")
     for name in ("throughput", "window_s"):  # the frame reads these as NaN; here they refuse the repeat
         v = metrics.get(name)
-        if v is not None and not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)):
+        if v is not None and not (_num(v) is not None and math.isfinite(v)):
             refused.append(f"{name} {v!r} is not a finite number")
-    throughput, images, window = (_num(metrics.get(k)) for k in ("throughput", "images", "window_s"))
+    throughput, images, window = _num(metrics.get("throughput")), _num(metrics.get("images")), _num(
+        metrics.get("window_s"))
     if (not _program(raw) and throughput is not None and images is not None and window is not None and window > 0
             and math.isfinite(throughput) and abs(throughput - images / window) > CONSISTENT * abs(throughput)):
         refused.append(f"throughput {throughput:.6g} is not the result's own items over its window "
@@ -241,7 +258,7 @@ def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: 
     if dropped:
         return (Check("bounds", True, f"left out, outside what a machine can reach: {'; '.join(dropped)}"),
                 tuple(d.split(" ", 1)[0] for d in dropped))
-    return Check("bounds", True), ()
+    return _PLAIN["bounds", True], ()
 
 
 def admit(row: Mapping[str, Any], figures: Mapping[str, float] | None = None) -> Admission:
@@ -262,7 +279,7 @@ def admit(row: Mapping[str, Any], figures: Mapping[str, float] | None = None) ->
     window = window_check(metrics, raw)
     scaler = scaler_check(metrics)
     checks = (finite, window, scaler, bounds)
-    status = REFUSED if any(c.passed is False for c in checks) else OK
+    status = REFUSED if (window.passed is False or scaler.passed is False or bounds.passed is False) else OK
     return Admission(status, stored, checks, dropped)
 
 

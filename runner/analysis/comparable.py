@@ -114,6 +114,18 @@ def why_not(metric: Metric, settings: tuple[str, str], definitions: tuple[str, s
             or steps_differ(*steps, metric))
 
 
+def other_definition(keys_a: str, keys_b: str) -> str:
+    """Two machines' cells of one name are compared only as the same definition: the same cell key, less the store an
+    imported one names (`<key>@<store id>`). '' when they are; else why not, in the words every command prints."""
+    def base(keys: str) -> list[str]:
+        return sorted({k.partition("@")[0] for k in str(keys or "").split(", ") if k})
+    a, b = base(keys_a), base(keys_b)
+    if not a or not b or a == b:
+        return ""
+    return (f"not comparable: another definition of the cell on each machine (cell key {', '.join(a)} on A, "
+            f"{', '.join(b)} on B; matrix diff says how the environments differ)")
+
+
 def no_ratio(metric: Metric, mean_a: float, mean_b: float) -> str:
     """Why a pair measured on both sides has no change to size ('' when it has one): every change matrix judges is
     the ratio of the two means, which needs a positive, finite mean on each side (a throughput of 0, a negative

@@ -9,7 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from runner.analysis.admission import admit
+from runner.analysis.admission import Admission, admit
+from runner.analysis.figures import figures, ran_program
+from runner.analysis.figures import number as _num
 from runner.analysis.recipes import RECIPE_FIELDS, recipe, recipe_text
 from runner.errors import ConfigError
 from runner.spec import PRECISIONS
@@ -118,7 +120,9 @@ DEFINITION_FIELDS = tuple(f"{part}_{m}" for m in METRICS for part in ("how", "un
 # resolution as the result recorded it ({metric: quantum in stored units}; runner/analysis/resolution.py).
 # `printed`: the figures were read from a program's printed output (a workload), so their digits may be all there is.
 ADMISSION_COLUMNS = ("stored_status", "admission", "checks", "resolution", "printed")
-FRAME_COLUMNS = ("id", "run_id", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
+# `origin`: the id of the store that measured the repeat, from an imported run id `<run>@<store>`; "" for this store's
+# own (runner/analysis/identity.py: a cell's identity is its definition and its machine).
+FRAME_COLUMNS = ("id", "run_id", "origin", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS,
                  "settings", "status", *ADMISSION_COLUMNS, "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
                  "hardware", *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe", *MEASURE_COLUMNS,
                  *DEFINITION_FIELDS)
@@ -162,48 +166,6 @@ def get_metric(name: str) -> Metric:
 def options_label(params: Mapping[str, Any]) -> str:
     """The non-core params of a cell as one stable 'k=v k=v' string, so cells group and pair on it."""
     return " ".join(f"{k}={v}" for k, v in sorted(params.items()) if k not in CORE_PARAMS and v is not None)
-
-
-def _num(value: Any) -> float:
-    """A stored figure as a float; NaN (not measured) when it is none, not a number or not finite: an infinite
-    throughput is no measurement, and every command reads the frame, so none pairs or tests it."""
-    if value is None or isinstance(value, bool):
-        return math.nan
-    try:
-        x = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return math.nan
-    return x if math.isfinite(x) else math.nan
-
-
-def ran_program(raw: Mapping[str, Any] | None) -> bool:
-    """Whether a stored result is a workload's (the launcher's `workload` record names its parser; bench's
-    own `workload` record describes its model's input)."""
-    record = (raw or {}).get("workload") if isinstance(raw, Mapping) else None
-    return isinstance(record, Mapping) and "parser" in record
-
-
-def _iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
-    times = metrics.get("iter_times")
-    if isinstance(times, list) and times:
-        vals = [float(t) for t in times if isinstance(t, int | float)]
-        if vals:
-            return sum(vals) / len(vals)
-    if ran_program(raw):
-        return math.nan  # a user's program ran its own steps, not run.iterations: no time/iter unless it said
-    iterations = ((raw or {}).get("params") or {}).get("iterations")
-    window = _num(metrics.get("window_s"))
-    if isinstance(iterations, int) and iterations > 0 and not math.isnan(window):
-        return window / iterations
-    return math.nan
-
-
-def _phase_throughput(metrics: Mapping[str, Any], phase: str) -> float:
-    """Images of the window over the time spent in one phase (bench --breakdown), NaN without it."""
-    breakdown = metrics.get("breakdown")
-    seconds = _num(breakdown.get(f"{phase}_s")) if isinstance(breakdown, Mapping) else math.nan
-    images = _num(metrics.get("images"))
-    return images / seconds if seconds > 0 and not math.isnan(images) else math.nan
 
 
 def throttled(metrics: Mapping[str, Any]) -> bool:
@@ -333,6 +295,11 @@ def _hardware(env: Mapping[str, Any]) -> str:
     return f"{cpu} ({count} CPUs)" if cpu and isinstance(count, int) else cpu
 
 
+def origin_of(name: str) -> str:
+    """The store a run id or cell key came from: `<name>@<store id>` for an imported one, "" for this store's own."""
+    return name.rpartition("@")[2] if "@" in name else ""
+
+
 def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per repeat, params and metrics flattened into columns (stored units: s, bytes)."""
     records = [record(r, i) for i, r in enumerate(rows)]
@@ -344,13 +311,9 @@ def record(r: Mapping[str, Any], position: int = 0) -> dict[str, Any]:
     params = dict(r.get("params") or {})
     metrics = r.get("metrics") or {}
     env = r.get("env") or {}
-    window = _num(metrics.get("window_s"))
-    wait = _num(metrics.get("data_wait_s"))
-    peak = _num(metrics.get("peak_mem_allocated"))
-    if math.isnan(peak):
-        peak = _num(metrics.get("peak_mem_reserved"))
     rec: dict[str, Any] = {
-        "id": r.get("id", position), "run_id": r.get("run_id", ""), "cell_key": r.get("cell_key", ""),
+        "id": r.get("id", position), "run_id": r.get("run_id", ""), "origin": origin_of(str(r.get("run_id") or "")),
+        "cell_key": r.get("cell_key", ""),
         "repeat": int(r.get("repeat") or 0), "environment": str(r.get("environment", "")),
         "backend": str(r.get("backend", "")), "tags": tuple(str(t) for t in (r.get("tags") or ())),
         "model": str(params.get("model", "")), "precision": str(params.get("precision", "")),
@@ -360,14 +323,7 @@ def record(r: Mapping[str, Any], position: int = 0) -> dict[str, Any]:
         "status": str(r.get("status", "")), "reason": str(r.get("reason") or ""),
         "log_tail": str(r.get("log_tail") or ""),
         "started_at": _num(r.get("started_at")), "finished_at": _num(r.get("finished_at")),
-        "throughput": _num(metrics.get("throughput")), "iter_time": _iter_time(metrics, r.get("raw")),
-        "fwd_throughput": _phase_throughput(metrics, "forward"),
-        "bwd_throughput": _phase_throughput(metrics, "backward"),
-        "window_s": window, "peak_mem": peak, "loss_end": _num(metrics.get("loss_end")),
-        "accuracy": _num(metrics.get("accuracy")),
-        "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,
-        "images_per_joule": _num(metrics.get("images_per_joule")), "mfu": _num(metrics.get("mfu")),
-        "throttled": throttled(metrics),
+        **figures(metrics, r.get("raw")), "throttled": throttled(metrics),
         "hardware": _hardware(env),
     }
     for f in ENV_FIELDS:
@@ -381,6 +337,13 @@ def record(r: Mapping[str, Any], position: int = 0) -> dict[str, Any]:
     rec.update(definitions(metrics if isinstance(metrics, Mapping) else {}, params.get("model")))
     _admit(r, rec, metrics)
     return rec
+
+
+def admission_of(row: Mapping[str, Any]) -> Admission:
+    """What admission decides for one stored row (status, metrics, raw), as the frame's record takes it: for code
+    that reads rows without building the frame (the site reads one figure a row)."""
+    metrics = row.get("metrics")
+    return admit(row, figures(metrics if isinstance(metrics, Mapping) else {}, row.get("raw")))
 
 
 def admitted_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from runner.analysis.comparable import (
     Outcomes,
     definition_text,
     no_ratio,
+    other_definition,
     outcome_change,
     throttling_note,
     why_not,
@@ -118,7 +119,7 @@ class Check:
     def as_json(self) -> dict[str, Any]:
         def num(x: float) -> float | None:
             return None if math.isnan(x) else float(f"{x:.6g}")
-        return {"rule": self.rule.text, "metric": self.rule.metric, **{k: self.params[k] for k in PARAM_KEYS},
+        return {"rule": self.rule.text, "metric": self.rule.metric, **dict(self.params),
                 "a_n": self.a_n, "b_n": self.b_n, "a_mean": num(self.a_mean), "b_mean": num(self.b_mean),
                 "change": num(self.change), "p_value": num(self.p_value), "p_adjusted": num(self.p_adjusted),
                 "verdict": self.verdict.value, "tripped": self.tripped, "reason": self.reason, "note": self.note}
@@ -135,6 +136,7 @@ class _Cell:
     definition: str = ""
     throttled: int = 0
     quanta: resolution.Quanta = resolution.Quanta()  # its values' printed resolution (runner/analysis/resolution.py)
+    keys: str = ""  # its cell keys: two machines' cells are compared only as one definition
 
     @property
     def ok(self) -> int:
@@ -145,13 +147,15 @@ def _joined(values: Iterable[Any]) -> str:
     return ", ".join(dict.fromkeys(str(v) for v in values if v))
 
 
-def _cells(frame: pd.DataFrame, metric: str, pool: bool) -> dict[tuple[Any, ...], _Cell]:
+def _cells(frame: pd.DataFrame, metric: str, pool: bool, keys: Sequence[str] = PARAM_KEYS
+           ) -> dict[tuple[Any, ...], _Cell]:
     """Each cell's ok values of `metric` (a metric a backend does not measure, e.g. peak memory on a CPU,
-    has none), keyed on the params that pair cells across sides; one definition per params unless pooled."""
+    has none), keyed on what pairs cells across sides (`keys`: the params; between two machines the environment
+    too); one definition per cell unless pooled."""
     out: dict[tuple[Any, ...], _Cell] = {}
     if frame.empty:
         return out
-    for key, g in choose(frame, PARAM_KEYS, pool).frame.groupby(list(PARAM_KEYS), sort=False, dropna=False):
+    for key, g in choose(frame, keys, pool).frame.groupby(list(keys), sort=False, dropna=False):
         okr = g[g["status"] == "ok"]
         ok = okr[metric].to_numpy(dtype=float)
         settings = ", ".join(sorted({s for s in g["settings"] if s})) if "settings" in g else ""
@@ -162,7 +166,8 @@ def _cells(frame: pd.DataFrame, metric: str, pool: bool) -> dict[tuple[Any, ...]
         keep = ~np.isnan(ok)
         q = resolution.of_rows(ok[keep], list(okr["resolution"][keep]), list(okr["printed"][keep]), metric) \
             if "resolution" in okr and "printed" in okr else resolution.Quanta()
-        out[tuple(key)] = _Cell(ok[keep], Outcomes.of(g["status"]), settings, definition, throttled, q)
+        out[tuple(key)] = _Cell(ok[keep], Outcomes.of(g["status"]), settings, definition, throttled, q,
+                                ", ".join(dict.fromkeys(g["cell_key"])))
     return out
 
 
@@ -170,24 +175,26 @@ _MISSING = _Cell(np.array([]), Outcomes({}), "")
 
 
 def evaluate(a: pd.DataFrame, b: pd.DataFrame, rules: Sequence[Rule], alpha: float = significance.ALPHA,
-             test: significance.PValue = significance.TEST, pool: bool = False) -> list[Check]:
-    """Every cell of A under every rule, in A's cell order, against B's cell of the same params. Each side
-    contributes its newest definition of a cell (runner/analysis/identity.py), all of them with `pool`. A cell
-    of A that B never measured is an undecided check (never dropped: `--undecided` says how it counts)."""
+             test: significance.PValue = significance.TEST, pool: bool = False,
+             keys: Sequence[str] = PARAM_KEYS) -> list[Check]:
+    """Every cell of A under every rule, in A's cell order, against B's cell of the same params (`keys`: and the same
+    environment, between two machines; runner/analysis/compare.py `pair_keys`). Each side contributes its newest
+    definition of a cell (runner/analysis/identity.py), all of them with `pool`. A cell of A that B never measured is
+    an undecided check (never dropped: `--undecided` says how it counts)."""
     checks = []
     for rule in rules:
-        ca, cb = _cells(a, rule.metric, pool), _cells(b, rule.metric, pool)
-        raw = [_check(rule, dict(zip(PARAM_KEYS, key, strict=True)), cell, cb.get(key, _MISSING), test, alpha)
+        ca, cb = _cells(a, rule.metric, pool, keys), _cells(b, rule.metric, pool, keys)
+        raw = [_check(rule, dict(zip(keys, key, strict=True)), cell, cb.get(key, _MISSING), test, alpha)
                for key, cell in ca.items()]
         adjusted = significance.adjust([c.p_value for c in raw])
         checks += [_decide(c, q, alpha) for c, q in zip(raw, adjusted, strict=True)]
     return checks
 
 
-def only_in_b(a: pd.DataFrame, b: pd.DataFrame) -> list[dict[str, Any]]:
+def only_in_b(a: pd.DataFrame, b: pd.DataFrame, keys: Sequence[str] = PARAM_KEYS) -> list[dict[str, Any]]:
     """B's cells that A has no cell for: nothing to gate them against, said in the text and the JSON."""
-    keys_a = set(_cells(a, "throughput", True)) if not a.empty else set()
-    return [dict(zip(PARAM_KEYS, key, strict=True)) for key in _cells(b, "throughput", True) if key not in keys_a]
+    keys_a = set(_cells(a, "throughput", True, keys)) if not a.empty else set()
+    return [dict(zip(keys, key, strict=True)) for key in _cells(b, "throughput", True, keys) if key not in keys_a]
 
 
 def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: significance.PValue,
@@ -201,7 +208,8 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     metric = METRICS[rule.metric]
     note: dict[str, Any] = {"a_throttled": a.throttled, "b_throttled": b.throttled}
 
-    apart = why_not(metric, (a.settings, b.settings), (a.definition, b.definition))
+    apart = why_not(metric, (a.settings, b.settings), (a.definition, b.definition)) or (
+        other_definition(a.keys, b.keys) if "environment" in params else "")
     # Every comparable pair with two values a side is one test of the rule's family, however it is decided, as in
     # compare: the two adjust the same p-values together.
     q = resolution.pair(a.quanta, b.quanta)
@@ -311,7 +319,8 @@ def rows(checks: Sequence[Check]) -> list[dict[str, str]]:
     for c in checks:
         if c.verdict is Verdict.PASS and not c.note:
             continue
-        cell = " ".join(f"{k}={c.params[k]}" for k in ("model", "precision", "batch_size"))
+        cell = " ".join(f"{k}={c.params[k]}" for k in ("environment", "model", "precision", "batch_size")
+                        if k in c.params)
         extra = [f"{k}={c.params[k]}" for k in ("dataset", "gpus", "nodes") if str(c.params[k]) not in
                  ("synthetic", "1")]
         opts = c.params.get("options") or ""

@@ -1,7 +1,9 @@
 """A cell's throughput across measurements over time, with a marker where a significant step happened.
 
-A cell is its key (environment definition, params, iterations, warmup, seed): the same measurement on
-different dates, e.g. a `latest` image measured every night with `matrix run --force`. A point is one
+A series is one definition of a cell (its key: environment definition, params, iterations, warmup, seed) on one
+machine (the store that measured it, and its device): the same measurement on different dates, e.g. a `latest`
+image measured every night with `matrix run --force`. Where a name's definition changes from one point to the next,
+the history draws a boundary with what changed, and never tests a change across it. A point is one
 measurement of the cell: the runs that stored its repeats until a run measured a repeat again. A run that
 only adds repeats the cell did not have yet (a resume after Ctrl-C or a crash, `--rerun-failed` filling a
 repeat that did not end ok, adaptive repeats or a larger `repeats:` in a later run) continues the point, a
@@ -42,10 +44,13 @@ from runner.analysis.comparable import (
     with_outcomes,
 )
 from runner.analysis.frame import Metric
+from runner.analysis.identity import definition_ids, origins, what_changed
 from runner.analysis.verdict import Verdict
 
-COLUMNS = ["cell_key", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "outcomes", "mean", "std", "ci_low", "ci_high",
-           "unit", "ratio", "p_value", "step", "change", "undecided"]
+# `series`: the definition on its machine a point belongs to (runner/analysis/identity.py); `machine`: the store that
+# measured it ("" for this store); `boundary`: what changed from the name's previous point, when its definition did.
+COLUMNS = ["cell_key", "series", "machine", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "outcomes", "mean", "std",
+           "ci_low", "ci_high", "unit", "ratio", "p_value", "step", "change", "undecided", "boundary"]
 
 
 def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
@@ -81,38 +86,59 @@ def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
 def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float = MIN_EFFECT,
             alpha: float = significance.ALPHA, test: significance.PValue = significance.TEST,
             min_points: int = 2) -> pd.DataFrame:
-    """One row per (cell, measurement) over every stored row (not only each repeat's newest: a re-run with
-    --force supersedes older repeats in the other views, here it is the next point). Cells with fewer than
-    `min_points` measurements are left out. `ratio` is this point's mean over the previous point's; `run_id`
-    the point's first run, `runs` every run it spans (a resumed run is one point); `undecided` why a point
-    could not be tested against the previous one (never a silent "no step"); `unit` the one the point's ok repeats
-    measured the metric in (runner.analysis.comparable.unit_of: tok/s for a transformer, never img/s by default)."""
+    """One row per (series, measurement) over every stored row (not only each repeat's newest: a re-run with
+    --force supersedes older repeats in the other views, here it is the next point). A series is one definition of
+    a cell on one machine (runner/analysis/identity.py: its key, its store, its device); a name (environment and
+    params) on a machine lists its series' points in time order, and where its definition changes from one point
+    to the next `boundary` says what changed (run settings, image, versions, device): a point is tested only
+    against the previous point of its own series, never across a boundary. Names with fewer than `min_points`
+    measurements are left out. `ratio` is this point's mean over its series' previous point's; `run_id` the point's
+    first run, `runs` every run it spans (a resumed run is one point); `undecided` why a point could not be tested
+    against the previous one (never a silent "no step"); `unit` the one the point's ok repeats measured the metric in
+    (runner.analysis.comparable.unit_of: tok/s for a transformer, never img/s by default)."""
     m = METRICS[metric]
     measured_rows = frame[~frame["status"].isin(NOT_OUTCOMES)] if len(frame) else frame
-    rows = []
-    for key, cell in measured_rows.groupby("cell_key", sort=False):
-        if cell["run_id"].nunique() < min_points:  # each point takes a run of its own
+    if measured_rows.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    work = measured_rows.assign(_series=definition_ids(measured_rows), _machine=origins(measured_rows))
+    rows: list[dict[str, object]] = []
+    for _, name in work.groupby([*CELL_KEYS, "_machine"], sort=False, dropna=False):
+        if name["run_id"].nunique() < min_points:  # each point takes a run of its own
             continue
-        measured = list(points(cell))
-        if len(measured) < min_points:
+        timeline = sorted(((int(g["id"].min()), series, runs, g) for series, cell in name.groupby("_series", sort=False)
+                           for runs, g in points(cell)), key=lambda t: t[0])
+        if len(timeline) < min_points:
             continue
-        prev: pd.DataFrame | None = None
-        first = cell.iloc[0]
-        for i, (runs, g) in enumerate(measured):
-            ok = g[(g["status"] == "ok") & g[metric].notna()]
-            st = describe(ok[metric].to_numpy(dtype=float))
-            ratio, p, step, change, why = (math.nan, math.nan, False, "", "") if prev is None else \
-                _versus(prev, g, m, metric, min_effect, alpha, test)
-            rows.append({"cell_key": key, **{k: first[k] for k in CELL_KEYS}, "point": i, "run_id": runs[0],
-                         "runs": ", ".join(runs), "date": float(g["started_at"].min()), "n": st.n,
-                         "outcomes": Outcomes.of(g["status"]).words,
-                         "mean": st.mean, "std": st.std, "ci_low": st.ci_low, "ci_high": st.ci_high,
-                         "unit": unit_of(g, m), "ratio": ratio, "p_value": p, "step": step, "change": change, "undecided": why})
-            prev = g
+        rows += _name_rows(timeline, m, metric, min_effect, alpha, test)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, min_effect: float, alpha: float,
+def _name_rows(timeline: list[tuple[int, str, list[str], pd.DataFrame]], m: Metric, metric: str, min_effect: float,
+               alpha: float, test: significance.PValue) -> list[dict[str, object]]:
+    """The points of one name on one machine, oldest first, each tested against its own series' previous point."""
+    rows: list[dict[str, object]] = []
+    last: dict[str, pd.DataFrame] = {}
+    count: dict[str, int] = {}
+    before: tuple[str, pd.DataFrame] | None = None
+    for _, series, runs, g in timeline:
+        prev = last.get(series)
+        ok = g[(g["status"] == "ok") & g[metric].notna()]
+        st = describe(ok[metric].to_numpy(dtype=float))
+        ratio, p, step, change, why = (math.nan, math.nan, False, "", "") if prev is None else \
+            versus(prev, g, m, metric, min_effect, alpha, test)
+        boundary = what_changed(before[1], g) if before is not None and before[0] != series else ""
+        first = g.iloc[0]
+        rows.append({"cell_key": first["cell_key"], "series": series, "machine": first["_machine"],
+                     **{k: first[k] for k in CELL_KEYS}, "point": count.get(series, 0), "run_id": runs[0],
+                     "runs": ", ".join(runs), "date": float(g["started_at"].min()), "n": st.n,
+                     "outcomes": Outcomes.of(g["status"]).words, "mean": st.mean, "std": st.std,
+                     "ci_low": st.ci_low, "ci_high": st.ci_high, "unit": unit_of(g, m), "ratio": ratio, "p_value": p,
+                     "step": step, "change": change, "undecided": why, "boundary": boundary})
+        last[series], count[series], before = g, count.get(series, 0) + 1, (series, g)
+    return rows
+
+
+def versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, min_effect: float, alpha: float,
             test: significance.PValue) -> tuple[float, float, bool, str, str]:
     """(ratio, p, step, change, undecided) of a point against the previous one: their outcomes as rates first
     (the decision core's rule, as compare and the gate judge a pair), then the metric over the ok repeats."""

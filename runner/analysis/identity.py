@@ -1,4 +1,4 @@
-"""What a cell is: its key, never its name.
+"""What a cell is: its key and its machine, never its name.
 
 A cell's key (runner/spec.py `Cell.key`) hashes the environment's definition (name, backend, python, `env`,
 image, `setup`, ...), the params and the run's iterations, warmup and seed: the store and resume key on it,
@@ -7,6 +7,12 @@ params across the two sides of a comparison) can cover several definitions: the 
 with another `env` or image, the same matrix run with other iterations. Their repeats are never pooled by
 accident: each name shows its newest definition (the one with the newest stored row), and the others are
 listed with their repeats so that a report can say so. Pooling is a choice (`pool=True`, `compare --pool`).
+
+The machine is part of a cell's identity too: the store that measured a repeat (`origin`: an imported repeat's origin
+store, "" for this store's own) and its device. A cell key imported from another store carries that store's id
+(`<key>@<store id>`), so two machines' repeats are two definitions here; and one store's repeats of a key measured
+on two devices (a store moved to another GPU, a cluster's nodes of two kinds) are two definitions as well, told apart
+by the device. Which machine's repeats a side takes is runner/analysis/sides.py's `select`.
 """
 
 from __future__ import annotations
@@ -23,13 +29,46 @@ DEFINITION_COLUMNS = ["cell_key", "environment", "settings", "n", "statuses", "r
 # What a definition's stored repeats can tell about it, besides its key: the run settings and what the
 # environment turned out to be. A change to `env`, `setup` or an image tag that moved nowhere else is
 # only in the key.
-_TELLING = ("settings", *(f"env_{f}" for f in ("image", "image_id", "repo_digest", "torch", "cuda", "cudnn",
-                                                 "python", "driver", "device_name", "hostname")))
-_TELLING_WORDS = {"settings": "run settings", "env_image": "image", "env_image_id": "image id",
+_TELLING = ("origin", "settings", *(f"env_{f}" for f in ("image", "image_id", "repo_digest", "torch", "cuda", "cudnn",
+                                                           "python", "driver", "device_name")), "hardware",
+            "env_hostname")
+_TELLING_WORDS = {"origin": "machine (store)", "hardware": "hardware", "settings": "run settings", "env_image": "image", "env_image_id": "image id",
                   "env_repo_digest": "image digest", "env_torch": "torch", "env_cuda": "CUDA", "env_cudnn": "cuDNN",
                   "env_python": "Python", "env_driver": "driver", "env_device_name": "device",
                   "env_hostname": "host"}
 UNSEEN = ("the environment's definition (env, image, setup or python), which only the cell key records")
+
+
+def origins(df: pd.DataFrame) -> pd.Series:
+    """Per row, the store that measured it ("" for this store's own): the frame's `origin`, else its run id's."""
+    if "origin" in df:
+        return df["origin"].fillna("").astype(str)
+    return df["run_id"].map(lambda r: str(r).rpartition("@")[2] if "@" in str(r) else "")
+
+
+def devices(df: pd.DataFrame) -> pd.Series:
+    """Per row, the device it ran on (the frame's `hardware`); a repeat that stopped before the device was recorded
+    takes its run's device for the same cell, else its cell's."""
+    if df.empty or "hardware" not in df:
+        return pd.Series("", index=df.index, dtype=object)
+    hw = df["hardware"].fillna("").astype(str)
+    if not (hw == "").any():
+        return hw
+    known = hw.where(hw != "")
+    by_run = known.groupby([df["cell_key"], df["run_id"]], sort=False).transform("first")
+    by_key = known.groupby(df["cell_key"], sort=False).transform("first")
+    return known.fillna(by_run).fillna(by_key).fillna("")
+
+
+def definition_ids(df: pd.DataFrame) -> pd.Series:
+    """Per row, its definition on its machine: the cell key (an imported one names its store), and the device where
+    one key was measured on more than one."""
+    key = df["cell_key"].astype(str)
+    device = devices(df)
+    spans = device.groupby(key, sort=False).transform("nunique") > 1
+    if not spans.any():
+        return key
+    return key.where(~spans, key + " on " + device)
 
 
 @dataclass(frozen=True)
@@ -57,29 +96,31 @@ def choose(df: pd.DataFrame, keys: Sequence[str], pool: bool = False) -> Definit
     keys = tuple(keys)
     if df.empty or "cell_key" not in df:
         return Definitions(df, keys=keys, pooled=pool)
-    defs = df.groupby("cell_key", sort=False).agg(_last=("id", "max"))
-    names = df.drop_duplicates("cell_key").set_index("cell_key")[list(keys)]
+    ids = definition_ids(df)
+    defs = df.assign(_def=ids).groupby("_def", sort=False).agg(_last=("id", "max"))
+    names = df.assign(_def=ids).drop_duplicates("_def").set_index("_def")[list(keys)]
     defs = defs.join(names)
     count = defs.groupby(list(keys), sort=False, dropna=False)["_last"].transform("size")
     if not (count > 1).any():
         return Definitions(df, keys=keys, pooled=pool)
     newest = defs.groupby(list(keys), sort=False, dropna=False)["_last"].transform("max") == defs["_last"]
     shown_keys = set(defs.index) if pool else set(defs.index[newest])
-    frame = df if pool else df[df["cell_key"].isin(shown_keys)]
-    several = _table(df[df["cell_key"].isin(set(defs.index[count > 1]))], keys, shown_keys)
+    frame = df if pool else df[ids.isin(shown_keys)]
+    several = _table(df[ids.isin(set(defs.index[count > 1]))], ids, keys, shown_keys)
     return Definitions(frame, several, keys, pool)
 
 
-def _table(df: pd.DataFrame, keys: tuple[str, ...], shown: set[str]) -> pd.DataFrame:
+def _table(df: pd.DataFrame, ids: pd.Series, keys: tuple[str, ...], shown: set[str]) -> pd.DataFrame:
     rows = []
-    for cell_key, g in df.groupby("cell_key", sort=False):
+    for def_id, g in df.groupby(ids.loc[df.index], sort=False):
+        cell_key = str(g["cell_key"].iloc[0])
         settings = next((s for s in g["settings"] if s), "") if "settings" in g else ""
         rows.append({**{k: g[k].iloc[0] for k in keys}, "cell_key": cell_key,
                      "environment": ", ".join(dict.fromkeys(map(str, g["environment"]))), "settings": settings,
                      "n": len(g), "statuses": status_summary(g["status"].value_counts().to_dict()),
                      "runs": ", ".join(dict.fromkeys(map(str, g.sort_values("id")["run_id"]))),
                      "first_at": float(g["started_at"].min()), "last_at": float(g["started_at"].max()),
-                     "_last": int(g["id"].max()), "shown": cell_key in shown,
+                     "_last": int(g["id"].max()), "shown": def_id in shown,
                      **{c: ", ".join(sorted({str(v) for v in g[c] if str(v)})) for c in _TELLING if c in g}})
     out = pd.DataFrame(rows)
     differs = {}
@@ -93,3 +134,18 @@ def _table(df: pd.DataFrame, keys: tuple[str, ...], shown: set[str]) -> pd.DataF
     out["_name_first"] = out.groupby(list(keys), sort=False, dropna=False)["_last"].transform("min")
     out = out.sort_values(["_name_first", "_last"], kind="stable")
     return out[[*keys, *(c for c in DEFINITION_COLUMNS if c not in keys)]].reset_index(drop=True)
+
+
+def what_changed(before: pd.DataFrame, after: pd.DataFrame) -> str:
+    """What tells two definitions of one name apart, in words with the values on each side ('run settings
+    iterations=20 -> iterations=50; torch 2.12.0 -> 2.13.0'), or UNSEEN when only the cell keys differ."""
+    said = []
+    for c in _TELLING:
+        if c not in before or c not in after:
+            continue
+        a, b = (", ".join(sorted({str(v) for v in g[c] if str(v)})) for g in (before, after))
+        if a != b:
+            said.append((c, f"{_TELLING_WORDS[c]} {a or '?'} -> {b or '?'}"))
+    # A host name changes with every container a run starts: said only when nothing else tells them apart.
+    told = [w for c, w in said if c != "env_hostname"] or [w for _, w in said]
+    return "; ".join(told) or UNSEEN

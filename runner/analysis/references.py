@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 
 from runner.analysis import (
     METRIC_ALIASES,
@@ -39,7 +38,9 @@ from runner.analysis import (
     shown_unit,
 )
 from runner.analysis import verdict as verdicts_
+from runner.analysis.bounds import Bound, parse_bound
 from runner.analysis.comparable import no_one_figure
+from runner.analysis.sides import select
 from runner.analysis.verdict import UNDECIDED_POLICIES, Verdict
 from runner.cellmatch import MATCH_KEYS
 from runner.cellmatch import coerce as _coerce
@@ -48,132 +49,11 @@ from runner.cellmatch import show as _show
 from runner.cellmatch import value as _value
 from runner.errors import ConfigError
 from runner.exitcodes import Exit
-from runner.spec import AXIS_NAMES, Cell, Scalar, Strict, percentage
+from runner.spec import AXIS_NAMES, Cell, Scalar
 
 VERDICT_SCHEMA = 2  # 2: verdict pass/fail/undecided with a reason (1 had outcome pass/fail/no data)
 ENTRY_KEYS = ("match", "undecided")  # the keys of an entry that are not metrics
 Locate = Callable[[Sequence[Any]], str]  # a field path -> "file: references[0].throughput (line N)"
-
-
-class Bound(Strict):
-    """One expectation: at least `min`, at most `max`, or `value` within ±`tolerance`."""
-
-    min: float | None = None
-    max: float | None = None
-    value: float | None = None
-    tolerance: float | str | None = None
-
-    @field_validator("tolerance", mode="before")
-    @classmethod
-    def _tolerance(cls, v: Any) -> Any:
-        # '5%' is relative; a plain number is absolute, in the metric's display unit. Checked here, when the
-        # file is read: a tolerance that cannot be used must not wait for the end of a measured run.
-        if isinstance(v, str):
-            text = v.strip()
-            try:
-                number = float(text[:-1]) if text.endswith("%") else math.nan
-            except ValueError:
-                number = math.nan
-            if not text.endswith("%") or not math.isfinite(number):
-                raise ValueError(f"tolerance {v!r}: write a percentage such as 5% or a number in the metric's unit")
-            if number < 0:
-                raise ValueError(f"tolerance {v!r}: a tolerance is a distance, 0 or more (5% means ± 5%)")
-            return text
-        if isinstance(v, bool):
-            raise ValueError(f"tolerance {v!r}: write a percentage such as 5% or a number in the metric's unit")
-        if isinstance(v, int | float) and (not math.isfinite(v) or v < 0):
-            raise ValueError(f"tolerance {v!r}: a tolerance is a finite distance, 0 or more")
-        return v
-
-    @field_validator("min", "max", "value", mode="before")
-    @classmethod
-    def _finite(cls, v: Any) -> Any:
-        if isinstance(v, bool):
-            raise ValueError(f"{v!r} is not a number")
-        if isinstance(v, int | float) and not math.isfinite(v):
-            raise ValueError(f"{v!r}: a reference is a finite number")
-        return v
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> Bound:
-        if self.value is None and self.tolerance is not None:
-            raise ValueError("tolerance needs a value: {value: 2790, tolerance: 5%}")
-        if self.value is not None and (self.min is not None or self.max is not None):
-            raise ValueError("give either value (± tolerance) or min/max, not both")
-        if self.value is None and self.min is None and self.max is None:
-            raise ValueError("give min, max, or value with tolerance")
-        if self.min is not None and self.max is not None and self.max < self.min:
-            raise ValueError(f"max ({self.max:g}) is below min ({self.min:g})")
-        return self
-
-    @property
-    def tol_abs(self) -> float:
-        """The tolerance in the metric's unit (0 without one: the value must match exactly)."""
-        if self.tolerance is None or self.value is None:
-            return 0.0
-        if isinstance(self.tolerance, str):
-            return abs(self.value) * float(percentage(self.tolerance))
-        return abs(float(self.tolerance))
-
-    @property
-    def low(self) -> float:
-        if self.value is not None:
-            return self.value - self.tol_abs
-        return self.min if self.min is not None else -math.inf
-
-    @property
-    def high(self) -> float:
-        if self.value is not None:
-            return self.value + self.tol_abs
-        return self.max if self.max is not None else math.inf
-
-    def text(self) -> str:
-        if self.value is not None:
-            tol = self.tolerance if isinstance(self.tolerance, str) else f"{self.tol_abs:g}"
-            return f"{self.value:g} ± {tol}"
-        parts = ([f">= {self.min:g}"] if self.min is not None else []) + (
-            [f"<= {self.max:g}"] if self.max is not None else [])
-        return " and ".join(parts)
-
-    def margin(self, measured: float) -> float:
-        """How far inside (+) or outside (-) the bound `measured` is, relative to the reference value."""
-        if self.value is not None:
-            scale = abs(self.value) or 1.0
-            return (self.tol_abs - abs(measured - self.value)) / scale
-        margins = []
-        if self.min is not None:
-            margins.append((measured - self.min) / (abs(self.min) or 1.0))
-        if self.max is not None:
-            margins.append((self.max - measured) / (abs(self.max) or 1.0))
-        return min(margins)
-
-
-_SHORT = re.compile(r"^\s*(?:(?P<op>>=|<=|≥|≤)\s*(?P<bound>[-+0-9.eE]+)"
-                    r"|(?P<value>[-+0-9.eE]+)\s*(?:±|\+-|\+/-)\s*(?P<tol>[0-9.eE]+%?))\s*$")
-
-
-def parse_bound(raw: Any) -> Bound:
-    """A Bound from a mapping or a short string (a bare number is refused: at least, at most, or about?): '>= 3000', '<= 2048', '2790 ± 5%'."""
-    if isinstance(raw, Mapping):
-        return Bound.model_validate(raw)
-    if isinstance(raw, str):
-        m = _SHORT.match(raw)
-        if not m:
-            raise ValueError(f"{raw!r} is not a reference; write '>= 3000', '<= 2048', '2790 ± 5%' "
-                             "or a mapping {min, max, value, tolerance}")
-        try:
-            if m["op"]:
-                key = "min" if m["op"] in (">=", "≥") else "max"
-                return Bound(**{key: float(m["bound"])})
-            tol: float | str = m["tol"] if m["tol"].endswith("%") else float(m["tol"])
-            return Bound(value=float(m["value"]), tolerance=tol)
-        except ValidationError as e:
-            why = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
-            raise ValueError(f"{raw!r} is not a reference ({why})") from None
-        except ValueError as e:
-            raise ValueError(f"{raw!r} is not a reference ({e})") from None
-    raise ValueError(f"{raw!r} is not a reference; write '>= 3000', '<= 2048', '2790 ± 5%' "
-                     "or a mapping {min, max, value, tolerance}")
 
 
 @dataclass(frozen=True)
@@ -314,18 +194,37 @@ class Judgement:
 def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame) -> list[Judgement]:
     """Every (reference, matched cell, metric) in the order of the file and the cells, from the long frame
     (runner.analysis.frame of the store's rows; each repeat's newest row). A cell is its key: repeats
-    stored under another definition of the same name (another `env`, image or iterations) are not its."""
-    by_key: dict[str, pd.DataFrame] = dict(iter(frame.groupby("cell_key", sort=False))) if len(frame) else {}
+    stored under another definition of the same name (another `env`, image or iterations) are not its; and its
+    machine: this store's repeats, or, where it has none, those of the one machine it imported them from
+    (runner/analysis/sides.py)."""
     varying = varying_keys([c for c in cells if any(r.matches(c) for r in refs)])
+    sides_: dict[str, tuple[dict[str, pd.DataFrame], str]] = {}
     out = []
     for ref in refs:
         for cell in cells:
             if not ref.matches(cell):
                 continue
+            by_key, refused = _side(frame, cell.env_name, sides_)
             rows = by_key.get(cell.key, frame.iloc[0:0])
             for name, bound in ref.bounds.items():
-                out.append(_judgement(ref, cell, rows, METRICS[name], bound, varying))
+                out.append(_judgement(ref, cell, rows, METRICS[name], bound, varying, refused))
     return out
+
+
+def _side(frame: pd.DataFrame, env: str, seen: dict[str, tuple[dict[str, pd.DataFrame], str]]
+          ) -> tuple[dict[str, pd.DataFrame], str]:
+    """An environment's repeats by cell key (an imported one without its `@<store id>`), as runner/analysis/sides.py
+    selects them: one machine's (this store's own by default); several machines and none of them this store is
+    why the cell is undecided."""
+    if env not in seen:
+        mine = frame[frame["environment"] == env] if len(frame) else frame
+        try:
+            rows, refused = (select(mine, f"env:{env}").frame if len(mine) else mine), ""
+        except ConfigError as e:
+            rows, refused = mine.iloc[0:0], str(e)
+        keys = rows["cell_key"].map(lambda k: str(k).partition("@")[0]) if len(rows) else rows["cell_key"]
+        seen[env] = (dict(iter(rows.groupby(keys, sort=False))) if len(rows) else {}, refused)
+    return seen[env]
 
 
 def varying_keys(cells: Sequence[Cell]) -> list[str]:
@@ -344,7 +243,7 @@ DID_NOT_DELIVER = frozenset({"failed", "oom", "diverged", "timeout", "unsupporte
 
 
 def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, bound: Bound,
-               keys: Sequence[str]) -> Judgement:
+               keys: Sequence[str], refused: str = "") -> Judgement:
     ok = rows[rows["status"] == "ok"] if len(rows) else rows
     values = ok[metric.name].to_numpy(dtype=float) * metric.scale if len(ok) else np.array([])
     st = describe(values)
@@ -357,7 +256,9 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
     own = cell.workload is not None and len(units) == 1
     expected = units[0] if own else definition({}, metric.name, cell.params.get("model"))[1]
     mixed = no_one_figure(ok, metric)
-    if units and units != [expected]:
+    if refused:  # measured only on machines this store imported, and on more than one: whose would it be?
+        verdict, reason = Verdict.UNDECIDED, refused
+    elif units and units != [expected]:
         hows = sorted({str(h) for h in ok[f"how_{metric.name}"]})
         verdict, reason = Verdict.UNDECIDED, (f"not comparable: the {metric.label} is obtained differently here "
                                               f"({'; '.join(hows)} [{', '.join(units)}]); the reference is in "

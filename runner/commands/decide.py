@@ -13,6 +13,7 @@ from runner import adaptive_schedule as schedule
 from runner import analysis as an
 from runner.adaptive import Stop
 from runner.analysis import gate, references
+from runner.analysis.compare import pair_keys
 from runner.analysis.verdict import Verdict, exit_status, parse_policy
 from runner.errors import ConfigError, StoreError
 from runner.exitcodes import Exit
@@ -20,6 +21,7 @@ from runner.matrix import Matrix
 from runner.report import decisions as present
 from runner.spec import Cell
 from runner.store import Store
+from runner.store.exchange import store_id
 
 CHECK_FORMATS = ("json",)
 EXIT_FAILED = Exit.FAILED  # `matrix check` and `compare --fail-on`: the decision failed (`matrix run` says 4)
@@ -98,13 +100,15 @@ def one_threshold(metric: str, min_effect: float | None, specs: Sequence[str]) -
     return mine[0]
 
 
-def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str], pool: bool = False
+def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str], pool: bool = False, here: str = ""
                 ) -> tuple[list[gate.Rule], list[gate.Check], list[dict[str, Any]]]:
-    """The rules, every check, and B's cells that A has no cell for."""
+    """The rules, every check, and B's cells that A has no cell for; each side the repeats runner/analysis/sides.py
+    selects for it (one machine's, unless it names machines; `here`: this store's id), as compare takes them."""
     rules = gate.parse_rules(specs)
-    side_a, side_b = an.select_side(df, a, pool), an.select_side(df, b, pool)
-    return (rules, gate.evaluate(side_a.frame, side_b.frame, rules, pool=pool),
-            gate.only_in_b(side_a.frame, side_b.frame))
+    side_a, side_b = an.select_side(df, a, pool, here), an.select_side(df, b, pool, here)
+    keys = pair_keys(side_a, side_b)  # the pairs compare makes: two machines pair on the environment too
+    return (rules, gate.evaluate(side_a.frame, side_b.frame, rules, pool=pool, keys=keys),
+            gate.only_in_b(side_a.frame, side_b.frame, keys))
 
 
 def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.Check], fmt: str | None,
@@ -128,9 +132,10 @@ def gate_command(db: Path, a: str, b: str, specs: Sequence[str], fmt: str | None
     policy = parse_policy(undecided)
     with Store(db, readonly=True) as store:
         df = an.frame(store.rows(latest_only=False))
+        here = store_id(store) or ""
     if df.empty:
         raise StoreError(f"no results in {db}: run `matrix run` first")
-    rules, checks, unchecked = gate_result(df, a, b, specs, pool)
+    rules, checks, unchecked = gate_result(df, a, b, specs, pool, here)
     verdicts = [c.verdict for c in checks] or [Verdict.UNDECIDED]  # no pair checked: nothing was decided
     status = exit_status(verdicts, policy)
     if fmt == "md":

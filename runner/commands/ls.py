@@ -1,18 +1,22 @@
-"""`matrix ls`: the runs in the store."""
+"""`matrix ls`: the runs in the store; with `--imports`, what it imported and from where."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from runner import console as consoles
 from runner.analysis import admitted_rows
 from runner.store import Store
+from runner.store import exchange as store_exchange
 from runner.table import Cell, Table
 
 
-def main(db: Path) -> int:
+def main(db: Path, imports: bool = False) -> int:
+    if imports:
+        return imports_main(db)
     with Store(db, readonly=True) as store:
         runs = store.runs()
         # Each run's stored ok repeats as admission sees them (runner/analysis/admission.py): a diverged or refused
@@ -27,4 +31,35 @@ def main(db: Path) -> int:
         table.add(r.run_id, r.matrix_name or "-", datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M"),
                   took, Cell(r.status, "" if r.status == "complete" else "status"), counts)
     consoles.print_table(consoles.stdout(), table, f"runs in {db}")
+    return 0
+
+
+def imports_table(rows: list[dict[str, Any]]) -> Table:
+    """One row per imported file and origin store: the machine's store id, host and hardware, the stores its repeats
+    came by, when it was imported (UTC), the file as it was given, and its runs and repeats here."""
+    table = Table(["origin store", "host", "hardware", "via", "imported (UTC)", "file", "runs", "repeats"],
+                  align=["l"] * 6 + ["r", "r"])
+    for r in rows:
+        table.add(str(r["origin"]), ", ".join(r["hosts"]) or "-", ", ".join(r["hardware"]) or "-",
+                  ", ".join(r["via"]) or "-", _utc(r["first_imported"], r["last_imported"]), str(r["file"]),
+                  str(r["runs"]), str(r["repeats"]))
+    return table
+
+
+def _utc(first: float, last: float) -> str:
+    def day(t: float) -> str:
+        return datetime.fromtimestamp(float(t), tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return day(first) if day(first) == day(last) else f"{day(first)} – {day(last)}"
+
+
+def imports_main(db: Path) -> int:
+    """`matrix ls --imports`: what this store imported and from where (the `imported` table: docs/exchange.md)."""
+    with Store(db, readonly=True) as store:
+        rows = store_exchange.imports(store)
+        mine = store_exchange.store_id(store) or "?"
+    out = consoles.stdout()
+    if not rows:
+        out.print(f"{db} (store {mine}) imported nothing: every repeat in it was measured here")
+        return 0
+    consoles.print_table(out, imports_table(rows), f"imported into {db} (store {mine})")
     return 0

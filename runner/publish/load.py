@@ -22,7 +22,10 @@ from runner.store import exchange as store_exchange
 # Metrics a history can plot: a number each repeat stores under metrics.<name> (the others are computed from
 # several fields and are the report's business).
 HISTORY_METRICS = ("throughput", "window_s", "loss_end", "accuracy", "images_per_joule")
-_ENV = ("hostname", "cpu", "cpu_count", "device", "device_name", "torch", "python", "image")
+# What a repeat ran on, and what tells two definitions of one cell apart (runner/analysis/identity.py).
+_ENV = ("hostname", "cpu", "cpu_count", "device", "device_name", "torch", "python", "image", "image_id", "repo_digest",
+        "cuda", "cudnn", "driver")
+OK, DIVERGED = "ok", "diverged"
 _PARAMS = ("model", "precision", "batch_size", "dataset", "gpus", "nodes")
 
 
@@ -36,6 +39,7 @@ class Loaded:
     ids: list[str]                  # each store's id, in the order named (the frames' `store` column)
     runs: pd.DataFrame
     bisects: list[dict[str, Any]] = field(default_factory=list)  # each store's bisect answers, with "origin"
+    imports: list[dict[str, Any]] = field(default_factory=list)  # what each store imported (store_exchange.imports)
 
 
 def history_metric(name: str) -> an.Metric:
@@ -46,7 +50,8 @@ def history_metric(name: str) -> an.Metric:
 
 
 def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
-    frames, latest, runs, stores, ids, bisects = [], [], [], {}, [], []
+    frames, latest, runs, stores, ids, bisects, imports = [], [], [], {}, [], [], []
+    dbs = list(dbs)
     for n, db in enumerate(dbs):
         with Store(db, readonly=True) as store, store._guard():
             sid = store_exchange.store_id(store) or f"store{n}"
@@ -61,35 +66,62 @@ def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
                 r["run_id"] = store_exchange.strip(r["run_id"], r["origin"])
             runs.append(pd.DataFrame(found, columns=["run_id", "matrix_name", "host", "status", "origin"]))
             bisects += [dict(b, origin=sid) for b in store.bisects()]
+            imports += [dict(i, store=n) for i in store_exchange.imports(store)]
+    _one_machine_an_id(frames, ids, dbs)
     repeats = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Loaded(repeats, pd.concat(latest, ignore_index=True), stores, ids,
-                  pd.concat(runs, ignore_index=True) if runs else pd.DataFrame(), bisects)
+                  pd.concat(runs, ignore_index=True) if runs else pd.DataFrame(), bisects, imports)
+
+
+def _one_machine_an_id(frames: list[pd.DataFrame], ids: list[str], dbs: list[Path]) -> None:
+    """Two stores named that share an id are one machine only when one is a copy of the other as it was (their own
+    rows agree wherever both have them); two copies that both measured after the copy are two machines under one id,
+    and the site would pool them: refused in one line, as `matrix import` refuses their files."""
+    seen: dict[str, tuple[int, dict[int, tuple[Any, ...]]]] = {}
+    for n, (sid, df) in enumerate(zip(ids, frames, strict=True)):
+        own = df[~df["run_id"].str.contains("@", regex=False)]
+        rows = dict(zip(own["id"].tolist(), zip(own["run_id"].tolist(), own["cell_key"].tolist(),
+                                                own["repeat"].tolist(), own["started_at"].tolist(), strict=True),
+                        strict=True))
+        if sid in seen:
+            m, other = seen[sid]
+            if any(other[i] != r for i, r in rows.items() if i in other):
+                raise ConfigError(f"--db {dbs[m]} and --db {dbs[n]} share the store id {sid} but hold different "
+                                  "repeats under it (one was copied from the other, and both measured since): two "
+                                  "machines under one id; publish one of them")
+            rows = {**other, **rows}
+        seen[sid] = (n, rows)
 
 
 def _lean(store: Store, metric: str, sid: str, n: int) -> pd.DataFrame:
+    """Every stored row, superseded ones included (a history shows what each run measured when it ran; a later run
+    that measured the repeat again supersedes it for `compare`, not for the history), with its status as admission
+    sees it (runner/analysis/admission.py, the frame's own step: a diverged or refused repeat is never plotted or
+    tested as ok), the figure plotted, the definition it belongs to and where it ran."""
     # SQLite's JSON functions refuse the NaN and Infinity that Python's json writes (a diverged loss): such a row's
     # fields are read in Python instead, so that one of them never stops the site.
     env = ", ".join(f"CASE WHEN json_valid(env) THEN json_extract(env, '$.{f}') END" for f in _ENV)
-    sql = (f"SELECT id, run_id, cell_key, repeat, environment, backend, status, started_at, params, "
-           f"CASE WHEN json_valid(metrics) THEN json_extract(metrics, '$.{metric}') END, "
-           f"CASE WHEN json_valid(metrics) THEN json_extract(metrics, '$.definitions.{metric}.unit') END, {env}, "
-           "json_valid(metrics) AND json_valid(env) FROM results ORDER BY id")
+    sql = (f"SELECT id, run_id, cell_key, repeat, environment, backend, status, started_at, params, metrics, "
+           "CASE WHEN json_valid(raw) THEN json_extract(raw, '$.params') END, "
+           "CASE WHEN json_valid(raw) THEN json_type(raw, '$.workload.parser') IS NOT NULL END, "
+           f"{env}, json_valid(env) AND (raw IS NULL OR json_valid(raw)) FROM results ORDER BY id")
     cols = ["id", "run_id", "cell_key", "repeat", "environment", "backend", "status", "started_at", "params",
-            "value", "unit", *(f"env_{f}" for f in _ENV), "_valid"]
-    rows = store.db.execute(sql).fetchall()
-    rows = [r if r[-1] else _in_python(store, r, metric) for r in rows]
-    df = pd.DataFrame.from_records(rows, columns=cols).drop(columns=["_valid"])
-    # Every stored row, superseded ones included: a history shows what each run measured when it ran (a later
-    # run that measured the repeat again supersedes it for `compare`, not for the history).
+            "value", "unit", *(f"env_{f}" for f in _ENV), "stored_status"]
+    rows = [_admitted(store, r, metric) for r in store.db.execute(sql).fetchall()]
+    df = pd.DataFrame.from_records(rows, columns=cols)
     codes, texts = pd.factorize(df["params"], use_na_sentinel=False)
     parsed = [_params(t) for t in texts]
     for f in _PARAMS:
         df[f] = pd.Series([p.get(f, "") for p in parsed], dtype=object).to_numpy()[codes]
     df["options"] = pd.Series([an.options_label(p) for p in parsed], dtype=object).to_numpy()[codes]
     # A repeat that states no unit is in its benchmark's own (a transformer's tok/s, an image model's img/s).
-    default = {m: an.definition({}, metric, m)[1] for m in dict.fromkeys(str(m) for m in df["model"])}
-    df["unit"] = [u.strip() if isinstance(u, str) and u.strip() else default[str(m)]
-                  for u, m in zip(df["unit"], df["model"], strict=True)]
+    df["unit"] = df["unit"].fillna("")
+    pairs = df[["unit", "model"]].drop_duplicates()
+    default = {m: an.definition({}, metric, m)[1] for m in dict.fromkeys(str(m) for m in pairs["model"].tolist())}
+    said = {(u, m): u.strip() if isinstance(u, str) and u.strip() else default[str(m)]
+            for u, m in zip(pairs["unit"].tolist(), pairs["model"].tolist(), strict=True)}
+    codes_u, uniques = pd.MultiIndex.from_frame(df[["unit", "model"]]).factorize()
+    df["unit"] = pd.Series([said[(u, m)] for u, m in uniques], dtype=object).to_numpy()[codes_u]
     df["value"] = pd.to_numeric(df["value"], errors="coerce")
     run_codes, run_ids = pd.factorize(df["run_id"], use_na_sentinel=False)
     df["origin"] = pd.Series([r.rpartition("@")[2] if "@" in r else sid for r in run_ids], dtype=object
@@ -101,20 +133,57 @@ def _lean(store: Store, metric: str, sid: str, n: int) -> pd.DataFrame:
     words = {int(code): store_exchange.hardware({f: v for f, v in zip(_ENV, row, strict=True) if v is not None and v == v})
              for code, row in zip(env_codes[first.index], first[env_cols].itertuples(index=False), strict=True)}
     df["hardware"] = [words[int(c)] for c in env_codes]
+    df["settings"] = df["cell_key"].map(_settings(store))
+    for c in env_cols:
+        df[c] = df[c].where(df[c].notna(), "").astype(str)
     df["store"] = n
     return df.drop(columns=["params"])
 
 
-def _in_python(store: Store, row: Any, metric: str) -> tuple[Any, ...]:
-    found = store.db.execute("SELECT metrics, env FROM results WHERE id=?", (row[0],)).fetchone()
-    metrics, env = (_params(found[0]), _params(found[1])) if found else ({}, {})
+def _settings(store: Store) -> dict[str, str]:
+    """Each cell key's run settings in words (the frame's `settings`: part of a definition, the same for its every
+    repeat), read from one row of each."""
+    sql = "SELECT cell_key, raw FROM results WHERE id IN (SELECT MIN(id) FROM results GROUP BY cell_key)"
+    return {str(k): an.settings_text(_object(raw)) for k, raw in store.db.execute(sql)}
+
+
+_RAW_PARAMS: dict[str, dict[str, Any]] = {}
+
+
+def _admitted(store: Store, row: Any, metric: str) -> tuple[Any, ...]:
+    """One row with its figure, the figure's unit, and its status as admission decides it from the stored row."""
+    metrics = _object(row[9])
+    if not row[-1]:  # an env or raw that SQLite's JSON functions refuse (a NaN): read in Python
+        found = store.db.execute("SELECT env, raw FROM results WHERE id=?", (row[0],)).fetchone()
+        env, raw = (_object(found[0]), _object(found[1])) if found else ({}, {})
+        envs = tuple(env.get(f) if not isinstance(env.get(f), dict | list) else None for f in _ENV)
+    else:
+        raw_text = row[10]
+        params = _RAW_PARAMS.get(raw_text) if isinstance(raw_text, str) else None
+        if params is None:
+            params = _params(raw_text)
+            if isinstance(raw_text, str) and len(_RAW_PARAMS) < 4096:
+                _RAW_PARAMS[raw_text] = params
+        raw = {"params": params, **({"workload": {"parser": True}} if row[11] else {})}
+        envs = tuple(row[12:12 + len(_ENV)])
+    status = str(row[6])
+    if status in (OK, DIVERGED):
+        status = an.admission_of({"status": status, "metrics": metrics, "raw": raw}).status
     value = metrics.get(metric)
     definitions = metrics.get("definitions")
     unit = definitions.get(metric, {}).get("unit") if isinstance(definitions, dict) and isinstance(
         definitions.get(metric), dict) else None
     number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
-    return (*row[:9], number, unit, *(env.get(f) if not isinstance(env.get(f), dict | list) else None for f in _ENV),
-            1)
+    return (*row[:6], status, row[7], row[8], number, unit, *envs, str(row[6]))
+
+
+def _object(text: Any) -> dict[str, Any]:
+    """A stored JSON object as Python reads it (NaN included), {} for anything else."""
+    try:
+        value = json.loads(text) if text else {}
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _params(text: Any) -> dict[str, Any]:

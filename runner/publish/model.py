@@ -8,7 +8,6 @@ import hashlib
 import json
 import math
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,16 +15,13 @@ import numpy as np
 import pandas as pd
 
 import runner.analysis as an
-from runner.analysis.comparable import OutcomeChange, Outcomes, outcome_change
-from runner.analysis.history import before_here
-from runner.analysis.verdict import Verdict
-from runner.publish import svg
-from runner.publish.changes import Change, changes
+from runner.analysis.identity import definition_ids
+from runner.publish import cells as cells_
+from runner.publish import tables as tables_
+from runner.publish.cells import NAME_KEYS, when
 from runner.publish.load import Loaded
 from runner.report.bisect import change_percent
 from runner.store.exchange import strip
-
-NAME_KEYS = ("environment", "model", "precision", "batch_size", "dataset", "gpus", "nodes", "options")
 
 
 @dataclass
@@ -39,6 +35,7 @@ class Site:
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     stores: dict[str, str] = field(default_factory=dict)
     bisects: list[dict[str, Any]] = field(default_factory=list)
+    tables: list[dict[str, Any]] = field(default_factory=list)  # per machine, precision x batch size (tables.py)
 
 
 def slug(*parts: Any) -> str:
@@ -48,35 +45,31 @@ def slug(*parts: Any) -> str:
     return f"{readable}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
-def when(t: Any) -> str:
-    """A stored epoch time as '2026-11-23 18:28' UTC; '' for none, NaN or one past a date (a damaged row)."""
-    try:
-        return time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(t)))
-    except (TypeError, ValueError, OverflowError, OSError):
-        return ""
-
-
 def build(data: Loaded, metric: an.Metric) -> Site:
     df = data.repeats.copy()
     if df.empty:
         return Site(metric, metric.unit, [], [], [], [], stores=data.stores)
-    df["run"] = [strip(r, o) for r, o in zip(df["run_id"], df["origin"], strict=True)]
-    df["key"] = [strip(k, o) for k, o in zip(df["cell_key"], df["origin"], strict=True)]
+    df["run"] = _per_group(df, ["run_id", "origin"], strip)
+    df["key"] = _per_group(df, ["cell_key", "origin"], strip)
     # The same repeat read from two stores (a store and one it was imported into) counts once.
     df = df.drop_duplicates(["origin", "run", "key", "repeat"], keep="first")
-    unit = an.shown_unit(df["unit"], metric.name)  # every unit the site's repeats are in, never the commonest alone
-    machines = _machines(df)
+    unit = an.shown_unit(df["unit"].unique(), metric.name)  # every unit the site's repeats are in, not the commonest
+    machines = _machines(df, data)
     label = {m["id"]: m["label"] for m in machines}
     df["run_slug"] = _per_group(df, ["run", "origin"], slug)
     df["cell_slug"] = _per_group(df, list(NAME_KEYS), slug)
+    # A series is one definition on one machine (runner/analysis/identity.py): the cell key as its store wrote it,
+    # the store, and the device where one key was measured on more than one.
+    df["series"] = definition_ids(df.assign(cell_key=df["key"] + "@" + df["origin"].astype(str)))
     runs = _runs(df, data.runs, label)
-    cells = _cells(df, metric, label)
-    envs = [{"name": env, "machines": sorted({label[o] for o in g["origin"]}),
-             "torch": ", ".join(sorted({str(t) for t in g["env_torch"].dropna()})),
+    cells = cells_.cells(df, metric, label)
+    envs = [{"name": env, "machines": sorted({label[o] for o in g["origin"].unique()}),
+             "torch": ", ".join(sorted({str(t) for t in g["env_torch"].unique() if t == t and str(t)})),
              "runs": int(g["run_slug"].nunique()), "repeats": len(g)}
             for env, g in sorted(df.groupby("environment", sort=False), key=lambda kv: str(kv[0]))]
     site = Site(metric, unit, machines, envs, runs, cells, stores=data.stores)
     site.comparisons = _comparisons(data, machines, metric)
+    site.tables = tables_.tables(newest(data), machines, metric)
     site.bisects = bisects(data.bisects, df, label)
     return site
 
@@ -85,7 +78,9 @@ def bisects(found: list[dict[str, Any]], df: pd.DataFrame, label: dict[str, str]
     """Each stored bisect answer as the site shows it: when, on which machine, the cell, the ordered environments,
     the outcome in bisect's own words, the culprit pair (each environment linked to its cell's history where the
     site has it), and every pair it decided. The same answer read from two stores counts once."""
-    slugs = {(str(o), str(k)): str(s) for o, k, s in zip(df["origin"], df["key"], df["cell_slug"], strict=True)}
+    first = df.drop_duplicates(["origin", "key"])
+    slugs = {(str(o), str(k)): str(s) for o, k, s in zip(first["origin"].tolist(), first["key"].tolist(),
+                                                          first["cell_slug"].tolist(), strict=True)}
     out, seen = [], set()
     for b in found:
         a = b["answer"]
@@ -128,15 +123,33 @@ def bisects(found: list[dict[str, Any]], df: pd.DataFrame, label: dict[str, str]
     return out
 
 
-def _machines(df: pd.DataFrame) -> list[dict[str, Any]]:
+def _machines(df: pd.DataFrame, data: Loaded) -> list[dict[str, Any]]:
+    """Each machine (the store that measured a repeat): its id, hosts, devices (each GPU or CPU by name), runs,
+    repeats, first and last run, and where the site has its repeats from: a store published, or a file one of them
+    imported (docs/exchange.md's provenance)."""
+    came: dict[str, list[str]] = {}
+    for i in data.imports:
+        via = f" by way of store {', '.join(i['via'])}" if i["via"] else ""
+        came.setdefault(str(i["origin"]), []).append(f"imported from {i['file']} on {when(i['last_imported'])[:10]}"
+                                                      f"{via}")
     out = []
     for origin, g in sorted(df.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
-        hosts = sorted({str(h) for h in g["env_hostname"].dropna() if h})
-        hardware = sorted({str(h) for h in g["hardware"] if h})
-        out.append({"id": str(origin), "hosts": ", ".join(hosts), "hardware": ", ".join(hardware),
-                    "label": f"{hosts[0] if hosts else origin} ({str(origin)[:6]})",
+        hosts = sorted({str(h) for h in g["env_hostname"].dropna().unique() if h})
+        hardware = sorted({str(h) for h in g["hardware"].unique() if h})
+        # Where its repeats came from, as the stores' `imported` tables say; a store published that no other imported.
+        source = "; ".join(dict.fromkeys(came.get(str(origin), []))) or ("a store published" if str(origin) in data.ids
+                                                                          else "")
+        out.append({"id": str(origin), "hosts": ", ".join(hosts), "hardware": ", ".join(hardware) or "device unknown",
+                    "host": hosts[0] if hosts else str(origin), "source": source,
                     "repeats": len(g), "runs": int(g["run"].nunique()),
                     "first": when(g["started_at"].min()), "last": when(g["started_at"].max())})
+    # A label names one machine: its host and enough of its store id to tell it from every other (two stores may
+    # share a host name, and one store's id may begin another's).
+    for m in out:
+        mid, host = str(m["id"]), str(m["host"])
+        n = next(k for k in (6, 8, 12, len(mid)) if k >= len(mid) or sum(
+            str(o["host"]) == host and str(o["id"])[:k] == mid[:k] for o in out) == 1)
+        m["label"] = f"{host} ({mid[:n]})"
     return out
 
 
@@ -156,8 +169,12 @@ def _joined(values: pd.Series) -> str:
 def _runs(df: pd.DataFrame, runs: pd.DataFrame, label: dict[str, str]) -> list[dict[str, Any]]:
     info = {(str(r["origin"]), str(r["run_id"])): r for r in runs.to_dict("records")} if not runs.empty else {}
     keys = ["run_slug", "cell_slug"]
-    cells = df.groupby(keys, sort=False).agg(n=("status", "size"), torch=("env_torch", _joined),
-                                             hardware=("hardware", _joined)).reset_index()
+    cells = df.groupby(keys, sort=False).agg(n=("status", "size")).reset_index()
+    joined = {c: _joined_by(df, keys, c) for c in ("env_torch", "hardware")}
+    cells["torch"] = [joined["env_torch"].get((a, b), "") for a, b in zip(cells["run_slug"], cells["cell_slug"],
+                                                                           strict=True)]
+    cells["hardware"] = [joined["hardware"].get((a, b), "") for a, b in zip(cells["run_slug"], cells["cell_slug"],
+                                                                             strict=True)]
     finite = (df["status"] == "ok") & np.isfinite(df["value"].astype(float))
     ok = df[finite].groupby(keys, sort=False)["value"].agg(["mean", "std"])
     statuses = df.groupby([*keys, "status"], sort=True).size()
@@ -173,9 +190,9 @@ def _runs(df: pd.DataFrame, runs: pd.DataFrame, label: dict[str, str]) -> list[d
             "statuses": ", ".join(counts[(c["run_slug"], c["cell_slug"])]),
             "mean": _num(stats["mean"]) if stats is not None else "",
             "std": _num(stats["std"]) if stats is not None else "", "torch": c["torch"], "hardware": c["hardware"]})
-    head = df.groupby("run_slug", sort=False).agg(run=("run", "first"), origin=("origin", "first"),
-                                                  t=("started_at", "min"), repeats=("status", "size"),
-                                                  ok=("status", lambda s: int((s == "ok").sum())))
+    head = df.assign(_ok=df["status"] == "ok").groupby("run_slug", sort=False).agg(
+        run=("run", "first"), origin=("origin", "first"), t=("started_at", "min"), repeats=("status", "size"),
+        ok=("_ok", "sum"))
     out = []
     for run_slug, r in head.iterrows():
         meta = info.get((str(r["origin"]), str(r["run"])), {})
@@ -189,100 +206,46 @@ def _runs(df: pd.DataFrame, runs: pd.DataFrame, label: dict[str, str]) -> list[d
     return out
 
 
+def _joined_by(df: pd.DataFrame, keys: list[str], column: str) -> dict[tuple[str, str], str]:
+    """Per group of `keys`, the distinct values of `column` joined (sorted); read from the distinct rows only."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for a, b, v in df[[*keys, column]].drop_duplicates().itertuples(index=False):
+        if v is not None and v == v and str(v):
+            seen.setdefault((a, b), set()).add(str(v))
+    return {k: ", ".join(sorted(v)) for k, v in seen.items()}
+
+
 def _num(v: Any) -> str:
     return f"{float(v):.4g}" if v is not None and not (isinstance(v, float) and math.isnan(v)) else ""
 
 
-def _outcome_changes(m: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """How each run of one machine's history of a cell ended, and the runs where that changed from the run
-    before, judged as the decision core judges a pair's outcomes (comparable.outcome_change: ok -> oom is a
-    change; one crash in three is not one). Returns (the change rows, {run slug: its outcomes in words})."""
-    runs = m.groupby("run_slug", sort=False).agg(run=("run", "first"), when=("started_at", "min"),
-                                                 statuses=("status", list)).sort_values(["when", "run"])
-    rows, words, prev = [], {}, None
-    for run_slug, r in runs.iterrows():
-        now = Outcomes.of(r["statuses"])
-        words[str(run_slug)] = now.words
-        oc: OutcomeChange | None = outcome_change(prev, now) if prev is not None else None
-        if oc is not None and oc.verdict is Verdict.FAIL:
-            rows.append({"run": r["run"], "before": prev.words if prev else "", "after": now.words, "ratio": "",
-                         "p": f"{oc.p_value:.2g}" if oc.p_value is not None else "", "words": before_here(oc.why)})
-        prev = now
-    return rows, words
-
-
-def _cells(df: pd.DataFrame, metric: an.Metric, label: dict[str, str]) -> list[dict[str, Any]]:
-    ok = df[(df["status"] == "ok") & df["value"].notna()]
-    cells = []
-    ok_by_cell = dict(iter(ok.groupby("cell_slug", sort=False)))
-    for name, g in df.groupby(list(NAME_KEYS), sort=True):
-        series: list[Any] = []
-        tables: list[dict[str, Any]] = []
-        mine = ok_by_cell.get(g["cell_slug"].iloc[0], ok.iloc[0:0])
-        unit = an.shown_unit(mine["unit"] if len(mine) else g["unit"], metric.name)  # this cell's own
-        for origin, every in sorted(g.groupby("origin", sort=False), key=lambda kv: str(kv[0])):
-            outcome_rows, outcomes = _outcome_changes(every)
-            m = mine[mine["origin"] == origin]
-            if m.empty:  # every repeat of this machine failed: its runs and their outcomes, nothing to plot
-                tables.append({"machine": label[str(origin)], "changes": outcome_rows, "runs": [
-                    {"run": r["run"], "slug": s, "when": when(r["started_at"]), "mean": "", "std": "", "n": 0,
-                     "outcomes": outcomes[s], "torch": str(r["env_torch"] or "")}
-                    for s, r in every.sort_values(["started_at", "run"]).drop_duplicates("run_slug")
-                    .set_index("run_slug").iterrows()]})
-                continue
-            per_run = m.groupby("run_slug", sort=False).agg(
-                run=("run", "first"), when=("started_at", "min"), mean=("value", "mean"), std=("value", "std"),
-                n=("value", "size"), torch=("env_torch", "first"), hardware=("hardware", "first"),
-                host=("env_hostname", "first")).sort_values(["when", "run"])
-            found: list[Change] = changes(per_run["mean"].to_numpy() * metric.scale, metric)
-            points = [svg.RunPoint(float(r.when), float(r.mean) * metric.scale, _std(r.std) * metric.scale,
-                                   f"{label[str(origin)]} run {r.run} ({when(r.when)} UTC): "
-                                   f"{r.mean * metric.scale:.4g} ± {_std(r.std) * metric.scale:.3g} {unit} (n={r.n}); "
-                                   f"host {r.host}, {r.hardware}, torch {r.torch}", f"../runs/{slug_}.html")
-                      for slug_, r in zip(per_run.index, per_run.itertuples(), strict=True)]
-            marks = [(c.index, f"{c.words} x{c.ratio:.3f}, p={c.p:.2g}") for c in found]
-            series.append((label[str(origin)], points, marks))
-            measured = [{"run": r.run, "slug": s, "when": when(r.when), "_t": float(r.when),
-                         "mean": _num(r.mean * metric.scale), "std": _num(r.std * metric.scale), "n": int(r.n),
-                         "outcomes": outcomes[s], "torch": str(r.torch or "")}
-                        for s, r in zip(per_run.index, per_run.itertuples(), strict=True)]
-            failed = [{"run": r["run"], "slug": s, "when": when(r["started_at"]), "_t": float(r["started_at"]),
-                       "mean": "", "std": "", "n": 0, "outcomes": outcomes[s], "torch": str(r["env_torch"] or "")}
-                      for s, r in every.sort_values("started_at").drop_duplicates("run_slug").set_index("run_slug")
-                      .iterrows() if s not in per_run.index]  # runs of this cell without an ok repeat
-            tables.append({"machine": label[str(origin)], "changes": [
-                {"run": per_run["run"].iloc[c.index], "before": f"{c.before:.4g}", "after": f"{c.after:.4g}",
-                 "ratio": f"{c.ratio:.3f}", "p": f"{c.p:.2g}", "words": c.words} for c in found] + outcome_rows,
-                "runs": sorted(measured + failed, key=lambda r: (r["_t"], str(r["run"])))})
-        name_d = dict(zip(NAME_KEYS, name, strict=True))
-        cells.append({"name": name_d, "slug": g["cell_slug"].iloc[0], "repeats": len(g),
-                      "machines": [t["machine"] for t in tables], "plot": svg.plot(series, unit) if series else None,
-                      "unit": unit, "tables": tables, "changes": sum(len(t["changes"]) for t in tables)})
-    return cells
-
-
-def _std(v: Any) -> float:
-    return float(v) if v is not None and np.isfinite(v) else math.nan
+def newest(data: Loaded) -> pd.DataFrame:
+    """Each store's newest repeats as the analysis frame, every one named by the store that measured it (a store's
+    own under its id, as an import names them), a repeat read from two stores once: what `machine:ID` selects."""
+    df = data.latest
+    if df.empty:
+        return df
+    sids = data.ids
+    origin = [r.rpartition("@")[2] if "@" in r else sids[s] for r, s in zip(df["run_id"], df["store"], strict=True)]
+    df = df.assign(origin=origin, run_id=[f"{strip(r, o)}@{o}" for r, o in zip(df["run_id"], origin, strict=True)],
+                   cell_key=[f"{strip(k, o)}@{o}" for k, o in zip(df["cell_key"], origin, strict=True)],
+                   id=df["store"] * 10**9 + df["id"])
+    return df.drop_duplicates(["run_id", "cell_key", "repeat"], keep="first").reset_index(drop=True)
 
 
 def _comparisons(data: Loaded, machines: list[dict[str, Any]], metric: an.Metric) -> list[dict[str, Any]]:
     """Every pair of machines through `compare`: their newest repeats of each cell, paired on the params, with
     the compare core's ratio, p-value (adjusted over the pairs) and verdict."""
-    df = data.latest
+    df = newest(data)
     if df.empty or len(machines) < 2:
         return []
-    sids = data.ids
-    origin = [r.rpartition("@")[2] if "@" in r else sids[s] for r, s in zip(df["run_id"], df["store"], strict=True)]
-    df = df.assign(run_id=[f"{strip(r, o)}@{o}" for r, o in zip(df["run_id"], origin, strict=True)],
-                   cell_key=[f"{strip(k, o)}@{o}" for k, o in zip(df["cell_key"], origin, strict=True)],
-                   id=df["store"] * 10**9 + df["id"])
-    df = df.drop_duplicates(["run_id", "cell_key", "repeat"], keep="first").reset_index(drop=True)
     out = []
     for i, a in enumerate(machines):
         for b in machines[i + 1:]:
             sa, sb = an.select_side(df, f"machine:{a['id']}"), an.select_side(df, f"machine:{b['id']}")
             c = an.compare(sa, sb, metric)
-            rows = [{"model": r["model"], "precision": r["precision"], "batch": r["batch_size"],
+            rows = [{"environment": r["environment"], "model": r["model"], "precision": r["precision"],
+                     "batch": r["batch_size"],
                      "options": r["options"], "a": _ms(r["a_mean"], r["a_std"], metric),
                      "b": _ms(r["b_mean"], r["b_std"], metric), "ratio": _num(r["ratio"]),
                      "change": str(r["change"]), "p": _num(r["p_adjusted"]), "verdict": str(r["verdict"])}

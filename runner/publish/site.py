@@ -44,7 +44,7 @@ def write(site: Site, out: Path) -> list[Path]:
     pages = _render(site)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for name in (MARK, "site.css", "cells", "runs", *pages, "machines.html", "bisects.html"):
+        for name in (MARK, "site.css", "cells", "runs", *pages, "machines.html", "bisects.html", "tables.html"):
             if "/" not in name:  # before anything is written: a planted name stops the whole publish
                 safewrite.check(out / name, folder=name in ("cells", "runs"))
         staging = Path(tempfile.mkdtemp(prefix=safewrite.PRIVATE_PREFIX, suffix=".tmp", dir=out))
@@ -73,6 +73,8 @@ def _render(site: Site) -> dict[str, str]:
         pages["machines.html"] = env.get_template("machines.html.j2").render(site=site, root="")
     if site.bisects:
         pages["bisects.html"] = env.get_template("bisects.html.j2").render(site=site, root="")
+    if site.tables:
+        pages["tables.html"] = env.get_template("tables.html.j2").render(site=site, root="")
     cell_t, run_t = env.get_template("cell.html.j2"), env.get_template("run.html.j2")
     for cell in site.cells:
         pages[f"cells/{cell['slug']}.html"] = cell_t.render(site=site, cell=cell, root="../")
@@ -91,7 +93,7 @@ def _write_pages(pages: dict[str, str], out: Path, staging: Path) -> list[Path]:
             safewrite.write_text(staging / name, text, mode=PAGE_MODE)
     for folder in ("cells", "runs"):
         _swap(staging / folder, out / folder, staging)
-    for page in ("machines.html", "bisects.html"):  # an earlier publish's page this one does not have
+    for page in ("machines.html", "bisects.html", "tables.html"):  # an earlier publish's page this one does not have
         if page not in pages:
             safewrite.check(out / page)
             (out / page).unlink(missing_ok=True)

@@ -8,6 +8,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 WIDTH, HEIGHT = 760, 240
 LEFT, RIGHT, TOP, BOTTOM = 64, 44, 14, 30
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
@@ -40,6 +42,7 @@ class Plot:
     yticks: tuple[tuple[float, str], ...]
     xticks: tuple[tuple[float, str], ...]
     unit: str
+    bounds: tuple[tuple[float, str], ...] = ()   # x of each boundary (a definition changed), what changed
     left: int = LEFT
     right: int = RIGHT
     bottom: int = HEIGHT - BOTTOM
@@ -56,9 +59,11 @@ class RunPoint:
     href: str
 
 
-def plot(series: Sequence[tuple[str, Sequence[RunPoint], Sequence[tuple[int, str]]]], unit: str) -> Plot:
+def plot(series: Sequence[tuple[str, Sequence[RunPoint], Sequence[tuple[int, str]]]], unit: str,
+         boundaries: Sequence[tuple[float, str]] = ()) -> Plot:
     """series: (label, its runs in order, its changes as (index of the first run after, label)). The x axis
-    is the runs of every series in time order (labelled with their UTC dates), so that runs align in time."""
+    is the runs of every series in time order (labelled with their UTC dates), so that runs align in time.
+    `boundaries`: (when the first run of a new definition started, what changed), drawn just before that run."""
     times = sorted({p.when for _, pts, _ in series for p in pts})
     dates = [time.strftime("%Y-%m-%d", time.gmtime(t)) for t in times]
     if len(set(dates)) < len(dates):     # several runs a day: the time tells them apart
@@ -87,7 +92,42 @@ def plot(series: Sequence[tuple[str, Sequence[RunPoint], Sequence[tuple[int, str
     yticks = tuple((ys(v), _fmt(v)) for v in _ticks(lo, hi))
     step = max(1, math.ceil(len(times) / 8))
     xticks = tuple((xs(i), dates[i] if i < len(dates) else "") for i in range(0, len(times), step))
-    return Plot(WIDTH, HEIGHT, tuple(out), yticks, xticks, unit)
+    bounds = []
+    for t, text in boundaries:
+        i = int(np.searchsorted(np.asarray(times), t)) if times else 0
+        bounds.append((round((xs(max(i - 1, 0)) + xs(i)) / 2, 1) if i > 0 else xs(0), text))
+    return Plot(WIDTH, HEIGHT, tuple(out), yticks, xticks, unit, bounds=tuple(bounds))
+
+
+@dataclass(frozen=True)
+class Spark:
+    """A history in a table cell: every run's mean as a line (broken where the definition changed, skipped where a
+    run had no ok repeat), the last run as a dot."""
+
+    width: int
+    height: int
+    path: str
+    dot: tuple[float, float] | None
+
+
+def spark(means: Sequence[float], breaks: Sequence[int] = (), width: int = 120, height: int = 22) -> Spark:
+    """The sparkline of run means in order; `breaks`: indexes where a new definition starts (the line is broken)."""
+    vals = [v for v in means if math.isfinite(v)]
+    if not vals:
+        return Spark(width, height, "", None)
+    lo, hi = min(vals), max(vals)
+    span = (hi - lo) or abs(hi) * 0.1 or 1.0
+    n = max(len(means) - 1, 1)
+    parts, pen, dot = [], False, None
+    for i, v in enumerate(means):
+        if not math.isfinite(v):
+            pen = False
+            continue
+        x = round(2 + (width - 4) * (i / n if len(means) > 1 else 0.5), 1)
+        y = round(2 + (height - 4) * (1 - (v - lo) / span) if hi > lo else height / 2, 1)
+        parts.append(f"{'L' if pen and i not in breaks else 'M'}{x},{y}")
+        pen, dot = True, (x, y)
+    return Spark(width, height, " ".join(parts), dot)
 
 
 def _s(std: float) -> float:

@@ -11,6 +11,7 @@ from runner import analysis as an
 from runner.errors import ConfigError, StoreError
 from runner.report.formats import FORMATS
 from runner.store import Store
+from runner.store import exchange as store_exchange
 
 REPORT_FORMATS = tuple(FORMATS.names())  # runner/report/formats/: every registered format
 DEFAULT_REPORT_FORMATS = ("md", "html")
@@ -107,7 +108,9 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
     fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, tuple(FORMATS.names()), "report")
     infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
     df, records, name = _frame(infos, run_ids, newest(rows), db)
-    model = views.build(df, records, name, history=_history(rows))
+    with _open(db) as store:
+        provenance = store_exchange.provenance(store)
+    model = views.build(df, records, name, history=_history(rows), provenance=provenance)
     return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name))
 
 
@@ -116,8 +119,9 @@ def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: st
     """`matrix compare A B`: the comparison as text (md, csv, json, or rich tables for the terminal if None).
 
     A and B are environment names, tags, backend kinds or run id prefixes (`env:`/`tag:`/`backend:`/`run:`
-    in front picks the kind when names clash). A side that holds more than one definition of a cell compares
-    the newest and lists the others; `pool` pools them.
+    in front picks the kind when names clash), each one machine's repeats (runner/analysis/sides.py: this store's
+    own by default; `NAME@machine:ID` names another), or whole machines (`machine:ID`, `host:NAME`). A side that
+    holds more than one definition of a cell compares the newest and lists the others; `pool` pools them.
     """
     from runner.report import render
 
@@ -125,10 +129,12 @@ def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: st
     m = an.get_metric(metric)
     with _open(db) as store:
         rows = list(store.rows(latest_only=False))
+        here, prov = store_exchange.store_id(store) or "", store_exchange.provenance(store)
     if not rows:
         raise StoreError(f"no results in {db}: run `matrix run` first")
     df = an.frame(rows)
-    comparison = an.compare(an.select_side(df, a, pool), an.select_side(df, b, pool), m, alpha, min_effect)
+    comparison = an.compare(an.select_side(df, a, pool, here, prov), an.select_side(df, b, pool, here, prov), m,
+                            alpha, min_effect)
     if fmt_ == "md":
         return render.compare_markdown(comparison)
     if fmt_ == "csv":

@@ -68,25 +68,36 @@ def _date(ts: Any) -> str:
 
 
 def history_table(hist: pd.DataFrame, unit: str | None = None) -> Table:
-    """One row per point (a measurement: a run, with the runs that resumed it); the cell in words on its first
-    row, with its key when another definition of the same name has a history too; a step in bold. The mean is
-    labelled with the points' own unit (their `unit` column: tok/s for a transformer) unless `unit` is given."""
+    """One row per point (a measurement: a run, with the runs that resumed it); the cell in words where its series
+    begins, with its key when another definition of the same name has a history too and its machine when several
+    have; a boundary row where a name's definition changed from its previous point (what changed: never tested as a
+    step); a step in bold. The mean is labelled with the points' own unit (their `unit` column: tok/s for a
+    transformer) unless `unit` is given."""
     unit = unit or shown_unit(hist.get("unit", ()), "throughput")
     t = Table(["cell", "date (UTC)", "runs", "repeats", f"mean ± std ({unit})", "vs previous", "p", "step"],
               align=["l", "l", "l", "r", "r", "r", "r", "l"])
-    name_cols = ["environment", "model", "precision", "batch_size", "dataset", "gpus", "nodes", "options"]
-    names = hist.groupby([c for c in name_cols if c in hist], sort=False, dropna=False)["cell_key"].transform(
-        "nunique") if len(hist) else pd.Series(dtype=int)
+    name_cols = [c for c in ("environment", "model", "precision", "batch_size", "dataset", "gpus", "nodes", "options",
+                             "machine") if c in hist]
+    series = hist["series"] if "series" in hist else hist.get("cell_key", pd.Series(dtype=object))
+    names = series.groupby([hist[c] for c in name_cols], sort=False, dropna=False).transform("nunique") \
+        if len(hist) else pd.Series(dtype=int)
+    machines = hist["machine"].nunique() > 1 if "machine" in hist and len(hist) else False
     last = None
-    for r, n_defs in zip(hist.itertuples(index=False), names, strict=True):
+    for r, s, n_defs in zip(hist.itertuples(index=False), series, names, strict=True):
         why = r.undecided if isinstance(getattr(r, "undecided", ""), str) else ""
         label = " ".join(str(getattr(r, k)) for k in ("environment", "model", "precision", "batch_size"))
         if getattr(r, "options", ""):
             label += f" {r.options}"
         if n_defs > 1:
             label += f" (definition {r.cell_key})"
-        first = r.cell_key != last
-        last = r.cell_key
+        if machines:
+            label += f" on {'machine ' + str(r.machine) if r.machine else 'this store'}"
+        boundary = getattr(r, "boundary", "")
+        if isinstance(boundary, str) and boundary:
+            t.add("", "", "", "", "", "", "", Cell(f"definition changed: {boundary}; not compared across", "status"),
+                  row_class="group")
+        first = s != last
+        last = s
         ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
         mean = number(r.mean) if math.isnan(r.std) else f"{number(r.mean, 1)} ± {number(r.std, 1)}"
         outcomes = getattr(r, "outcomes", "")
@@ -95,7 +106,7 @@ def history_table(hist: pd.DataFrame, unit: str | None = None) -> Table:
               Cell(p_value(r.p_value), "num"),
               Cell(f"step: {r.change}" if r.step else f"undecided: {why}" if why else "",
                    "bad" if r.step else "status" if why else ""),
-              row_class="group" if first else "")
+              row_class="group" if first and not boundary else "")
     return t
 
 

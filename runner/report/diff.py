@@ -11,10 +11,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from runner import analysis as an
 from runner.analysis import envdiff
+from runner.analysis import sides as sides_
 from runner.errors import ConfigError, StoreError
 from runner.report.fmt import Cell, Table, md_table, short_digest
 from runner.store import Store
+from runner.store import exchange as store_exchange
 
 DIFF_FORMATS = ("md", "json")
 DIFF_SCHEMA = 1
@@ -22,19 +25,25 @@ SHOWN_PACKAGES = 25  # system packages listed by default (the relevant ones firs
 
 
 def sides(store: Store, a: str, b: str) -> tuple[envdiff.Side, envdiff.Side]:
-    """Two environments of the store as their newest repeats recorded them; an unknown name is a ConfigError
-    that lists the names the store has."""
+    """Two environments of the store as their newest repeats recorded them, each one machine's as
+    runner/analysis/sides.py selects it (this store's own by default; `NAME@machine:ID` another's); an unknown name
+    is a ConfigError that lists the names the store has."""
     known = store.environments()
     for name in (a, b):
-        if name not in known:
+        if sides_.split(name)[0] not in known:
             raise ConfigError(f"environment {name!r} has no result in {store.path}; environments there: "
                               f"{', '.join(known) or '(none)'}")
     return side_of(store, a), side_of(store, b)
 
 
 def side_of(store: Store, name: str, keys: list[str] | None = None) -> envdiff.Side:
-    """One environment (only the rows of `keys` when given: one cell) with its capture."""
-    rows = list(store.rows(environments=[name], keys=keys))
+    """One environment (only the rows of `keys` when given: one cell) with its capture: the rows of the one machine
+    runner/analysis/sides.py selects for it."""
+    env = sides_.split(name)[0]
+    rows = list(store.rows(environments=[env], keys=keys))
+    if rows:
+        chosen = set(sides_.select(an.frame(rows), f"env:{name}", store_exchange.store_id(store) or "").frame["id"])
+        rows = [r for r in rows if r["id"] in chosen]
     return envdiff.side(name, rows, store.captures(r.get("capture_id") for r in rows))
 
 

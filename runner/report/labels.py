@@ -121,6 +121,18 @@ def definitions_sentence(n_names: int, pooled: bool = False, where: str = "") ->
             "definitions are listed with their repeats.")
 
 
+def unique_prefixes(ids: Sequence[str], least: int = 8) -> dict[str, str]:
+    """Each store id shortened to at least `least` characters, longer where that would name another too (a store
+    id may begin another's: `abcd1234` and `abcd1234-x`)."""
+    out = {}
+    for i in ids:
+        n = least
+        while n < len(i) and any(o != i and o[:n] == i[:n] for o in ids):
+            n += 1
+        out[i] = i[:n]
+    return out
+
+
 def machines(df: pd.DataFrame) -> pd.Series:
     """Per row, the machine it was measured on: its hardware, told apart by the store it was imported from
     (a run id's '@<store id>') when two stores measured the same hardware. A repeat that stopped before the
@@ -133,6 +145,7 @@ def machines(df: pd.DataFrame) -> pd.Series:
     hw = hw.where(hw != "", known).replace("", "device unknown")
     pairs = pd.DataFrame({"hw": hw, "origin": origin}).drop_duplicates()
     shared = set(pairs["hw"][pairs["hw"].duplicated(keep=False)])
-    label = {(h, o): (f"{h} @{o[:8]}" if o else f"{h} (this store)") if h in shared else h
+    short = unique_prefixes(sorted({o for o in pairs["origin"] if o}))
+    label = {(h, o): (f"{h} @{short[o]}" if o else f"{h} (this store)") if h in shared else h
              for h, o in pairs.itertuples(index=False)}
     return pd.Series(list(zip(hw, origin, strict=True)), index=df.index, dtype=object).map(label)

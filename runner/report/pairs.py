@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -25,13 +26,18 @@ from runner.report.labels import (
 
 def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame
                         ) -> tuple[list[Section], list[tuple[str, str, an.Comparison]]]:
-    """Environment comparison: every environment against the first, plus each one's FP16/FP32 ratios."""
+    """Environment comparison: on each machine, every environment against its first (never one machine's against
+    another's: the machines side by side is another view), plus each one's FP16/FP32 ratios. Each side is the one
+    `compare` takes (runner/analysis/sides.py)."""
     envs = list(dict.fromkeys(summary["environment"]))
     if len(envs) < 2:
         return [], []
-    base = envs[0]
-    sides = {e: an.Side(e, "env", e, df[df["environment"] == e]) for e in envs}
-    comparisons = [(base, e, an.compare(sides[base], sides[e])) for e in envs[1:]]
+    machine = df.drop_duplicates("environment").set_index("environment")["machine"] if "machine" in df else None
+    on: dict[str, list[str]] = {}
+    for e in envs:
+        on.setdefault(str(machine.get(e, "")) if machine is not None else "", []).append(e)
+    sides = {e: replace(an.select_side(df, f"env:{e}"), ref=e) for e in envs}
+    comparisons = [(group[0], e, an.compare(sides[group[0]], sides[e])) for group in on.values() for e in group[1:]]
     sections = []
     m = an.METRICS["throughput"]
     for a, b, c in comparisons:
@@ -86,11 +92,29 @@ def decisions_sentence(c: an.Comparison) -> str:
     return text
 
 
+def machine_lines(c: an.Comparison) -> list[str]:
+    """Where each side ran, when a side holds another machine's repeats: 'A (b): machine:ID (host ...; hardware;
+    imported from FILE on DAY)', and a last line when the two sides ran on different machines or hardware. None
+    for two sides of this store's own (the usual comparison)."""
+    ma, mb = c.machines
+    if all(m.local for m in (*ma, *mb)) and not c.across_machines:
+        return []
+    lines = [f"{label} ({side.ref}): {'; '.join(m.words() for m in ms) or 'no repeat'}"
+             for label, side, ms in (("A", c.a, ma), ("B", c.b, mb))]
+    if c.across_machines:
+        hw = [", ".join(sorted({h for m in ms for h in m.hardware})) or "device unknown" for ms in (ma, mb)]
+        same = "the same hardware" if hw[0] == hw[1] else f"different hardware ({hw[0]} against {hw[1]})"
+        lines.append(f"The sides ran on different machines, {same}: a change between them is the machines' as much "
+                     "as the environments'.")
+    return lines
+
+
 def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
     """Per pair: both sides' mean ± std, B/A, the change in words, p (adjusted for the false discovery rate
     over the pairs) and the verdict (undecided when the pair could not be tested)."""
     p = c.pairs
-    keys = varying(p, an.PARAM_KEYS, always=("model", "precision", "batch_size"))
+    keys = varying(p, c.keys, always=("environment", "model", "precision", "batch_size") if "environment" in c.keys
+                   else ("model", "precision", "batch_size"))
     m = c.metric
     ua, ub = (unit_of(side.chosen, m) for side in (c.a, c.b))
     p_head = "p (BH)" if c.n_tested > 1 else "p"
@@ -158,6 +182,9 @@ def comparison_doc(c: an.Comparison) -> dict[str, Any]:
         "environments": records(c.environments),
         "recipes_differ": records(c.recipes),
         "notes": list(c.notes),
+        "paired_on": list(c.keys),
+        "machines": {"a": [m.as_json() for m in c.a.machines], "b": [m.as_json() for m in c.b.machines]},
+        "across_machines": c.across_machines,
     }
 
 

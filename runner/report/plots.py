@@ -263,7 +263,7 @@ def history_plot(hist: pd.DataFrame | None, svg: bool, png: bool) -> Plot | None
         hist = hist[pd.to_datetime(hist["date"], unit="s", errors="coerce").notna()]
     if hist is None or hist.empty:
         return None
-    groups = list(hist.groupby("cell_key", sort=False))[:MAX_SCALING_LINES]
+    groups = list(hist.groupby("series" if "series" in hist else "cell_key", sort=False))[:MAX_SCALING_LINES]
     names = [f"{g.iloc[0]['environment']} · {g.iloc[0]['model']} · {g.iloc[0]['precision']} · "
              f"batch {g.iloc[0]['batch_size']}" for _, g in groups]
     with plt.rc_context(STYLE):  # type: ignore[arg-type]

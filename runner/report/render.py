@@ -142,6 +142,7 @@ class CompareView:
     definitions: Table | None = None
     definitions_note: str = ""
     notes: list[str] = field(default_factory=list)
+    machines: list[str] = field(default_factory=list)  # where each side ran, when a side holds another machine's
 
 
 def compare_view(c: an.Comparison) -> CompareView:
@@ -196,7 +197,7 @@ def compare_view(c: an.Comparison) -> CompareView:
             "the tables show each one's newest definition", "the pairs use each one's newest definition (--pool "
             "to pool them)")
     return CompareView(title, method, env_table, pairs, summary, precision, unpaired, recipes, definitions, note,
-                       list(c.notes))
+                       list(c.notes), pair_views.machine_lines(c))
 
 
 def compare_markdown(c: an.Comparison) -> str:
@@ -222,6 +223,8 @@ def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | N
     buf = io.StringIO()
     console = make_console(buf, tty=sys.stdout.isatty(), color=color, width=width)
     console.print(Text(v.title, style="bold"))
+    for line in v.machines:
+        console.print(Text(line, style="bold yellow" if line.startswith("The sides") else ""))
     console.print(Text(v.method, style="dim"))
     console.print(rich_table(v.environments, "Environments"))
     if v.definitions is not None:

@@ -8,13 +8,14 @@ environments, the precision summary fp32 and another precision, scaling more tha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from runner import analysis as an
+from runner.analysis.identity import origins
 from runner.report import fmt, viewset
 from runner.report.fmt import DASH, Cell, Section, Table
 from runner.report.grid import grid_sections
@@ -30,7 +31,7 @@ from runner.report.labels import (
 from runner.report.viewkit import Built, Context
 from runner.results import Status
 
-ENV_LABELS = (("machine", "machine"), ("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"),
+ENV_LABELS = (("machine", "machine"), ("machine_from", "from"), ("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"),
               ("env_torch", "torch"), ("env_cuda", "CUDA"), ("env_cudnn", "cuDNN"), ("env_python", "Python"),
               ("env_image", "image"), ("env_repo_digest", "image digest"), ("env_image_id", "image id"),
               ("env_container_runtime", "container runtime"), ("env_container_runtime_version", "runtime version"),
@@ -208,20 +209,33 @@ def measurement_section(meas: pd.DataFrame) -> Section | None:
     return Section("Warm-up and measured windows", table, note)
 
 
-def by_machine(df: pd.DataFrame) -> pd.DataFrame:
+def by_machine(df: pd.DataFrame, provenance: Mapping[str, an.Provenance] | None = None) -> pd.DataFrame:
     """The rows with their machine, and an environment measured on more than one machine named once per machine
     ('local-cpu · Intel Xeon'): the same name measured on two machines is two cells, never an older and a newer
-    definition of one. `environment_name` keeps the name as the matrix spelled it."""
+    definition of one. `environment_name` keeps the name as the matrix spelled it; `machine_from` where the machine's
+    repeats came from (this store, or the file it imported them from: `provenance`, by store id)."""
     machine = machines(df)
     spans = machine.groupby(df["environment"], sort=False).transform("nunique") > 1
     named = df["environment"].where(~spans, df["environment"].astype(str) + " · " + machine)
-    return df.assign(machine=machine, environment_name=df["environment"], environment=named)
+    came = {o: _came(o, provenance or {}) for o in set(origins(df))}
+    return df.assign(machine=machine, environment_name=df["environment"], environment=named,
+                     machine_from=origins(df).map(came))
+
+
+def _came(origin: str, provenance: Mapping[str, an.Provenance]) -> str:
+    """Where a machine's repeats came from, in words: this store, or the files it imported them from."""
+    if not origin:
+        return "this store"
+    return provenance[origin].words() if origin in provenance else f"imported from store {origin}"
 
 
 def with_machines(info: pd.DataFrame, shown: pd.DataFrame) -> pd.DataFrame:
-    """The environments with the machines each one's results came from (`shown`'s machine column)."""
+    """The environments with the machines each one's results came from (`shown`'s machine column), and where."""
     per_env = shown.groupby("environment", sort=False)["machine"].agg(lambda s: ", ".join(dict.fromkeys(s)))
-    return info.assign(machine=info["environment"].map(per_env).fillna(""))
+    came = shown.groupby("environment", sort=False)["machine_from"].agg(lambda s: ", ".join(dict.fromkeys(s))) \
+        if "machine_from" in shown else per_env.map(lambda _: "")
+    return info.assign(machine=info["environment"].map(per_env).fillna(""),
+                       machine_from=info["environment"].map(came).fillna(""))
 
 
 def hardware_lines(info: pd.DataFrame) -> list[str]:
@@ -320,7 +334,7 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
 
 
 def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
-          history: pd.DataFrame | None = None) -> ReportModel:
+          history: pd.DataFrame | None = None, provenance: Mapping[str, an.Provenance] | None = None) -> ReportModel:
     """All views of one report from the long frame and the runs it came from; `history` is
     runner.analysis.history over every stored row (not only each repeat's newest).
 
@@ -329,7 +343,7 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     hist = history if history is not None else pd.DataFrame()
     run_records = admitted_counts(run_records, df)
     several_machines = machines(df).nunique() > 1
-    defs = an.choose(by_machine(df) if several_machines else df, an.CELL_KEYS)
+    defs = an.choose(by_machine(df, provenance) if several_machines else df, an.CELL_KEYS)
     shown = defs.frame
     summary = an.summarize(shown)
     info = an.environment_info(shown)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from runner.analysis.sides import Provenance
 from runner.errors import StoreError
 from runner.exchange.format import CONTENT_FIELDS, Bundle, digest
 from runner.store import Store
@@ -137,6 +138,46 @@ def _origins(store: Store) -> dict[int, tuple[str, int, dict[str, Any]]]:
     return found
 
 
+def imports(store: Store) -> list[dict[str, Any]]:
+    """What this store imported, one row per origin store and file: the origin's id, the hosts and hardware its
+    repeats recorded, the stores they came by (an export of an import), the file as `matrix import` was given it,
+    when it was imported, and its runs and repeats here. Oldest import first."""
+    if not _has_imported(store):
+        return []
+    sql = ("SELECT i.origin_store, i.source, MIN(i.imported_at), MAX(i.imported_at), COUNT(DISTINCT r.run_id), "
+           "COUNT(*), GROUP_CONCAT(i.provenance, char(10)) FROM imported i JOIN results r ON r.id = i.result_id "
+           "GROUP BY i.origin_store, i.source ORDER BY MIN(i.imported_at), i.origin_store, i.source")
+    out = []
+    with store._guard():
+        found = store.db.execute(sql).fetchall()
+    for origin, source, first, last, runs, repeats, provs in found:
+        hosts: dict[str, None] = {}
+        hardware_: dict[str, None] = {}
+        via: dict[str, None] = {}
+        for text in dict.fromkeys(str(provs or "").split("\n")):
+            p = _json(text, {})
+            if isinstance(p, dict):
+                hosts.update({str(p["host"]): None} if p.get("host") else {})
+                hardware_.update({str(p["hardware"]): None} if p.get("hardware") else {})
+                via.update(dict.fromkeys(str(v) for v in p.get("via") or [] if isinstance(p.get("via"), list)))
+        out.append({"origin": str(origin), "hosts": sorted(hosts), "hardware": sorted(hardware_), "via": list(via),
+                    "file": str(source), "first_imported": float(first), "last_imported": float(last),
+                    "runs": int(runs), "repeats": int(repeats)})
+    return out
+
+
+def provenance(store: Store) -> dict[str, Provenance]:
+    """Each imported machine's provenance by its store id, for the words a comparison's header shows."""
+    out: dict[str, Provenance] = {}
+    for row in imports(store):
+        p = out.get(row["origin"], Provenance())
+        firsts = [x for x in (p.first_imported, row["first_imported"]) if x == x]
+        out[row["origin"]] = Provenance(tuple(dict.fromkeys([*p.files, row["file"]])), min(firsts),
+                                        max(x for x in (p.last_imported, row["last_imported"]) if x == x),
+                                        tuple(dict.fromkeys([*p.via, *row["via"]])))
+    return out
+
+
 def import_bundles(store: Store, bundles: list[tuple[Bundle, str]]) -> list[Imported]:
     """Merge files' repeats in one transaction: all of them, or none when one is refused. A repeat already here
     with the same digest is skipped; one whose origin is here with another digest is refused, never overwritten."""
@@ -157,6 +198,7 @@ def _import_one(store: Store, db: Any, bundle: Bundle, source: str, mine: str,
     for run in bundle.runs:
         runs += _add_run(db, run, mine)
     now = time.time()
+    sender = str((bundle.header.get("source") or {}).get("store") or "")
     for rec in bundle.repeats:
         origin, row = rec["origin"]["store"], rec["origin"]["row"]
         have = _own_digest(store, row) if origin == mine else known.get((origin, row))
@@ -173,10 +215,19 @@ def _import_one(store: Store, db: Any, bundle: Bundle, source: str, mine: str,
                          _values(rec, origin))
         db.execute("INSERT INTO imported VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                    (cur.lastrowid, IMPORTED_SCHEMA, origin, row, rec["digest"],
-                    json.dumps(rec["provenance"], sort_keys=True, default=str), source, now))
+                    json.dumps(_passed(rec["provenance"], origin, sender), sort_keys=True, default=str), source, now))
         known[(origin, row)] = rec["digest"]
         stored += 1
     return Imported(stored, already, runs)
+
+
+def _passed(prov: dict[str, Any], origin: str, sender: str) -> dict[str, Any]:
+    """A repeat's provenance with the store it came by added (`via`), when the file was exported by a store that
+    imported it (an export of an import), so that where it passed is kept wherever it goes."""
+    via = [str(v) for v in prov.get("via") or [] if isinstance(prov.get("via"), list)]
+    if sender and sender != origin and sender not in via:
+        return {**prov, "via": [*via, sender]}
+    return prov
 
 
 def _add_run(db: Any, run: dict[str, Any], mine: str) -> int:

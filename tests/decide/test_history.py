@@ -15,7 +15,7 @@ def test_points_are_runs_in_date_order_and_a_real_step_is_marked() -> None:
         rows_for("k", list(100 + NOISE), run_id="night-2", start=2000.0),
         rows_for("k", list(100.3 + NOISE), run_id="night-1", start=1000.0),
         rows_for("k", list(90 + NOISE), run_id="night-3", start=3000.0),
-        rows_for("other", [50.0, 51.0], run_id="night-1", start=1000.0),  # one run: no history
+        rows_for("other", [50.0, 51.0], run_id="night-1", start=1000.0, batch_size=64),  # one run: no history
     )
     h = history(df)
     assert list(h["run_id"]) == ["night-1", "night-2", "night-3"]

@@ -17,10 +17,11 @@ BATCHES = (32, 64, 128)
 
 def fill_history(db: Path, host: str, cpu: str, runs: int, repeats: int, cells: int = 12, seed: int = 0,
                  step_at: int | None = None, step: float = 1.0, environment: str = "local-cpu",
-                 first_run: float = 1.7e9, definitions: dict | None = None, oom_runs: frozenset[int] = frozenset()
-                 ) -> Path:
+                 first_run: float = 1.7e9, definitions: dict | None = None, oom_runs: frozenset[int] = frozenset(),
+                 iterations: int = 20) -> Path:
     """`runs` runs of `cells` cells x `repeats` repeats; from run `step_at` on, throughput is x `step`;
-    `definitions`: the metrics' own definitions ({name: {"how": ..., "unit": ...}}), stored with every repeat."""
+    `definitions`: the metrics' own definitions ({name: {"how": ..., "unit": ...}}), stored with every repeat;
+    `iterations`: the run setting, part of the cell's key as in a matrix (20 keeps the keys these stores always had)."""
     rng = random.Random(seed)
     chosen = [(m, p, b) for m in MODELS for p in PRECISIONS for b in BATCHES][:cells]
     with Store(db) as store, store.db:
@@ -34,7 +35,8 @@ def fill_history(db: Path, host: str, cpu: str, runs: int, repeats: int, cells: 
             rows = []
             for i, (model, precision, batch) in enumerate(chosen):
                 params = {"model": model, "precision": precision, "batch_size": batch, "dataset": "synthetic"}
-                key = stable_hash({"env": environment, "params": params})
+                key = stable_hash({"env": environment, "params": params,
+                                   **({"iterations": iterations} if iterations != 20 else {})})
                 base = 100.0 * (1 + i % 5) * (step if step_at is not None and r >= step_at else 1.0)
                 for k in range(1, repeats + 1):
                     value = rng.gauss(base, base * 0.02)
@@ -43,7 +45,7 @@ def fill_history(db: Path, host: str, cpu: str, runs: int, repeats: int, cells: 
                         metrics["definitions"] = definitions
                     env = {"hostname": host, "cpu": cpu, "cpu_count": 2, "device": "cpu", "torch": "2.13.0",
                            "python": "3.11.2"}
-                    raw = {"params": {"iterations": 20, "warmup": 5, "seed": 0}}
+                    raw = {"params": {"iterations": iterations, "warmup": 5, "seed": 0}}
                     oom = r in oom_runs  # every repeat of this run ran out of memory: no figures
                     rows.append((SCHEMA, run_id, key, k, environment, "local", '["local"]', json.dumps(params),
                                  "oom" if oom else "ok", "CUDA out of memory" if oom else None,

@@ -31,6 +31,11 @@ def history_sections(hist: pd.DataFrame) -> list[Section]:
             f"{an.MIN_EFFECT:.0%} from the previous measurement with Welch's p < {an.ALPHA}, or a change in how "
             "the repeats ended, compared as rates). Every outcome is a point: a measurement whose repeats all "
             "failed or ran out of memory lists them under repeats and has no mean.")
+    n_bounds = int((hist["boundary"].astype(str) != "").sum()) if "boundary" in hist else 0
+    if n_bounds:
+        note += (f" {n_bounds} boundar{'ies' if n_bounds != 1 else 'y'}: a name whose definition (run settings, image, "
+                 "versions, device) changed from one measurement to the next; each definition on each machine is its "
+                 "own series, and nothing is tested across a boundary.")
     return [Section("History", history_table(hist), note)]
 
 

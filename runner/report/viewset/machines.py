@@ -31,7 +31,12 @@ class Machines(View):
                                    environment=ctx.summary["cell_key"].map(first["environment_name"]))
         if cells["machine"].nunique() < 2:
             return Built(self, [])
-        return Built(self, [machines_section(cells)], cells[["machine", *an.CELL_KEYS, "cell_key"]])
+        section = machines_section(cells)
+        if "machine_from" in first:
+            came = dict(zip(first["machine"], first["machine_from"], strict=True))
+            section.note += " Where each machine's results came from: " + "; ".join(
+                f"{m}: {came[m]}" for m in dict.fromkeys(cells["machine"]) if came.get(m)) + "."
+        return Built(self, [section], cells[["machine", *an.CELL_KEYS, "cell_key"]])
 
 
 def machines_section(cells: pd.DataFrame) -> Section:
