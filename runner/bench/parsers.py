@@ -428,5 +428,16 @@ def make(config):
             if getattr(e, "name", None) != "%s.parser_%s" % (__package__, kind):
                 raise ValueError("the workload parser module parser_%s.py cannot be imported here: %s" % (kind, e))
     if kind not in PARSERS:
-        raise ValueError("no workload parser %r in this benchmark (it has %s)" % (kind, ", ".join(sorted(PARSERS))))
+        raise ValueError("no workload parser %r in this benchmark (it has %s)" % (kind, ", ".join(known_kinds())))
     return PARSERS[kind](config)
+
+
+def known_kinds():
+    """Every kind this benchmark has: registered, or in a parser_KIND.py module of this package (a zipapp too)."""
+    import pkgutil
+    package = importlib.import_module(__package__)
+    found = set(PARSERS)
+    for _, name, _ in pkgutil.iter_modules(getattr(package, "__path__", [])):
+        if name.startswith("parser_"):
+            found.add(name[len("parser_"):])
+    return sorted(found)
