@@ -35,7 +35,7 @@ from benchmarks.paired import (  # noqa: E402
     summary_lines,
     tolerance_arg,
 )
-from runner import artifact  # noqa: E402
+from runner.backends import artifact  # noqa: E402
 
 BENCH = artifact.path()  # the zipapp every backend runs
 REFERENCE = ROOT / "benchmarks" / "reference_loop.py"

@@ -23,9 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner import execute, matrix  # noqa: E402
-from runner.results import Outcome, Status  # noqa: E402
-from runner.spec import Task  # noqa: E402
+from runner import matrix  # noqa: E402
+from runner.execution import execute  # noqa: E402
+from runner.spec.cells import Task  # noqa: E402
+from runner.spec.outcomes import Outcome, Status  # noqa: E402
 from runner.store import Store  # noqa: E402
 
 TEXT = """

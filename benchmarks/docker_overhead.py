@@ -28,14 +28,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runner.backends.base import Backend  # noqa: E402
+from runner.backends.context import RunContext  # noqa: E402
 from runner.backends.docker import DockerBackend, DockerEnvironment  # noqa: E402
 from runner.backends.docker.engine import Exec  # noqa: E402
 from runner.backends.docker.host import TEST_IMAGE  # noqa: E402
 from runner.backends.docker.payload import BENCH_IN  # noqa: E402
 from runner.backends.local import LocalBackend, LocalEnvironment  # noqa: E402
-from runner.context import RunContext  # noqa: E402
-from runner.results import Outcome, Status  # noqa: E402
-from runner.spec import Cell, RunSettings, Task  # noqa: E402
+from runner.spec.cells import Cell, RunSettings, Task  # noqa: E402
+from runner.spec.outcomes import Outcome, Status  # noqa: E402
 
 HOST_PYTHON = "/usr/bin/python3"
 PARAMS: dict[str, str | int] = {"model": "mnist_cnn", "precision": "fp32", "batch_size": 16,

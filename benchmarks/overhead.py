@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from runner import artifact, matrix
+from runner import matrix
+from runner.backends import artifact
 
 
 def make_matrix(cells: int, iterations: int) -> str:

@@ -9,7 +9,7 @@ figure was as consistent with 1.00 as with 0.94.
 
 The verdict is an equivalence test: `within` only when the whole interval lies inside [1 - tolerance, 1 + tolerance]; `outside` when the whole interval lies beyond one edge;
 otherwise `not established`, with the repeats that a spread like this one would need. Exit statuses, as
-matrix's (runner/exitcodes.py): 0 within, 1 outside, 5 not established, 3 a side did not measure, 70 the script
+matrix's (runner/base/exitcodes.py): 0 within, 1 outside, 5 not established, 3 a side did not measure, 70 the script
 itself crashed (never 1).
 """
 

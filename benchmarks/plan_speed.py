@@ -16,7 +16,7 @@ import os
 import time
 
 from runner import matrix
-from runner.errors import ConfigError
+from runner.base.errors import ConfigError
 
 TEMPLATE = """
 environments:

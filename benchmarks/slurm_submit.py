@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from runner import matrix
+from runner.backends.context import RunContext
 from runner.backends.slurm import SlurmBackend, commands
 from runner.backends.slurm.backend import FINISHED_STATES
 from runner.backends.slurm.state import Watched, state_key
-from runner.context import RunContext
-from runner.results import Outcome
-from runner.spec import Task
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome
 from runner.store import Store
 
 

@@ -41,9 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.adaptive import Stop, assess, replay
 from runner.analysis import MIN_EFFECT, significance, welch_from_stats
-from runner.spec import AdaptiveRepeats
+from runner.analysis.adaptive import Stop, assess, replay
+from runner.spec.cells import AdaptiveRepeats
 from runner.store import Store
 
 ADAPTIVE = AdaptiveRepeats(min=3, max=20, target_ci=0.01)

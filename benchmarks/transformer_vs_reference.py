@@ -38,7 +38,7 @@ from benchmarks.paired import (  # noqa: E402
     summary_lines,
     tolerance_arg,
 )
-from runner import artifact  # noqa: E402
+from runner.backends import artifact  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16", "amp-bf16")
 

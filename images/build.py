@@ -33,7 +33,7 @@ sys.path.insert(1, str(ROOT))
 
 from recipes import BY_NAME, RECIPES, Recipe  # noqa: E402
 
-from runner import artifact  # noqa: E402
+from runner.backends import artifact  # noqa: E402
 
 CACHE = Path(os.environ.get("MATRIX_IMAGE_CACHE", "/var/cache/matrix"))
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.contract import WINDOW_REDO_BELOW
-from runner.results import Status
+from runner.spec.bench_contract import WINDOW_REDO_BELOW
+from runner.spec.outcomes import Status
 
 OK, DIVERGED, REFUSED = Status.OK.value, Status.DIVERGED.value, Status.REFUSED.value
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from runner.analysis.bisect_pair import OK, STATUS, Comparison, Sample, Settings, compare
 from runner.analysis.verdict import Verdict
-from runner.exitcodes import Exit
+from runner.base.exitcodes import Exit
 
 FOUND, SPREAD, NO_CHANGE, UNDECIDED = "found", "spread", "no change", "undecided"
 EXIT = {FOUND: Exit.OK, NO_CHANGE: Exit.FAILED, UNDECIDED: Exit.UNDECIDED, SPREAD: Exit.SPREAD}

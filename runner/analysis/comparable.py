@@ -23,7 +23,7 @@ from runner.analysis import significance
 from runner.analysis.frame import PARAM_KEYS, PER_STEP_METRICS, Metric
 from runner.analysis.stats import _join_unique
 from runner.analysis.verdict import Verdict
-from runner.results import Status
+from runner.spec.outcomes import Status
 
 OK = Status.OK.value
 UNSUPPORTED = Status.UNSUPPORTED.value

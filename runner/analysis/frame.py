@@ -13,8 +13,8 @@ from runner.analysis.admission import Admission, admit
 from runner.analysis.figures import figures, ran_program
 from runner.analysis.figures import number as _num
 from runner.analysis.recipes import RECIPE_FIELDS, recipe, recipe_text
-from runner.errors import ConfigError
-from runner.spec import PRECISIONS
+from runner.base.errors import ConfigError
+from runner.spec.cells import PRECISIONS
 
 # What identifies a cell in a report (besides the environment) and what pairs cells across sides.
 PARAM_KEYS = ("model", "precision", "batch_size", "dataset", "gpus", "nodes", "options")
@@ -92,7 +92,7 @@ STAT_NAMES = ("n", "mean", "std", "cv", "min", "max", "median", "ci_low", "ci_hi
 # things in different environments (amp: apex in a 2018 image, torch.autocast in a current one).
 RECIPE_COLUMNS = tuple(f"recipe_{f}" for f in RECIPE_FIELDS)
 
-# The run settings that are part of a cell's definition (runner/spec.py Cell.key) besides its params; the
+# The run settings that are part of a cell's definition (runner/spec/cells.py Cell.key) besides its params; the
 # store keeps them in each bench result, so a repeat that produced none leaves them unknown ("").
 RUN_SETTINGS = ("iterations", "warmup", "seed")
 
@@ -245,7 +245,7 @@ def definitions(metrics: Mapping[str, Any], model: Any = None) -> dict[str, str]
     """The `how_<m>` and `unit_<m>` columns of one repeat: its result's metrics.definitions (keyed on a metric's
     name or alias), else the built-in benchmark's definition for its `model` ("bench: <label>", the Metric's unit;
     a transformer's throughput in tok/s)."""
-    from runner.contract import TRANSFORMER_MODELS
+    from runner.spec.bench_contract import TRANSFORMER_MODELS
 
     given = _mapping(metrics.get("definitions"))
     tokens = model in TRANSFORMER_MODELS

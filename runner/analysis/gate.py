@@ -36,8 +36,8 @@ from runner.analysis.comparable import (
     with_outcomes,
 )
 from runner.analysis.verdict import Verdict, counts, counts_text, overall, policy_note
-from runner.errors import ConfigError
-from runner.spec import percentage
+from runner.base.errors import ConfigError
+from runner.spec.cells import percentage
 
 GATE_SCHEMA = 2  # 2: a verdict per check (pass, fail, undecided), adjusted p-values, counts
 RULES = {"slower": "throughput", "faster": "throughput", "memory": "peak_mem", "energy": "images_per_joule"}

@@ -42,14 +42,14 @@ from runner.analysis.bounds import Bound, parse_bound
 from runner.analysis.comparable import no_one_figure
 from runner.analysis.sides import select
 from runner.analysis.verdict import UNDECIDED_POLICIES, Verdict
-from runner.cellmatch import MATCH_KEYS
-from runner.cellmatch import coerce as _coerce
-from runner.cellmatch import same as _same
-from runner.cellmatch import show as _show
-from runner.cellmatch import value as _value
-from runner.errors import ConfigError
-from runner.exitcodes import Exit
-from runner.spec import AXIS_NAMES, Cell, Scalar
+from runner.base.errors import ConfigError
+from runner.base.exitcodes import Exit
+from runner.spec.cellmatch import MATCH_KEYS
+from runner.spec.cellmatch import coerce as _coerce
+from runner.spec.cellmatch import same as _same
+from runner.spec.cellmatch import show as _show
+from runner.spec.cellmatch import value as _value
+from runner.spec.cells import AXIS_NAMES, Cell, Scalar
 
 VERDICT_SCHEMA = 2  # 2: verdict pass/fail/undecided with a reason (1 had outcome pass/fail/no data)
 ENTRY_KEYS = ("match", "undecided")  # the keys of an entry that are not metrics

@@ -12,7 +12,7 @@ from typing import Any
 from runner.analysis.admission import Check
 from runner.analysis.comparable import definition_text
 from runner.analysis.frame import definitions, frame, measured
-from runner.results import Status
+from runner.spec.outcomes import Status
 
 
 @dataclass(frozen=True)

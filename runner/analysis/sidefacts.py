@@ -21,7 +21,7 @@ from runner.analysis.frame import (
     precision_rank,
 )
 from runner.analysis.stats import _join_unique, cell_attributes
-from runner.results import Status
+from runner.spec.outcomes import Status
 
 
 def _sorted(df: pd.DataFrame, first: Sequence[str] = ()) -> pd.DataFrame:

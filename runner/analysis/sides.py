@@ -23,7 +23,7 @@ import pandas as pd
 
 from runner.analysis.frame import CELL_KEYS, PARAM_KEYS, latest
 from runner.analysis.identity import devices, origins
-from runner.errors import ConfigError
+from runner.base.errors import ConfigError
 
 SIDE_KINDS = ("env", "tag", "backend", "run")
 # Sides named only with their prefix: the machine a repeat ran on. `host:NAME` its host name; `machine:X` its

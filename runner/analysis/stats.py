@@ -22,7 +22,7 @@ from runner.analysis.frame import (
 )
 from runner.analysis.resolution import NEGLIGIBLE
 from runner.analysis.significance import t_half_width
-from runner.results import Status
+from runner.spec.outcomes import Status
 
 NOISY_CV = 0.10    # throughput that varies more than this between repeats is flagged
 THROTTLED = "throttled"  # per cell: how many of its ok repeats the GPU's telemetry marked throttled

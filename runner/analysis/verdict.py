@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from enum import Enum
 
-from runner.errors import ConfigError
-from runner.exitcodes import Exit
+from runner.base.errors import ConfigError
+from runner.base.exitcodes import Exit
 
 
 class Verdict(str, Enum):

@@ -8,7 +8,7 @@ never imports the Docker SDK. Registering one name twice is an error, not a sile
 from __future__ import annotations
 
 from runner.backends.base import Backend, Check, Sink
-from runner.registry import Registry
+from runner.base.registry import Registry
 
 # Where each built-in backend lives; importing the module registers its class.
 MODULES: dict[str, str] = {

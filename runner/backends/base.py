@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar
 
-from runner.context import RunContext
-from runner.errors import BackendError
-from runner.results import Outcome, Status
-from runner.spec import EnvironmentBase, Task
+from runner.backends.context import RunContext
+from runner.base.errors import BackendError
+from runner.spec.cells import EnvironmentBase, Task
+from runner.spec.outcomes import Outcome, Status
 
 Sink = Callable[[Task, Outcome], None]
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from runner.backends.base import Backend, Sink, not_started
-from runner.context import RunContext
-from runner.errors import BackendError
-from runner.results import Outcome, Status
-from runner.spec import EnvironmentBase, Task
+from runner.backends.context import RunContext
+from runner.base.errors import BackendError
+from runner.spec.cells import EnvironmentBase, Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import BatchJob, BatchJobs
 
 

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from runner import artifact, safewrite
-from runner.backends import ranks, register
+from runner.backends import artifact, ranks, register
 from runner.backends.base import Check, Interrupted, SequentialBackend, not_started
 from runner.backends.ranks import rank_env
-from runner.results import Outcome, Status, outcome_from_process
-from runner.spec import EnvironmentBase, Task
-from runner.workloads import Changed, arguments
-from runner.workloads.files import stage
+from runner.backends.workloads import Changed, arguments
+from runner.backends.workloads.files import stage
+from runner.base import safewrite
+from runner.spec.cells import EnvironmentBase, Task
+from runner.spec.outcomes import Outcome, Status, outcome_from_process
 
 
 class LocalEnvironment(EnvironmentBase):

@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Literal, Protocol
 
-from runner import safewrite
-from runner.results import Outcome, Status
+from runner.base import safewrite
+from runner.spec.outcomes import Outcome, Status
 
 # After one rank failed, the others get this long to end by themselves: they may wait forever in a
 # collective otherwise.

@@ -1,6 +1,6 @@
 """A user's own training program as one repeat: `python bench.pyz workload SPEC`.
 
-The controller (runner/workloads/) sends SPEC, one JSON argument: the argv template, the values of its
+The controller (runner/backends/workloads/) sends SPEC, one JSON argument: the argv template, the values of its
 placeholders (the cell's axes, run settings, the repeat), where the workload's files are, the params to
 record and the parser's configuration. Here, in the environment, the launcher fills in what only the
 environment knows ({python}: this interpreter; {output}: a fresh folder for this repeat), runs the program

@@ -1,6 +1,6 @@
 """One module per command, one calling convention: `main(...)` takes the command's option values as plain
-arguments, prints what the command says and returns its exit status (runner/exitcodes.py; 0: success).
-runner/cli.py only wires options to them; the error boundary (runner/cli_boundary.py) turns a MatrixError
+arguments, prints what the command says and returns its exit status (runner/base/exitcodes.py; 0: success).
+runner/cli/__init__.py only wires options to them; the error boundary (runner/cli/boundary.py) turns a MatrixError
 into one line and its status. The commands that decide (`decide`: `matrix check`, the gate of `compare
 --fail-on` and the decisions printed at the end of `matrix run`; `bisect`) return their text and exit status."""
 

@@ -13,16 +13,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner import bisect_envs as envlist
-from runner import console as consoles
 from runner.analysis import bisect as search
 from runner.analysis import bisect_pair, envdiff
 from runner.analysis.frame import get_metric
-from runner.bisect_measure import StoreMeasure
-from runner.errors import ConfigError
+from runner.base import console as consoles
+from runner.base.errors import ConfigError
+from runner.bisect import envs as envlist
+from runner.bisect.measure import StoreMeasure
 from runner.matrix import Matrix
 from runner.report import bisect as present
-from runner.spec import MOST_REPEATS, percentage
+from runner.spec.cells import MOST_REPEATS, percentage
 from runner.store import Store
 
 FORMATS = ("md", "json")

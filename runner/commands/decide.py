@@ -9,17 +9,17 @@ from typing import Any
 
 import pandas as pd
 
-from runner import adaptive_schedule as schedule
 from runner import analysis as an
-from runner.adaptive import Stop
 from runner.analysis import gate, references
+from runner.analysis.adaptive import Stop
 from runner.analysis.compare import pair_keys
 from runner.analysis.verdict import Verdict, exit_status, parse_policy
-from runner.errors import ConfigError, StoreError
-from runner.exitcodes import Exit
+from runner.base.errors import ConfigError, StoreError
+from runner.base.exitcodes import Exit
+from runner.execution import adaptive_rounds as schedule
 from runner.matrix import Matrix
 from runner.report import decisions as present
-from runner.spec import Cell
+from runner.spec.cells import Cell
 from runner.store import Store
 from runner.store.exchange import store_id
 

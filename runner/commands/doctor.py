@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from runner import backends
-from runner import console as consoles
-from runner.table import Cell, Table
+from runner.base import console as consoles
+from runner.base.table import Table, TableCell
 
 
 def main() -> int:
     table = Table(["backend", "check", "", "detail"])
-    marks = {True: Cell("ok", "good"), False: Cell("missing", "bad"), None: Cell("n/a", "muted")}
+    marks = {True: TableCell("ok", "good"), False: TableCell("missing", "bad"), None: TableCell("n/a", "muted")}
     for kind in backends.kinds():
         for check in backends.get(kind).doctor():
             table.add(kind, check.name, marks[check.ok], check.detail)

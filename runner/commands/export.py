@@ -6,10 +6,10 @@ import socket
 from pathlib import Path
 
 from runner import __version__
-from runner.errors import ConfigError, StoreError
-from runner.exchange import format as fmt
+from runner.base.errors import ConfigError, StoreError
 from runner.store import Store
 from runner.store import exchange as store_exchange
+from runner.store import exchange_file as fmt
 
 
 def export_command(db: Path, out: Path, run_refs: list[str] | None, environments: list[str] | None) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.exchange import format as fmt
 from runner.store import Store
 from runner.store import exchange as store_exchange
+from runner.store import exchange_file as fmt
 
 
 def import_command(db: Path, files: list[Path]) -> list[str]:

@@ -7,11 +7,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from runner import console as consoles
 from runner.analysis import admitted_rows
+from runner.base import console as consoles
+from runner.base.table import Table, TableCell
 from runner.store import Store
 from runner.store import exchange as store_exchange
-from runner.table import Cell, Table
 
 
 def main(db: Path, imports: bool = False) -> int:
@@ -29,7 +29,7 @@ def main(db: Path, imports: bool = False) -> int:
         took = f"{r.finished_at - r.started_at:.0f} s" if r.finished_at else "-"
         counts = ", ".join(f"{n} {s}" for s, n in sorted((admitted.get(r.run_id) or r.counts).items())) or "none"
         table.add(r.run_id, r.matrix_name or "-", datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M"),
-                  took, Cell(r.status, "" if r.status == "complete" else "status"), counts)
+                  took, TableCell(r.status, "" if r.status == "complete" else "status"), counts)
     consoles.print_table(consoles.stdout(), table, f"runs in {db}")
     return 0
 

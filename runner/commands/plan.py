@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner import console as consoles
 from runner import matrix as matrix_mod
+from runner.base import console as consoles
+from runner.base.table import Table
 from runner.commands import load
-from runner.spec import Cell, shown_params
+from runner.spec.cells import Cell, shown_params
 from runner.store import Store
-from runner.table import Table
 
 
 def main(matrix: Path | None, env: Sequence[str], only: Sequence[str], db: Path, max_cells: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.errors import ConfigError
+from runner.base.errors import ConfigError
 from runner.publish import publish
 
 

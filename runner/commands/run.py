@@ -11,11 +11,11 @@ from pathlib import Path
 
 import typer
 
-from runner import console as consoles
-from runner import execute
 from runner import matrix as matrix_mod
+from runner.base import console as consoles
+from runner.base.errors import ConfigError
 from runner.commands import load, sigterm
-from runner.errors import ConfigError
+from runner.execution import execute
 from runner.store import Store
 
 
@@ -39,7 +39,7 @@ def with_image(m: matrix_mod.Matrix, image: str, gpus: str | None) -> matrix_mod
     if gpus and axes.device == ["cpu"]:
         # GPUs were asked for: a CPU-only device axis (the quickstart's) would leave them idle.
         axes = axes.model_copy(update={"device": ["cuda"]})
-    from runner.workloads import adopted
+    from runner.backends.workloads import adopted
     env = adhoc_environment(image, gpus)
     return replace(m, axes=axes, environments=(env,), include=tuple(
         {k: v for k, v in rule.items() if k != "environment"} for rule in m.include),

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runner import console as consoles
 from runner.analysis import admitted_rows, definition, shown_unit
-from runner.spec import shown_params
+from runner.base import console as consoles
+from runner.base.table import Table, TableCell
+from runner.spec.cells import shown_params
 from runner.store import Store
-from runner.table import Cell, Table
 
 
 def main(run_ref: str | None, db: Path) -> int:
@@ -28,14 +28,14 @@ def main(run_ref: str | None, db: Path) -> int:
         if one_unit is None and isinstance(tput, int | float):
             shown += " " + definition(r["metrics"] or {}, "throughput")[1]
         table.add(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
-                  str(r["repeat"] + 1), Cell(r["status"], "" if r["status"] == "ok" else (
+                  str(r["repeat"] + 1), TableCell(r["status"], "" if r["status"] == "ok" else (
                       r["status"] if r["status"] in ("diverged", "refused") else "status")),
                   shown, note(r))
     consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
     return 0
 
 
-def note(row: dict[str, Any]) -> Cell:
+def note(row: dict[str, Any]) -> TableCell:
     """`matrix show`'s note: why a repeat did not end ok, whether the GPU throttled in its window, or that its
     warm-up reached a ceiling before it was steady (flagged as a noisy cell is in the report)."""
     metrics = row["metrics"] if isinstance(row["metrics"], dict) else {}
@@ -51,4 +51,4 @@ def note(row: dict[str, Any]) -> Cell:
             notes.append(f"warm-up not steady: stopped at its {'time ' if warm.get('how') == 'max_time' else ''}"
                          f"ceiling after {warm.get('iterations')} iteration{'' if warm.get('iterations') == 1 else 's'}")
     text = "; ".join(n for n in notes if n)[:70]
-    return Cell(text, "status" if notes and row["status"] == "ok" else "muted")
+    return TableCell(text, "status" if notes and row["status"] == "ok" else "muted")

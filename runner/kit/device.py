@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner import safewrite
-from runner.errors import MatrixError
-from runner.exitcodes import Exit
+from runner.base import safewrite
+from runner.base.errors import MatrixError
+from runner.base.exitcodes import Exit
 
 IDENTITY = ("name", "memory_mib", "driver", "cuda")
 DRY_RUN = {"name": "cpu-dry-run", "memory_mib": None, "driver": None, "cuda": None}

@@ -30,8 +30,8 @@ from typing import Any
 import yaml
 
 from runner import analysis as an
-from runner import safewrite
-from runner.exitcodes import Exit
+from runner.base import safewrite
+from runner.base.exitcodes import Exit
 from runner.kit import device, output, reference
 from runner.kit import plan as plans
 from runner.kit.settings import Budget, KitCell, options
@@ -401,7 +401,7 @@ def compile_caches(state: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from runner.errors import MatrixError
+    from runner.base.errors import MatrixError
     args = options(argv)
     try:
         return Kit(args).run()

@@ -8,7 +8,7 @@ import json
 import random
 from pathlib import Path
 
-from runner import safewrite
+from runner.base import safewrite
 
 CLASSES = 10
 SIZE = 32

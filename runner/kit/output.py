@@ -11,7 +11,7 @@ import io
 import tarfile
 from pathlib import Path
 
-from runner import safewrite
+from runner.base import safewrite
 from runner.kit import device
 from runner.kit.settings import KitView
 

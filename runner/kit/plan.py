@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.contract import PRECISIONS
-from runner.spec import stable_hash
+from runner.spec.bench_contract import PRECISIONS
+from runner.spec.cells import stable_hash
 
 Params = dict[str, Any]
 
@@ -266,7 +266,7 @@ def select(phases: Sequence[Phase], names: Sequence[str]) -> list[Phase]:
     known = [p.name for p in phases]
     unknown = [n for n in names if n not in known]
     if unknown:
-        from runner.errors import ConfigError
+        from runner.base.errors import ConfigError
         raise ConfigError(f"--only {', '.join(unknown)}: no such phase; phases: {', '.join(known)}")
     return [p for p in phases if p.name in names]
 

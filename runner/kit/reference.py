@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import analysis as an
-from runner import safewrite
+from runner.base import safewrite
 from runner.kit.settings import KitCell, KitView
 
 ROOT = Path(__file__).resolve().parents[2]

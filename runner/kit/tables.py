@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import analysis as an
-from runner import safewrite
+from runner.base import safewrite
 from runner.kit import headline, levers, reference, transformer
 from runner.kit.cells import MIB, CellResult, _md, _num, _ratio, published
 from runner.kit.settings import KitView

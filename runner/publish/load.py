@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 import runner.analysis as an
-from runner.errors import ConfigError
+from runner.base.errors import ConfigError
 from runner.store import Store
 from runner.store import exchange as store_exchange
 

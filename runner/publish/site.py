@@ -14,10 +14,10 @@ from pathlib import Path
 
 import jinja2
 
-from runner import safewrite
-from runner.errors import ConfigError, StoreError
+from runner.base import safewrite
+from runner.base.errors import ConfigError, StoreError
+from runner.base.safewrite import UnsafePath
 from runner.publish.model import Site
-from runner.safewrite import UnsafePath
 
 _TEMPLATES = Path(__file__).parent / "templates"
 # Written into every site: a folder with it is one `matrix publish` wrote, whose cells/ and runs/ it may replace.
@@ -34,7 +34,7 @@ def _env() -> jinja2.Environment:
 def write(site: Site, out: Path) -> list[Path]:
     """Render every page into `out` (pages of an earlier publish that no longer exist are removed with their
     folders `cells/` and `runs/`, which belong to the site). A folder that holds anything but a site is refused:
-    its own `cells/` or `runs/` are not the site's to remove. Every file is written by runner/safewrite.py: a
+    its own `cells/` or `runs/` are not the site's to remove. Every file is written by runner/base/safewrite.py: a
     link, a FIFO or another user's file at a page's name is refused, never written through."""
     if out.is_dir():
         safewrite.check(out / MARK)  # a link in the mark's place: said as such, not as a folder that is no site

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import analysis as an
-from runner.errors import ConfigError, StoreError
+from runner.base.errors import ConfigError, StoreError
 from runner.report.formats import FORMATS
 from runner.store import Store
 from runner.store import exchange as store_exchange

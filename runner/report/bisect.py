@@ -19,7 +19,7 @@ from runner.analysis.envdiff import EnvDiff, Side
 from runner.analysis.envdiff import to_json as diff_json
 from runner.analysis.frame import Metric
 from runner.report import diff as diff_view
-from runner.report.fmt import DASH, Cell, Table, md_table, mean_std, p_value
+from runner.report.fmt import DASH, Table, TableCell, md_table, mean_std, p_value
 
 BISECT_SCHEMA = 1
 
@@ -134,13 +134,13 @@ def tables(r: Report) -> list[tuple[str, Table]]:
     for i, name in enumerate(r.names):
         s = a.samples.get(i)
         envs.add(str(i + 1), name, str(s.n) if s is not None else DASH,
-                 Cell(_stat(s, r.metric), "muted" if s is None else ""))
+                 TableCell(_stat(s, r.metric), "muted" if s is None else ""))
     decisions = Table(["A", "B", "n", "change", "verdict", "why"], align=["l", "l", "r"])
     conf = r.settings.confidence * 100
     for c in a.decisions:
         decisions.add(r.names[c.a], r.names[c.b], f"{c.n_a}+{c.n_b}",
                       change_text(c, r.metric, conf) if c.kind != STATUS and c.change is not None else DASH,
-                      Cell(c.verdict.value, {"fail": "bad", "pass": "good"}.get(c.verdict.value, "status")), c.why)
+                      TableCell(c.verdict.value, {"fail": "bad", "pass": "good"}.get(c.verdict.value, "status")), c.why)
     out = [("Environments (in order)", envs), ("Decisions, in order (fail: changed; pass: the same within the "
                                              "threshold)", decisions)]
     for sa, sb in r.steps:
@@ -173,8 +173,8 @@ def render(r: Report, fmt: str | None = None) -> str:
         return "\n\n".join(parts) + "\n"
     from rich.text import Text
 
-    from runner.console import console as make_console
-    from runner.console import rich_table
+    from runner.base.console import console as make_console
+    from runner.base.console import rich_table
 
     buf = io.StringIO()
     console = make_console(buf, tty=sys.stdout.isatty())

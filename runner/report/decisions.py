@@ -11,11 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from runner.adaptive import Stop
-from runner.adaptive_schedule import CellState
 from runner.analysis import gate, references, shown_unit
+from runner.analysis.adaptive import CellState, Stop
 from runner.analysis.verdict import Verdict
-from runner.report.fmt import Cell, Table, number, p_value
+from runner.report.fmt import Table, TableCell, number, p_value
 
 VERDICT_CLS = {Verdict.PASS.value: "good", Verdict.FAIL.value: "bad", Verdict.UNDECIDED.value: "status"}
 
@@ -26,9 +25,9 @@ def verdict_table(judgements: Sequence[references.Judgement]) -> Table:
     t = Table(["verdict", "cell", "metric", "reference", "measured", "margin", "repeats", *(["why"] if why else [])],
               align=["l", "l", "l", "l", "r", "r", "l", *(["l"] if why else [])])
     for row in rows:
-        t.add(Cell(row["verdict"], VERDICT_CLS[row["verdict"]]), row["cell"], row["metric"], row["reference"],
-              Cell(row["measured"], "num"), Cell(row["margin"], "num"), row["repeats"],
-              *([Cell(row["why"], "muted")] if why else []))
+        t.add(TableCell(row["verdict"], VERDICT_CLS[row["verdict"]]), row["cell"], row["metric"], row["reference"],
+              TableCell(row["measured"], "num"), TableCell(row["margin"], "num"), row["repeats"],
+              *([TableCell(row["why"], "muted")] if why else []))
     return t
 
 
@@ -37,9 +36,9 @@ def gate_table(checks: Sequence[gate.Check]) -> Table:
     t = Table(["verdict", "rule", "cell", "A", "B", "change", "p", "why"],
               align=["l", "l", "l", "r", "r", "r", "r", "l"])
     for row in gate.rows(checks):
-        t.add(Cell(row["verdict"], VERDICT_CLS[row["verdict"]]), row["rule"], row["cell"], Cell(row["A"], "num"),
-              Cell(row["B"], "num"), Cell(row["change"], "bad" if row["verdict"] == "fail" else "num"),
-              Cell(row["p"], "num"), row["why"])
+        t.add(TableCell(row["verdict"], VERDICT_CLS[row["verdict"]]), row["rule"], row["cell"], TableCell(row["A"], "num"),
+              TableCell(row["B"], "num"), TableCell(row["change"], "bad" if row["verdict"] == "fail" else "num"),
+              TableCell(row["p"], "num"), row["why"])
     return t
 
 
@@ -55,7 +54,7 @@ def adaptive_table(states: Sequence[CellState]) -> Table:
         words = {Stop.TARGET: "target reached", Stop.MAX: f"max ({rule.max if rule else '?'}) reached",
                  Stop.NOT_OK: "a repeat did not end ok", Stop.MORE: "stopped early (interrupted)"}
         t.add(references.cell_words(s.cell, keys), str(s.assessment.n), ci, f"±{rule.target_ci:.1%}" if rule else "",
-              Cell(words[s.assessment.stop], _STOP_CLS[s.assessment.stop]))
+              TableCell(words[s.assessment.stop], _STOP_CLS[s.assessment.stop]))
     return t
 
 
@@ -94,7 +93,7 @@ def history_table(hist: pd.DataFrame, unit: str | None = None) -> Table:
             label += f" on {'machine ' + str(r.machine) if r.machine else 'this store'}"
         boundary = getattr(r, "boundary", "")
         if isinstance(boundary, str) and boundary:
-            t.add("", "", "", "", "", "", "", Cell(f"definition changed: {boundary}; not compared across", "status"),
+            t.add("", "", "", "", "", "", "", TableCell(f"definition changed: {boundary}; not compared across", "status"),
                   row_class="group")
         first = s != last
         last = s
@@ -102,9 +101,9 @@ def history_table(hist: pd.DataFrame, unit: str | None = None) -> Table:
         mean = number(r.mean) if math.isnan(r.std) else f"{number(r.mean, 1)} ± {number(r.std, 1)}"
         outcomes = getattr(r, "outcomes", "")
         repeats = str(r.n) if not isinstance(outcomes, str) or outcomes in ("", f"{r.n} ok") else outcomes
-        t.add(label if first else "", _date(r.date), r.runs, repeats, Cell(mean, "num"), Cell(ratio, "num"),
-              Cell(p_value(r.p_value), "num"),
-              Cell(f"step: {r.change}" if r.step else f"undecided: {why}" if why else "",
+        t.add(label if first else "", _date(r.date), r.runs, repeats, TableCell(mean, "num"), TableCell(ratio, "num"),
+              TableCell(p_value(r.p_value), "num"),
+              TableCell(f"step: {r.change}" if r.step else f"undecided: {why}" if why else "",
                    "bad" if r.step else "status" if why else ""),
               row_class="group" if first and not boundary else "")
     return t
@@ -115,7 +114,7 @@ def terminal(*parts: Table | str, titles: Sequence[str] = ()) -> str:
     NO_COLOR), unwrapped when piped."""
     from rich.text import Text
 
-    from runner import console as consoles
+    from runner.base import console as consoles
 
     buf = io.StringIO()
     tty = sys.stdout.isatty()

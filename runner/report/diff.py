@@ -14,8 +14,8 @@ from typing import Any
 from runner import analysis as an
 from runner.analysis import envdiff
 from runner.analysis import sides as sides_
-from runner.errors import ConfigError, StoreError
-from runner.report.fmt import Cell, Table, md_table, short_digest
+from runner.base.errors import ConfigError, StoreError
+from runner.report.fmt import Table, TableCell, md_table, short_digest
 from runner.store import Store
 from runner.store import exchange as store_exchange
 
@@ -56,7 +56,7 @@ def tables(d: envdiff.EnvDiff, everything: bool = False) -> list[tuple[str, Tabl
     facts = Table(["", a, b])
     for c in d.facts if everything else d.differing:
         a_text, b_text = (short_digest(c.a), short_digest(c.b)) if c.label in ("image id", "image digest") else (c.a, c.b)
-        facts.add(c.label, Cell(a_text or "—", "muted" if not c.a else ""), Cell(b_text or "—", "muted" if not c.b else ""))
+        facts.add(c.label, TableCell(a_text or "—", "muted" if not c.a else ""), TableCell(b_text or "—", "muted" if not c.b else ""))
     if facts.rows:
         out.append(("What differs" if not everything else "What each recorded", facts))
     for title, items in (("Variables that steer the libraries", d.env_vars), ("torch's build", d.build),
@@ -104,8 +104,8 @@ def render(d: envdiff.EnvDiff, fmt: str | None = None, everything: bool = False)
         return "\n\n".join(parts) + "\n"
     from rich.text import Text
 
-    from runner.console import console as make_console
-    from runner.console import rich_table
+    from runner.base.console import console as make_console
+    from runner.base.console import rich_table
 
     buf = io.StringIO()
     console = make_console(buf, tty=sys.stdout.isatty())

@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 
 from runner.analysis import Metric
-from runner.table import Cell as Cell  # re-exported: the report's modules import it from here
-from runner.table import Table as Table
+from runner.base.table import Table as Table
+from runner.base.table import TableCell as TableCell  # re-exported: the report's modules import it from here
 
 DASH = "—"
 

@@ -16,9 +16,9 @@ import pandas as pd
 from runner import analysis as an
 from runner.analysis.comparable import common_step, unit_of
 from runner.analysis.frame import PER_STEP_METRICS
-from runner.report.fmt import DASH, Cell, Section, Table
+from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.labels import cell_label, cell_value
-from runner.results import Status
+from runner.spec.outcomes import Status
 
 GRID_METRICS = ("throughput", "iter_time", "peak_mem", "images_per_joule", "accuracy", "loss_end")
 GROUP = ("environment", "model", "dataset", "gpus", "nodes", "options")
@@ -93,8 +93,8 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
                 heading = _heading(m, own, shown, units) if any(r[f"{m.name}_n"] > 0 for r in own) else _heading(
                     m, cells, shown, units)
                 rows, label = shown_rows.get(m.name, (cells, heading))
-                row = [_value(rows[by_batch[b]], m) if b in by_batch else Cell(DASH, "muted") for b in batches]
-                table.add(Cell(precision if j == 0 else "", "key"), Cell(label), *row,
+                row = [_value(rows[by_batch[b]], m) if b in by_batch else TableCell(DASH, "muted") for b in batches]
+                table.add(TableCell(precision if j == 0 else "", "key"), TableCell(label), *row,
                           row_class="group" if j == 0 else "")
         env, hardware = str(first["environment"]), str(first["hardware"])
         if env.endswith(f" · {hardware}"):  # an environment named after the machine it ran on (views.by_machine)
@@ -140,7 +140,7 @@ def _heading(m: an.Metric, cells: list[dict[str, Any]], shown: pd.DataFrame | No
     return f"{m.label} ({unit})" if unit else m.label
 
 
-def _value(r: dict[str, Any], m: an.Metric) -> Cell:
+def _value(r: dict[str, Any], m: an.Metric) -> TableCell:
     cell = cell_value(r, m)
     steps = r.get("_steps")
-    return Cell(f"{cell.text} @ {steps} steps", cell.cls) if steps and cell.text != DASH else cell
+    return TableCell(f"{cell.text} @ {steps} steps", cell.cls) if steps and cell.text != DASH else cell

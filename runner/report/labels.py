@@ -10,8 +10,8 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.report import fmt
-from runner.report.fmt import DASH, Cell
-from runner.spec import LAYOUT_AXES
+from runner.report.fmt import DASH, TableCell
+from runner.spec.cells import LAYOUT_AXES
 
 KEY_LABELS = {"environment": "environment", "model": "model", "precision": "precision", "batch_size": "batch",
               "dataset": "dataset", "gpus": "GPUs", "nodes": "nodes", "options": "options",
@@ -53,23 +53,23 @@ def not_ok(statuses: str) -> str:
     return ", ".join(p for p in statuses.split(", ") if p and not p.endswith(" ok"))
 
 
-def cell_value(row: Any, m: an.Metric) -> Cell:
+def cell_value(row: Any, m: an.Metric) -> TableCell:
     """A grid cell: mean ± std of the ok repeats, with the repeats that were not ok counted beside it."""
     n = int(row[f"{m.name}_n"])
     bad = not_ok(row["statuses"])
     if int(row["n_ok"]) == 0:
         # Coloured by the worst outcome: a diverged training red, repeats admission refused magenta.
         worst = next((w for w in ("diverged", "refused") if f" {w}" in f" {bad}"), "status")
-        return Cell(bad or DASH, worst)
+        return TableCell(bad or DASH, worst)
     if n == 0:
-        return Cell(DASH, "muted")
+        return TableCell(DASH, "muted")
     text = fmt.metric_value(m, row[f"{m.name}_mean"], row[f"{m.name}_std"], n)
     hot = int(row.get("throttled") or 0) if m.name in THROTTLE_SENSITIVE else 0
     if hot:
         text += f" ({hot} throttled)"
     if bad:
-        return Cell(f"{text} ({bad})", "num partial")
-    return Cell(text, "num partial" if hot else "num")
+        return TableCell(f"{text} ({bad})", "num partial")
+    return TableCell(text, "num partial" if hot else "num")
 
 
 THROTTLE_SENSITIVE = ("throughput", "iter_time", "window_s", "images_per_joule")

@@ -15,7 +15,7 @@ from runner import analysis as an
 from runner.analysis.comparable import unit_of
 from runner.analysis.verdict import Verdict
 from runner.report import fmt
-from runner.report.fmt import DASH, Cell, Section, Table, records
+from runner.report.fmt import DASH, Section, Table, TableCell, records
 from runner.report.labels import (
     KEY_LABELS,
     key_text,
@@ -131,18 +131,18 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
         words = str(r["verdict"]) + (f" ({r['throttling']})" if r.get("throttling") else "")
         table.add(*(key_text(k, r[k]) for k in keys),
                   side_cell(r, "a", m), side_cell(r, "b", m),
-                  Cell(fmt.number(r["ratio"], 3), "num"), Cell(r["change"] or DASH),
-                  Cell(fmt.p_value(r["p_adjusted"]), "num"), Cell(words, cls))
+                  TableCell(fmt.number(r["ratio"], 3), "num"), TableCell(r["change"] or DASH),
+                  TableCell(fmt.p_value(r["p_adjusted"]), "num"), TableCell(words, cls))
     return table
 
 
-def side_cell(r: Any, side: str, m: an.Metric) -> Cell:
+def side_cell(r: Any, side: str, m: an.Metric) -> TableCell:
     n = int(r[f"{side}_n"])
     bad = not_ok(r[f"{side}_statuses"])
     if n == 0:
-        return Cell(bad or DASH, "status")
+        return TableCell(bad or DASH, "status")
     text = fmt.metric_value(m, r[f"{side}_mean"], r[f"{side}_std"], n)
-    return Cell(f"{text} ({bad})" if bad else text, "num")
+    return TableCell(f"{text} ({bad})" if bad else text, "num")
 
 
 def precision_ratio_table(ratios: pd.DataFrame, sides: Sequence[str]) -> Table:
@@ -188,9 +188,9 @@ def comparison_doc(c: an.Comparison) -> dict[str, Any]:
     }
 
 
-def _ratio_cell(r: dict[str, Any] | None) -> Cell:
+def _ratio_cell(r: dict[str, Any] | None) -> TableCell:
     """A precision's speed-up, or 'not comparable' where the core would not pair its two cells (the JSON's `why`
     says why in full)."""
     if r is not None and r.get("why"):
-        return Cell("not comparable", "status")
-    return Cell(fmt.ratio(None if r is None else r["ratio"]), "num")
+        return TableCell("not comparable", "status")
+    return TableCell(fmt.ratio(None if r is None else r["ratio"]), "num")

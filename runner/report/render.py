@@ -18,7 +18,7 @@ import pandas as pd
 from runner import analysis as an
 from runner.report import fmt, labels, views
 from runner.report import pairs as pair_views
-from runner.report.fmt import Cell, MdSafe, Table, records
+from runner.report.fmt import MdSafe, Table, TableCell, records
 from runner.report.pairs import comparison_doc
 
 if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
@@ -102,7 +102,7 @@ def slug(name: str) -> str:
 
 def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) -> list[Path]:
     """Write the report in each format (runner/report/formats/: one module each) into `out`; returns the files
-    written (plots included). Each file through runner/safewrite.py: a link or a FIFO planted at a report's name (or
+    written (plots included). Each file through runner/base/safewrite.py: a link or a FIFO planted at a report's name (or
     at plots/) is refused, never followed."""
     from runner.report.formats import FORMATS
 
@@ -179,12 +179,12 @@ def compare_view(c: an.Comparison) -> CompareView:
                           "statuses"])
         for r in u.to_dict("records"):
             unpaired.add(names[r["side"]], *([r["environments"]] if show_env else []),
-                         *(labels.key_text(k, r[k]) for k in keys), Cell(r["statuses"], "status"))
+                         *(labels.key_text(k, r[k]) for k in keys), TableCell(r["statuses"], "status"))
     recipes = None
     if not c.recipes.empty:
         recipes = Table(["precision", a, b])
         for r in c.recipes.to_dict("records"):
-            recipes.add(Cell(r["precision"], "key"), r["a"], r["b"])
+            recipes.add(TableCell(r["precision"], "key"), r["a"], r["b"])
     definitions, note = None, ""
     several = [d.several.assign(side=side) for side, d in (("A", c.a.definitions), ("B", c.b.definitions))
                if not d.several.empty]
@@ -216,8 +216,8 @@ def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | N
     """The comparison as rich tables, rendered to text (ANSI colours only when stdout is a terminal)."""
     from rich.text import Text
 
-    from runner.console import console as make_console
-    from runner.console import rich_table
+    from runner.base.console import console as make_console
+    from runner.base.console import rich_table
 
     v = compare_view(c)
     buf = io.StringIO()

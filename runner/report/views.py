@@ -17,7 +17,7 @@ import pandas as pd
 from runner import analysis as an
 from runner.analysis.identity import origins
 from runner.report import fmt, viewset
-from runner.report.fmt import DASH, Cell, Section, Table
+from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.grid import grid_sections
 from runner.report.labels import (
     KEY_LABELS,
@@ -29,7 +29,7 @@ from runner.report.labels import (
     varying,
 )
 from runner.report.viewkit import Built, Context
-from runner.results import Status
+from runner.spec.outcomes import Status
 
 ENV_LABELS = (("machine", "machine"), ("machine_from", "from"), ("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"),
               ("env_torch", "torch"), ("env_cuda", "CUDA"), ("env_cudnn", "cuDNN"), ("env_python", "Python"),
@@ -117,7 +117,7 @@ def environments_table(info: pd.DataFrame) -> Table:
             continue
         if col in ("env_repo_digest", "env_image_id"):
             values = [fmt.short_digest(v) for v in values]
-        table.add(Cell(label, "key"), *(Cell(v or DASH) for v in values))
+        table.add(TableCell(label, "key"), *(TableCell(v or DASH) for v in values))
     return table
 
 
@@ -155,10 +155,10 @@ def recipes_section(recipes: pd.DataFrame) -> Section | None:
     previous = None
     for r in recipes.to_dict("records"):
         first = show_env and r["environment"] != previous
-        table.add(*([Cell(r["environment"] if first else "", "key")] if show_env else []),
-                  Cell(r["precision"], "key"),
-                  *(Cell(r[c] or DASH, "status" if c == "cpu_math" and "emulated" in str(r[c]) else "") for c in cols),
-                  Cell(str(r["cells"]), "num"),
+        table.add(*([TableCell(r["environment"] if first else "", "key")] if show_env else []),
+                  TableCell(r["precision"], "key"),
+                  *(TableCell(r[c] or DASH, "status" if c == "cpu_math" and "emulated" in str(r[c]) else "") for c in cols),
+                  TableCell(str(r["cells"]), "num"),
                   row_class="group" if first and previous is not None else "")
         previous = r["environment"]
     note = ("What each precision meant where it ran, as the benchmark recorded it: autocast is PyTorch's "
@@ -190,17 +190,17 @@ def measurement_section(meas: pd.DataFrame) -> Section | None:
         lo, hi = r["warmup_min"], r["warmup_max"]
         warm = DASH if lo != lo else f"{lo:.0f}" if lo == hi else f"{lo:.0f}–{hi:.0f}"
         if not r["n_judged"]:
-            steady = Cell("fixed count", "muted")
+            steady = TableCell("fixed count", "muted")
         elif r["n_unsteady"]:
-            steady = Cell(f"{r['n_steady']} of {r['n_judged']} (ceiling)", "status")
+            steady = TableCell(f"{r['n_steady']} of {r['n_judged']} (ceiling)", "status")
         else:
-            steady = Cell(f"{r['n_steady']} of {r['n_judged']}", "good")
+            steady = TableCell(f"{r['n_steady']} of {r['n_judged']}", "good")
         window = (r["window_iters"] or DASH) + (" (calibrated)" if r["calibrated"] else "")
         load = DASH if r["load_min"] != r["load_min"] else (
             f"{r['load_min']:.1f}" if f"{r['load_min']:.1f}" == f"{r['load_max']:.1f}"
             else f"{r['load_min']:.1f}–{r['load_max']:.1f}")
-        table.add(*(key_text(k, r[k]) for k in keys), Cell(warm, "num"), steady, Cell(window, "num"),
-                  Cell(fmt.number(r["window_s_mean"], 3), "num"), Cell(load, "num"))
+        table.add(*(key_text(k, r[k]) for k in keys), TableCell(warm, "num"), steady, TableCell(window, "num"),
+                  TableCell(fmt.number(r["window_s_mean"], 3), "num"), TableCell(load, "num"))
     note = ("Warm-up: the discarded iterations each repeat ran (until steady: the medians of the last two windows of "
             "iteration times agreed, or a ceiling came first; docs/statistics.md). Window: the measured iterations; "
             "with iterations: auto the cell's first repeat chose them from its warm-up and every later repeat ran "
@@ -289,9 +289,9 @@ def definitions_table(several: pd.DataFrame, keys: Sequence[str], pooled: bool =
         when = start if start == end else f"{start} – {end}"
         shown = "pooled" if pooled else "shown" if r["shown"] else "not shown"
         table.add(*([sides.get(str(r["side"]), str(r["side"]))] if sides else []),
-                  Cell(cell_label(r, label_keys) if first else "", "key"), Cell(r["cell_key"], "num"),
-                  Cell(shown, "good" if r["shown"] else "muted"), r["settings"] or DASH, Cell(r["statuses"], "num"),
-                  r["runs"], when, Cell(r["differs"] if first else "", "muted"),
+                  TableCell(cell_label(r, label_keys) if first else "", "key"), TableCell(r["cell_key"], "num"),
+                  TableCell(shown, "good" if r["shown"] else "muted"), r["settings"] or DASH, TableCell(r["statuses"], "num"),
+                  r["runs"], when, TableCell(r["differs"] if first else "", "muted"),
                   row_class="group" if first else "")
     return table
 

@@ -9,7 +9,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-from runner.errors import StoreError
+from runner.base.errors import StoreError
 from runner.store.db import Database, schema_refused
 from runner.store.schema import BISECTS_SCHEMA
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from runner.errors import StoreError
+from runner.base.errors import StoreError
 from runner.store.db import Database, schema_refused
 from runner.store.schema import CAPTURES_SCHEMA
 

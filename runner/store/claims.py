@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from runner.results import Status
-from runner.spec import Task
+from runner.spec.cells import Task
+from runner.spec.outcomes import Status
 from runner.store.liveness import MACHINE, Holder
 from runner.store.runs import Runs
 

@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runner import safewrite
-from runner.errors import BusyError, StoreError
-from runner.results import Status
+from runner.base import safewrite
+from runner.base.errors import BusyError, StoreError
+from runner.spec.outcomes import Status
 from runner.store.liveness import Heartbeat
 from runner.store.schema import CAPTURES_DDL, DDL, DEFAULT_DB, STORE_SCHEMA, TABLES
 

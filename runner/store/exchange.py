@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.analysis.sides import Provenance
-from runner.errors import StoreError
-from runner.exchange.format import CONTENT_FIELDS, Bundle, digest
+from runner.base.errors import StoreError
 from runner.store import Store
+from runner.store.exchange_file import CONTENT_FIELDS, Bundle, digest
 from runner.store.schema import CAPTURES_SCHEMA, SCHEMA
 from runner.store.schema import COLUMNS as _COLUMNS
 

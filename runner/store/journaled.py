@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.errors import StoreError
+from runner.base.errors import StoreError
 from runner.store import journal
 from runner.store.calibrations import Calibrations
 from runner.store.captures import Capture, Captures

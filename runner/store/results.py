@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from typing import Any
 
-from runner.errors import StoreError
-from runner.results import Outcome, Status
-from runner.spec import Task
+from runner.base.errors import StoreError
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store.captures import Capture, split_capture
 from runner.store.claims import Claims
 from runner.store.db import StoreFull, schema_refused

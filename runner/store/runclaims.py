@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from runner.errors import StoreError
-from runner.results import Outcome, Status
-from runner.spec import Task
+from runner.base.errors import StoreError
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store.liveness import Holder
 from runner.store.results import Results
 

@@ -7,7 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from runner.errors import StoreError
+from runner.base.errors import StoreError
 from runner.store.db import StoreFull
 from runner.store.holders import Holders
 from runner.store.liveness import Heartbeat, this_process

@@ -25,7 +25,7 @@ import pytest
 import torch  # the venv's CPU build: pip install -e '.[local,dev]'
 from sklearn.datasets import load_digits
 
-from runner import artifact
+from runner.backends import artifact
 from runner.bench import args as bench_args
 from runner.bench import data, distributed, errors, models, result, training
 from runner.bench import main as bench_main_module

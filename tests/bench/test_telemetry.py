@@ -295,7 +295,7 @@ def test_gpu_bench_result_records_telemetry_energy_and_what_the_precision_ran_on
         pytest.skip(GPU_REASON)
     import subprocess
 
-    from runner import artifact
+    from runner.backends import artifact
     proc = subprocess.run([sys.executable, str(artifact.path()), "--model", "mnist_cnn", "--precision", "amp",
                            "--batch-size", "256", "--dataset", "synthetic", "--iterations", "200", "--warmup", "20",
                            "--device", "cuda"], capture_output=True, text=True, timeout=300)

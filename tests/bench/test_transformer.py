@@ -22,10 +22,10 @@ import torch.nn.functional as F
 from runner import matrix
 from runner.analysis import frame as long_frame
 from runner.analysis import get_metric
+from runner.base.errors import ConfigError
 from runner.bench import attention, data, flops, fp8, models, preflight
 from runner.bench.contract import TRANSFORMER_MODELS
 from runner.bench.errors import BadArgs, Unsupported
-from runner.errors import ConfigError
 from tests.bench.test_bench import FAST, Run, args_for, assert_one_line_error
 
 TINY = ("--model", "gpt_tiny", "--batch-size", "2", "--seq-len", "16", "--iterations", "3", "--warmup", "1", *FAST)
@@ -281,7 +281,7 @@ def test_transformer_vs_reference_prints_both_sides_and_the_verdict(tmp_path: Pa
 def test_run_summary_labels_throughput_with_the_results_unit() -> None:
     """`matrix run`'s summary said img/s for every cell: a transformer's tok/s, and a mix says each value's unit."""
     from runner import matrix as matrix_mod
-    from runner.runprint import summary_table
+    from runner.execution.printer import summary_table
 
     text = MIXED.replace("seq_len: [64]", "").replace("[mnist_cnn, gpt_tiny]", "[mlp, gpt_tiny]")
     cells = matrix_mod.parse(textwrap.dedent(text), Path("m.yaml")).cells()

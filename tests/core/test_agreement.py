@@ -49,7 +49,7 @@ def rows(env: str, s: dict[str, Any], start: int) -> list[dict[str, Any]]:
 
 
 def sample(s: dict[str, Any], env: str = "X") -> search.Sample:
-    """The pair test's view of a side, as `matrix bisect` builds it (runner/bisect_measure.py): each stored row read
+    """The pair test's view of a side, as `matrix bisect` builds it (runner/bisect/measure.py): each stored row read
     once as a Repeat, so admission has spoken (a throughput of 0 is refused, not an ok figure)."""
     repeats = [Repeat.from_row(r) for r in rows(env, s, 0)]
     ok = [r.value("throughput") for r in repeats if r.ok]

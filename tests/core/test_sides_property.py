@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 import runner.analysis as an
 from runner.analysis import references
 from runner.analysis.bounds import Bound
-from runner.bisect_measure import StoreMeasure
+from runner.base.errors import ConfigError
+from runner.bisect.measure import StoreMeasure
 from runner.commands.decide import gate_result
 from runner.commands.export import export_command
 from runner.commands.import_ import import_command
-from runner.errors import ConfigError
 from runner.publish import load as site_load
 from runner.publish import model as site_model
 from runner.report import _history, compare_command, newest, views

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from runner import cli, matrix
-from runner.exitcodes import Exit
-from runner.results import Outcome, Status
-from runner.spec import Task
+from runner.base.exitcodes import Exit
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 MATRIX = """

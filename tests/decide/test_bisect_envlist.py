@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from runner import matrix as matrix_mod
-from runner.bisect_envs import expand_pattern, plan
-from runner.errors import ConfigError
+from runner.base.errors import ConfigError
+from runner.bisect.envs import expand_pattern, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from runner.analysis import bisect as search
 from runner.analysis import bisect_pair
 from runner.analysis.bisect import FOUND, NO_CHANGE, SPREAD, UNDECIDED, Sample, Settings, bisect, replay
 from runner.analysis.verdict import Verdict
-from runner.exitcodes import Exit
+from runner.base.exitcodes import Exit
 
 ROOT = Path(__file__).resolve().parents[2]
 ERAS = ["torch-1.0-2018", "torch-1.7-2020", "torch-1.13-2022", "torch-2.6-2025", "torch-2.13-2026"]

@@ -10,8 +10,8 @@ import pytest
 
 from runner.analysis import gate, significance
 from runner.analysis.verdict import Verdict, exit_status
-from runner.errors import ConfigError
-from runner.exitcodes import Exit
+from runner.base.errors import ConfigError
+from runner.base.exitcodes import Exit
 from tests.decide.helpers import long_frame, rows_for
 
 RNG = np.random.default_rng(1)

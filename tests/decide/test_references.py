@@ -12,8 +12,8 @@ import pytest
 from runner import matrix
 from runner.analysis import references as ref
 from runner.analysis.verdict import Verdict
-from runner.errors import ConfigError
-from runner.exitcodes import Exit
+from runner.base.errors import ConfigError
+from runner.base.exitcodes import Exit
 from tests.decide.helpers import long_frame, rows_for
 
 BASE = """

@@ -33,7 +33,7 @@ def engine_kind(request: pytest.FixtureRequest) -> str:
 
 def engine_host(kind: str) -> str | None:
     """DOCKER_HOST for this engine: Podman's socket; None for Docker (its own default)."""
-    from runner.backends.docker.podman import podman_address
+    from runner.backends.docker.engine_podman import podman_address
 
     return podman_address() if kind == "podman" else None
 

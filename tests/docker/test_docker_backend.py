@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from dockertools import IMAGE
 
+from runner.backends.context import RunContext
 from runner.backends.docker import DockerBackend, DockerEnvironment
-from runner.context import RunContext
-from runner.results import Outcome, Status
-from runner.spec import Cell, Mount, RunSettings, Task
+from runner.spec.cells import Cell, Mount, RunSettings, Task
+from runner.spec.outcomes import Outcome, Status
 
 pytestmark = pytest.mark.docker
 

@@ -10,12 +10,13 @@ import pytest
 
 from runner.backends import docker as dk
 from runner.backends.base import NotStarted
-from runner.backends.docker import engine, payload, podman
+from runner.backends.context import RunContext
+from runner.backends.docker import engine, payload
+from runner.backends.docker import engine_podman as podman
 from runner.backends.docker.engines import ENGINES
-from runner.context import RunContext
-from runner.errors import ConfigError
-from runner.results import Status
-from runner.spec import Cell, RunSettings, Task
+from runner.base.errors import ConfigError
+from runner.spec.cells import Cell, RunSettings, Task
+from runner.spec.outcomes import Status
 
 
 @pytest.mark.parametrize(("image", "name"), [
@@ -199,7 +200,7 @@ def test_naming_an_engine_measures_anew_and_leaving_it_unset_keeps_the_old_keys(
 def test_gpus_go_to_podman_as_cdi_devices_and_never_as_device_requests(gpus: Any, devices: list[str]) -> None:
     if engine.SDK_MISSING:
         pytest.skip(engine.SDK_MISSING)
-    spec = engine.ContainerSpec(image_id="i", name="n", labels={}, env={}, network="none", mounts=(), gpus=gpus)
+    spec = engine.BoxSpec(image_id="i", name="n", labels={}, env={}, network="none", mounts=(), gpus=gpus)
     options = spec.options(ENGINES.get("podman"))
     assert options["devices"] == devices and "device_requests" not in options
     assert spec.options(ENGINES.get("docker"))["device_requests"] == engine.device_requests(gpus)

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 from runner.backends.base import Check
 from runner.backends.docker import DockerBackend, engine
-from runner.backends.docker.dockerd import Docker
+from runner.backends.docker.engine_docker import Docker
 from runner.backends.docker.engines import ENGINES, register
+from runner.base.errors import BackendError
 from runner.cli import app
-from runner.errors import BackendError
 
 pytestmark = pytest.mark.docker
 

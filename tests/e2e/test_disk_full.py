@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
-from runner.exitcodes import Exit
-from runner.results import Outcome, Status
-from runner.spec import Task
+from runner.base.exitcodes import Exit
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import Store, StoreFull
 
 MATRIX = """

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import artifact
+from runner.backends import artifact
 from runner.store import Store
 
 SMALL = """

@@ -10,7 +10,7 @@ from typing import Any
 
 from recipes import Recipe
 
-from runner import artifact
+from runner.backends import artifact
 
 
 @dataclass

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import StoreError
 from runner.commands.export import export_command
 from runner.commands.import_ import import_command
-from runner.errors import StoreError
-from runner.exchange import format as fmt
+from runner.store import exchange_file as fmt
 from tests.exchange.synthetic import fill_history
 from tests.exchange.test_exchange import count, rewrite
 

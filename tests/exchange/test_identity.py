@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import ConfigError
+from runner.base.exitcodes import Exit
 from runner.commands.decide import gate_command
 from runner.commands.export import export_command
 from runner.commands.import_ import import_command
-from runner.errors import ConfigError
-from runner.exitcodes import Exit
 from runner.publish import publish
 from runner.report import compare_command
 from tests.exchange.synthetic import fill_history

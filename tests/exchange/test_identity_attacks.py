@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import ConfigError, StoreError
 from runner.commands.export import export_command
 from runner.commands.import_ import import_command
-from runner.errors import ConfigError, StoreError
 from runner.publish import publish
 from runner.report import compare_command, load_history, report_command
 from runner.store import Store

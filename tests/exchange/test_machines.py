@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import ConfigError
 from runner.commands.export import export_command
 from runner.commands.import_ import import_command
-from runner.errors import ConfigError
 from runner.report import compare_command
 from tests.exchange.synthetic import fill_history
 

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from runner import analysis, matrix
-from runner.contract import PRECISIONS
-from runner.errors import StoreError
+from runner.base.errors import StoreError
 from runner.kit import device as kit_device
 from runner.kit import evidence, headline, output, plan, reference, tables
+from runner.spec.bench_contract import PRECISIONS
 from runner.store import Store
 from tests.conftest import ROOT
 
@@ -604,7 +604,7 @@ def test_the_kit_on_a_real_gpu(tmp_path: Path) -> None:
 def test_the_pack_never_writes_through_a_planted_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """At the pack's old temporary name a link is never followed (the pack is made in a private folder); at the
     pack's own name it is refused in one line, and what it names is left as it was."""
-    from runner.safewrite import UnsafePath
+    from runner.base.safewrite import UnsafePath
     monkeypatch.chdir(tmp_path)
     k = evidence.Kit(evidence.options(["--dry-run", "--state", "s", "--out", "r", "--pack", "p.tgz"]))
     k.device = dict(kit_device.DRY_RUN)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import runner.analysis as an
-from runner.errors import ConfigError
+from runner.base.errors import ConfigError
 from runner.publish import publish
 from runner.publish.changes import changes
 
@@ -223,7 +223,7 @@ def _damaged_bisect(db: Path, **cols: str) -> None:
 def test_a_damaged_bisect_row_is_one_store_error_not_a_traceback(tmp_path: Path, cols: dict[str, str]) -> None:
     """A bisect row whose finished_at is text, whose start is past any date, or whose environments or decisions are
     not lists was a ValueError, OverflowError or TypeError traceback from publish (or a list of single letters)."""
-    from runner.errors import StoreError
+    from runner.base.errors import StoreError
     from tests.exchange.synthetic import fill_history
 
     db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import MatrixError
+from runner.base.errors import MatrixError
 from runner.report import compare_command, report_command
 
 
@@ -20,7 +20,7 @@ def matrix(cmd: list[str], *args: str, cwd: Path | None = None) -> subprocess.Co
 @pytest.fixture(autouse=True)
 def _cli_ready(matrix_cmd: list[str]) -> None:
     if not (Path(__file__).resolve().parents[2] / "runner" / "cli.py").exists():
-        pytest.skip("runner/cli.py not there yet")
+        pytest.skip("runner/cli/__init__.py not there yet")
 
 
 def test_compare_terminal_table(matrix_cmd: list[str], db: Path) -> None:
@@ -92,8 +92,8 @@ def test_report_errors(matrix_cmd: list[str], db: Path, tmp_path: Path) -> None:
 def test_gate_command_exit_statuses_and_the_undecided_policy(db: Path) -> None:
     """On the fixture (GPU numbers, 3 repeats a cell; three cells of A have no partner in B): the OOM on B fails
     slower; the cells B never measured are undecided, never dropped; an unknown policy is one line."""
+    from runner.base.exitcodes import Exit
     from runner.commands.decide import gate_command
-    from runner.exitcodes import Exit
 
     text, status = gate_command(db, "ngc-18.07", "cluster-pt041", ["slower:50%"], "json")
     doc = json.loads(text)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import BackendError
+from runner.base.errors import BackendError
 from runner.report.formats import FORMATS, Format, register
 from runner.report.formats.base import write_text
 from runner.report.views import ReportModel

@@ -11,7 +11,7 @@ import pytest
 from runner.commands.export import export_command
 from runner.commands.import_ import import_command
 from runner.report import report_command, viewset
-from runner.report.fmt import Cell, Section, Table
+from runner.report.fmt import Section, Table, TableCell
 from runner.report.viewkit import Built, Context, View
 from tests.exchange.synthetic import fill_history
 
@@ -89,7 +89,7 @@ class Busiest(View):
         top = ctx.summary.sort_values("n", ascending=False, kind="stable").head(1)
         table = Table(["model", "repeats"])
         for r in top.to_dict("records"):
-            table.add(Cell(str(r["model"]), "key"), Cell(str(r["n"]), "num"))
+            table.add(TableCell(str(r["model"]), "key"), TableCell(str(r["n"]), "num"))
         return Built(self, [Section("Most repeats", table, "The cell measured most often.")], top[["model", "n"]])
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.exitcodes import Exit
+from runner.base.exitcodes import Exit
 from runner.store import Store
 
 pytestmark = pytest.mark.slurm

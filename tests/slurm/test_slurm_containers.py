@@ -34,10 +34,10 @@ from runner.backends.containers import ContainerSpec, facts, identity  # noqa: E
 from runner.backends.slurm import SlurmEnvironment, outcomes  # noqa: E402
 from runner.backends.slurm.script import array_job, render_script, time_seconds  # noqa: E402
 from runner.backends.slurm.state import Watched  # noqa: E402
-from runner.errors import ConfigError  # noqa: E402
+from runner.base.errors import ConfigError  # noqa: E402
 from runner.matrix import parse  # noqa: E402
-from runner.results import Status  # noqa: E402
-from runner.spec import Cell, RunSettings, Task  # noqa: E402
+from runner.spec.cells import Cell, RunSettings, Task  # noqa: E402
+from runner.spec.outcomes import Status  # noqa: E402
 
 GOLDEN = Path(__file__).with_name("golden")
 RESULTS = "/shared/matrix runs/r1"  # a space: every path must travel as one word
@@ -274,8 +274,8 @@ def test_bad_container_settings_are_one_line_naming_the_field(container: dict[st
 
 def test_a_results_directory_a_runtime_cannot_bind_is_not_started(tmp_path: Path) -> None:
     from runner.backends.base import NotStarted
+    from runner.backends.context import RunContext
     from runner.backends.slurm import SlurmBackend
-    from runner.context import RunContext
 
     env = SlurmEnvironment.model_validate({"name": "c", "container": {"runtime": "podman", "image": "x"}})
     backend = SlurmBackend(env, RunContext(run_id="r1", workdir=tmp_path / "a:b"))

@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from runner.backends.context import RunContext  # noqa: E402
 from runner.backends.slurm import SlurmBackend, SlurmEnvironment, commands, pending  # noqa: E402
 from runner.backends.slurm.commands import Pending, SlurmError, parse_sacct  # noqa: E402
 from runner.backends.slurm.state import Watched  # noqa: E402
-from runner.context import RunContext  # noqa: E402
-from runner.results import Outcome, Status  # noqa: E402
-from runner.spec import Cell, RunSettings, Task  # noqa: E402
+from runner.spec.cells import Cell, RunSettings, Task  # noqa: E402
+from runner.spec.outcomes import Outcome, Status  # noqa: E402
 from runner.store import Store  # noqa: E402
 from tests.slurm.test_slurm_units import fake_scripts  # noqa: E402
 

@@ -21,14 +21,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runner.backends.base import NotStarted  # noqa: E402
+from runner.backends.context import RunContext  # noqa: E402
 from runner.backends.slurm import SlurmBackend, SlurmEnvironment, commands, outcomes  # noqa: E402
 from runner.backends.slurm.commands import SacctRow, parse_sacct, slurm  # noqa: E402
 from runner.backends.slurm.script import array_job, render_script, sbatch_quote  # noqa: E402
 from runner.backends.slurm.state import Watched  # noqa: E402
-from runner.context import RunContext  # noqa: E402
-from runner.errors import BackendError, ConfigError, StoreError  # noqa: E402
-from runner.results import Outcome, Status  # noqa: E402
-from runner.spec import Cell, RunSettings, Task  # noqa: E402
+from runner.base.errors import BackendError, ConfigError, StoreError  # noqa: E402
+from runner.spec.cells import Cell, RunSettings, Task  # noqa: E402
+from runner.spec.outcomes import Outcome, Status  # noqa: E402
 from runner.store import Store  # noqa: E402
 
 GOLDEN = Path(__file__).with_name("golden")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import artifact
+from runner.backends import artifact
 
 
 def test_the_zip_is_reproducible_and_holds_every_module() -> None:
@@ -56,7 +56,7 @@ def test_a_cache_that_cannot_be_written_falls_back_to_a_private_folder(tmp_path:
 
 
 def test_the_module_writes_the_zipapp_where_asked(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "runner.artifact", str(tmp_path)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "runner.backends.artifact", str(tmp_path)], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert Path(proc.stdout.strip()) == tmp_path / artifact.name()

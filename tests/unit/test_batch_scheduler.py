@@ -18,13 +18,14 @@ from typing import Literal
 import pytest
 from rich.console import Console
 
-from runner import backends, execute, matrix
+from runner import backends, matrix
 from runner.backends.base import Sink
 from runner.backends.batch import BatchBackend, Polled, Watched, state_key
-from runner.context import RunContext
-from runner.errors import BackendError
-from runner.results import Outcome, Status
-from runner.spec import EnvironmentBase, Task
+from runner.backends.context import RunContext
+from runner.base.errors import BackendError
+from runner.execution import execute
+from runner.spec.cells import EnvironmentBase, Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 # The job: sleeps a little (so that a poll can see it queued), then writes its result where collect reads it.

@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 import pytest
 from rich.console import Console
 
-from runner import execute
 from runner import matrix as matrix_mod
 from runner.backends.base import Backend, SequentialBackend
 from runner.backends.local import LocalEnvironment
 from runner.backends.slurm import SlurmEnvironment
-from runner.results import Outcome, Status
-from runner.spec import Task
+from runner.execution import execute
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 AUTO = """

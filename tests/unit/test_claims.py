@@ -16,11 +16,12 @@ from typing import ClassVar
 import pytest
 from rich.console import Console
 
-from runner import execute, matrix
+from runner import matrix
 from runner.backends.base import SequentialBackend
 from runner.backends.local import LocalEnvironment
-from runner.results import Outcome, Status
-from runner.spec import Task
+from runner.execution import execute
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 from runner.store import liveness as store_mod
 
@@ -234,7 +235,7 @@ run: {iterations: 1, warmup: 0, repeats: {min: 3, max: 6, target_ci: 1%}}
 
 
 def test_adaptive_repeats_leave_out_the_numbers_another_run_measures(tmp_path: Path) -> None:
-    from runner import adaptive_schedule as schedule
+    from runner.execution import adaptive_rounds as schedule
     adaptive = matrix.parse("""
 name: adaptive
 environments: [{name: cpu, backend: local}]
@@ -296,8 +297,8 @@ import sys
 from pathlib import Path
 from runner import matrix
 from runner.backends.local import LocalBackend
-from runner.spec import Task
-from runner.context import RunContext
+from runner.spec.cells import Task
+from runner.backends.context import RunContext
 (cell,) = matrix.parse(
     "environments: [{name: slow, backend: local, python: '%s'}]\\n"
     "axes: {model: [mlp], precision: [fp32], batch_size: [8], device: [cpu]}\\n" % sys.argv[1]).cells()

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from runner import contract
 from runner.bench import args as bench_args
 from runner.bench import contract as bench_contract
 from runner.bench.errors import BadArgs
-from runner.spec import AXIS_NAMES, LAYOUT_AXES, Axes, Cell, EnvironmentBase, RunSettings
+from runner.spec import bench_contract as contract
+from runner.spec.cells import AXIS_NAMES, LAYOUT_AXES, Axes, Cell, EnvironmentBase, RunSettings
 
 BASE = {"--model": "mlp", "--precision": "fp32", "--batch-size": "2", "--dataset": "synthetic"}
 

@@ -12,13 +12,13 @@ from typing import Any, ClassVar
 import pytest
 from rich.console import Console
 
-from runner import execute
 from runner import matrix as matrix_mod
 from runner.backends.base import Backend
 from runner.backends.local import LocalEnvironment
 from runner.backends.slurm import SlurmEnvironment
-from runner.results import Outcome, Status
-from runner.spec import Task
+from runner.execution import execute
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 MATRIX = """
@@ -161,7 +161,7 @@ def test_ctrl_c_while_the_others_run_says_the_submitted_jobs_keep_running(
 
 def test_an_environment_that_cannot_start_is_not_started_retried_and_fails_the_exit_code(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.errors import BackendError
+    from runner.base.errors import BackendError
 
     class NoImage(Backend):
         kind = "local"
@@ -236,7 +236,7 @@ def test_rounds_interleave_repeats_and_keep_batch_jobs_in_the_first() -> None:
 
 def test_interleaved_run_alternates_environments_and_tries_one_that_cannot_start_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.errors import BackendError
+    from runner.base.errors import BackendError
 
     events: list[tuple[str, str]] = []
     here = fakes(events, elsewhere=False)["local"]

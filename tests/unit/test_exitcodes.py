@@ -1,5 +1,5 @@
 """One table of exit statuses: the README, every command's --help and the error classes agree with
-runner/exitcodes.py, and the CLI's error boundary exits with them."""
+runner/base/exitcodes.py, and the CLI's error boundary exits with them."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from runner import cli, exitcodes
-from runner.errors import BackendError, BusyError, ConfigError, MatrixError, StoreError
-from runner.exitcodes import MEANINGS, Exit
+from runner import cli
+from runner.base import exitcodes
+from runner.base.errors import BackendError, BusyError, ConfigError, MatrixError, StoreError
+from runner.base.exitcodes import MEANINGS, Exit
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = sorted(c.name or c.callback.__name__ for c in cli.app.registered_commands if c.callback)

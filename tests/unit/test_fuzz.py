@@ -1,5 +1,5 @@
 """Fuzz: mutated example matrices through `matrix plan`, mutated store files through ls, show, compare and
-report. Whatever the input, the answer is output or one error line with a status from runner/exitcodes.py,
+report. Whatever the input, the answer is output or one error line with a status from runner/base/exitcodes.py,
 never a traceback and never "internal error" (70). Derandomized and bounded, so CI stays fast and repeatable.
 """
 
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from runner import cli
-from runner.exitcodes import Exit
+from runner.base.exitcodes import Exit
 from tests.report.conftest import fill_store, load_results
 
 ROOT = Path(__file__).resolve().parents[2]

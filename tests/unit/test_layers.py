@@ -17,19 +17,17 @@ MAX_FUNCTION_LINES = 80
 # Each floor: module name prefixes (a package prefix covers its modules).
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("kit", ("runner.kit",)),
-    ("cli", ("runner.cli", "runner.cli_boundary", "runner.__main__")),
+    ("cli", ("runner.cli",)),
     ("commands", ("runner.commands",)),
-    ("clients", ("runner.publish", "runner.bisect_measure", "runner.bisect_envs")),
-    ("the run", ("runner.execute", "runner.runprint", "runner.runorder", "runner.events")),
+    ("clients", ("runner.publish", "runner.bisect")),
+    ("execution", ("runner.execution",)),
     ("report", ("runner.report",)),
-    ("adaptive", ("runner.adaptive_schedule", "runner.adaptive")),
     ("matrix", ("runner.matrix",)),
-    ("backends", ("runner.backends", "runner.context", "runner.workloads", "runner.artifact")),
-    ("store", ("runner.store", "runner.exchange")),
+    ("backends", ("runner.backends",)),
+    ("store", ("runner.store",)),
     ("analysis", ("runner.analysis",)),
-    ("spec", ("runner.cellmatch", "runner.fileproblems", "runner.spec", "runner.runsettings", "runner.strict",
-              "runner.contract", "runner.results", "runner.yamltext", "runner.console", "runner.table")),
-    ("bottom", ("runner.errors", "runner.exitcodes", "runner.registry", "runner.safewrite", "runner")),
+    ("spec", ("runner.spec",)),
+    ("base", ("runner.base", "runner")),
     ("bench", ("runner.bench",)),
 ]
 

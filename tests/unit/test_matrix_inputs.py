@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
-from runner.errors import ConfigError
+from runner.base.errors import ConfigError
 
 BASE = """
 environments:

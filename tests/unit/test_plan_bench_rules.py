@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
-from runner.errors import ConfigError
-from runner.exitcodes import Exit
+from runner.base.errors import ConfigError
+from runner.base.exitcodes import Exit
 
 HEAD = "environments: [{name: a, backend: local}]\n"
 

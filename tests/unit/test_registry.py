@@ -14,7 +14,7 @@ import pytest
 
 from runner import backends
 from runner.backends.base import Backend
-from runner.errors import BackendError, ConfigError
+from runner.base.errors import BackendError, ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

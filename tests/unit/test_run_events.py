@@ -1,5 +1,5 @@
 """A run tells a RunListener what happens, through typed methods: the printer is one listener, this test's
-recorder another (runner/events.py)."""
+recorder another (runner/execution/events.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from runner import execute, matrix
+from runner import matrix
 from runner.backends.base import SequentialBackend
 from runner.backends.local import LocalEnvironment
-from runner.events import RunListener, RunReport
-from runner.results import Outcome, Status
-from runner.spec import Cell, Task
+from runner.execution import execute
+from runner.execution.events import RunListener, RunReport
+from runner.spec.cells import Cell, Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 

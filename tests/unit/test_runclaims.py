@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.spec import Task
+from runner.spec.cells import Task
 from runner.store import Holder, Store, StoreFull
 from runner.store import liveness as store_mod
 from tests.unit.test_claims import NEEDS, M, hold, ok, other_run
@@ -91,7 +91,7 @@ PROTOCOL = {"claim", "record", "release", "start_run", "finish_run", "calibratio
 
 def test_the_run_loop_reaches_the_protocol_only_through_begin_run() -> None:
     """execute.py calls no step of the protocol on the store: only `begin_run`, and reads."""
-    tree = ast.parse((ROOT / "runner" / "execute.py").read_text())
+    tree = ast.parse((ROOT / "runner" / "execution" / "execute.py").read_text())
     used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name | ast.Attribute)
             and (node.value.id if isinstance(node.value, ast.Name) else node.value.attr) == "store"}

@@ -1,4 +1,4 @@
-"""runner/safewrite.py: a write never follows a link planted at its name, never opens (and so never blocks on) a
+"""runner/base/safewrite.py: a write never follows a link planted at its name, never opens (and so never blocks on) a
 FIFO there, never replaces another user's file, and leaves a whole file whoever writes at the same time."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import safewrite
-from runner.errors import StoreError
-from runner.safewrite import UnsafePath
+from runner.base import safewrite
+from runner.base.errors import StoreError
+from runner.base.safewrite import UnsafePath
 
 
 @pytest.fixture

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from runner import execute, matrix
-from runner.errors import StoreError
-from runner.results import Outcome, Status
-from runner.spec import Task
+from runner import matrix
+from runner.base.errors import StoreError
+from runner.execution import execute
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 M = matrix.parse("""

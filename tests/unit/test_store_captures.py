@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
-from runner.results import Outcome, Status
-from runner.spec import Task
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import SCHEMA, STORE_SCHEMA, Store, split_capture
 
 M = matrix.parse("""

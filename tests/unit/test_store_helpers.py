@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runner.errors import StoreError
+from runner.base.errors import StoreError
 from runner.store import Store, this_process
 from runner.store.db import IN_CHUNK
 from runner.store.schema import INSERT_RESULT

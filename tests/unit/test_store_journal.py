@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
-from runner.results import Outcome, Status
-from runner.spec import Task
+from runner.spec.cells import Task
+from runner.spec.outcomes import Outcome, Status
 from runner.store import Store, journal
 
 M = matrix.parse("""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
-from runner.errors import ConfigError
+from runner.base.errors import ConfigError
 
 
 def test_a_long_value_aliased_fifty_thousand_times_is_refused_at_once() -> None:

@@ -10,8 +10,8 @@ import pytest
 
 from runner import cli
 from runner import matrix as matrix_mod
-from runner.bisect_envs import plan
-from runner.errors import ConfigError
+from runner.base.errors import ConfigError
+from runner.bisect.envs import plan
 
 MATRIX = """
 name: gen
@@ -107,7 +107,7 @@ def test_diff_of_workload_environments_names_their_command_and_steering_variable
 def test_a_huge_image_range_is_refused_before_it_is_made() -> None:
     import time
 
-    from runner.bisect_envs import expand_pattern
+    from runner.bisect.envs import expand_pattern
 
     started = time.monotonic()
     with pytest.raises(ConfigError, match="1000000000 images, more than"):

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from runner import artifact
-from runner.results import outcome_from_process
-from runner.workloads.files import Changed, folder_name, scan, stage, tar_members
+from runner.backends import artifact
+from runner.backends.workloads.files import Changed, folder_name, scan, stage, tar_members
+from runner.spec.outcomes import outcome_from_process
 
 MLLOG_OK = ('print(\':::MLLOG {"key": "tracked_stats", "time_ms": 1, "value": {"throughput": 50}}\')\n'
             'print(\':::MLLOG {"key": "tracked_stats", "time_ms": 2, "value": {"throughput": 70}}\')\n')

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runner import artifact
+from runner.backends import artifact
+from runner.backends.workloads import parse_settings as parsers
 from runner.bench import parsers as bench_parsers
 from runner.cli import app
-from runner.workloads import parsers
 from tests.workloads.conftest import rows
 
 PLUGINS = Path(__file__).with_name("plugins")
@@ -74,7 +74,7 @@ def test_the_toy_kind_owns_its_settings_and_is_known_only_while_registered(keyva
     _, problems = parsers.validate("keyvalue")
     assert problems[0][0] == ("kind",)
     assert "'keyvalue' is not allowed; allowed: dllogger, matrix, mllog, pattern" in problems[0][1]
-    assert "runner/workloads/parsers.py" in problems[0][1] and "\n" not in problems[0][1]
+    assert "runner/backends/workloads/parse_settings.py" in problems[0][1] and "\n" not in problems[0][1]
 
 
 def test_both_sides_register_the_same_kinds() -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from runner.backends.workloads.spec import ParserSpec, parser_config
 from runner.bench import parsers
 from runner.bench.workload import judge, oom_reason
-from runner.workloads.spec import ParserSpec, parser_config
 
 
 def config(raw: Any) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
-from runner.errors import ConfigError
-from runner.spec import Task
-from runner.workloads import arguments, launcher_spec
+from runner.backends.workloads import arguments, launcher_spec
+from runner.base.errors import ConfigError
+from runner.spec.cells import Task
 from tests.workloads.conftest import EXAMPLES, WEIRD
 
 BASE = """

@@ -14,9 +14,17 @@ from typing import Any
 
 import pytest
 
+from runner.backends.workloads.files import (
+    MANIFEST,
+    Changed,
+    manifest_digest,
+    owner_ids,
+    scan,
+    stage,
+    tar_members,
+)
+from runner.base.safewrite import UnsafePath
 from runner.bench import workload as launcher
-from runner.safewrite import UnsafePath
-from runner.workloads.files import MANIFEST, Changed, manifest_digest, owner_ids, scan, stage, tar_members
 
 # Caches beside itself, as a program with a compile or dataset cache does: a warm run is twice as fast.
 CACHING = """
@@ -147,7 +155,7 @@ def test_a_link_planted_at_the_old_temporary_name_or_at_the_folder_is_never_foll
     staged.mkdir()
     theirs = tmp_path / "theirs"
     theirs.mkdir()
-    from runner.workloads.files import folder_name
+    from runner.backends.workloads.files import folder_name
     (staged / f".{folder_name(entries)}.{os.getpid()}.tmp").symlink_to(theirs, target_is_directory=True)
     master = stage(entries, staged)
     assert list(theirs.iterdir()) == [] and not master.is_symlink()

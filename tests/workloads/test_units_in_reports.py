@@ -8,8 +8,8 @@ from typing import Any
 
 from runner import analysis as an
 from runner import matrix as matrix_mod
+from runner.execution.printer import summary_table
 from runner.report.views import grid_sections
-from runner.runprint import summary_table
 
 M = matrix_mod.parse("""
 environments: [{name: host, backend: local}]

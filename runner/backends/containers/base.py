@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 from runner.backends.containers.spec import RUNTIME_MODULES, ContainerSpec
-from runner.registry import Registry
+from runner.base.registry import Registry
 
 # Paths that runtimes split on: `SRC:DST[:ro]` lists joined with `,` (pyxis, apptainer, podman, ch-run).
 MOUNT_SEPARATORS = (",", ":")

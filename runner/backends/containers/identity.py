@@ -17,8 +17,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from runner import safewrite
 from runner.backends.containers.base import ImageIdentity
+from runner.base import safewrite
 
 CHUNK = 1 << 20
 CACHE_SCHEMA = 1

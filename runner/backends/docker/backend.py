@@ -18,18 +18,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from runner import safewrite
 from runner.backends import ranks, register
 from runner.backends.base import Interrupted, NotStarted, SequentialBackend, not_started
+from runner.backends.context import RunContext
 from runner.backends.docker import engine, host, payload
 from runner.backends.docker.config import DockerEnvironment
 from runner.backends.docker.engine import ENGINE_ERRORS, Box, Exec
-from runner.context import RunContext
-from runner.contract import RESULT_EXITS
-from runner.results import Outcome, Status, outcome_from_process
-from runner.spec import EnvironmentBase, Task
-from runner.workloads import Changed, arguments
-from runner.workloads.files import FileEntry
+from runner.backends.workloads import Changed, arguments
+from runner.backends.workloads.files import FileEntry
+from runner.base import safewrite
+from runner.spec.bench_contract import RESULT_EXITS
+from runner.spec.cells import EnvironmentBase, Task
+from runner.spec.outcomes import Outcome, Status, outcome_from_process
 
 MASTER_PORT = 29500
 KILL_GRACE_S = 10.0
@@ -120,7 +120,7 @@ class DockerBackend(SequentialBackend):
         image = session.image(env.image, env.pull)
         self.image_facts = {"image": env.image, "image_id": image.id, "repo_digest": image.repo_digest,
                             "image_labels": image.labels, **session.facts()}
-        spec = engine.ContainerSpec(
+        spec = engine.BoxSpec(
             image_id=image.id,
             name=f"matrix-{re.sub(r'[^A-Za-z0-9_.-]+', '-', env.name)[:40]}-{uuid.uuid4().hex[:8]}",
             labels={engine.LABEL_MANAGED: "true", engine.LABEL_RUN: self.ctx.run_id, engine.LABEL_ENV: env.name,

@@ -11,8 +11,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from runner.backends.docker.engines import ENGINES
-from runner.errors import ConfigError
-from runner.spec import EnvironmentBase
+from runner.base.errors import ConfigError
+from runner.spec.cells import EnvironmentBase
 
 Gpus = Literal["all"] | int | list[int] | None
 

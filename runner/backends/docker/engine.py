@@ -86,7 +86,7 @@ class ImageFacts:
 
 
 @dataclass(frozen=True)
-class ContainerSpec:
+class BoxSpec:
     """What a container of one environment is made of (no SDK types: `Engine.start` converts; its GPUs go in
     as the engine takes them)."""
 
@@ -198,7 +198,7 @@ class Engine:
     def _pull(self, ref: str) -> None:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-        from runner.console import stderr
+        from runner.base.console import stderr
 
         layers: dict[str, tuple[int, int]] = {}
         with Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -227,7 +227,7 @@ class Engine:
 
     # -- containers --------------------------------------------------------------------------
 
-    def start(self, spec: ContainerSpec, commands: Sequence[Sequence[str]], data: bytes, what: str) -> Box:
+    def start(self, spec: BoxSpec, commands: Sequence[Sequence[str]], data: bytes, what: str) -> Box:
         """A running container of the spec with `data` (a tar) unpacked at /: the first of `commands`
         the image can run keeps it alive. `what` names the environment in errors."""
         last: Exception | None = None

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from runner.backends.base import Check
-from runner.registry import Registry
+from runner.base.registry import Registry
 
 # Where each built-in engine lives; importing the module registers it. `engine:` unset is DEFAULT's client
 # (DOCKER_HOST, else the current Docker context), whichever engine answers there.
-MODULES = {"docker": "runner.backends.docker.dockerd", "podman": "runner.backends.docker.podman"}
+MODULES = {"docker": "runner.backends.docker.engine_docker", "podman": "runner.backends.docker.engine_podman"}
 DEFAULT = "docker"
 
 

@@ -12,7 +12,7 @@ from runner.backends.base import Check
 from runner.backends.docker import engine
 from runner.backends.docker.engine import ENGINE_ERRORS
 from runner.backends.docker.engines import DEFAULT, ENGINES
-from runner.errors import BackendError
+from runner.base.errors import BackendError
 
 TEST_IMAGE = "matrix/debian-torch:1.13"
 

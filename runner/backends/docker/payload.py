@@ -8,8 +8,8 @@ import tarfile
 import time
 from collections.abc import Sequence
 
-from runner import artifact
-from runner.workloads.files import FileEntry, owner_ids, tar_members
+from runner.backends import artifact
+from runner.backends.workloads.files import FileEntry, owner_ids, tar_members
 
 INSIDE = "/tmp/matrix"  # where the benchmark and the helper land in the container
 BENCH_IN = f"{INSIDE}/bench.pyz"

@@ -22,23 +22,23 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner import artifact, safewrite
-from runner.backends import containers, register
+from runner.backends import artifact, containers, register
 from runner.backends.base import NotStarted, Sink, not_started
 from runner.backends.batch import BatchBackend, Polled
 from runner.backends.containers import ImageIdentity
 from runner.backends.containers.identity import image_identity
+from runner.backends.context import RunContext
 from runner.backends.slurm import commands, host, outcomes, pending
 from runner.backends.slurm.commands import SacctRow, SlurmError
 from runner.backends.slurm.config import CONTROL, TASK_ID_RE, SlurmEnvironment
 from runner.backends.slurm.script import array_job, container_launch, render_script, results_seen, time_limit
 from runner.backends.slurm.state import SlurmJobs, Watched, state_key
-from runner.context import RunContext
-from runner.errors import BackendError
-from runner.results import Outcome, Status
-from runner.spec import EnvironmentBase, Task
-from runner.workloads import Changed, arguments
-from runner.workloads.files import stage
+from runner.backends.workloads import Changed, arguments
+from runner.backends.workloads.files import stage
+from runner.base import safewrite
+from runner.base.errors import BackendError
+from runner.spec.cells import EnvironmentBase, Task
+from runner.spec.outcomes import Outcome, Status
 
 # sacct lags behind the files: a job sacct calls finished may not show its result file yet on a
 # network filesystem; and a job sacct does not know at all is lost only after a while.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from runner.errors import BackendError
+from runner.base.errors import BackendError
 
 SACCT_FORMAT = "JobID,State,ExitCode,Elapsed,Start,End,NodeList"
 SBATCH_TIMEOUT_S = 120.0

@@ -7,7 +7,7 @@ import shutil
 from runner.backends.base import Check
 from runner.backends.containers import host as runtimes
 from runner.backends.slurm.commands import scancel, slurm
-from runner.errors import BackendError
+from runner.base.errors import BackendError
 
 
 def doctor() -> list[Check]:

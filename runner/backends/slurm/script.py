@@ -13,7 +13,7 @@ import jinja2
 from runner.backends import containers
 from runner.backends.containers import Bind, ImageIdentity, Launch, Runtime
 from runner.backends.slurm.config import BARE_SBATCH_RE, CONTROL, OPTION_RE, SlurmEnvironment
-from runner.errors import ConfigError
+from runner.base.errors import ConfigError
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -67,7 +67,7 @@ class ArrayJob:
     time: str
     results_dir: str
     manifest: str
-    bench_name: str  # the benchmark's zipapp (runner/artifact.py), a file name in results_dir
+    bench_name: str  # the benchmark's zipapp (runner/backends/artifact.py), a file name in results_dir
     python: str
     options: tuple[tuple[str, str | None], ...]
     env: tuple[tuple[str, str], ...]

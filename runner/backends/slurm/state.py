@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.backends.batch import SubmittedJobs, Watched, state_key
-from runner.errors import BackendError
+from runner.base.errors import BackendError
 from runner.store import BatchJob, BatchJobs
 
 BACKEND = "slurm"

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from runner.registry import Registry
+from runner.base.registry import Registry
 from runner.report.formats.base import Format
 
 # The built-in formats, in the order `--help` lists them; each module registers its own.

@@ -1,12 +1,12 @@
 """What a report format is: a name, the plots it needs (png for Markdown, inline svg for HTML, none for data), and a
-`write` that turns the built report into files in a folder, each through runner/safewrite.py."""
+`write` that turns the built report into files in a folder, each through runner/base/safewrite.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from runner import safewrite
+from runner.base import safewrite
 
 if TYPE_CHECKING:
     from runner.report.plots import Plot

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner import safewrite
+from runner.base import safewrite
 from runner.report.formats import register
 from runner.report.formats.base import REPORT_MODE, Format, write_text
 

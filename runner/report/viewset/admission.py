@@ -10,10 +10,10 @@ from typing import Any
 import pandas as pd
 
 from runner.report import fmt
-from runner.report.fmt import Cell, Section, Table
+from runner.report.fmt import Section, Table, TableCell
 from runner.report.labels import KEY_LABELS, key_text, varying
 from runner.report.viewkit import Built, Context, View
-from runner.results import Status
+from runner.spec.outcomes import Status
 
 COLUMNS = ["environment", "model", "precision", "batch_size", "dataset", "options", "cell_key", "run_id", "repeat",
            "stored_status", "status", "admission"]
@@ -67,8 +67,8 @@ def sections(bad: pd.DataFrame, notes: pd.DataFrame) -> list[Section]:
         table = Table([*(KEY_LABELS[k] for k in keys), "run", "repeat", "status", "why"],
                       align=["l"] * len(keys) + ["l", "r", "l", "l"])
         for r in bad.to_dict("records"):
-            table.add(*(key_text(k, r[k]) for k in keys), str(r["run_id"]), Cell(str(int(r["repeat"]) + 1), "num"),
-                      Cell(str(r["status"]), str(r["status"])), str(r["admission"]))
+            table.add(*(key_text(k, r[k]) for k in keys), str(r["run_id"]), TableCell(str(int(r["repeat"]) + 1), "num"),
+                      TableCell(str(r["status"]), str(r["status"])), str(r["admission"]))
         n = len(bad)
         diverged = int((bad["status"] == Status.DIVERGED.value).sum())
         out.append(Section("Set aside", table, f"{n} repeat{'s' if n != 1 else ''} set aside: {diverged} diverged, "
@@ -79,7 +79,7 @@ def sections(bad: pd.DataFrame, notes: pd.DataFrame) -> list[Section]:
         table = Table([*(KEY_LABELS[k] for k in keys), "admitted repeats", "note"],
                       align=["l"] * len(keys) + ["r", "l"])
         for r in notes.to_dict("records"):
-            table.add(*(key_text(k, r[k]) for k in keys), Cell(str(r["repeats"]), "num"), str(r["note"]))
+            table.add(*(key_text(k, r[k]) for k in keys), TableCell(str(r["repeats"]), "num"), str(r["note"]))
         out.append(Section("Admitted with a note", table, ""))
     return out
 

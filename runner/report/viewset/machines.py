@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
-from runner.report.fmt import DASH, Cell, Section, Table
+from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.labels import KEY_LABELS, cell_value, key_text, varying
 from runner.report.viewkit import Built, Context, View
 
@@ -59,9 +59,9 @@ def machines_section(cells: pd.DataFrame) -> Section:
         shown = [m for m in metrics if m == metrics[0] or any(r[f"{m}_n"] > 0 for r in rs)]
         for i, m in enumerate(shown):
             heading = an.metric_heading(m, [r.get(f"unit_{m}") for r in rs])
-            row = [key_text(k, first_row[k]) if i == 0 else Cell("") for k in keys]
-            values = [cell_value(by_col[c], an.METRICS[m]) if c in by_col else Cell(DASH, "muted") for c in columns]
-            table.add(*row, Cell(heading, "key"), *values,
+            row = [key_text(k, first_row[k]) if i == 0 else TableCell("") for k in keys]
+            values = [cell_value(by_col[c], an.METRICS[m]) if c in by_col else TableCell(DASH, "muted") for c in columns]
+            table.add(*row, TableCell(heading, "key"), *values,
                       row_class="group" if previous is not None and name != previous else "")
             previous = name
     note = ("Each cell: mean ± std over the repeats that ended ok on that machine, in the metric's own unit; "

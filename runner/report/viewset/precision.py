@@ -8,7 +8,7 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.report import fmt
-from runner.report.fmt import DASH, Cell, Section, Table
+from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.labels import KEY_LABELS, cell_value, constants_note, key_text, varying
 from runner.report.viewkit import Built, Context, View
 
@@ -56,12 +56,12 @@ def precision_sections(info: pd.DataFrame, prec: pd.DataFrame, summary: pd.DataF
                 cols.append("÷ fp32")
         table = Table(cols, align=["l"] * (len(keys) + 1) + ["r"] * (len(cols) - len(keys) - 1))
         for r in g.to_dict("records"):
-            cells: list[Cell | str] = [*(key_text(k, r[k]) for k in keys), str(r["precision"])]
+            cells: list[TableCell | str] = [*(key_text(k, r[k]) for k in keys), str(r["precision"])]
             for m, with_ratio in metric_cols:
                 metric = an.METRICS[m]
                 cells.append(cell_value(r, metric))
                 if with_ratio:
-                    cells.append(Cell(fmt.ratio(r[f"{m}_vs_fp32"]) if r["precision"] != "fp32" else DASH, "num"))
+                    cells.append(TableCell(fmt.ratio(r[f"{m}_vs_fp32"]) if r["precision"] != "fp32" else DASH, "num"))
             table.add(*cells)
         hardware = hardware_of(info, str(env))
         same = constants_note(g, ["dataset", "gpus", "nodes", "options"])

@@ -6,7 +6,7 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.report import fmt
-from runner.report.fmt import Cell, Section, Table
+from runner.report.fmt import Section, Table, TableCell
 from runner.report.labels import KEY_LABELS, key_text, varying
 from runner.report.viewkit import Built, Context, View
 
@@ -36,13 +36,13 @@ def scaling_sections(scale: pd.DataFrame) -> list[Section]:
                    "speedup", "efficiency"],
                   align=["l"] * len(keys) + ["r"] * (6 + len(phases)))
     for r in scale.to_dict("records"):
-        table.add(*(key_text(k, r[k]) for k in keys), Cell(str(r["nodes"]), "num"), Cell(str(r["gpus"]), "num"),
-                  Cell(str(r["processes"]), "num"),
-                  Cell(fmt.metric_value(m, r["throughput_mean"], r["throughput_std"], int(r["throughput_n"])),
+        table.add(*(key_text(k, r[k]) for k in keys), TableCell(str(r["nodes"]), "num"), TableCell(str(r["gpus"]), "num"),
+                  TableCell(str(r["processes"]), "num"),
+                  TableCell(fmt.metric_value(m, r["throughput_mean"], r["throughput_std"], int(r["throughput_n"])),
                        "num"),
-                  *(Cell(fmt.metric_value(p, r[f"{p.name}_mean"], r[f"{p.name}_std"], int(r[f"{p.name}_n"])),
+                  *(TableCell(fmt.metric_value(p, r[f"{p.name}_mean"], r[f"{p.name}_std"], int(r[f"{p.name}_n"])),
                          "num") for p in phases),
-                  Cell(fmt.ratio(r["speedup"]), "num"), Cell(fmt.percent(r["efficiency"]), "num"))
+                  TableCell(fmt.ratio(r["speedup"]), "num"), TableCell(fmt.percent(r["efficiency"]), "num"))
     note = ("Per node: GPUs, or processes on CPU nodes (one rank each). Speedup is overall throughput over "
             "the same configuration's smallest layout; efficiency is speedup over the growth in processes "
             "from that layout. Batch size is per process, so the global batch grows with the processes.")

@@ -1,6 +1,6 @@
 """The controller's side of the `keyvalue` workload parser (parser_keyvalue.py beside it is the launcher's):
 its settings model, which owns its schema and says what the launcher reads. In the project it would be
-runner/workloads/parser_keyvalue.py, imported when a matrix names the kind."""
+runner/backends/workloads/parser_keyvalue.py, imported when a matrix names the kind."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from runner.workloads.parsers import ParserSettings, register
+from runner.backends.workloads.parse_settings import ParserSettings, register
 
 METRICS = ("throughput", "loss_end", "accuracy", "window_s")
 

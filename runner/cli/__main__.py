@@ -1,0 +1,5 @@
+"""python -m runner.cli"""
+
+from runner.cli import main
+
+main()
