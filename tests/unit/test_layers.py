@@ -153,3 +153,11 @@ def test_no_module_is_over_450_lines_and_no_function_over_80() -> None:
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
     assert big == [] and long == []
+
+
+def test_the_root_holds_floors_only() -> None:
+    """A module's floor is its path: no loose module at runner/'s root, every folder there a floor (or data)."""
+    loose = [p.name for p in RUNNER.glob("*.py") if p.name != "__init__.py"]
+    folders = {p.name for p in RUNNER.iterdir() if p.is_dir() and any(p.rglob("*.py"))}
+    named = {prefix.split(".")[1] for _, prefixes in FLOORS for prefix in prefixes if prefix != "runner"}
+    assert loose == [] and folders <= named, (loose, folders - named)
