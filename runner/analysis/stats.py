@@ -15,11 +15,11 @@ from runner.analysis.frame import (
     BASELINE_PRECISION,
     CELL_KEYS,
     ENV_FIELDS,
-    METRICS,
     STAT_NAMES,
     environment_rank,
     precision_rank,
 )
+from runner.analysis.metrics import METRICS
 from runner.analysis.resolution import NEGLIGIBLE
 from runner.analysis.significance import t_half_width
 from runner.spec.outcomes import Status

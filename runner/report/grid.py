@@ -15,7 +15,6 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.analysis.comparable import common_step, unit_of
-from runner.analysis.frame import PER_STEP_METRICS
 from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.labels import cell_label, cell_value
 from runner.spec.outcomes import Status
@@ -40,7 +39,7 @@ def per_step_rows(cells: list[dict[str, Any]], shown: pd.DataFrame | None, metri
     steps = _steps(ok)
     if len(steps) <= 1:
         return cells, metric.heading, ""
-    step = common_step(list(ok["loss_at"])) if metric.name == "loss_end" and "loss_at" in ok else None
+    step = common_step(list(ok["loss_at"])) if metric.ladder and "loss_at" in ok else None
     out = []
     for r in cells:
         own = ok[ok["cell_key"] == r["cell_key"]]
@@ -78,7 +77,7 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
         shown_rows: dict[str, tuple[list[dict[str, Any]], str]] = {}
         notes = []
         for m in metrics:
-            if m.name in PER_STEP_METRICS:
+            if m.per_step:
                 rows, label, note = per_step_rows(cells, shown, m)
                 shown_rows[m.name] = (rows, label)
                 notes += [note] if note else []
