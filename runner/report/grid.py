@@ -19,7 +19,6 @@ from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.labels import cell_label, cell_value
 from runner.spec.outcomes import Status
 
-GRID_METRICS = ("throughput", "iter_time", "peak_mem", "images_per_joule", "accuracy", "loss_end")
 GROUP = ("environment", "model", "dataset", "gpus", "nodes", "options")
 
 
@@ -70,7 +69,7 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
     for cells in blocks.values():
         first = cells[0]
         batches = sorted({int(r["batch_size"]) for r in cells})
-        metrics = ([an.METRICS[m] for m in GRID_METRICS if any(r[f"{m}_n"] > 0 for r in cells)]
+        metrics = ([m for m in an.METRICS.shown("grid") if any(r[f"{m.name}_n"] > 0 for r in cells)]
                    or [an.METRICS["throughput"]])
         table = Table(["precision", "metric", *(f"batch {b}" for b in batches)],
                       align=["l", "l", *("r" * len(batches))])
