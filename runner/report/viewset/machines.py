@@ -14,7 +14,6 @@ from runner.report.labels import KEY_LABELS, cell_value, key_text, varying
 from runner.report.viewkit import Built, Context, View
 
 
-
 class Machines(View):
     name = "machines"
     order = 50
