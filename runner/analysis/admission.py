@@ -44,6 +44,12 @@ def bound_rows() -> tuple[tuple[str, float, float, bool, bool, str], ...]:
 _ROWS: list[Any] = [-1, ()]
 
 
+def _plain_refusing() -> tuple[str, ...]:
+    """The metrics a result stores as they are (no reader) whose reach refuses the repeat (throughput, window_s): a
+    value there that is not a finite number refuses it, although the frame reads it as not measured."""
+    return tuple(m.name for m in METRICS.values() if m.reach is not None and m.reach.refuses and m.reader is None)
+
+
 @dataclass(frozen=True)
 class Check:
     """One admission check of one repeat: its name, whether it passed (None: it does not apply to this repeat),
@@ -222,7 +228,7 @@ def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: 
             refused.append(f"{metric} {v:.6g} outside what a machine can reach ({why})")
         else:
             dropped.append(f"{metric} {v:.6g} ({why})")
-    for name in ("throughput", "window_s"):  # the frame reads these as NaN; here they refuse the repeat
+    for name in _plain_refusing():  # the frame reads these as NaN; here they refuse the repeat
         v = metrics.get(name)
         if v is not None and not (_num(v) is not None and math.isfinite(v)):
             refused.append(f"{name} {v!r} is not a finite number")

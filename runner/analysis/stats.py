@@ -247,10 +247,10 @@ def precision_summary(summary: pd.DataFrame) -> pd.DataFrame:
     base = summary[summary["precision"] == BASELINE_PRECISION].set_index(keys)
     out = summary.copy()
     idx = pd.MultiIndex.from_frame(out[keys])
-    for m in ratio_metrics:
-        ref = base[f"{m}_mean"].reindex(idx).to_numpy()
+    for name in ratio_metrics:
+        ref = base[f"{name}_mean"].reindex(idx).to_numpy()
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[f"{m}_vs_fp32"] = out[f"{m}_mean"].to_numpy() / ref
+            out[f"{name}_vs_fp32"] = out[f"{name}_mean"].to_numpy() / ref
     out = out[idx.isin(base.index)]
     # Configuration first, then precision: each fp32 row sits right above the rows compared with it.
     out = out.assign(_env=out["environment"].map(environment_rank(summary)),

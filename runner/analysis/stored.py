@@ -58,16 +58,6 @@ class Origin:
     source: str = ""
     imported_at: float | None = None
 
-    def columns(self) -> dict[str, Any]:
-        """Its columns as the store keeps them (JSON decoded; copies a caller may change): for a file format, or a
-        test that asserts on what was stored."""
-        return {"id": self.id, "run_id": self.run_id, "cell_key": self.cell_key, "repeat": self.repeat,
-                "environment": self.environment, "backend": self.backend, "tags": list(self.tags),
-                "params": dict(self.params), "status": self.status, "reason": self.reason, "metrics": dict(self.metrics),
-                "env": dict(self.env), "raw": dict(self.raw) if self.raw is not None else None,
-                "log_tail": self.log_tail, "started_at": self.started_at, "finished_at": self.finished_at,
-                "capture_id": self.capture_id}
-
     @property
     def imported(self) -> bool:
         return bool(self.store)
@@ -128,6 +118,16 @@ class StoredRepeat:
                    tuple(cell.environment.tags), document(dict(cell.params)), outcome.status.value, outcome.reason,
                    document(outcome.metrics), document(outcome.env), document(raw) if raw is not None else None,
                    outcome.log_tail, outcome.started_at, outcome.finished_at)
+
+    def columns(self) -> dict[str, Any]:
+        """Its columns as the store keeps them (JSON decoded; copies a caller may change): for a file format, or a
+        test that asserts on what was stored."""
+        return {"id": self.id, "run_id": self.run_id, "cell_key": self.cell_key, "repeat": self.repeat,
+                "environment": self.environment, "backend": self.backend, "tags": list(self.tags),
+                "params": dict(self.params), "status": self.status, "reason": self.reason, "metrics": dict(self.metrics),
+                "env": dict(self.env), "raw": dict(self.raw) if self.raw is not None else None,
+                "log_tail": self.log_tail, "started_at": self.started_at, "finished_at": self.finished_at,
+                "capture_id": self.capture_id}
 
     @property
     def imported(self) -> bool:

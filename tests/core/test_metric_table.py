@@ -175,3 +175,15 @@ def test_an_imported_repeat_carries_its_provenance(tmp_path: Path) -> None:
     assert all(r.run_id == f"t1@{origin}" and r.cell_key == f"k@{origin}" for r in imported)
     df = an.frame(reps)
     assert sorted(df["origin"]) == sorted(["", origin, origin])
+
+
+def test_a_workloads_figure_names_the_tables_metrics() -> None:
+    """A workload's figure may be a store metric (its stored unit converted, its direction the table's) or one of
+    the user's own naming: the names and aliases it knows are the table's."""
+    from runner.backends.workloads.figures import METRIC_ALIASES as FIGURE_ALIASES
+    from runner.backends.workloads.figures import STORE_METRICS, Figure, figure_config
+
+    assert set(STORE_METRICS) <= set(METRICS)
+    assert all(an.get_metric(alias).name == name for alias, name in FIGURE_ALIASES.items())
+    assert figure_config("memory", Figure(regex="m (?P<value>\\d+)", unit="MiB"))["better"] == "lower"
+    assert figure_config("accuracy", Figure(regex="a (?P<value>\\d+)"))["better"] == "higher"
