@@ -47,7 +47,14 @@ _ROWS: list[Any] = [-1, ()]
 def _plain_refusing() -> tuple[str, ...]:
     """The metrics a result stores as they are (no reader) whose reach refuses the repeat (throughput, window_s): a
     value there that is not a finite number refuses it, although the frame reads it as not measured."""
-    return tuple(m.name for m in METRICS.values() if m.reach is not None and m.reach.refuses and m.reader is None)
+    if _PLAIN_REFUSING[0] != METRICS.version:
+        _PLAIN_REFUSING[:] = [METRICS.version, tuple(m.name for m in METRICS.values()
+                                                     if m.reach is not None and m.reach.refuses and m.reader is None)]
+    names: tuple[str, ...] = _PLAIN_REFUSING[1]
+    return names
+
+
+_PLAIN_REFUSING: list[Any] = [-1, ()]
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,11 @@ EMPTY = Document()
 
 def document(value: Any) -> Document:
     """A stored JSON object as a Document ({} for anything that is not one)."""
-    if type(value) is Document:
+    kind = type(value)
+    if kind is Document:
         return value
+    if kind is dict:  # the store's decoded JSON: the common case
+        return Document(value) if value else EMPTY
     return Document(value) if isinstance(value, Mapping) and value else EMPTY
 
 
