@@ -78,7 +78,7 @@ def trial(processes: int, repeats: int) -> None:
         for p in procs:
             p.join()
         with Store(db, readonly=True) as store:
-            rows = Counter((r["cell_key"], r["repeat"]) for r in store.rows(latest_only=False))
+            rows = Counter((r.cell_key, r.repeat) for r in store.rows(latest_only=False))
         twice = sum(1 for n in rows.values() if n > 1)
         print(f"{processes} process(es), {repeats} repeats: {wall:.2f} s wall, {wall / repeats * 1000:.2f} ms per "
               f"repeat; median claim+store per attempt {statistics.median(r[2] for r in results) * 1000:.2f} ms; "

@@ -57,12 +57,12 @@ def load_cells(db: Path, min_repeats: int) -> dict[str, np.ndarray]:
     labels: dict[str, str] = {}
     with Store(db, create=False) as store:
         for row in store.rows():
-            tput = (row["metrics"] or {}).get("throughput")
-            if row["status"] != "ok" or not isinstance(tput, int | float):
+            tput = row.metrics.get("throughput")
+            if row.status != "ok" or not isinstance(tput, int | float):
                 continue
-            cells.setdefault(row["cell_key"], []).append((float(row["started_at"] or 0), float(tput)))
-            p = row["params"]
-            labels[row["cell_key"]] = f"{p.get('model')} {p.get('precision')} bs{p.get('batch_size')}"
+            cells.setdefault(row.cell_key, []).append((float(row.started_at or 0), float(tput)))
+            p = row.params
+            labels[row.cell_key] = f"{p.get('model')} {p.get('precision')} bs{p.get('batch_size')}"
     out = {}
     for key, vals in cells.items():
         if len(vals) >= min_repeats:

@@ -28,33 +28,34 @@ from runner.analysis.frame import (
     CELL_KEYS,
     CORE_PARAMS,
     ENV_FIELDS,
-    FRAME_COLUMNS,
     MEASURE_COLUMNS,
-    METRIC_ALIASES,
-    METRICS,
     PARAM_KEYS,
     PRECISION_ORDER,
     RECIPE_COLUMNS,
     RUN_SETTINGS,
     STAT_NAMES,
-    Metric,
-    admission_of,
-    admitted_rows,
-    definition,
     environment_rank,
-    figures,
     frame,
-    get_metric,
+    frame_columns,
     latest,
-    metric_heading,
     options_label,
     precision_index,
     precision_rank,
     settings_text,
-    shown_unit,
 )
 from runner.analysis.identity import DEFINITION_COLUMNS, Definitions, choose
+from runner.analysis.metrics import (
+    METRIC_ALIASES,
+    METRICS,
+    Metric,
+    definition,
+    figures,
+    get_metric,
+    metric_heading,
+    shown_unit,
+)
 from runner.analysis.recipes import DASH_WORD, RECIPE_FIELDS, recipe, recipe_text
+from runner.analysis.repeat import Repeat, admitted
 from runner.analysis.scaling import scaling
 from runner.analysis.sidefacts import (
     environment_info,
@@ -78,10 +79,12 @@ from runner.analysis.stats import (
     status_summary,
     summarize,
 )
+from runner.analysis.stored import Origin, StoredRepeat, admission_of
 
 __all__ = [
     "ALPHA", "BASELINE_PRECISION", "CELL_KEYS", "CONFIDENCE", "CORE_PARAMS", "DASH_WORD", "DATA_BOUND",
-    "DEFINITION_COLUMNS", "admission_of", "figures", "admitted_rows", "definition", "metric_heading", "shown_unit", "ENV_FIELDS", "FRAME_COLUMNS", "MEASURE_COLUMNS", "MEASURE_SUMMARY_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV",
+    "DEFINITION_COLUMNS", "admission_of", "figures", "admitted", "definition", "metric_heading", "shown_unit",
+    "ENV_FIELDS", "frame_columns", "MEASURE_COLUMNS", "Origin", "Repeat", "StoredRepeat", "MEASURE_SUMMARY_COLUMNS", "METRICS", "METRIC_ALIASES", "MIN_EFFECT", "NOISY_CV",
     "PARAM_KEYS", "PRECISION_ORDER", "RECIPE_COLUMNS", "RECIPE_FIELDS", "RUN_SETTINGS", "SIDE_KINDS",
     "STAT_NAMES", "Comparison", "Definitions", "Metric", "Side", "Stats", "available_sides", "cell_attributes",
     "change_words", "choose", "compare", "describe", "environment_info", "environment_rank", "frame",

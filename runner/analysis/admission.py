@@ -5,7 +5,7 @@ calls `admit` on each row, so the decision core sees a repeat as `ok` only when 
 
 A stored `ok` repeat is admitted when the training stayed finite (every loss kept, warm-up and window), its measured
 window is what the run settings promised, its loss scaler did not skip most of its window's steps, and each of its
-figures is finite and inside what a machine can reach (BOUNDS). Otherwise it is `diverged` (a loss was NaN or
+figures is finite and inside what a machine can reach (each Metric's `reach`, runner/analysis/metrics.py). Otherwise it is `diverged` (a loss was NaN or
 infinite: an outcome, like oom, that comparisons count as a failure) or `refused` (no figure to rank, and no
 outcome either: the repeat is set aside as a cancelled one is). docs/admission.md says what each check means.
 """
@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runner.analysis.metrics import METRICS
 from runner.spec.bench_contract import WINDOW_REDO_BELOW
 from runner.spec.outcomes import Status
 
@@ -30,39 +31,30 @@ MOST_SKIPPED = 0.5
 CONSISTENT = 1e-6
 
 
-@dataclass(frozen=True)
-class Bound:
-    """What a machine can reach for one figure (the frame's metric, in stored units). `refuses`: a figure outside
-    refuses the repeat (it is what a repeat is ranked on); else only the figure is left out."""
-
-    metric: str
-    low: float
-    high: float
-    refuses: bool
-    why: str
-    low_open: bool = True   # the low end itself is outside (a throughput of 0 is no measurement)
+def bound_rows() -> tuple[tuple[str, float, float, bool, bool, str], ...]:
+    """Each bounded metric of the table (runner/analysis/metrics.py `Metric.reach`, decided there once and documented
+    in docs/admission.md): (name, low, high, low_open, refuses, why), made again when the table changes."""
+    if _ROWS[0] != METRICS.version:
+        _ROWS[:] = [METRICS.version, tuple((m.name, m.reach.low, m.reach.high, m.reach.low_open, m.reach.refuses,
+                                            m.reach.why) for m in METRICS.values() if m.reach is not None)]
+    rows: tuple[tuple[str, float, float, bool, bool, str], ...] = _ROWS[1]
+    return rows
 
 
-# Decided here, once, and documented in docs/admission.md. The ceilings are far above any machine of 2026 (a
-# ResNet-50 trains at ~7,000 img/s per H100, a GPT-2 124M at ~500,000 tok/s; the largest clusters have ~100,000
-# GPUs), and far below what turns a mean or a ratio into an overflow (1.7e308).
-BOUNDS: tuple[Bound, ...] = (
-    Bound("throughput", 0.0, 1e12, True, "items per second: above 0, at most 1e12 (a trillion)"),
-    Bound("fwd_throughput", 0.0, 1e13, False, "items per second of the forward passes: above 0, at most 1e13"),
-    Bound("bwd_throughput", 0.0, 1e13, False, "items per second of the backward passes: above 0, at most 1e13"),
-    # 0 is a window a log's whole milliseconds could not resolve (a workload's run_stop in the same millisecond as
-    # its run_start): the workload parsers take it, so admission does (its rate, if any, is judged on its own).
-    Bound("window_s", 0.0, 30 * 86400.0, True, "seconds: 0 to 30 days", low_open=False),
-    Bound("iter_time", 1e-6, 86400.0, True, "seconds a training step: at least 1 microsecond (no framework "
-          "launches a step's kernels faster), at most a day", low_open=False),
-    Bound("peak_mem", 0.0, 2.0**50, False, "bytes: 0 to 1 PiB", low_open=False),
-    Bound("accuracy", 0.0, 1.0, False, "a fraction from 0 to 1", low_open=False),
-    Bound("data_wait", 0.0, 1.0 + 1e-9, False, "a fraction of the window from 0 to 1", low_open=False),
-    Bound("images_per_joule", 0.0, 1e9, False, "items per joule: above 0, at most 1e9"),
-    Bound("mfu", 0.0, 1.0, False, "a fraction of the peak: above 0, at most 1 (above it, the peak is wrong)"),
-)
-BOUND_OF = {b.metric: b for b in BOUNDS}
-_BOUND_ROWS = tuple((b.metric, b.low, b.high, b.low_open, b) for b in BOUNDS)
+_ROWS: list[Any] = [-1, ()]
+
+
+def _plain_refusing() -> tuple[str, ...]:
+    """The metrics a result stores as they are (no reader) whose reach refuses the repeat (throughput, window_s): a
+    value there that is not a finite number refuses it, although the frame reads it as not measured."""
+    if _PLAIN_REFUSING[0] != METRICS.version:
+        _PLAIN_REFUSING[:] = [METRICS.version, tuple(m.name for m in METRICS.values()
+                                                     if m.reach is not None and m.reach.refuses and m.reader is None)]
+    names: tuple[str, ...] = _PLAIN_REFUSING[1]
+    return names
+
+
+_PLAIN_REFUSING: list[Any] = [-1, ()]
 
 
 @dataclass(frozen=True)
@@ -229,21 +221,21 @@ def scaler_check(metrics: Mapping[str, Any]) -> Check:
 
 def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: Mapping[str, Any]
                  ) -> tuple[Check, tuple[str, ...]]:
-    """Each figure finite and inside BOUNDS, and a throughput equal to its own items over its window (for bench's
+    """Each figure finite and inside its metric's reach (`bound_rows`), and a throughput equal to its own items over its window (for bench's
     results). Returns the check and the metrics left out on their own."""
     refused: list[str] = []
     dropped: list[str] = []
-    for metric, low, high, low_open, b in _BOUND_ROWS:
+    for metric, low, high, low_open, refuses, why in bound_rows():
         v = figures.get(metric)
         if v is None or v != v:  # not measured (NaN)
             continue
         if (v > low if low_open else v >= low) and v <= high:  # inside: finite too (the bounds are)
             continue
-        if b.refuses:
-            refused.append(f"{b.metric} {v:.6g} outside what a machine can reach ({b.why})")
+        if refuses:
+            refused.append(f"{metric} {v:.6g} outside what a machine can reach ({why})")
         else:
-            dropped.append(f"{b.metric} {v:.6g} ({b.why})")
-    for name in ("throughput", "window_s"):  # the frame reads these as NaN; here they refuse the repeat
+            dropped.append(f"{metric} {v:.6g} ({why})")
+    for name in _plain_refusing():  # the frame reads these as NaN; here they refuse the repeat
         v = metrics.get(name)
         if v is not None and not (_num(v) is not None and math.isfinite(v)):
             refused.append(f"{name} {v!r} is not a finite number")
@@ -261,15 +253,15 @@ def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: 
     return _PLAIN["bounds", True], ()
 
 
-def admit(row: Mapping[str, Any], figures: Mapping[str, float] | None = None) -> Admission:
-    """Admission of one stored row (runner/store rows: status, metrics, raw). `figures`: the frame's metrics of
-    the row (stored units), for the bounds. Only a stored `ok` (or a bench `diverged`) is judged; every other
-    status is what it was."""
-    stored = str(row.get("status") or "")
+def admit(stored: str, metrics: Mapping[str, Any], raw: Mapping[str, Any] | None,
+          figures: Mapping[str, float] | None = None) -> Admission:
+    """Admission of one stored repeat from its stored status and its result's documents (runner/analysis/stored.py
+    `StoredRepeat.admission` asks). `figures`: the repeat's figures (stored units), for the bounds. Only a stored
+    `ok` (or a bench `diverged`) is judged; every other status is what it was."""
     if stored not in (OK, DIVERGED):
         return Admission(stored, stored)
-    metrics = _mapping(row.get("metrics"))
-    raw = _mapping(row.get("raw"))
+    metrics = _mapping(metrics)
+    raw = _mapping(raw)
     finite = finite_check(metrics, stored)
     bounds, dropped = bounds_check(figures or {}, metrics, raw)
     if stored == DIVERGED or finite.passed is False:

@@ -21,7 +21,7 @@ from runner.analysis.comparable import (
     why_not,
     with_outcomes,
 )
-from runner.analysis.frame import METRICS, Metric
+from runner.analysis.metrics import METRICS, Metric
 from runner.analysis.verdict import Verdict
 
 STATUS = "status"  # the metric that only looks at how each environment's repeats ended

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from runner.analysis import significance
-from runner.analysis.frame import PARAM_KEYS, PER_STEP_METRICS, Metric
+from runner.analysis.frame import PARAM_KEYS
+from runner.analysis.metrics import Metric
 from runner.analysis.stats import _join_unique
 from runner.analysis.verdict import Verdict
 from runner.spec.outcomes import Status
@@ -86,7 +87,7 @@ def no_one_figure(ok: pd.DataFrame, metric: Metric) -> str:
 def steps_differ(a: str, b: str, metric: Metric) -> str:
     """Why a loss or an accuracy cannot be compared: the two sides (or the repeats of one) trained for different
     numbers of steps before it was taken ('' when every repeat took it after the same number)."""
-    if metric.name not in PER_STEP_METRICS:
+    if not metric.per_step:
         return ""
     a, b = str(a or ""), str(b or "")
     if not a or not b or (a == b and not _several(a)):
@@ -155,9 +156,9 @@ def at_common_step(metric: Metric | None, a: Values, b: Values) -> tuple[np.ndar
     accuracy taken at a step every repeat of both reached (as compare's `align_steps`: the last step every repeat
     recorded when their windows differ); the step used (None: as measured), or why they cannot be compared."""
     x, y = np.asarray(a[0], dtype=float), np.asarray(b[0], dtype=float)
-    if metric is not None and metric.name in PER_STEP_METRICS and len(set((*a[1], *b[1]))) > 1:
+    if metric is not None and metric.per_step and len(set((*a[1], *b[1]))) > 1:
         ladders = [*a[2], *b[2]]
-        step = common_step(ladders) if metric.name == "loss_end" and len(ladders) == x.size + y.size else None
+        step = common_step(ladders) if metric.ladder and len(ladders) == x.size + y.size else None
         if step is None:
             shown = ", ".join(str(s) for s in sorted(st for st in set((*a[1], *b[1])) if st is not None)) or "unknown"
             return x[:0], y[:0], (f"not comparable: the {metric.label} comes after different numbers of training "
@@ -289,10 +290,12 @@ def with_outcomes(metric_verdict: Verdict, metric_why: str, outcomes: OutcomeCha
     return Verdict.UNDECIDED, outcomes.why
 
 
-def align_steps(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[Any, ...], int]]:
+def align_steps(a: pd.DataFrame, b: pd.DataFrame, metric: str = "loss_end"
+                ) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[Any, ...], int]]:
     """Where a pair's repeats trained for different numbers of steps (calibrated windows, warm-ups until steady),
-    its loss is taken at the last step every ok repeat of both sides recorded (bench's loss_at: steps 1, 2, 5, 10,
-    20, 50, ...): loss_end and steps of those rows are replaced. Returns both frames and {params: step}."""
+    its loss (`metric`: one whose ladder bench records, Metric.ladder) is taken at the last step every ok repeat of
+    both sides recorded (bench's loss_at: steps 1, 2, 5, 10, 20, 50, ...): the metric and steps of those rows are
+    replaced. Returns both frames and {params: step}."""
     if "loss_at" not in a or "loss_at" not in b:
         return a, b, {}
     a, b = a.copy(), b.copy()
@@ -313,7 +316,7 @@ def align_steps(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.Data
             continue
         at[key] = step
         for frame_, g in ((a, ga), (b, gb)):
-            frame_.loc[g.index, "loss_end"] = [d[step] for d in g["loss_at"]]
+            frame_.loc[g.index, metric] = [d[step] for d in g["loss_at"]]
             frame_.loc[g.index, "steps"] = step
     return a, b, at
 

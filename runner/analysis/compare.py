@@ -23,12 +23,9 @@ from runner.analysis.comparable import (
     why_not,
     with_outcomes,
 )
-from runner.analysis.frame import (
-    PARAM_KEYS,
-    Metric,
-    get_metric,
-)
+from runner.analysis.frame import PARAM_KEYS
 from runner.analysis.identity import Definitions, choose
+from runner.analysis.metrics import Metric, get_metric
 from runner.analysis.sidefacts import (
     _sorted,
     environment_info,
@@ -348,8 +345,8 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
     sa, sb = a.stats(m.name, keys), b.stats(m.name, keys)
     notes = [*left_out_notes(a, "A"), *left_out_notes(b, "B"),
              *measure_notes([("A", a.ref, a.chosen), ("B", b.ref, b.chosen)])]
-    if m.name == "loss_end":
-        fa, fb, at = align_steps(a.chosen, b.chosen)
+    if m.ladder:
+        fa, fb, at = align_steps(a.chosen, b.chosen, m.name)
         if at:
             sa, sb = side_stats(fa, m.name, keys), side_stats(fb, m.name, keys)
             steps = sorted(set(at.values()))

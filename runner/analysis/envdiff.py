@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.analysis.recipes import recipe, recipe_text
+from runner.analysis.stored import StoredRepeat
 
 # Scalar facts of a result's env, in the order a reader looks for them, with how to name them.
 FIELDS: tuple[tuple[str, str], ...] = (
@@ -125,32 +126,30 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _bench_ran(row: Mapping[str, Any]) -> bool:
-    env = row.get("env")
-    return isinstance(env, dict) and ("torch" in env or "python" in env)
+def _bench_ran(repeat: StoredRepeat) -> bool:
+    return "torch" in repeat.env or "python" in repeat.env
 
 
-def side(name: str, rows: Iterable[Mapping[str, Any]], captures: Mapping[str, dict[str, Any]]) -> Side:
+def side(name: str, rows: Iterable[StoredRepeat], captures: Mapping[str, dict[str, Any]]) -> Side:
     """An environment as its newest repeat that ran the benchmark recorded it (the newest row with an env capture;
     a capture stored with it when the store has one), with how each precision ran in its newest rows."""
-    rows = sorted(rows, key=lambda r: (r.get("id") or 0))
+    rows = sorted(rows, key=lambda r: r.id)
     ran = [r for r in rows if _bench_ran(r)]
-    newest = ran[-1] if ran else (rows[-1] if rows else {})
-    with_capture = [r for r in ran if r.get("capture_id") in captures]
-    chosen_capture = captures.get(str(with_capture[-1]["capture_id"])) if with_capture else None
+    newest = ran[-1] if ran else (rows[-1] if rows else None)
+    with_capture = [r for r in ran if r.capture_id in captures]
+    chosen_capture = captures.get(str(with_capture[-1].capture_id)) if with_capture else None
     precisions: dict[str, str] = {}
     for r in ran:
-        params = r.get("params") or {}
-        raw = r.get("raw") or {}
-        record = raw.get("precision") if isinstance(raw, dict) else None
+        record = (r.raw or {}).get("precision")
         if record is None:
-            record = (r.get("env") or {}).get("precision_flags")
-        words = recipe_text(recipe(record, str(params.get("precision", ""))))
+            record = r.env.get("precision_flags")
+        words = recipe_text(recipe(record, str(r.params.get("precision", ""))))
         if words:
-            precisions[str(params.get("precision", ""))] = words
-    env = dict(newest.get("env") or {})
-    return Side(name, env, chosen_capture, precisions, str(newest.get("run_id") or ""), newest.get("started_at"),
-                str(newest.get("cell_key") or ""), len(rows))
+            precisions[str(r.params.get("precision", ""))] = words
+    if newest is None:
+        return Side(name, {}, chosen_capture, precisions, "", None, "", len(rows))
+    return Side(name, dict(newest.env), chosen_capture, precisions, newest.run_id, newest.started_at,
+                newest.cell_key, len(rows))
 
 
 def _labels(env: Mapping[str, Any]) -> dict[str, str]:

@@ -1,12 +1,15 @@
-"""A stored repeat's figures, one per metric in stored units (NaN: not measured), from its result's metrics: what the
-long frame (runner/analysis/frame.py) has as columns and what admission's bounds judge (runner/analysis/admission.py).
-Read for every repeat a site plots, so the common cases come first."""
+"""How a figure is read from a stored result (its metrics and raw documents), in stored units (NaN: not measured).
+Each metric of runner/analysis/metrics.py names its reader here, or reads its own field with `number`. Read for every
+repeat a site plots, so the common cases come first."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+# A reader: a result's metrics and raw documents -> one figure in stored units (NaN: not measured).
+Reader = Callable[[Mapping[str, Any], Mapping[str, Any] | None], float]
 
 
 def number(value: Any) -> float:
@@ -30,7 +33,16 @@ def ran_program(raw: Mapping[str, Any] | None) -> bool:
     return record is not None and isinstance(record, Mapping) and "parser" in record
 
 
-def _iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
+def field(name: str) -> Reader:
+    """The reader of a figure the result stores under its own name (metrics.<name>)."""
+    def read(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
+        return number(metrics.get(name))
+    read.__name__ = f"field_{name}"
+    return read
+
+
+def iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
+    """Seconds per training step: the mean of the window's iteration times, else the window over its iterations."""
     times = metrics.get("iter_times")
     if isinstance(times, list) and times:
         vals = [float(t) for t in times if isinstance(t, int | float)]
@@ -45,28 +57,27 @@ def _iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> flo
     return math.nan
 
 
-def _phase_throughput(metrics: Mapping[str, Any], phase: str) -> float:
+def phase_throughput(phase: str) -> Reader:
     """Images of the window over the time spent in one phase (bench --breakdown), NaN without it."""
-    breakdown = metrics.get("breakdown")
-    if breakdown is None:
-        return math.nan
-    seconds = number(breakdown.get(f"{phase}_s")) if isinstance(breakdown, Mapping) else math.nan
-    images = number(metrics.get("images"))
-    return images / seconds if seconds > 0 and not math.isnan(images) else math.nan
+    def read(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
+        breakdown = metrics.get("breakdown")
+        if breakdown is None:
+            return math.nan
+        seconds = number(breakdown.get(f"{phase}_s")) if isinstance(breakdown, Mapping) else math.nan
+        images = number(metrics.get("images"))
+        return images / seconds if seconds > 0 and not math.isnan(images) else math.nan
+    read.__name__ = f"{phase}_throughput"
+    return read
 
 
-def figures(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> dict[str, float]:
-    """A stored repeat's figures in stored units, one per metric (NaN: not measured): the frame's columns, and what
-    admission's bounds judge."""
+def peak_memory(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
+    """Bytes: the allocator's peak allocated, else its peak reserved."""
+    peak = number(metrics.get("peak_mem_allocated"))
+    return number(metrics.get("peak_mem_reserved")) if math.isnan(peak) else peak
+
+
+def data_wait_share(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
+    """The share of the measured window spent waiting for the data loader."""
     window = number(metrics.get("window_s"))
     wait = number(metrics.get("data_wait_s"))
-    peak = number(metrics.get("peak_mem_allocated"))
-    if math.isnan(peak):
-        peak = number(metrics.get("peak_mem_reserved"))
-    return {"throughput": number(metrics.get("throughput")), "iter_time": _iter_time(metrics, raw),
-            "fwd_throughput": _phase_throughput(metrics, "forward"),
-            "bwd_throughput": _phase_throughput(metrics, "backward"),
-            "window_s": window, "peak_mem": peak, "loss_end": number(metrics.get("loss_end")),
-            "accuracy": number(metrics.get("accuracy")),
-            "data_wait": wait / window if window > 0 and not math.isnan(wait) else math.nan,
-            "images_per_joule": number(metrics.get("images_per_joule")), "mfu": number(metrics.get("mfu"))}
+    return wait / window if window > 0 and not math.isnan(wait) else math.nan

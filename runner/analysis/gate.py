@@ -40,42 +40,49 @@ from runner.base.errors import ConfigError
 from runner.spec.cells import percentage
 
 GATE_SCHEMA = 2  # 2: a verdict per check (pass, fail, undecided), adjusted p-values, counts
-RULES = {"slower": "throughput", "faster": "throughput", "memory": "peak_mem", "energy": "images_per_joule"}
-# Rules whose metric is better higher: the change they fear is A over B (energy: fewer images per joule on B).
-HIGHER_IS_BETTER = ("slower", "energy")
 
 
 @dataclass(frozen=True)
 class Rule:
-    kind: str          # slower | faster | memory
+    """One rule of the gate: a metric's rule word (runner/analysis/metrics.py `Metric.rule`, `rule_better`: slower,
+    faster, memory, energy) and its threshold."""
+
+    kind: str          # slower | faster | memory | energy | another metric's word
     threshold: float   # 0.03 = 3%
 
     @property
     def metric(self) -> str:
-        return RULES[self.kind]
+        return METRICS.rules()[self.kind][0].name
+
+    @property
+    def fears_worse(self) -> bool:
+        """The rule fears a change for the worse (slower, memory, energy), not for the better (faster)."""
+        return METRICS.rules()[self.kind][1]
 
     @property
     def text(self) -> str:
         return f"{self.kind}:{self.threshold * 100:g}%"
 
     def change(self, a_mean: float, b_mean: float) -> float:
-        """The change in the rule's direction (positive = the way the rule fears), as a fraction."""
+        """The change in the rule's direction (positive = the way the rule fears), as a fraction: B below A for a
+        rule that fears a lower figure (slower, energy), B above A otherwise (memory, faster)."""
         if not (a_mean > 0 and b_mean > 0):
             return math.nan
-        if self.kind in HIGHER_IS_BETTER:
+        if METRICS[self.metric].higher_is_better == self.fears_worse:
             return a_mean / b_mean - 1
         return b_mean / a_mean - 1
 
 
 def parse_rules(specs: Iterable[str]) -> list[Rule]:
     """`slower:3%`, `faster:10%`, `memory:5%` (repeatable, or comma-separated) -> rules; a mistake is one line."""
+    known = METRICS.rules()
     rules = []
     for spec in specs:
         for item in filter(None, (s.strip() for s in spec.split(","))):
             kind, sep, value = item.partition(":")
-            if kind not in RULES or not sep:
+            if kind not in known or not sep:
                 raise ConfigError(f"--fail-on {item!r}: expected KIND:THRESHOLD with KIND one of "
-                                  f"{', '.join(RULES)}, e.g. slower:3%")
+                                  f"{', '.join(known)}, e.g. slower:3%")
             try:
                 threshold = float(percentage(value.strip() if value.strip().endswith("%") else float(value)))
             except ValueError as e:
@@ -222,7 +229,7 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     if apart:
         return done(Verdict.UNDECIDED, apart)
     oc = outcome_change(a.outcomes, b.outcomes, alpha)
-    fears_failure = rule.kind != "faster"
+    fears_failure = rule.fears_worse
     both_ok = bool(a.ok and b.ok)
     if oc is not None:
         if oc.direction == "worse" and fears_failure and (oc.verdict is not Verdict.UNDECIDED or not both_ok):
@@ -278,7 +285,7 @@ def _decide(c: Check, p_adj: float, alpha: float) -> Check:
     else:
         verdict, reason = Verdict.PASS, f"{c.change:+.1%} is within {c.rule.threshold:.1%}" + (
             f" ({p_text})" if exact else " (significant)" if significant else "")
-    if c.outcomes is not None and (c.outcomes.direction != "worse" or c.rule.kind == "faster"):
+    if c.outcomes is not None and (c.outcomes.direction != "worse" or not c.rule.fears_worse):
         # Failures the rule does not fear (fewer on B; or any, for `faster`): said beside a tripped check only.
         if verdict is Verdict.FAIL:
             reason = f"{reason}; {c.outcomes.why}"

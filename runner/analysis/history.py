@@ -43,8 +43,8 @@ from runner.analysis.comparable import (
     why_not,
     with_outcomes,
 )
-from runner.analysis.frame import Metric
 from runner.analysis.identity import definition_ids, origins, what_changed
+from runner.analysis.metrics import Metric
 from runner.analysis.verdict import Verdict
 
 # `series`: the definition on its machine a point belongs to (runner/analysis/identity.py); `machine`: the store that

@@ -1,43 +1,90 @@
-"""A stored repeat as a typed record (as pyperf's `Run`): its identity, how it ended, and its figures with their
-definitions, built once from a store row instead of reading the row's dict by string everywhere. The long frame
-(runner/analysis/frame.py) is the same data for whole stores; this is for code that walks a few repeats."""
+"""A stored repeat as admission sees it: the typed record (runner/analysis/stored.py) with the status the decision
+core uses, admission's checks and words, and its figures with their definitions. The long frame
+(runner/analysis/frame.py) is the same data for whole stores; this is for code that walks a few repeats (the kit's
+page, `matrix show` and `ls`, adaptive rounds, bisect's measuring, the printer)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from runner.analysis.admission import Check
 from runner.analysis.comparable import definition_text
-from runner.analysis.frame import definitions, frame, measured
+from runner.analysis.frame import measured, record
+from runner.analysis.metrics import METRICS, definitions
+from runner.analysis.stored import StoredRepeat, document
 from runner.spec.outcomes import Status
 
 
 @dataclass(frozen=True)
 class Repeat:
-    """One stored repeat: the newest row of (cell key, repeat number)."""
+    """One stored repeat (the newest row of its cell key and repeat number, or any row a caller walks) and what
+    admission decided for it."""
 
-    id: int
-    run_id: str
-    cell_key: str
-    number: int
-    environment: str
+    stored: StoredRepeat = field(repr=False)
     status: str           # as admission sees it (runner/analysis/admission.py): a stored ok may be diverged or refused
     reason: str = ""
-    row: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     stored_status: str = ""
+    admission: str = ""   # the failed checks in words, or for an admitted repeat what deserves a word
     checks: tuple[Check, ...] = field(default=(), compare=False)
     _figures: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Repeat:
-        """Built once where the row is read: its frame record (figures, admission) computed here."""
-        rec = frame([row]).iloc[0].to_dict()
-        return cls(int(row.get("id") or 0), str(row.get("run_id") or ""), str(row.get("cell_key") or ""),
-                   int(row.get("repeat") or 0), str(row.get("environment") or ""), str(rec["status"]),
-                   str(rec["reason"] or ""), row, str(rec["stored_status"]), tuple(rec["checks"] or ()), rec)
+    def of(cls, stored: StoredRepeat) -> Repeat:
+        """Built once from the stored record: its frame record (figures, admission) computed here."""
+        rec = record(stored)
+        return cls(stored, str(rec["status"]), str(rec["reason"] or ""), str(rec["stored_status"]),
+                   str(rec["admission"] or ""), tuple(rec["checks"] or ()), rec)
+
+    @property
+    def id(self) -> int:
+        return self.stored.id
+
+    @property
+    def run_id(self) -> str:
+        return self.stored.run_id
+
+    @property
+    def cell_key(self) -> str:
+        return self.stored.cell_key
+
+    @property
+    def number(self) -> int:
+        return self.stored.repeat
+
+    @property
+    def environment(self) -> str:
+        return self.stored.environment
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self.stored.params
+
+    @property
+    def env(self) -> Mapping[str, Any]:
+        return self.stored.env
+
+    @property
+    def raw(self) -> Mapping[str, Any] | None:
+        return self.stored.raw
+
+    @property
+    def wall_s(self) -> float | None:
+        """Seconds from its start to its end as stored (None when either is not recorded)."""
+        s = self.stored
+        return s.finished_at - s.started_at if s.started_at and s.finished_at else None
+
+    @property
+    def metrics(self) -> Mapping[str, Any]:
+        """The result's metrics as admission admits them: a figure it left out on its own (an MFU above 1) is not
+        read from them either (its raw fields are None here; the store keeps them)."""
+        left_out = [k for name in self._figures.get("_dropped", ()) if name in METRICS
+                    for k in METRICS[name].raw_fields]
+        if not left_out:
+            return self.stored.metrics
+        return document({**self.stored.metrics, **dict.fromkeys(left_out)})
 
     @property
     def ok(self) -> bool:
@@ -53,31 +100,38 @@ class Repeat:
 
     def value(self, metric: str) -> float | None:
         """The metric as the frame computes it (stored units); None when not measured or not finite."""
-        v = self._figures.get(metric) if self._figures else frame([self.row])[metric].iloc[0]
+        v = self._figures.get(metric)
         return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
 
     @property
     def resolution(self) -> Mapping[str, float]:
         """The printed resolution its result recorded per metric (runner/analysis/resolution.py)."""
-        got = self._figures.get("resolution") if self._figures else None
+        got = self._figures.get("resolution")
         return got if isinstance(got, Mapping) else {}
 
     @property
     def printed(self) -> bool:
         """Its figures were read from a program's printed output (a workload)."""
-        return bool(self._figures.get("printed")) if self._figures else False
+        return bool(self._figures.get("printed"))
 
     @property
     def steps(self) -> int | None:
         """Training steps before its loss (warm-up included), when recorded."""
-        steps = measured(self.row)["steps"]
+        steps = measured(self.stored)["steps"]
         return steps if isinstance(steps, int) else None
 
     @property
     def loss_at(self) -> Mapping[int, float] | None:
-        return measured(self.row)["loss_at"]
+        found: Mapping[int, float] | None = measured(self.stored)["loss_at"]
+        return found
 
     def definition(self, metric: str) -> str:
         """How this repeat obtained the metric, in the words comparability compares ('how [unit]')."""
-        d = definitions(self.row.get("metrics") or {})
+        d = definitions(self.stored.metrics)
         return definition_text(d[f"how_{metric}"], d[f"unit_{metric}"])
+
+
+def admitted(repeats: Iterable[StoredRepeat]) -> list[Repeat]:
+    """Stored repeats as admission sees them, for code that walks repeats rather than the frame."""
+    return [Repeat.of(r) for r in repeats]
+

@@ -17,9 +17,9 @@ from runner.analysis.frame import (
     PARAM_KEYS,
     RECIPE_COLUMNS,
     environment_rank,
-    get_metric,
     precision_rank,
 )
+from runner.analysis.metrics import get_metric
 from runner.analysis.stats import _join_unique, cell_attributes
 from runner.spec.outcomes import Status
 

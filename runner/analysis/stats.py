@@ -15,11 +15,11 @@ from runner.analysis.frame import (
     BASELINE_PRECISION,
     CELL_KEYS,
     ENV_FIELDS,
-    METRICS,
     STAT_NAMES,
     environment_rank,
     precision_rank,
 )
+from runner.analysis.metrics import METRICS
 from runner.analysis.resolution import NEGLIGIBLE
 from runner.analysis.significance import t_half_width
 from runner.spec.outcomes import Status
@@ -200,12 +200,14 @@ def _unsteady(df: pd.DataFrame, gid: np.ndarray, ngroups: int) -> pd.DataFrame:
 
 
 def summarize(df: pd.DataFrame, keys: Sequence[str] = CELL_KEYS,
-              metrics: Sequence[str] = tuple(METRICS)) -> pd.DataFrame:
-    """One row per cell: status counts, then `<metric>_<stat>` for every metric over the ok repeats.
+              metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per cell: status counts, then `<metric>_<stat>` for every metric (default: the metric table's, as it is
+    now) over the ok repeats.
 
     A cell is its definition: rows of different cell keys are never pooled, even under one name (pass
     runner.analysis.identity.choose's frame to show one definition per name)."""
     keys = list(keys)
+    metrics = tuple(METRICS) if metrics is None else tuple(metrics)
     if "cell_key" in df and "cell_key" not in keys:
         keys.append("cell_key")
     stat_cols = [f"{m}_{s}" for m in metrics for s in STAT_NAMES]
@@ -234,20 +236,21 @@ def precision_summary(summary: pd.DataFrame) -> pd.DataFrame:
     """Per configuration and precision: time, throughput, memory, accuracy and the ratio to fp32."""
     keys = ["environment", "model", "batch_size", "dataset", "gpus", "nodes", "options"]
     cols = [*keys, "precision", "n", "n_ok", "statuses"]
-    ratio_metrics = ("iter_time", "throughput", "peak_mem", "images_per_joule")
-    for m in ("iter_time", "throughput", "peak_mem", "images_per_joule", "accuracy", "loss_end"):
-        cols += [f"{m}_n", f"{m}_mean", f"{m}_std"]
-        if m in ratio_metrics:
-            cols.append(f"{m}_vs_fp32")
+    shown = METRICS.shown("precision")  # the metric table's (runner/analysis/metrics.py), in its order
+    ratio_metrics = [m.name for m in shown if m.vs_fp32]
+    for m in shown:
+        cols += [f"{m.name}_n", f"{m.name}_mean", f"{m.name}_std"]
+        if m.vs_fp32:
+            cols.append(f"{m.name}_vs_fp32")
     if summary.empty or summary["precision"].nunique() < 2 or BASELINE_PRECISION not in set(summary["precision"]):
         return pd.DataFrame(columns=cols)
     base = summary[summary["precision"] == BASELINE_PRECISION].set_index(keys)
     out = summary.copy()
     idx = pd.MultiIndex.from_frame(out[keys])
-    for m in ratio_metrics:
-        ref = base[f"{m}_mean"].reindex(idx).to_numpy()
+    for name in ratio_metrics:
+        ref = base[f"{name}_mean"].reindex(idx).to_numpy()
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[f"{m}_vs_fp32"] = out[f"{m}_mean"].to_numpy() / ref
+            out[f"{name}_vs_fp32"] = out[f"{name}_mean"].to_numpy() / ref
     out = out[idx.isin(base.index)]
     # Configuration first, then precision: each fp32 row sits right above the rows compared with it.
     out = out.assign(_env=out["environment"].map(environment_rank(summary)),

@@ -12,7 +12,8 @@ from rich.console import Console
 
 from runner.analysis import resolution, sides
 from runner.analysis.bisect import Sample
-from runner.analysis.frame import Metric, frame
+from runner.analysis.frame import frame
+from runner.analysis.metrics import Metric
 from runner.analysis.repeat import Repeat
 from runner.execution import execute
 from runner.matrix import Matrix
@@ -61,8 +62,8 @@ class StoreMeasure:
         stored = list(self.store.rows(keys=[cell.key]))
         if stored:
             mine = set(sides.select(frame(stored), f"env:{cell.env_name}").frame["id"])
-            stored = [r for r in stored if r["id"] in mine]
-        rows = [Repeat.from_row(r) for r in stored]
+            stored = [r for r in stored if r.id in mine]
+        rows = [Repeat.of(r) for r in stored]
         return sorted((r for r in rows if r.number < n), key=lambda r: r.number)
 
     def _complete(self, index: int, n: int) -> bool:

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from runner.analysis import admitted_rows
+from runner.analysis import admitted as admitted_repeats
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
 from runner.store import Store
@@ -22,8 +22,8 @@ def main(db: Path, imports: bool = False) -> int:
         # Each run's stored ok repeats as admission sees them (runner/analysis/admission.py): a diverged or refused
         # one is counted by its word, as every other command counts it.
         admitted: dict[str, Counter[str]] = defaultdict(Counter)
-        for row in admitted_rows(store.rows(latest_only=False)):
-            admitted[row["run_id"]][row["status"]] += 1
+        for rep in admitted_repeats(store.rows(latest_only=False)):
+            admitted[rep.run_id][rep.status] += 1
     table = Table(["run", "matrix", "started", "took", "status", "repeats"], align=["l"] * 3 + ["r"])
     for r in runs:
         took = f"{r.finished_at - r.started_at:.0f} s" if r.finished_at else "-"

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from runner.analysis import admitted_rows, definition, shown_unit
+from runner.analysis import Repeat, admitted, definition, shown_unit
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
 from runner.spec.cells import shown_params
@@ -15,40 +14,39 @@ from runner.store import Store
 def main(run_ref: str | None, db: Path) -> int:
     with Store(db, readonly=True) as store:
         run_id = store.resolve_run(run_ref)
-        rows = admitted_rows(store.rows([run_id], latest_only=False))  # a stored ok may be diverged or refused
-    axes = list(dict.fromkeys(k for r in rows for k in shown_params(r["params"])))
-    unit = shown_unit((definition(r["metrics"] or {}, "throughput")[1] for r in rows if r["status"] == "ok"),
-                      "throughput")
+        rows = admitted(store.rows([run_id], latest_only=False))  # a stored ok may be diverged or refused
+    axes = list(dict.fromkeys(k for r in rows for k in shown_params(r.params)))
+    unit = shown_unit((definition(r.metrics, "throughput")[1] for r in rows if r.ok), "throughput")
     one_unit = None if " | " in unit else unit  # None: each value says its own
     table = Table(["cell", "environment", *axes, "repeat", "status", one_unit or "throughput", "note"],
                   align=["l"] * (2 + len(axes)) + ["r", "l", "r"])
     for r in rows:
-        tput = (r["metrics"] or {}).get("throughput")
+        tput = r.metrics.get("throughput")
         shown = f"{tput:.1f}" if isinstance(tput, int | float) else "-"
         if one_unit is None and isinstance(tput, int | float):
-            shown += " " + definition(r["metrics"] or {}, "throughput")[1]
-        table.add(r["cell_key"], r["environment"], *(str(r["params"].get(a, "")) for a in axes),
-                  str(r["repeat"] + 1), TableCell(r["status"], "" if r["status"] == "ok" else (
-                      r["status"] if r["status"] in ("diverged", "refused") else "status")),
+            shown += " " + definition(r.metrics, "throughput")[1]
+        table.add(r.cell_key, r.environment, *(str(r.params.get(a, "")) for a in axes),
+                  str(r.number + 1), TableCell(r.status, "" if r.ok else (
+                      r.status if r.status in ("diverged", "refused") else "status")),
                   shown, note(r))
     consoles.print_table(consoles.stdout(), table, f"run {run_id}: {len(rows)} repeats")
     return 0
 
 
-def note(row: dict[str, Any]) -> TableCell:
+def note(row: Repeat) -> TableCell:
     """`matrix show`'s note: why a repeat did not end ok, whether the GPU throttled in its window, or that its
     warm-up reached a ceiling before it was steady (flagged as a noisy cell is in the report)."""
-    metrics = row["metrics"] if isinstance(row["metrics"], dict) else {}
+    metrics = row.metrics
     notes = []
     telemetry = metrics.get("telemetry")
     if isinstance(telemetry, dict) and telemetry.get("throttled") is True:
         notes.append("throttled: " + str(telemetry.get("throttle_reason") or ""))
-    if row["status"] != "ok":
-        notes.append(str(row["reason"] or ""))
+    if not row.ok:
+        notes.append(row.reason)
     else:
         warm = metrics.get("warmup")
         if isinstance(warm, dict) and warm.get("steady") is False:
             notes.append(f"warm-up not steady: stopped at its {'time ' if warm.get('how') == 'max_time' else ''}"
                          f"ceiling after {warm.get('iterations')} iteration{'' if warm.get('iterations') == 1 else 's'}")
     text = "; ".join(n for n in notes if n)[:70]
-    return TableCell(text, "status" if notes and row["status"] == "ok" else "muted")
+    return TableCell(text, "status" if notes and row.ok else "muted")

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from runner.analysis import admitted_rows
 from runner.analysis.adaptive import CellState, assess
+from runner.analysis.repeat import admitted
 from runner.spec.cells import Cell, Task
 from runner.spec.outcomes import Status
 from runner.store import Store
@@ -25,12 +25,12 @@ def states(cells: Sequence[Cell], store: Store, run_id: str | None = None) -> li
     keys = {c.key for c in adaptive}
     statuses: dict[tuple[str, int], Status] = {}
     values: dict[str, list[float]] = defaultdict(list)
-    for row in admitted_rows(r for r in store.rows([run_id] if run_id else None) if r["cell_key"] in keys):
-        statuses[(row["cell_key"], row["repeat"])] = Status(row["status"])
-        if row["status"] == Status.OK.value:
-            tput = (row["metrics"] or {}).get("throughput")
+    for rep in admitted(r for r in store.rows([run_id] if run_id else None) if r.cell_key in keys):
+        statuses[(rep.cell_key, rep.number)] = Status(rep.status)
+        if rep.ok:
+            tput = rep.metrics.get("throughput")
             if isinstance(tput, int | float):
-                values[row["cell_key"]].append(float(tput))
+                values[rep.cell_key].append(float(tput))
     busy = store.claims(keys, run_id)  # what other live runs are measuring: not free, and counted as coming
     out = []
     for cell in adaptive:

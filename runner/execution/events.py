@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.analysis.stored import StoredRepeat
 from runner.base.exitcodes import Exit
 from runner.spec.cells import Cell, RunSettings, Task
 from runner.spec.outcomes import Outcome
@@ -71,5 +72,5 @@ class RunListener:
 
     # at the end
     def interrupted(self, run_id: str, done: int, store: Path, left_queued: int) -> None: ...
-    def summary(self, cells: Sequence[Cell], rows: Sequence[dict[str, Any]], report: RunReport,
+    def summary(self, cells: Sequence[Cell], rows: Sequence[StoredRepeat], report: RunReport,
                 held: Held | None = None) -> None: ...

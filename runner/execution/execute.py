@@ -12,12 +12,12 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from runner import backends
 from runner.analysis import frame
+from runner.analysis.stored import StoredRepeat
 from runner.backends.context import RunContext
 from runner.base import console as consoles
 from runner.base.errors import BusyError, MatrixError, StoreError
@@ -322,9 +322,9 @@ def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Callable[[Tas
                 sink(t, Outcome(Status.NOT_STARTED, reason=str(e), started_at=now, finished_at=now))
 
 
-def _cell_rows(cells: Sequence[Cell], store: Store) -> list[dict[str, Any]]:
+def _cell_rows(cells: Sequence[Cell], store: Store) -> list[StoredRepeat]:
     keys = {c.key for c in cells}
-    return [r for r in store.rows() if r["cell_key"] in keys]
+    return [r for r in store.rows() if r.cell_key in keys]
 
 
 def _unsuccessful(cells: Sequence[Cell], store: Store) -> Counter[str]:

@@ -23,6 +23,7 @@ from rich.progress import (
 from runner import backends
 from runner.analysis import definition, frame, shown_unit
 from runner.analysis.repeat import Repeat
+from runner.analysis.stored import StoredRepeat
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
 from runner.execution.events import Held, RunListener, RunReport
@@ -55,7 +56,7 @@ def _cut(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
-def summary_table(cells: Sequence[Cell], rows: Sequence[dict[str, Any]]) -> Table:
+def summary_table(cells: Sequence[Cell], rows: Sequence[StoredRepeat]) -> Table:
     """One line per cell: statuses of its stored repeats as admission sees them (runner/analysis/admission.py: a
     stored ok that diverged or measured a short window is counted so) and throughput mean ± std of the admitted."""
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -237,7 +238,7 @@ class RunPrinter(RunListener):
             self.err.print(f"{left_queued} repeats this run submitted to a batch scheduler were not waited for "
                            "and keep running there; that command (or `matrix collect`) gathers them.")
 
-    def summary(self, cells: Sequence[Cell], rows: Sequence[dict[str, Any]], report: RunReport,
+    def summary(self, cells: Sequence[Cell], rows: Sequence[StoredRepeat], report: RunReport,
                 held: Held | None = None) -> None:
         consoles.print_table(self.out, summary_table(cells, rows), "matrix run summary")
         if report.pending:
@@ -263,8 +264,7 @@ def admitted(task: Task, outcome: Outcome) -> tuple[str, str]:
     NaN is diverged, one whose window came out short of the promise is refused; what the store keeps is unchanged."""
     if outcome.status is not Status.OK:
         return outcome.status.value, outcome.reason
-    rep = Repeat.from_row({"status": outcome.status.value, "metrics": outcome.metrics, "raw": outcome.result,
-                           "params": dict(task.cell.params), "reason": outcome.reason})
+    rep = Repeat.of(StoredRepeat.measured(task, outcome))
     return rep.status, rep.reason
 
 

@@ -28,11 +28,11 @@ def published() -> dict[str, Any]:
 class CellResult:
     """One kit cell's stored repeats, summarised."""
 
-    def __init__(self, cell: KitCell, rows: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, cell: KitCell, rows: Sequence[an.Repeat]) -> None:
         self.cell = cell
         self.rows = list(rows)
-        self.ok = [r for r in self.rows if r["status"] == "ok"]
-        self.statuses = an.status_summary(_count(r["status"] for r in self.rows))
+        self.ok = [r for r in self.rows if r.ok]
+        self.statuses = an.status_summary(_count(r.status for r in self.rows))
 
     def values(self, key: str, scale: float = 1.0) -> list[float]:
         out = []
@@ -57,12 +57,12 @@ class CellResult:
 
     @property
     def throttled(self) -> int:
-        return sum(1 for r in self.ok if ((r.get("metrics") or {}).get("telemetry") or {}).get("throttled") is True)
+        return sum(1 for r in self.ok if (r.metrics.get("telemetry") or {}).get("throttled") is True)
 
     def telemetry(self, path: Sequence[str]) -> list[float]:
         out = []
         for r in self.ok:
-            node: Any = (r.get("metrics") or {}).get("telemetry") or {}
+            node: Any = r.metrics.get("telemetry") or {}
             for p in path:
                 node = node.get(p) if isinstance(node, Mapping) else None
             if isinstance(node, int | float):
@@ -81,26 +81,14 @@ def _not_ok(statuses: str) -> str:
     return ", ".join(p for p in statuses.split(", ") if p and not p.endswith(" ok"))
 
 
-def _metric(row: Mapping[str, Any], key: str) -> float | None:
-    m = row.get("metrics") or {}
-    if key == "iter_time":
-        times = [t for t in m.get("iter_times") or [] if isinstance(t, int | float)]
-        return sum(times) / len(times) if times else None
-    if key == "peak_mem":
-        v = m.get("peak_mem_allocated")
-        if v is None:
-            v = m.get("peak_mem_reserved")
-        return float(v) if isinstance(v, int | float) else None
-    if key in ("fwd_throughput", "bwd_throughput"):
-        b = m.get("breakdown") or {}
-        secs = b.get("forward_s" if key == "fwd_throughput" else "backward_s")
-        images = m.get("images")
-        return images / secs if secs and images else None
-    if key == "data_wait":
-        w, d = m.get("window_s"), m.get("data_wait_s")
-        return d / w if w and d is not None else None
-    v = m.get(key)
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+def _metric(row: an.Repeat, key: str) -> float | None:
+    """A figure of one admitted repeat: a metric of the table read as every report reads it (runner/analysis/
+    metrics.py), else the result's own field (peak_flops); None when not measured."""
+    if key in an.METRICS:
+        v = an.METRICS[key].read(row.metrics, row.raw)
+        return v if v == v else None
+    found = row.metrics.get(key)
+    return float(found) if isinstance(found, int | float) and not isinstance(found, bool) else None
 
 
 def _ratio(a: float, b: float) -> str:

@@ -204,9 +204,8 @@ class Kit:
             if self.db.exists():
                 with Store(self.db, readonly=True) as store:
                     for r in store.rows():
-                        if r.get("started_at") and r.get("finished_at") and r["status"] != "cancelled":
-                            wall = float(r["finished_at"]) - float(r["started_at"])
-                            self._walls.setdefault(r["cell_key"], []).append(wall)
+                        if r.started_at and r.finished_at and r.status != "cancelled":
+                            self._walls.setdefault(r.cell_key, []).append(r.finished_at - r.started_at)
         return self._walls
 
     def repeat_estimate(self, c: KitCell, repeat: int = 0) -> float:
@@ -324,8 +323,8 @@ class Kit:
         took = time.monotonic() - started
         self._walls = None
         row = self._row(c.key, r)
-        status = row["status"] if row else "not stored"
-        metrics = (row or {}).get("metrics") or {}
+        status = row.status if row else "not stored"
+        metrics = row.metrics if row else {}
         words = status
         if status == "ok":
             tel = metrics.get("telemetry") or {}
@@ -335,8 +334,8 @@ class Kit:
             words = (f"{metrics.get('throughput') or 0:.1f} {unit} over {metrics.get('window_s') or 0:.2f} s"
                      + (f", {metrics['images_per_joule']:.2f} {per_joule}" if metrics.get("images_per_joule") else "")
                      + (", THROTTLED" if tel.get("throttled") else ""))
-        elif row and row.get("reason"):
-            words += f": {str(row['reason'])[:160]}"
+        elif row and row.reason:
+            words += f": {row.reason[:160]}"
         self.say(f"{c.phase.name} repeat {r + 1}/{c.phase.repeats} {self.describe(c)}: {words} "
                  f"({took:.1f} s; {self.budget.text()})")
         output.pack(self, quiet=True)
@@ -381,11 +380,11 @@ class Kit:
             return int(Exit.INTERRUPTED)
         return int(code or 0) if isinstance(code, int) else int(Exit.OK)
 
-    def _row(self, key: str, repeat: int) -> dict[str, Any] | None:
+    def _row(self, key: str, repeat: int) -> an.Repeat | None:
         from runner.store import Store
         with Store(self.db, readonly=True) as store:
-            rows = [r for r in store.rows(keys=[key]) if r["repeat"] == repeat]
-        return an.admitted_rows(rows[-1:])[0] if rows else None  # a stored ok may be diverged or refused
+            rows = [r for r in store.rows(keys=[key]) if r.repeat == repeat]
+        return an.Repeat.of(rows[-1]) if rows else None  # a stored ok may be diverged or refused
 
 
 def compile_caches(state: Path) -> Path:

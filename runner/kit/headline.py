@@ -47,8 +47,7 @@ def section(cells: list[CellResult], grid: list[CellResult], pub: tuple[str, flo
               _ratio(st.mean, base), _ratio(st.mean, pub[1]) if pub else DASH,
               _ratio(st.mean, float(mlperf)) if mlperf else DASH, res.statuses or DASH)
         rows.append({"params": res.cell.params, "n": st.n, "mean": st.mean, "std": st.std, "cv": st.cv,
-                     "statuses": res.statuses, "reasons": sorted({str(r.get("reason")) for r in res.rows
-                                                                  if r["status"] != "ok" and r.get("reason")})})
+                     "statuses": res.statuses, "reasons": sorted({r.reason for r in res.rows if not r.ok and r.reason})})
     best = fastest_amp(cells + grid)
     doc["headline"] = {"rows": rows, "fastest": best.cell.params if best else None}
     lines = [f"## Headline: ResNet-50 at batch {plain.cell.params['batch_size']}, plain eager and fastest", "",

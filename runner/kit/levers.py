@@ -39,7 +39,7 @@ def reasons(cells: Sequence[CellResult]) -> list[str]:
     """One line per row that did not run, with its reason (a lever this device or torch lacks says so)."""
     out = []
     for res in cells:
-        why = sorted({str(r.get("reason")) for r in res.rows if r["status"] != "ok" and r.get("reason")})
+        why = sorted({r.reason for r in res.rows if not r.ok and r.reason})
         if why:
             out.append(f"- {settings(res.cell.params)} (batch {res.cell.params.get('batch_size')}): "
                        f"{'; '.join(why)[:300]}")

@@ -84,8 +84,8 @@ def sizes(kit: KitView, c: KitCell) -> tuple[int, int] | None:
         return None
     with Store(kit.db, readonly=True) as store:
         iterations = store.calibrations([c.key]).get(c.key)
-        warm = sorted(int(((r.get("metrics") or {}).get("warmup") or {}).get("iterations") or 0)
-                      for r in an.admitted_rows(store.rows(keys=[c.key])) if r["status"] == "ok")
+        warm = sorted(int((r.metrics.get("warmup") or {}).get("iterations") or 0)
+                      for r in an.admitted(store.rows(keys=[c.key])) if r.ok)
     if not iterations or not warm:
         return None
     return int(iterations), max(1, warm[len(warm) // 2])

@@ -28,10 +28,10 @@ def write(kit: KitView, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     files = report_command(kit.db, None, ["md", "html", "json", "csv"], out / "matrix")
     with Store(kit.db, readonly=True) as store:
-        rows = an.admitted_rows(store.rows())  # a stored ok whose loss went NaN is diverged here too
-    by_key: dict[str, list[dict[str, Any]]] = {}
+        rows = an.admitted(store.rows())  # a stored ok whose loss went NaN is diverged here too
+    by_key: dict[str, list[an.Repeat]] = {}
     for r in rows:
-        by_key.setdefault(r["cell_key"], []).append(r)
+        by_key.setdefault(r.cell_key, []).append(r)
     results = {id(c): CellResult(c, by_key.get(c.key, [])) for c in kit.cells}
     page = Page(kit, results, rows)
     text = page.render()
@@ -44,7 +44,7 @@ def write(kit: KitView, out: Path) -> list[Path]:
 class Page:
     """The evidence page, section by section; `doc` collects the numbers for evidence.json."""
 
-    def __init__(self, kit: KitView, results: Mapping[int, CellResult], rows: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, kit: KitView, results: Mapping[int, CellResult], rows: Sequence[an.Repeat]) -> None:
         self.kit, self.results, self.rows = kit, results, rows
         self.pub = published()
         self.doc: dict[str, Any] = {"schema": 1, "kind": "matrix-gpu-evidence", "dry_run": kit.args.dry_run}
@@ -64,9 +64,9 @@ class Page:
     # --- device and time -------------------------------------------------------------------------------
     def env(self) -> dict[str, Any]:
         for r in self.rows:
-            if r["status"] == "ok" and r.get("env"):
-                return dict(r["env"])
-        return dict(self.rows[0].get("env") or {}) if self.rows else {}
+            if r.ok and r.env:
+                return dict(r.env)
+        return dict(self.rows[0].env) if self.rows else {}
 
     def gpu_name(self) -> str:
         env = self.env()
@@ -95,9 +95,9 @@ class Page:
                                              False: "MISMATCH: unsupported", None: "unknown"}[feats.get("runs")])
             cores = feats.get("tensor_cores") or {}
             t.add("tensor cores", ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in cores.items()) or DASH)
-        sources = sorted({str(((r.get("metrics") or {}).get("telemetry") or {}).get("source") or
-                              "none (" + str(((r.get("metrics") or {}).get("telemetry") or {}).get("why")) + ")")
-                          for r in self.rows if r["status"] == "ok"})
+        sources = sorted({str((r.metrics.get("telemetry") or {}).get("source") or
+                              "none (" + str((r.metrics.get("telemetry") or {}).get("why")) + ")")
+                          for r in self.rows if r.ok})
         t.add("telemetry", ", ".join(sources) or DASH)
         lines.append(_md(t))
         lines.append("")
@@ -113,13 +113,12 @@ class Page:
         unique = {c.key: self.results[id(c)] for c in self.kit.cells if not c.phase.reference}
         for res in unique.values():  # a cell in several phases counts once
             for r in res.rows:
-                if r.get("finished_at") and r.get("started_at"):
-                    walls += float(r["finished_at"]) - float(r["started_at"])
-                w = (r.get("metrics") or {}).get("window_s")
-                if r["status"] == "ok" and isinstance(w, int | float):
+                walls += r.wall_s or 0.0
+                w = r.metrics.get("window_s")
+                if r.ok and isinstance(w, int | float):
                     windows += w
                     shortest = min(shortest, w)
-                    warm += float(((r.get("metrics") or {}).get("warmup") or {}).get("seconds") or 0)
+                    warm += float((r.metrics.get("warmup") or {}).get("seconds") or 0)
         if walls <= 0:
             return ""
         share = windows / walls

@@ -24,7 +24,7 @@ def unit(cells: Sequence[CellResult], default: str = "tok/s") -> str:
     """The throughput's unit as the results define it (metrics.definitions), else tok/s."""
     for res in cells:
         for r in res.ok:
-            u = (((r.get("metrics") or {}).get("definitions") or {}).get("throughput") or {}).get("unit")
+            u = ((r.metrics.get("definitions") or {}).get("throughput") or {}).get("unit")
             if u:
                 return str(u)
     return default
@@ -35,7 +35,7 @@ def common_step(cells: Sequence[CellResult]) -> str | None:
     steps: set[str] | None = None
     for res in cells:
         for r in res.ok:
-            have = {k for k, v in ((r.get("metrics") or {}).get("loss_at") or {}).items()
+            have = {k for k, v in (r.metrics.get("loss_at") or {}).items()
                     if isinstance(v, int | float) and math.isfinite(v)}
             steps = have if steps is None else steps & have
     return max(steps, key=int) if steps else None
@@ -44,7 +44,7 @@ def common_step(cells: Sequence[CellResult]) -> str | None:
 def loss_at(res: CellResult, step: str | None) -> str:
     if step is None:
         return DASH
-    values = [float(((r.get("metrics") or {}).get("loss_at") or {})[step]) for r in res.ok]
+    values = [float((r.metrics.get("loss_at") or {})[step]) for r in res.ok]
     st = an.describe(values)
     return fmt.mean_std(st.mean, st.std, st.n) if st.n else DASH
 
@@ -68,12 +68,12 @@ def versus(res: CellResult, base: CellResult | None) -> dict[str, Any]:
 def fp8_record(res: CellResult) -> str:
     """What an FP8 row ran (the repeats' precision record), or why it did not run."""
     for r in res.ok:
-        rec = ((r.get("env") or {}).get("precision_flags") or {}).get("fp8")
+        rec = (r.env.get("precision_flags") or {}).get("fp8")
         if isinstance(rec, Mapping):
             return (f"{rec.get('library')} {rec.get('version') or ''}".strip() + f", recipe {rec.get('recipe')}, "
                     f"formats {rec.get('formats')}, scaling {rec.get('scaling')}, {rec.get('fp8_layers')} of "
                     f"{rec.get('linear_layers')} linear layers in FP8")
-    reasons = sorted({str(r.get("reason")) for r in res.rows if r["status"] != "ok" and r.get("reason")})
+    reasons = sorted({r.reason for r in res.rows if not r.ok and r.reason})
     return "; ".join(reasons)[:300] or (res.statuses or "not measured yet")
 
 
@@ -83,7 +83,7 @@ def peak_text(res: CellResult) -> str:
     peaks = res.values("peak_flops", 1e-12)
     if not peaks:
         return DASH
-    named = next((str(m["peak_name"]) for r in res.ok if (m := r.get("metrics") or {}).get("peak_name")), "")
+    named = next((str(r.metrics["peak_name"]) for r in res.ok if r.metrics.get("peak_name")), "")
     return named or _num(sum(peaks) / len(peaks), 3 if max(peaks) < 1 else 1)
 
 
@@ -121,10 +121,10 @@ def section(cells: list[CellResult], doc: dict[str, Any]) -> str:
                      "statuses": res.statuses, "fp8": fp8_record(res) if res.cell.params.get("precision") == "fp8"
                      else None})
     doc["gpt2"] = rows
-    sources = sorted({str((r.get("metrics") or {}).get("peak_source")) for res in cells for r in res.ok
-                      if (r.get("metrics") or {}).get("peak_source")})
-    formula = next((str((r.get("metrics") or {}).get("flops_formula")) for res in cells for r in res.ok
-                    if (r.get("metrics") or {}).get("flops_formula")), "")
+    sources = sorted({str(r.metrics.get("peak_source")) for res in cells for r in res.ok
+                      if r.metrics.get("peak_source")})
+    formula = next((str(r.metrics.get("flops_formula")) for res in cells for r in res.ok
+                    if r.metrics.get("flops_formula")), "")
     lines = [f"## GPT-2 124M: BF16 beside FP8 ({params.get('model')}, {params.get('seq_len')} tokens x batch "
              f"{params.get('batch_size')}, synthetic tokens, torch.compile "
              f"{'on' if params.get('compile') else 'off'}, attention {params.get('attention')})", "",
@@ -189,10 +189,10 @@ def by_size_section(cells: list[CellResult], doc: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip()
 
 
-def parameters(rows: Sequence[Mapping[str, Any]]) -> int | None:
+def parameters(rows: Sequence[an.Repeat]) -> int | None:
     """The model's parameter count as the benchmark's workload record gives it (the result as bench printed it)."""
     for r in rows:
-        count = (((r.get("raw") or {}).get("workload") or {}).get("parameters"))
+        count = (((r.raw or {}).get("workload") or {}).get("parameters"))
         if isinstance(count, int):
             return count
     return None

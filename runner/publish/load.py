@@ -19,9 +19,6 @@ from runner.base.errors import ConfigError
 from runner.store import Store
 from runner.store import exchange as store_exchange
 
-# Metrics a history can plot: a number each repeat stores under metrics.<name> (the others are computed from
-# several fields and are the report's business).
-HISTORY_METRICS = ("throughput", "window_s", "loss_end", "accuracy", "images_per_joule")
 # What a repeat ran on, and what tells two definitions of one cell apart (runner/analysis/identity.py).
 _ENV = ("hostname", "cpu", "cpu_count", "device", "device_name", "torch", "python", "image", "image_id", "repo_digest",
         "cuda", "cudnn", "driver")
@@ -43,9 +40,11 @@ class Loaded:
 
 
 def history_metric(name: str) -> an.Metric:
+    """The metric a site's histories plot: one the metric table places on the site (runner/analysis/metrics.py)."""
     metric = an.get_metric(name)
-    if metric.name not in HISTORY_METRICS:
-        raise ConfigError(f"--metric {name}: a history plots one of {', '.join(HISTORY_METRICS)}")
+    plotted = an.METRICS.shown("site")
+    if metric not in plotted:
+        raise ConfigError(f"--metric {name}: a history plots one of {', '.join(m.name for m in plotted)}")
     return metric
 
 
@@ -57,7 +56,7 @@ def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
             sid = store_exchange.store_id(store) or f"store{n}"
             stores[str(db)] = sid
             ids.append(sid)
-            frames.append(_lean(store, metric.name, sid, n))
+            frames.append(_lean(store, metric, sid, n))
             rows = list(store.rows(latest_only=True))
             latest.append(an.frame(rows).assign(store=n))
             found = [dict(r) for r in store.db.execute("SELECT run_id, matrix_name, host, status FROM runs")]
@@ -93,7 +92,7 @@ def _one_machine_an_id(frames: list[pd.DataFrame], ids: list[str], dbs: list[Pat
         seen[sid] = (n, rows)
 
 
-def _lean(store: Store, metric: str, sid: str, n: int) -> pd.DataFrame:
+def _lean(store: Store, metric: an.Metric, sid: str, n: int) -> pd.DataFrame:
     """Every stored row, superseded ones included (a history shows what each run measured when it ran; a later run
     that measured the repeat again supersedes it for `compare`, not for the history), with its status as admission
     sees it (runner/analysis/admission.py, the frame's own step: a diverged or refused repeat is never plotted or
@@ -117,7 +116,7 @@ def _lean(store: Store, metric: str, sid: str, n: int) -> pd.DataFrame:
     # A repeat that states no unit is in its benchmark's own (a transformer's tok/s, an image model's img/s).
     df["unit"] = df["unit"].fillna("")
     pairs = df[["unit", "model"]].drop_duplicates()
-    default = {m: an.definition({}, metric, m)[1] for m in dict.fromkeys(str(m) for m in pairs["model"].tolist())}
+    default = {m: an.definition({}, metric.name, m)[1] for m in dict.fromkeys(str(m) for m in pairs["model"].tolist())}
     said = {(u, m): u.strip() if isinstance(u, str) and u.strip() else default[str(m)]
             for u, m in zip(pairs["unit"].tolist(), pairs["model"].tolist(), strict=True)}
     codes_u, uniques = pd.MultiIndex.from_frame(df[["unit", "model"]]).factorize()
@@ -150,7 +149,7 @@ def _settings(store: Store) -> dict[str, str]:
 _RAW_PARAMS: dict[str, dict[str, Any]] = {}
 
 
-def _admitted(store: Store, row: Any, metric: str) -> tuple[Any, ...]:
+def _admitted(store: Store, row: Any, metric: an.Metric) -> tuple[Any, ...]:
     """One row with its figure, the figure's unit, and its status as admission decides it from the stored row."""
     metrics = _object(row[9])
     if not row[-1]:  # an env or raw that SQLite's JSON functions refuse (a NaN): read in Python
@@ -168,12 +167,12 @@ def _admitted(store: Store, row: Any, metric: str) -> tuple[Any, ...]:
         envs = tuple(row[12:12 + len(_ENV)])
     status = str(row[6])
     if status in (OK, DIVERGED):
-        status = an.admission_of({"status": status, "metrics": metrics, "raw": raw}).status
-    value = metrics.get(metric)
+        status = an.admission_of(status, metrics, raw).status
+    value = metric.read(metrics, raw)  # the table's reader (runner/analysis/metrics.py); NaN: not measured
     definitions = metrics.get("definitions")
-    unit = definitions.get(metric, {}).get("unit") if isinstance(definitions, dict) and isinstance(
-        definitions.get(metric), dict) else None
-    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    unit = definitions.get(metric.name, {}).get("unit") if isinstance(definitions, dict) and isinstance(
+        definitions.get(metric.name), dict) else None
+    number = value if value == value else None
     return (*row[:6], status, row[7], row[8], number, unit, *envs, str(row[6]))
 
 

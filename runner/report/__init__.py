@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import analysis as an
+from runner.analysis.stored import StoredRepeat
 from runner.base.errors import ConfigError, StoreError
 from runner.report.formats import FORMATS
 from runner.store import Store
@@ -38,7 +39,7 @@ def _open(db: Path) -> Store:
     return Store(db, readonly=True)
 
 
-def _read(db: Path, runs: Sequence[str] | None) -> tuple[list[Any], list[str] | None, list[dict[str, Any]]]:
+def _read(db: Path, runs: Sequence[str] | None) -> tuple[list[Any], list[str] | None, list[StoredRepeat]]:
     """The store's run records, the chosen run ids (None: all) and every stored row of those runs, read once."""
     with _open(db) as store:
         infos = store.runs()
@@ -46,18 +47,18 @@ def _read(db: Path, runs: Sequence[str] | None) -> tuple[list[Any], list[str] | 
         return infos, run_ids, list(store.rows(run_ids, latest_only=False))
 
 
-def newest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def newest(rows: list[StoredRepeat]) -> list[StoredRepeat]:
     """Each repeat's newest row (the largest id per cell and repeat), in id order: what Store.rows() returns by
     default, taken from rows already read."""
-    kept: dict[tuple[Any, Any], dict[str, Any]] = {}
+    kept: dict[tuple[str, int], StoredRepeat] = {}
     for r in rows:
-        k = (r["cell_key"], r["repeat"])
-        if k not in kept or r["id"] > kept[k]["id"]:
+        k = (r.cell_key, r.repeat)
+        if k not in kept or r.id > kept[k].id:
             kept[k] = r
-    return sorted(kept.values(), key=lambda r: r["id"])
+    return sorted(kept.values(), key=lambda r: r.id)
 
 
-def _frame(infos: list[Any], run_ids: list[str] | None, rows: list[dict[str, Any]], db: Path
+def _frame(infos: list[Any], run_ids: list[str] | None, rows: list[StoredRepeat], db: Path
            ) -> tuple[Any, list[dict[str, Any]], str]:
     if not rows:
         scope = f"runs {', '.join(run_ids)}" if run_ids else str(db)
@@ -78,14 +79,14 @@ def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[st
     return _frame(infos, run_ids, newest(rows), db)
 
 
-def _history(rows: list[dict[str, Any]]) -> Any:
+def _history(rows: list[StoredRepeat]) -> Any:
     """Each cell's throughput per measurement over every stored row (a re-run's older repeats are history); no
     frame is built when no cell was measured by more than one run (it could not have two points)."""
     from runner.analysis.history import COLUMNS, history
 
     runs_of: dict[str, set[str]] = {}
     for r in rows:
-        runs_of.setdefault(r["cell_key"], set()).add(r["run_id"])
+        runs_of.setdefault(r.cell_key, set()).add(r.run_id)
     if all(len(v) < 2 for v in runs_of.values()):
         import pandas as pd
         return pd.DataFrame(columns=COLUMNS)

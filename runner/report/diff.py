@@ -43,8 +43,8 @@ def side_of(store: Store, name: str, keys: list[str] | None = None) -> envdiff.S
     rows = list(store.rows(environments=[env], keys=keys))
     if rows:
         chosen = set(sides_.select(an.frame(rows), f"env:{name}", store_exchange.store_id(store) or "").frame["id"])
-        rows = [r for r in rows if r["id"] in chosen]
-    return envdiff.side(name, rows, store.captures(r.get("capture_id") for r in rows))
+        rows = [r for r in rows if r.id in chosen]
+    return envdiff.side(name, rows, store.captures(r.capture_id for r in rows))
 
 
 def tables(d: envdiff.EnvDiff, everything: bool = False) -> list[tuple[str, Table]]:

@@ -15,12 +15,10 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.analysis.comparable import common_step, unit_of
-from runner.analysis.frame import PER_STEP_METRICS
 from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.labels import cell_label, cell_value
 from runner.spec.outcomes import Status
 
-GRID_METRICS = ("throughput", "iter_time", "peak_mem", "images_per_joule", "accuracy", "loss_end")
 GROUP = ("environment", "model", "dataset", "gpus", "nodes", "options")
 
 
@@ -40,7 +38,7 @@ def per_step_rows(cells: list[dict[str, Any]], shown: pd.DataFrame | None, metri
     steps = _steps(ok)
     if len(steps) <= 1:
         return cells, metric.heading, ""
-    step = common_step(list(ok["loss_at"])) if metric.name == "loss_end" and "loss_at" in ok else None
+    step = common_step(list(ok["loss_at"])) if metric.ladder and "loss_at" in ok else None
     out = []
     for r in cells:
         own = ok[ok["cell_key"] == r["cell_key"]]
@@ -71,14 +69,14 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
     for cells in blocks.values():
         first = cells[0]
         batches = sorted({int(r["batch_size"]) for r in cells})
-        metrics = ([an.METRICS[m] for m in GRID_METRICS if any(r[f"{m}_n"] > 0 for r in cells)]
+        metrics = ([m for m in an.METRICS.shown("grid") if any(r[f"{m.name}_n"] > 0 for r in cells)]
                    or [an.METRICS["throughput"]])
         table = Table(["precision", "metric", *(f"batch {b}" for b in batches)],
                       align=["l", "l", *("r" * len(batches))])
         shown_rows: dict[str, tuple[list[dict[str, Any]], str]] = {}
         notes = []
         for m in metrics:
-            if m.name in PER_STEP_METRICS:
+            if m.per_step:
                 rows, label, note = per_step_rows(cells, shown, m)
                 shown_rows[m.name] = (rows, label)
                 notes += [note] if note else []

@@ -64,7 +64,7 @@ def cell_value(row: Any, m: an.Metric) -> TableCell:
     if n == 0:
         return TableCell(DASH, "muted")
     text = fmt.metric_value(m, row[f"{m.name}_mean"], row[f"{m.name}_std"], n)
-    hot = int(row.get("throttled") or 0) if m.name in THROTTLE_SENSITIVE else 0
+    hot = int(row.get("throttled") or 0) if m.throttle_sensitive else 0
     if hot:
         text += f" ({hot} throttled)"
     if bad:
@@ -72,7 +72,6 @@ def cell_value(row: Any, m: an.Metric) -> TableCell:
     return TableCell(text, "num partial" if hot else "num")
 
 
-THROTTLE_SENSITIVE = ("throughput", "iter_time", "window_s", "images_per_joule")
 
 
 def on_cpu(row: Any) -> bool:

@@ -23,7 +23,6 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from runner import analysis as an  # noqa: E402
 
-BATCH_METRICS = ("throughput", "iter_time", "peak_mem")
 MAX_FACETS = 9
 MAX_SCALING_LINES = 12
 LEGEND_COLUMNS = 4
@@ -299,7 +298,7 @@ def make_plots(summary: pd.DataFrame, scale: pd.DataFrame, svg: bool, png: bool,
     """Every plot the data supports, each rendered once per requested format."""
     if not (svg or png) or summary.empty:
         return []
-    plots = [batch_plot(summary, m, svg, png) for m in BATCH_METRICS]
+    plots = [batch_plot(summary, m.name, svg, png) for m in an.METRICS.shown("plot")]
     plots.append(scaling_plot(scale, svg, png))
     plots.append(history_plot(history, svg, png))
     return [p for p in plots if p is not None]

@@ -78,7 +78,7 @@ def export_records(store: Store, run_ids: list[str] | None, environments: list[s
     with store._guard():
         mine = store_id(store) or "unknown"
         origins = _origins(store)
-        rows = list(store.rows(run_ids, latest_only=False, environments=environments))
+        rows = list(store.decoded(run_ids, latest_only=False, environments=environments))
         wanted = {r["run_id"] for r in rows}
         runs = [r for r in store.db.execute("SELECT * FROM runs ORDER BY started_at, run_id") if r["run_id"] in wanted]
         captures = store.captures(r["capture_id"] for r in rows)

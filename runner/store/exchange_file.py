@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.analysis.frame import unreachable
+from runner.analysis.stored import StoredRepeat
 from runner.base import safewrite
 from runner.base.errors import ConfigError, StoreError
 from runner.base.safewrite import UnsafePath
@@ -266,8 +266,8 @@ def _readable(path: Path, number: int, rec: dict[str, Any]) -> None:
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise DamagedFile(f"{path} line {number}: params.{name} is {value!r:.40}, not a whole number; nothing "
                               "was imported")
-    # Admission's bounds last: the frame reads the params it checked above (runner/analysis/admission.py).
-    beyond = unreachable(rec) if rec["status"] in ("ok", "diverged") else ""
+    # Admission's bounds last, on the record as the repeat it would be stored as (runner/analysis/admission.py).
+    beyond = StoredRepeat.of(rec).unreachable if rec["status"] in ("ok", "diverged") else ""
     if beyond:
         raise DamagedFile(f"{path} line {number}: a repeat whose {beyond} (docs/admission.md); nothing was "
                           "imported")

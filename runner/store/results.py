@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from typing import Any
 
+from runner.analysis.stored import HERE, Origin, StoredRepeat, document, origin_of
 from runner.base.errors import StoreError
 from runner.spec.cells import Task
 from runner.spec.outcomes import Outcome, Status
@@ -93,9 +94,18 @@ class Results(Claims):
 
     def rows(self, run_ids: Iterable[str] | None = None, latest_only: bool = True, *,
              keys: Iterable[str] | None = None, environments: Iterable[str] | None = None
-             ) -> Iterator[dict[str, Any]]:
-        """Result rows with JSON decoded; by default only each repeat's newest row. `keys`, `environments`: only
-        the rows of these cells, of these environment names."""
+             ) -> Iterator[StoredRepeat]:
+        """The stored repeats, typed (runner/analysis/stored.py), each with its origin (an imported one's from the
+        `imported` table); by default only each repeat's newest row. `keys`, `environments`: only the rows of these
+        cells, of these environment names."""
+        for d in self.decoded(run_ids, latest_only, keys=keys, environments=environments):
+            yield self._repeat(d)
+
+    def decoded(self, run_ids: Iterable[str] | None = None, latest_only: bool = True, *,
+                keys: Iterable[str] | None = None, environments: Iterable[str] | None = None
+                ) -> Iterator[dict[str, Any]]:
+        """The store's own reading of `results` rows, JSON decoded (with the `imported` table's columns where it has
+        them): what `rows()` types, and what an export writes to its file format."""
         where: list[str] = []
         args: list[Any] = []
         for column, values in (("run_id", run_ids), ("cell_key", keys), ("environment", environments)):
@@ -108,9 +118,30 @@ class Results(Claims):
             sql = f"SELECT * FROM results WHERE id IN (SELECT MAX(id) FROM results{scope} GROUP BY cell_key, repeat)"
         else:
             sql = "SELECT * FROM results" + scope
-        with self._guard(), closing(self.db.execute(sql + " ORDER BY id", args)) as cur:
-            for row in cur:
-                yield self._decode(dict(row))
+        with self._guard():
+            if self._has_table("imported"):  # an imported repeat's origin, file and time (runner/store/exchange.py)
+                sql = (f"SELECT r.*, i.origin_store AS _origin, i.origin_row AS _origin_row, i.source AS _source, "
+                       f"i.imported_at AS _imported_at FROM ({sql}) r LEFT JOIN imported i ON i.result_id = r.id")
+            with closing(self.db.execute(sql + " ORDER BY id", args)) as cur:
+                for row in cur:
+                    yield self._decode(dict(row))
+
+    def _has_table(self, name: str) -> bool:
+        return self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+    @staticmethod
+    def _repeat(d: dict[str, Any]) -> StoredRepeat:
+        """A decoded row as the typed record everything above the store reads."""
+        origin = d.get("_origin")
+        if origin is not None:
+            where = Origin(str(origin), d.get("_origin_row"), str(d.get("_source") or ""), d.get("_imported_at"))
+        else:
+            where = Origin(origin_of(d["run_id"])) if "@" in d["run_id"] else HERE
+        return StoredRepeat(int(d["id"]), d["run_id"], d["cell_key"], int(d["repeat"]), d["environment"], d["backend"],
+                            tuple(str(t) for t in d["tags"] or ()), document(d["params"]), d["status"],
+                            d["reason"] or "", document(d["metrics"]), document(d["env"]),
+                            document(d["raw"]) if d["raw"] is not None else None, d["log_tail"] or "",
+                            d["started_at"], d["finished_at"], d["capture_id"], where)
 
     def _decode(self, d: dict[str, Any]) -> dict[str, Any]:
         if d["schema"] != SCHEMA:

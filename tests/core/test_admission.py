@@ -13,6 +13,7 @@ import pytest
 from runner import analysis as an
 from runner.analysis import admission, gate
 from runner.analysis.repeat import Repeat
+from runner.analysis.stored import StoredRepeat
 from runner.analysis.verdict import Verdict
 from tests.decide.helpers import long_frame, rows_for, store_of
 
@@ -31,7 +32,7 @@ def gpu_row(**metrics: Any) -> dict[str, Any]:
 
 
 def test_a_training_whose_loss_went_nan_is_diverged_not_ok() -> None:
-    rep = Repeat.from_row(gpu_row())
+    rep = Repeat.of(StoredRepeat.of(gpu_row()))
     assert rep.status == "diverged" and rep.stored_status == "ok"
     assert "NaN or infinite by training step 5" in rep.reason and "3 of the window's 5 losses" in rep.reason
     assert not rep.ok
@@ -39,20 +40,20 @@ def test_a_training_whose_loss_went_nan_is_diverged_not_ok() -> None:
 
 def test_the_benchmarks_own_finite_record_is_what_counts() -> None:
     """bench checks every step (metrics.finite); its word is taken over the kept losses."""
-    bad = Repeat.from_row(gpu_row(finite={"all": False, "first_nonfinite_step": 3, "phase": "warmup"},
-                                  losses=[6.9] * 5, loss_at={"1": 7.0}, loss_end=6.9))
+    bad = Repeat.of(StoredRepeat.of(gpu_row(finite={"all": False, "first_nonfinite_step": 3, "phase": "warmup"},
+                                  losses=[6.9] * 5, loss_at={"1": 7.0}, loss_end=6.9)))
     assert bad.status == "diverged" and "step 3 (warmup)" in bad.reason
-    good = Repeat.from_row(gpu_row(finite={"all": True, "checked_steps": 11}, losses=[6.9] * 5, loss_at={"1": 7.0},
-                                   loss_end=6.9, window_s=2.3, images=4533.74 * 2.3))
+    good = Repeat.of(StoredRepeat.of(gpu_row(finite={"all": True, "checked_steps": 11}, losses=[6.9] * 5, loss_at={"1": 7.0},
+                                   loss_end=6.9, window_s=2.3, images=4533.74 * 2.3)))
     assert good.status == "ok"
 
 
 def test_a_window_shorter_than_promised_is_refused_and_one_that_kept_it_admitted() -> None:
     finite = {"losses": [6.9] * 5, "loss_at": {"1": 7.0, "5": 6.9}, "loss_end": 6.9}
-    short = Repeat.from_row(gpu_row(**finite, window_s=0.3165, images=4044.16 * 0.3165, throughput=4044.16))
+    short = Repeat.of(StoredRepeat.of(gpu_row(**finite, window_s=0.3165, images=4044.16 * 0.3165, throughput=4044.16)))
     assert short.status == "refused" and short.reason == "window 0.317 s, at least 2.2 s asked (5 iterations)"
-    kept = Repeat.from_row(gpu_row(**finite, window_s=2.2338, images=5730.26 * 2.2338, throughput=5730.26,
-                                   iterations=50))
+    kept = Repeat.of(StoredRepeat.of(gpu_row(**finite, window_s=2.2338, images=5730.26 * 2.2338, throughput=5730.26,
+                                   iterations=50)))
     assert kept.status == "ok"
 
 
@@ -60,7 +61,7 @@ def test_a_window_short_because_its_count_reached_the_ceiling_is_admitted_with_a
     row = gpu_row(losses=[6.9] * 5, loss_at={"1": 7.0}, loss_end=6.9, window_s=0.5, images=4533.74 * 0.5,
                   calibration={"iterations": 5, "most": 5, "capped": True})
     row["raw"]["params"]["window_max"] = 5
-    rep = Repeat.from_row(row)
+    rep = Repeat.of(StoredRepeat.of(row))
     assert rep.status == "ok"
     assert any(c.name == "window" and "ceiling of 5 iterations" in c.detail for c in rep.checks)
 
@@ -69,16 +70,16 @@ def test_a_fixed_count_measured_short_is_refused() -> None:
     row = rows_for("k", [100.0])[0]
     row["metrics"]["iterations"] = 3
     row["raw"] = {"params": {"iterations": 20, "warmup": 5, "seed": 0}}
-    assert Repeat.from_row(row).reason == "measured 3 of the 20 iterations asked"
+    assert Repeat.of(StoredRepeat.of(row)).reason == "measured 3 of the 20 iterations asked"
 
 
 def test_a_loss_scaler_that_skipped_most_steps_did_not_train() -> None:
     row = rows_for("k", [100.0])[0]
     row["metrics"]["scaler"] = {"kind": "dynamic", "skipped_window": 30, "window_steps": 50}
-    rep = Repeat.from_row(row)
+    rep = Repeat.of(StoredRepeat.of(row))
     assert rep.status == "refused" and "skipped 30 of the window's 50 optimizer steps: not training" in rep.reason
     row["metrics"]["scaler"] = {"kind": "dynamic", "skipped_window": 2, "window_steps": 50}
-    rep = Repeat.from_row(row)
+    rep = Repeat.of(StoredRepeat.of(row))
     assert rep.status == "ok" and "skipped 2 of the window's 50" in admission.Admission(
         rep.status, "ok", rep.checks).notes
 
@@ -92,7 +93,7 @@ def test_a_loss_scaler_that_skipped_most_steps_did_not_train() -> None:
 def test_a_figure_no_machine_produces_is_refused(metrics: dict[str, Any], words: str) -> None:
     row = rows_for("k", [100.0])[0]
     row["metrics"].update(metrics)
-    rep = Repeat.from_row(row)
+    rep = Repeat.of(StoredRepeat.of(row))
     assert rep.status == "refused" and words in rep.reason, rep.reason
 
 
@@ -108,7 +109,7 @@ def test_an_mfu_above_one_is_left_out_alone() -> None:
 def test_every_other_status_is_what_it_was() -> None:
     for status in ("oom", "failed", "timeout", "unsupported", "cancelled", "not_started", "skipped"):
         row = dict(rows_for("k", [0.0], status=status)[0])
-        assert Repeat.from_row(row).status == status
+        assert Repeat.of(StoredRepeat.of(row)).status == status
 
 
 def diverged_rows(key: str, n: int, **kw: Any) -> list[dict[str, Any]]:
@@ -190,7 +191,7 @@ def test_a_loss_scale_that_fell_to_zero_trained_nothing() -> None:
     off, so a count of skipped steps alone went blind (116 of 1000 counted while all 1000 skipped)."""
     row = rows_for("k", [100.0])[0]
     row["metrics"]["scaler"] = {"kind": "dynamic", "skipped_window": 116, "window_steps": 1000, "scale_end": 0.0}
-    rep = Repeat.from_row(row)
+    rep = Repeat.of(StoredRepeat.of(row))
     assert rep.status == "refused" and "loss scale fell to 0" in rep.reason
 
 
@@ -202,22 +203,23 @@ def test_a_result_from_before_windows_were_completed_is_held_to_its_promise_less
         row["metrics"].update(window_s=window, images=100.0 * window, iterations=50)
         row["raw"] = {"params": {"window_time": 1.0, "window_min": 2, "window_max": 10000, "iterations": 50}}
         return row
-    noisy = Repeat.from_row(old(0.9))
+    noisy = Repeat.of(StoredRepeat.of(old(0.9)))
     assert noisy.status == "ok" and any("short by the run's own noise" in c.detail for c in noisy.checks)
-    assert Repeat.from_row(old(0.4)).status == "refused"
+    assert Repeat.of(StoredRepeat.of(old(0.4))).status == "refused"
     new = old(0.9)
     new["metrics"]["window_asked_s"] = 1.0  # a benchmark that completes its windows promised the whole second
-    assert Repeat.from_row(new).status == "refused"
+    assert Repeat.of(StoredRepeat.of(new)).status == "refused"
 
 
 def test_rows_walked_by_hand_do_not_carry_a_figure_admission_left_out() -> None:
     """The kit reads raw metrics (runner/kit/cells.py): an MFU above 1 was printed as 135% beside '2 ok'."""
-    from runner.analysis import admitted_rows
+    from runner.analysis import admitted
 
     row = rows_for("k", [100.0])[0]
     row["metrics"].update(mfu=1.35, images=100.0)
-    (seen,) = admitted_rows([row])
-    assert seen["status"] == "ok" and seen["metrics"]["mfu"] is None and seen["metrics"]["throughput"] == 100.0
+    (seen,) = admitted([StoredRepeat.of(row)])
+    assert seen.status == "ok" and seen.metrics["mfu"] is None and seen.metrics["throughput"] == 100.0
+    assert seen.stored.metrics["mfu"] == 1.35, "the stored repeat keeps what was measured"
 
 
 def test_rerun_failed_measures_again_what_admission_set_aside(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from runner import analysis as an
 from runner.analysis import bisect as search
 from runner.analysis import gate
 from runner.analysis.repeat import Repeat
+from runner.analysis.stored import StoredRepeat
 from runner.analysis.verdict import Verdict
 from runner.report.pairs import comparison_sections
 
@@ -51,7 +52,7 @@ def rows(env: str, s: dict[str, Any], start: int) -> list[dict[str, Any]]:
 def sample(s: dict[str, Any], env: str = "X") -> search.Sample:
     """The pair test's view of a side, as `matrix bisect` builds it (runner/bisect/measure.py): each stored row read
     once as a Repeat, so admission has spoken (a throughput of 0 is refused, not an ok figure)."""
-    repeats = [Repeat.from_row(r) for r in rows(env, s, 0)]
+    repeats = [Repeat.of(StoredRepeat.of(r)) for r in rows(env, s, 0)]
     ok = [r.value("throughput") for r in repeats if r.ok]
     return search.Sample(tuple(r.status for r in repeats), tuple(v for v in ok if v is not None),
                          definition=an.comparable.definition_text(s["how"], "img/s") if ok else "")
@@ -67,7 +68,7 @@ def same_p(*ps: float | None) -> bool:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(a=side(), b=side())
 def test_every_command_decides_a_pair_the_same_way(a: dict[str, Any], b: dict[str, Any]) -> None:
-    df = an.frame(rows("A", a, 0) + rows("B", b, 100))
+    df = an.frame(an.StoredRepeat.many(rows("A", a, 0) + rows("B", b, 100)))
     if not len(df):
         return
     have_a, have_b = bool(a["statuses"]), bool(b["statuses"])
@@ -149,10 +150,10 @@ def test_compare_and_the_gate_adjust_the_same_family_of_p_values() -> None:
     def cell(env: str, bs: int, statuses: list[str], values: list[float], start: int) -> list[dict[str, Any]]:
         s = {"statuses": statuses, "values": values, "how": HOWS[0], "iterations": 20}
         return [dict(r, cell_key=f"{env}{bs}", params={**PARAMS, "batch_size": bs}) for r in rows(env, s, start)]
-    df = an.frame(cell("A", 32, ["ok"] * 10, [100.0, 100.4, 99.7, 100.2, 99.9] * 2, 0)
+    df = an.frame(an.StoredRepeat.many(cell("A", 32, ["ok"] * 10, [100.0, 100.4, 99.7, 100.2, 99.9] * 2, 0)
                   + cell("B", 32, ["ok"] * 2 + ["oom"] * 8, [97.0, 97.4] + [0.0] * 8, 100)
                   + cell("A", 64, ["ok"] * 3, [100.0, 101.0, 99.0], 200)
-                  + cell("B", 64, ["ok"] * 3, [97.0, 98.5, 96.0], 300))
+                  + cell("B", 64, ["ok"] * 3, [97.0, 98.5, 96.0], 300)))
     comparison = an.compare(an.select_side(df, "A"), an.select_side(df, "B"))
     checks = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"],
                            [gate.Rule("slower", an.MIN_EFFECT)])
@@ -173,7 +174,7 @@ def test_nothing_measured_on_either_side_is_decided_as_the_gate_decides_it(statu
 
     from runner.report.render import compare_json
     s = {"statuses": [status] * 3, "values": [0.0] * 3, "how": HOWS[0], "iterations": 20}
-    df = an.frame(rows("A", s, 0) + rows("B", s, 100))
+    df = an.frame(an.StoredRepeat.many(rows("A", s, 0) + rows("B", s, 100)))
     comparison = an.compare(an.select_side(df, "A"), an.select_side(df, "B"))
     (pair,) = json.loads(compare_json(comparison))["pairs"]
     (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule("slower", 0.02)])

@@ -70,11 +70,12 @@ def test_bisect_says_what_compare_says_of_a_figure_no_machine_produces(va: list[
                                                                        side: str) -> None:
     """bisect reads each stored row as a Repeat (runner/bisect/measure.py), so admission has spoken there too."""
     from runner.analysis.repeat import Repeat
+    from runner.analysis.stored import StoredRepeat
 
     check, _ = decide(va, vb)
 
     def sample(values: list[float]) -> search.Sample:
-        repeats = [Repeat.from_row(r) for r in rows_for("k", values)]
+        repeats = [Repeat.of(StoredRepeat.of(r)) for r in rows_for("k", values)]
         return search.Sample(tuple(r.status for r in repeats),
                              tuple(v for r in repeats if r.ok and (v := r.value("throughput")) is not None))
 

@@ -13,6 +13,7 @@ from runner.analysis import bisect as search
 from runner.analysis import gate, resolution, significance
 from runner.analysis.history import history
 from runner.analysis.repeat import Repeat
+from runner.analysis.stored import StoredRepeat
 from runner.analysis.verdict import Verdict
 from tests.decide.helpers import long_frame, rows_for
 
@@ -85,7 +86,7 @@ def test_bisect_and_history_see_the_same_resolution() -> None:
     assert not h["step"].any() and "printed too coarsely" in h["undecided"].iloc[1]
 
     def sample(rows: list[dict[str, Any]]) -> search.Sample:
-        reps = [Repeat.from_row(r) for r in rows]
+        reps = [Repeat.of(StoredRepeat.of(r)) for r in rows]
         values = [v for r in reps if (v := r.value("throughput")) is not None]
         q = resolution.of_rows(values, [r.resolution for r in reps], [r.printed for r in reps], "throughput")
         return search.Sample(tuple(r.status for r in reps), tuple(values), quanta=q)

@@ -116,7 +116,7 @@ def cell(env: str, key: str) -> Any:
                            params={"model": "resnet50", "precision": "fp32", "batch_size": 32, "dataset": "synthetic"})
 
 
-def newest_rows(team: Path) -> list[dict[str, Any]]:
+def newest_rows(team: Path) -> list[an.StoredRepeat]:
     with Store(team, readonly=True) as store:
         return list(store.rows())
 
@@ -148,7 +148,7 @@ def agree(team: Path, every: pd.DataFrame, env: str, here: str, local: str | Non
     if len(mine):
         assert math.isclose(float(mine["mean"].iloc[-1]), mean)
     # diff: the newest repeat of the same machine.
-    assert an.frame([{"run_id": diffed.run_id}])["origin"].iloc[0] == origin
+    assert an.frame(an.StoredRepeat.many([{"run_id": diffed.run_id}]))["origin"].iloc[0] == origin
     # bisect measures here: the repeats of this store's own cell, the same ones when the side is this store's.
     if origin == "":
         assert sorted(sample.values) == sorted(ok.tolist())

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from runner.analysis import frame
+from runner.analysis import StoredRepeat, frame
 
 
 def rows_for(key: str, values: Sequence[float], *, run_id: str = "r1", start: float = 1000.0,
@@ -24,7 +24,8 @@ def rows_for(key: str, values: Sequence[float], *, run_id: str = "r1", start: fl
 
 
 def long_frame(*groups: list[dict[str, Any]]) -> pd.DataFrame:
-    return frame([r for g in groups for r in g])
+    """The frame of these rows, each the typed repeat the store would read (StoredRepeat.of)."""
+    return frame(StoredRepeat.many([r for g in groups for r in g]))
 
 
 def store_of(db: Path, rows: Sequence[dict[str, Any]]) -> Path:

@@ -193,7 +193,7 @@ def test_a_real_bisect_measures_through_the_store_and_a_second_measures_nothing(
     assert docs[1]["decisions"] == doc["decisions"]
     assert sum(d["cost"]["measured_now"] for d in docs) == doc["cost"]["repeats"] > 0  # shared, not doubled
     with Store(tmp_path / "r.db", readonly=True) as store:
-        every = [(r["cell_key"], r["repeat"]) for r in store.rows(latest_only=False)]
+        every = [(r.cell_key, r.repeat) for r in store.rows(latest_only=False)]
         assert len(every) == len(set(every)) == doc["cost"]["repeats"]  # no repeat measured twice
     second = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     again = json.loads(second.stdout)
@@ -202,8 +202,8 @@ def test_a_real_bisect_measures_through_the_store_and_a_second_measures_nothing(
     with Store(tmp_path / "r.db", readonly=True) as store:
         rows = list(store.rows())
         assert len(rows) == doc["cost"]["repeats"]
-        assert all(r["capture_id"] for r in rows)  # what each environment is made of, kept once per content
-        assert len(store.captures(r["capture_id"] for r in rows)) <= 4
+        assert all(r.capture_id for r in rows)  # what each environment is made of, kept once per content
+        assert len(store.captures(r.capture_id for r in rows)) <= 4
         kept = store.bisects()  # every answer is kept, as printed, for the published site
         assert sorted(json.dumps(b["answer"], sort_keys=True) for b in kept) == sorted(
             json.dumps(d, sort_keys=True) for d in [*docs, again])

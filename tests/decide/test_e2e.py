@@ -106,7 +106,7 @@ def test_adaptive_repeats_stop_at_max_and_resume_counts_stored_repeats(tmp_path:
     run = cli("run", "-m", str(adaptive), "--db", "r.db", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     with Store(tmp_path / "r.db", create=False) as store:
-        repeats = sorted(r["repeat"] for r in store.rows())
+        repeats = sorted(r.repeat for r in store.rows())
     assert repeats == [0, 1, 2, 3]
     assert "max (4) reached" in run.stdout and "reached max repeats" in run.stdout
     again = cli("run", "-m", str(adaptive), "--db", "r.db", cwd=tmp_path)

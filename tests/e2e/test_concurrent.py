@@ -55,7 +55,7 @@ def wait_until(what: str, check: object, timeout: float = 240) -> None:
 def measured(db: Path) -> Counter[tuple[str, int]]:
     """How many rows each (cell, repeat) has: a repeat measured twice has two."""
     with Store(db, readonly=True) as store:
-        return Counter((r["cell_key"], r["repeat"]) for r in store.rows(latest_only=False))
+        return Counter((r.cell_key, r.repeat) for r in store.rows(latest_only=False))
 
 
 def test_two_runs_share_the_work_and_a_killed_one_strands_nothing(tmp_path: Path) -> None:
@@ -84,17 +84,17 @@ def test_two_runs_share_the_work_and_a_killed_one_strands_nothing(tmp_path: Path
     rows = measured(db)
     assert len(rows) == 6 and set(rows.values()) == {1}, f"each repeat measured exactly once: {rows}"
     with Store(db, readonly=True) as store:
-        by_run = Counter(r["run_id"] for r in store.rows())
+        by_run = Counter(r.run_id for r in store.rows())
         runs = {r.run_id: r.status for r in store.runs()}
         (key, repeat), = claimed
-        (taken,) = [r for r in store.rows() if r["cell_key"] == key and r["repeat"] == repeat]
-        spans = sorted((float(r["started_at"]), float(r["finished_at"]), r["run_id"]) for r in store.rows())
+        (taken,) = [r for r in store.rows() if r.cell_key == key and r.repeat == repeat]
+        spans = sorted((float(r.started_at), float(r.finished_at), r.run_id) for r in store.rows())
     run_b = next(r for r in runs if r != run_a)
     # One machine measures one repeat at a time: the two runs took turns, no measurement overlapped another.
     for (_, end, _), (start_next, _, _) in zip(spans, spans[1:], strict=False):
         assert start_next >= end, f"measurements overlap: {spans}"
     assert by_run[run_a] >= 1 and by_run[run_b] >= 1, f"both runs measured: {by_run}"
-    assert taken["run_id"] == run_b and taken["status"] == "ok", "the repeat A held when it died was measured by B"
+    assert taken.run_id == run_b and taken.status == "ok", "the repeat A held when it died was measured by B"
     assert runs == {run_a: "killed", run_b: "complete"}
     assert f"run {run_a} (pid {a.pid} on " in err and "ended without storing its repeats" in err, err
     listing = subprocess.run([sys.executable, "-m", "runner.cli", "ls", "--db", str(db)], cwd=tmp_path,

@@ -97,8 +97,8 @@ def test_a_full_disk_keeps_the_repeat_just_measured_and_the_next_run_stores_it(t
         with Store(db, readonly=True) as store:
             rows = list(store.rows(latest_only=False))
             runs = {r.run_id: r.status for r in store.runs()}
-        assert sorted(Counter(r["repeat"] for r in rows).items()) == [(0, 1), (1, 1), (2, 1)], "nothing twice"
-        assert {r["status"] for r in rows} == {"ok"}
+        assert sorted(Counter(r.repeat for r in rows).items()) == [(0, 1), (1, 1), (2, 1)], "nothing twice"
+        assert {r.status for r in rows} == {"ok"}
         assert sorted(runs.values()) == ["complete", "failed"]
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
@@ -129,5 +129,5 @@ def test_a_full_disk_at_the_sqlite_boundary(tmp_path: Path, monkeypatch: pytest.
         store.finish_run("r1", "failed")
     with Store(tmp_path / "r.db") as store:  # the next writer imports it
         (row,) = store.rows()
-        assert row["run_id"] == "r1" and row["metrics"] == {"throughput": 5.0}
+        assert row.run_id == "r1" and row.metrics == {"throughput": 5.0}
     assert not (tmp_path / "r.db.journal").exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.analysis.stored import StoredRepeat
 from runner.backends import artifact
 from runner.store import Store
 
@@ -37,7 +38,7 @@ def write(tmp_path: Path, text: str, name: str = "m.yaml") -> Path:
     return path
 
 
-def rows(db: Path, latest_only: bool = True) -> list[dict[str, object]]:
+def rows(db: Path, latest_only: bool = True) -> list[StoredRepeat]:
     with Store(db, create=False) as store:
         return list(store.rows(latest_only=latest_only))
 
@@ -46,12 +47,12 @@ def test_run_stores_results_and_second_run_runs_nothing(tmp_path: Path) -> None:
     m = write(tmp_path, SMALL.format(iterations=3, repeats=2, timeout=300))
     first = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
     stored = rows(tmp_path / "r.db")
-    assert len(stored) == 4 and {r["status"] for r in stored} == {"ok"}, first.stdout + first.stderr
+    assert len(stored) == 4 and {r.status for r in stored} == {"ok"}, first.stdout + first.stderr
     for r in stored:
-        metrics = r["metrics"]
+        metrics = r.metrics
         assert isinstance(metrics, dict) and metrics["throughput"] > 0
-        assert r["env"]["torch"].startswith("2.13")  # type: ignore[index]
-        assert r["env"]["backend"] == "local"  # type: ignore[index]
+        assert r.env["torch"].startswith("2.13")
+        assert r.env["backend"] == "local"
     assert "matrix run summary" in first.stdout and "2 ok" in first.stdout
     second = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
     assert "Nothing to run" in second.stdout
@@ -85,7 +86,7 @@ def test_a_repeat_that_times_out_is_stored_as_timeout_and_the_rest_complete(tmp_
     proc = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
     assert proc.returncode == 3, "a repeat that timed out is not a measurement: run exits non-zero"
     assert "Not measured:" in proc.stdout and "timeout" in proc.stdout
-    by_model = {(r["params"]["model"], r["params"]["precision"]): r for r in rows(tmp_path / "r.db")}  # type: ignore[index]
+    by_model = {(r.params["model"], r.params["precision"]): r for r in rows(tmp_path / "r.db")}
     assert by_model[("wrn", "fp32")]["status"] == "timeout", proc.stdout
     assert "timeout of 20 s" in str(by_model[("wrn", "fp32")]["reason"])
     assert by_model[("mnist_cnn", "fp32")]["status"] == "ok"
@@ -114,19 +115,19 @@ def test_sigint_keeps_stored_repeats_and_the_next_run_completes_only_what_is_mis
     assert proc.returncode == 130, out + err
     assert "Interrupted" in err and "again" in err
     before = rows(db)
-    ok_before = [r for r in before if r["status"] == "ok"]
+    ok_before = [r for r in before if r.status == "ok"]
     assert 2 <= len(ok_before) < 6
-    assert all(r["status"] in ("ok", "cancelled") for r in before)
+    assert all(r.status in ("ok", "cancelled") for r in before)
     assert not _bench_processes("--iterations 20 --warmup 1")
     with Store(db) as store:
         (first_run, *_) = [r.run_id for r in store.runs()]
         assert store.runs()[0].status == "interrupted"
-        assert store.claims([r["cell_key"] for r in before]) == {}, "Ctrl-C gives back every claim"
+        assert store.claims([r.cell_key for r in before]) == {}, "Ctrl-C gives back every claim"
         assert store.db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
     cli("run", "-m", str(m), "--db", str(db), cwd=tmp_path)
     after = rows(db)
-    assert len(after) == 6 and {r["status"] for r in after} == {"ok"}
-    second = [r for r in after if r["run_id"] != first_run]
+    assert len(after) == 6 and {r.status for r in after} == {"ok"}
+    second = [r for r in after if r.run_id != first_run]
     assert len(second) == 6 - len(ok_before)
 
 
@@ -135,8 +136,8 @@ def test_two_local_processes_report_one_global_throughput(tmp_path: Path) -> Non
         "precision: [fp32, bf16]", "precision: [fp32], gpus: [2]"))
     cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
     (row,) = rows(tmp_path / "r.db")
-    assert row["status"] == "ok", f"{row['reason']}\n{row['log_tail']}"
-    assert row["metrics"]["world_size"] == 2  # type: ignore[index]
+    assert row.status == "ok", f"{row.reason}\n{row.log_tail}"
+    assert row.metrics["world_size"] == 2
 
 
 def test_config_error_is_one_line_and_verbose_shows_the_traceback(tmp_path: Path) -> None:
@@ -157,7 +158,7 @@ def test_a_missing_python_is_not_started_not_a_crash(tmp_path: Path) -> None:
     proc = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     stored = rows(tmp_path / "r.db")
-    assert {r["status"] for r in stored} == {"not_started"}
+    assert {r.status for r in stored} == {"not_started"}
     assert "not found on this host" in str(stored[0]["reason"])
 
 
@@ -183,20 +184,20 @@ def test_auto_warm_up_and_calibrated_window_with_the_real_benchmark(tmp_path: Pa
     m = write(tmp_path, AUTO)
     cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path)
     stored = rows(tmp_path / "r.db")
-    assert len(stored) == 4 and {r["status"] for r in stored} == {"ok"}
+    assert len(stored) == 4 and {r.status for r in stored} == {"ok"}
     with Store(tmp_path / "r.db", create=False) as store:
-        calibrated = store.calibrations({str(r["cell_key"]) for r in stored})
+        calibrated = store.calibrations({str(r.cell_key) for r in stored})
     assert len(calibrated) == 2
     for r in stored:
-        metrics = r["metrics"]
+        metrics = r.metrics
         assert isinstance(metrics, dict)
         cal = metrics["calibration"]  # every repeat with a window time: what it was given and what it did
-        assert cal["given"] == (None if r["repeat"] == 0 else calibrated[str(r["cell_key"])])
+        assert cal["given"] == (None if r.repeat == 0 else calibrated[str(r.cell_key)])
         completed = sum(e["more"] for e in cal.get("extended") or [])  # a little short: completed where it stood
-        if r["repeat"] == 0 or not cal["resized"]:
-            assert metrics["iterations"] == calibrated[str(r["cell_key"])] + (completed if r["repeat"] else 0)
+        if r.repeat == 0 or not cal["resized"]:
+            assert metrics["iterations"] == calibrated[str(r.cell_key)] + (completed if r.repeat else 0)
         else:  # far short: measured again with more iterations
-            assert metrics["iterations"] > cal["resized"][0]["iterations"] == calibrated[str(r["cell_key"])]
+            assert metrics["iterations"] > cal["resized"][0]["iterations"] == calibrated[str(r.cell_key)]
         assert metrics["window_s"] >= 0.2 or cal["capped"]
         warm = metrics["warmup"]
         assert warm["how"] in ("steady", "max", "max_time") and warm["steady"] == (warm["how"] == "steady")
@@ -204,9 +205,9 @@ def test_auto_warm_up_and_calibrated_window_with_the_real_benchmark(tmp_path: Pa
         short = sum(a["iterations"] for a in cal["resized"])
         assert metrics["steps"] == warm["iterations"] + short + metrics["iterations"]
         assert "1" in metrics["loss_at"] and str(metrics["steps"]) in metrics["loss_at"]
-        cpu = r["raw"]["precision"]["cpu_math"]  # type: ignore[index]
+        cpu = r.raw["precision"]["cpu_math"]  # type: ignore[index]
         assert cpu["native"] is True or "emulated" in cpu["unit"]
-        assert r["raw"]["params"]["window_time"] == 0.2  # type: ignore[index]
+        assert r.raw["params"]["window_time"] == 0.2  # type: ignore[index]
     cli("report", "--db", "r.db", "--format", "md", "--out", "rep", cwd=tmp_path)
     text = (tmp_path / "rep" / "report.md").read_text()
     assert "## Warm-up and measured windows" in text and "(calibrated)" in text

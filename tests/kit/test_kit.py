@@ -266,7 +266,7 @@ def repeats_in(db: Path, final: tuple[str, ...] = ("ok", "unsupported", "failed"
     if not db.exists():
         return []
     with Store(db, readonly=True) as store:
-        return [(r["cell_key"], r["repeat"]) for r in store.rows(latest_only=False) if r["status"] in final]
+        return [(r.cell_key, r.repeat) for r in store.rows(latest_only=False) if r.status in final]
 
 
 def unpack(pack: Path, into: Path) -> None:
@@ -380,14 +380,14 @@ def test_dry_run_stores_every_repeat_with_its_status(dry: dict[str, Any]) -> Non
         rows = list(store.rows())
     by_status: dict[str, int] = {}
     for r in rows:
-        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+        by_status[r.status] = by_status.get(r.status, 0) + 1
     assert by_status.get("ok", 0) >= 8, by_status
-    reasons = {r["reason"] for r in rows if r["status"] == "unsupported"}
+    reasons = {r.reason for r in rows if r.status == "unsupported"}
     assert any("amp (FP16 mixed precision) is not supported on CPU" in (x or "") for x in reasons)  # 2018 recipe
-    ok = [r for r in rows if r["status"] == "ok"]
-    assert all(r["metrics"]["telemetry"]["source"] is None for r in ok)  # a CPU: said, not sampled
-    assert all(r["metrics"]["calibration"]["iterations"] >= 2 for r in ok if r["repeat"] == 0)
-    assert set(r["status"] for r in rows) <= {"ok", "unsupported"}
+    ok = [r for r in rows if r.status == "ok"]
+    assert all(r.metrics["telemetry"]["source"] is None for r in ok)  # a CPU: said, not sampled
+    assert all(r.metrics["calibration"]["iterations"] >= 2 for r in ok if r.repeat == 0)
+    assert set(r.status for r in rows) <= {"ok", "unsupported"}
 
 
 def test_dry_run_packs_what_the_next_call_needs(dry: dict[str, Any]) -> None:
@@ -593,10 +593,10 @@ def test_the_kit_on_a_real_gpu(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     keys = {matrix.load(p).cells()[0].key for p in (tmp_path / "s" / "matrices").glob("*.yaml")}
     with Store(tmp_path / "s" / "store.db", readonly=True) as store:
-        ok = [r for r in store.rows() if r["status"] == "ok" and r["cell_key"] in keys]
+        ok = [r for r in store.rows() if r.status == "ok" and r.cell_key in keys]
     assert len(ok) == 3
-    assert all(r["metrics"]["window_s"] >= 0.5 for r in ok)
-    assert all(r["metrics"]["telemetry"]["source"] in ("nvml", "nvidia-smi") for r in ok)
+    assert all(r.metrics["window_s"] >= 0.5 for r in ok)
+    assert all(r.metrics["telemetry"]["source"] in ("nvml", "nvidia-smi") for r in ok)
     page = (tmp_path / "r" / "README.md").read_text()
     assert "Write-up: Tensor Cores with PyTorch" in page and "tensor cores" in page
 

@@ -156,7 +156,7 @@ def test_stored_bisect_answers_are_published_escaped_and_linked_to_their_cells(t
 
     db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=2, seed=5)
     with Store(db) as store:
-        keys = sorted({r["cell_key"] for r in store.rows()})
+        keys = sorted({r.cell_key for r in store.rows()})
         assert store.bisects() == []
         answer = {"kind": "matrix-bisect", "outcome": "found", "why": "<b>v1 -> v2</b> is slower", "metric": "throughput",
                   "cell": "mnist_cnn fp32 <script>alert(1)</script>", "threshold": 0.05, "environments": ["v1", "v2"],

@@ -39,7 +39,7 @@ B = [130.0, 125.0, 135.0, 140.0]
 def two_sides() -> Any:
     rows = [row("a", i, v, tags=("box",)) for i, v in enumerate(A)]
     rows += [row("b", i, v, tags=("cloud",), backend="docker", run_id="run-2") for i, v in enumerate(B)]
-    return an.frame(rows)
+    return an.frame(an.StoredRepeat.many(rows))
 
 
 def test_describe_matches_hand_computed_values() -> None:
@@ -65,7 +65,7 @@ def test_summarize_per_cell_statistics_and_status_counts() -> None:
     rows.append(row("a", 3, None, status="oom"))
     rows.append(row("a", 0, 50.0, precision="fp16"))          # a single repeat
     rows.append(row("a", 0, None, precision="bf16", status="unsupported"))
-    summary = an.summarize(an.frame(rows))
+    summary = an.summarize(an.frame(an.StoredRepeat.many(rows)))
     by_prec = {r["precision"]: r for _, r in summary.iterrows()}
     fp32 = by_prec["fp32"]
     assert (fp32["n"], fp32["n_ok"], fp32["status"], fp32["statuses"]) == (4, 3, "partial", "3 ok, 1 oom")
@@ -85,7 +85,7 @@ def test_summarize_per_cell_statistics_and_status_counts() -> None:
 def test_iteration_time_and_data_wait_come_from_the_raw_metrics() -> None:
     r = row("a", 0, 100.0, iter_times=[0.1, 0.2, 0.3], window_s=0.6, data_wait_s=0.15,
             peak_mem_allocated=2**30)
-    df = an.frame([r])
+    df = an.frame(an.StoredRepeat.many([r]))
     assert df["iter_time"].iloc[0] == pytest.approx(0.2)
     assert df["data_wait"].iloc[0] == pytest.approx(0.25)
     assert df["peak_mem"].iloc[0] == 2**30
@@ -175,7 +175,7 @@ def test_precision_ratio_and_scaling() -> None:
     rows = [row("a", i, v) for i, v in enumerate([100.0, 100.0])]
     rows += [row("a", i, v, precision="fp16") for i, v in enumerate([250.0, 250.0])]
     rows += [row("a", i, v, precision="fp16", gpus=4) for i, v in enumerate([900.0, 900.0])]
-    df = an.frame(rows)
+    df = an.frame(an.StoredRepeat.many(rows))
     ratios = an.precision_ratios(df)
     assert list(ratios["precision"]) == ["fp16"] and ratios["ratio"].iloc[0] == pytest.approx(2.5)
     scale = an.scaling(an.summarize(df))
@@ -207,7 +207,7 @@ def test_quality_flags_name_noisy_and_data_bound_cells() -> None:
              for i, v in enumerate([100.0, 150.0])]                          # CV = 35.36 / 125 = 28%
     rows += [row("a", i, v, precision="bf16", window_s=1.0, data_wait_s=0.25)
              for i, v in enumerate([100.0, 100.0])]                          # a quarter of the window waiting
-    flags = an.quality_flags(an.summarize(an.frame(rows)))
+    flags = an.quality_flags(an.summarize(an.frame(an.StoredRepeat.many(rows))))
     assert sorted(zip(flags["precision"], flags["flag"], strict=True)) == [("bf16", "data-bound"),
                                                                            ("fp16", "noisy")]
     noisy = flags[flags["flag"] == "noisy"].iloc[0]
@@ -274,7 +274,7 @@ def test_recipes_per_environment_and_the_precisions_that_ran_differently() -> No
     rows += [_with_record(row("new", i, 300.0, precision="amp", run_id="run-2"), **native) for i in range(2)]
     rows += [_with_record(row("new", i, 90.0, run_id="run-2")) for i in range(2)]
     rows += [row("new", 0, None, status="failed", precision="fp16", run_id="run-2")]  # no bench JSON: no recipe
-    df = an.frame(rows)
+    df = an.frame(an.StoredRepeat.many(rows))
     recipes = an.precision_recipes(df)
     assert list(zip(recipes["environment"], recipes["precision"], recipes["cells"], strict=True)) == [
         ("old", "fp32", 1), ("old", "amp", 1), ("new", "fp32", 1), ("new", "amp", 1)]
@@ -312,7 +312,7 @@ def test_ok_on_one_side_and_failed_on_the_other_is_a_regression_not_no_result() 
              "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
              **(ok if env == "a" else {"status": "failed", "reason": "boom", "metrics": {}})}
             for i, env in enumerate(["a"] * 3 + ["b"] * 3)]
-    df = an.frame(rows)
+    df = an.frame(an.StoredRepeat.many(rows))
     c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
     pair = c.pairs.iloc[0]
     assert pair["verdict"] == "regression: B 3 failed (A 3 ok)" and bool(pair["significant"]) and c.n_significant == 1
@@ -330,7 +330,7 @@ def test_scaling_across_nodes_with_forward_backward_from_the_breakdown() -> None
     rows = [node_row(1, 2, i, 100.0 + i, 4.0, 8.0) for i in range(2)]
     rows += [node_row(3, 2, i, 240.0 + 2 * i, 6.0, 16.0) for i in range(2)]
     rows.append(row("plain", 0, 50.0))  # no breakdown: NaN, not zero
-    df = an.frame(rows)
+    df = an.frame(an.StoredRepeat.many(rows))
     assert df["fwd_throughput"].iloc[0] == pytest.approx(1280 / 4.0) and df["fwd_throughput"].isna().iloc[-1]
     scale = an.scaling(an.summarize(df))
     six = scale[scale["nodes"] == 3].iloc[0]
@@ -361,7 +361,7 @@ def test_pair_decisions_undecided_with_one_repeat_and_pass_when_unsupported_on_b
     rows = [row("a", 0, 100.0), row("b", 0, 50.0, run_id="run-2")]                       # one repeat a side
     rows += [row("a", i, None, precision="bf16", status="unsupported") for i in range(2)]
     rows += [row("b", i, None, precision="bf16", status="unsupported", run_id="run-2") for i in range(2)]
-    df = an.frame(rows)
+    df = an.frame(an.StoredRepeat.many(rows))
     c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
     by_prec = {r["precision"]: r for r in c.pairs.to_dict("records")}
     assert by_prec["fp32"]["decision"] == "undecided" and not by_prec["fp32"]["significant"]
@@ -383,7 +383,7 @@ def test_the_environments_table_names_each_container_runtime_and_its_version() -
                 "torch": "2.13.0", "image": "matrix/debian-torch:1.13", "container_runtime": runtime,
                 "container_runtime_version": version}
             rows.append(r)
-    info = an.environment_info(an.frame(rows))
+    info = an.environment_info(an.frame(an.StoredRepeat.many(rows)))
     text = {row[0].text: [c.text for c in row[1:]] for row in environments_table(info).rows}
     assert text["container runtime"] == ["podman", "charliecloud", "—"], text
     assert text["runtime version"] == ["4.3.1", "0.31", "—"], text
@@ -397,8 +397,8 @@ def test_compare_never_pairs_two_definitions_of_a_metric() -> None:
                  "status": "ok", "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
                  "metrics": {"throughput": value, "definitions": {"throughput": {"how": how, "unit": "samples/s"}}}}
                 for i in range(3)]
-    df = an.frame(rows("a", 1000.0, "mllog: mean of tracked_stats")
-                  + rows("b", 500.0, "mllog: train_samples / (run_stop - run_start)"))
+    df = an.frame(an.StoredRepeat.many(rows("a", 1000.0, "mllog: mean of tracked_stats")
+                  + rows("b", 500.0, "mllog: train_samples / (run_stop - run_start)")))
     c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
     pair = c.pairs.iloc[0]
     assert pair["decision"] == "undecided" and not bool(pair["significant"]) and math.isnan(pair["p_value"])
@@ -415,7 +415,7 @@ def test_a_window_shorter_than_the_run_settings_promised_is_refused_and_said() -
                  "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
                  "metrics": {"throughput": 100.0 + i, "iterations": window},
                  "raw": {"params": {"iterations": 50, "warmup": 5, "seed": 0}}} for i in range(3)]
-    df = an.frame(rows("a", 50, 0) + rows("b", 12, 10))
+    df = an.frame(an.StoredRepeat.many(rows("a", 50, 0) + rows("b", 12, 10)))
     assert list(df["status"]) == ["ok"] * 3 + ["refused"] * 3
     assert set(df.loc[df["status"] == "refused", "reason"]) == {"measured 12 of the 50 iterations asked"}
     c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
@@ -431,6 +431,6 @@ def test_the_pairs_table_labels_each_side_with_its_figures_unit() -> None:
                  "params": {"model": "m", "precision": "fp32", "batch_size": 8, "dataset": "synthetic"},
                  "metrics": {"throughput": 100.0 + i, "definitions": {"throughput": {
                      "how": "mllog: mean of tracked_stats", "unit": "samples/s"}}}} for i in range(3)]
-    df = an.frame(rows("a", 0) + rows("b", 10))
+    df = an.frame(an.StoredRepeat.many(rows("a", 0) + rows("b", 10)))
     c = an.compare(an.select_side(df, "a"), an.select_side(df, "b"))
     assert pairs_table(c, "a", "b").columns[-6:-4] == ["a (samples/s)", "b (samples/s)"]

@@ -95,8 +95,8 @@ def test_pairs_with_other_run_settings_are_not_comparable(tmp_path: Path) -> Non
 
 
 def test_choose_keeps_every_row_of_a_name_with_one_definition() -> None:
-    df = an.frame([{"id": i, "run_id": "r", "cell_key": "k", "repeat": i, "environment": "e", "params": PARAMS,
-                    "status": "ok", "metrics": {"throughput": 1.0}} for i in range(3)])
+    df = an.frame(an.StoredRepeat.many([{"id": i, "run_id": "r", "cell_key": "k", "repeat": i, "environment": "e", "params": PARAMS,
+                    "status": "ok", "metrics": {"throughput": 1.0}} for i in range(3)]))
     defs = an.choose(df, an.CELL_KEYS)
     assert defs.frame is df and defs.several.empty and defs.n_names == 0
 

@@ -25,7 +25,7 @@ def grid_text(df: Any) -> tuple[list[list[str]], str]:
 
 def test_losses_after_different_step_counts_are_shown_at_a_common_step() -> None:
     """The quickstart's grid showed final loss 1.664 for fp32 and 0.389 for bf16: windows of 40 and 73 steps."""
-    df = an.frame(rows("fp32", 40, 1.664, 1.80, 0) + rows("bf16", 73, 0.389, 1.79, 10))
+    df = an.frame(an.StoredRepeat.many(rows("fp32", 40, 1.664, 1.80, 0) + rows("bf16", 73, 0.389, 1.79, 10)))
     table, note = grid_text(df)
     loss = [r for r in table if r[1].startswith("loss at step 20")]
     assert len(loss) == 2 and all(r[2].startswith("1.8") or r[2].startswith("1.79") for r in loss), table
@@ -34,7 +34,7 @@ def test_losses_after_different_step_counts_are_shown_at_a_common_step() -> None
 
 
 def test_losses_without_a_common_step_are_said_not_comparable() -> None:
-    df = an.frame(rows("fp32", 40, 1.664, None, 0) + rows("bf16", 73, 0.389, None, 10))
+    df = an.frame(an.StoredRepeat.many(rows("fp32", 40, 1.664, None, 0) + rows("bf16", 73, 0.389, None, 10)))
     df["loss_at"] = None
     table, note = grid_text(df)
     loss = [r for r in table if "final loss" in r[1]]
@@ -43,6 +43,6 @@ def test_losses_without_a_common_step_are_said_not_comparable() -> None:
 
 
 def test_equal_step_counts_are_shown_as_measured() -> None:
-    df = an.frame(rows("fp32", 40, 1.664, 1.8, 0) + rows("bf16", 40, 1.5, 1.7, 10))
+    df = an.frame(an.StoredRepeat.many(rows("fp32", 40, 1.664, 1.8, 0) + rows("bf16", 40, 1.5, 1.7, 10)))
     table, note = grid_text(df)
     assert any(r[1] == "final loss" for r in table) and note == ""

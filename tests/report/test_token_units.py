@@ -43,8 +43,8 @@ def fill(db: Path) -> Path:
 
 
 def test_a_repeat_that_measured_nothing_takes_its_models_unit() -> None:
-    df = an.frame([{"params": {**PARAMS, "precision": "fp8"}, "status": "unsupported", "metrics": {}},
-                   {"params": {"model": "mlp"}, "status": "unsupported", "metrics": {}}])
+    df = an.frame(an.StoredRepeat.many([{"params": {**PARAMS, "precision": "fp8"}, "status": "unsupported", "metrics": {}},
+                   {"params": {"model": "mlp"}, "status": "unsupported", "metrics": {}}]))
     assert list(df["unit_throughput"]) == ["tok/s", "img/s"]
     assert list(df["unit_images_per_joule"]) == ["tok/J", "img/J"]
 

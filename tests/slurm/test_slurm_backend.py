@@ -151,7 +151,7 @@ def test_small_matrix_lands_in_the_store_one_sbatch_per_shape(launch: Launch, tm
         store.start_run("slurm-test", None, "slurm-test", [])
         for task, outcome in reported:
             store.add("slurm-test", task, outcome)
-        rows = list(store.rows())
+        rows = [r.columns() for r in store.rows()]
     assert len(rows) == len(tasks) == 5
     for row in rows:
         assert row["status"] == "ok", row

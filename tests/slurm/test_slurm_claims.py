@@ -32,7 +32,7 @@ def matrix_cmd(*args: str) -> list[str]:
 
 def measured(db: Path) -> Counter[tuple[str, int]]:
     with Store(db, readonly=True) as store:
-        return Counter((r["cell_key"], r["repeat"]) for r in store.rows(latest_only=False))
+        return Counter((r.cell_key, r.repeat) for r in store.rows(latest_only=False))
 
 
 def test_collect_leaves_the_jobs_a_live_run_waits_for_to_that_run(bare_python: str, tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ class Matrix:
         if not db.exists():
             return []
         with Store(db, create=False) as store:
-            return list(store.rows(latest_only=False))
+            return [r.columns() for r in store.rows(latest_only=False)]  # the stored columns, to assert on
 
     def submitted(self) -> dict[str, dict[str, object]]:
         """The array tasks the store says are submitted and not yet collected (read without writing)."""

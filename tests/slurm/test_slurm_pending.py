@@ -207,7 +207,7 @@ def test_a_partition_down_is_said_cancelled_and_retried_by_the_next_run(bare_pyt
     said = first.stdout + first.stderr
     assert "pends (2 tasks): PartitionDown" in said and "cannot start" in said, said
     with Store(tmp_path / "r.db", create=False) as store:
-        rows = list(store.rows())
+        rows = [r.columns() for r in store.rows()]
         assert [r["status"] for r in rows] == ["not_started"] * 2, said
         assert "PartitionDown" in str(rows[0]["reason"]) and rows[0]["env"]["slurm_reason"].startswith("PartitionDown")
         job = str(rows[0]["env"]["slurm_job_id"]).split("_")[0]
@@ -215,7 +215,7 @@ def test_a_partition_down_is_said_cancelled_and_retried_by_the_next_run(bare_pyt
     scontrol("update", f"PartitionName={down_partition}", "State=UP")
     second = subprocess.run(cli, cwd=tmp_path, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     with Store(tmp_path / "r.db", create=False) as store:
-        assert [r["status"] for r in store.rows()] == ["ok"] * 2, second.stdout + second.stderr
+        assert [r.status for r in store.rows()] == ["ok"] * 2, second.stdout + second.stderr
 
 
 @pytest.mark.slurm

@@ -79,7 +79,7 @@ def stored(runtimes: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         out = cli("run", "-m", "m.yaml", "--db", "r.db", "--workdir", "w", cwd=root, check=False)
     assert out.returncode == 3, out.stdout + out.stderr  # two environments could not start
     with Store(root / "r.db", create=False) as store:
-        rows = {str(r["environment"]): r for r in store.rows()}
+        rows = {r.environment: r.columns() for r in store.rows()}
     yield {**rows, "_root": {"path": root, "out": out.stdout + out.stderr}}
 
 

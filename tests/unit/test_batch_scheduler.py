@@ -126,8 +126,8 @@ def test_a_run_submits_polls_and_collects_every_task(tmp_path: Path) -> None:
         report = run(m, store, tmp_path)
         assert report.exit_code == execute.EXIT_OK
         rows = list(store.rows())
-        assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
-        assert sorted(r["metrics"]["throughput"] for r in rows) == [100.0, 100.0, 101.0, 101.0]
+        assert len(rows) == 4 and {r.status for r in rows} == {"ok"}
+        assert sorted(r.metrics["throughput"] for r in rows) == [100.0, 100.0, 101.0, 101.0]
         assert store.open_jobs("procqueue") == {}, "every job collected"
         closed = store.db.execute("SELECT closed_how FROM batch_jobs WHERE backend='procqueue'").fetchall()
         assert [r[0] for r in closed] == ["collected"] * 4
@@ -143,7 +143,7 @@ def test_no_wait_leaves_jobs_in_the_store_and_collect_gathers_them(tmp_path: Pat
         while len(list(store.rows())) < 4 and time.time() < deadline:
             run(m, store, tmp_path, submit=False)  # `matrix collect`: starts nothing
             time.sleep(0.1)
-        assert sorted(r["status"] for r in store.rows()) == ["ok"] * 4
+        assert sorted(r.status for r in store.rows()) == ["ok"] * 4
         assert store.open_jobs("procqueue") == {}
 
 

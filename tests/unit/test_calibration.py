@@ -127,7 +127,7 @@ def test_first_repeat_calibrates_later_repeats_and_a_resume_reuse_the_stored_cou
         assert [c.key for c in more.cells()] == [c.key for c in m.cells()]  # repeats are not in the key
         assert run(more, store, tmp_path).exit_code == 0
         assert sorted(iterations_of(a) for _, a in rec.calls) == [37] * 4
-        stored = [r["metrics"]["iterations"] for r in store.rows()]
+        stored = [r.metrics["iterations"] for r in store.rows()]
         assert stored == [37] * 10
 
 
@@ -228,6 +228,7 @@ def test_the_first_calibration_stays(tmp_path: Path) -> None:
     ({"steady": True, "how": "steady", "iterations": 6}, ""),
 ])
 def test_show_notes_a_warm_up_that_stopped_at_a_ceiling(warmup: dict[str, Any], note: str) -> None:
+    from runner.analysis import Repeat, StoredRepeat
     from runner.cli import _show_note
     row = {"status": "ok", "reason": None, "metrics": {"warmup": warmup}}
-    assert _show_note(row).text == note
+    assert _show_note(Repeat.of(StoredRepeat.of(row))).text == note

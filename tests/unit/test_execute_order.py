@@ -84,7 +84,7 @@ def test_batch_environments_are_all_submitted_first(tmp_path: Path, monkeypatch:
     m = matrix_mod.parse(MATRIX, tmp_path / "m.yaml")
     with Store(tmp_path / "r.db") as store:
         report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
-        statuses = [r["status"] for r in store.rows()]
+        statuses = [r.status for r in store.rows()]
     assert events == expected
     assert report.pending == 0 and statuses == ["ok"] * 6
 
@@ -177,14 +177,14 @@ def test_an_environment_that_cannot_start_is_not_started_retried_and_fails_the_e
     m = matrix_mod.parse(MATRIX.replace("backend: slurm", "backend: local"), tmp_path / "m.yaml")
     with Store(tmp_path / "r.db") as store:
         report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
-        assert {r["status"] for r in store.rows()} == {"not_started"}
+        assert {r.status for r in store.rows()} == {"not_started"}
         assert report.exit_code == execute.EXIT_NOT_MEASURED and report.unsuccessful == {"not_started": 6}
         # Nothing was measured: the next run tries every repeat again without --rerun-failed.
         assert len(execute.todo(m.cells(), store)) == 6
         events: list[tuple[str, str]] = []
         monkeypatch.setattr(execute.backends, "get", lambda kind: fakes(events, elsewhere=False)["local"])
         report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
-        assert report.exit_code == execute.EXIT_OK and {r["status"] for r in store.rows()} == {"ok"}
+        assert report.exit_code == execute.EXIT_OK and {r.status for r in store.rows()} == {"ok"}
 
 
 def test_a_failed_repeat_fails_the_exit_code_even_when_nothing_is_left_to_run(
@@ -259,7 +259,7 @@ run: {iterations: 1, warmup: 0, repeats: 3, interleave: true}
     m = matrix_mod.parse(text, tmp_path / "m.yaml")
     with Store(tmp_path / "r.db") as store:
         report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
-        stored = [(r["environment"], r["repeat"], r["status"]) for r in store.rows()]
+        stored = [(r.environment, r.repeat, r.status) for r in store.rows()]
     assert events == [("run", "a"), ("run", "b")] * 3
     assert opened == ["a", "b", "broken", "a", "b", "a", "b"]  # broken: tried in the first round only
     assert stored == [(e, r, "ok" if e != "broken" else "not_started") for r in range(3) for e in ("a", "b", "broken")]

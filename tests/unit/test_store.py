@@ -34,10 +34,10 @@ def test_round_trip_keeps_everything(tmp_path: Path) -> None:
         store.finish_run("r1", "complete")
     with Store(tmp_path / "m.db", create=False) as store:
         (row,) = store.rows()
-        assert row["cell_key"] == cell.key and row["repeat"] == 0 and row["tags"] == ["metal"]
-        assert row["params"]["precision"] == "fp32" and row["metrics"] == {"throughput": 123.0}
-        assert row["env"]["torch"] == "2.13.0" and row["env"]["backend"] == "local"
-        assert row["raw"]["status"] == "ok" and row["log_tail"] == "log"
+        assert row.cell_key == cell.key and row.repeat == 0 and row.tags == ("metal",)
+        assert row.params["precision"] == "fp32" and row.metrics == {"throughput": 123.0}
+        assert row.env["torch"] == "2.13.0" and row.env["backend"] == "local"
+        assert row.raw["status"] == "ok" and row.log_tail == "log"
         (run,) = store.runs()
         assert run.status == "complete" and run.counts == {"ok": 1}
 
@@ -68,7 +68,7 @@ def test_resume_runs_only_what_is_missing(tmp_path: Path) -> None:
         store.add("r2", Task(cells[0], 1), ok(2.0))
         assert store.latest_statuses([cells[0].key])[(cells[0].key, 1)] is Status.OK
         assert len(list(store.rows(latest_only=False))) == 5
-        assert [r["run_id"] for r in store.rows(["r1"])].count("r1") == 4
+        assert [r.run_id for r in store.rows(["r1"])].count("r1") == 4
 
 
 def test_unknown_schema_says_what_to_do(tmp_path: Path) -> None:

@@ -89,8 +89,8 @@ def test_a_capture_is_stored_once_and_each_result_refers_to_it(tmp_path: Path) -
         n_captures = store.db.execute("SELECT COUNT(*) FROM captures").fetchone()[0]
         assert n_captures == 2
         rows = list(store.rows(latest_only=False))
-        assert all("software" not in r["env"] and "software" not in r["raw"]["env"] for r in rows)
-        ids = [r["capture_id"] for r in rows]
+        assert all("software" not in r.env and "software" not in r.raw["env"] for r in rows)
+        ids = [r.capture_id for r in rows]
         assert len(set(ids[:6])) == 1 and ids[6] != ids[0] and ids[7] is None
         text = json.dumps(software(), sort_keys=True, separators=(",", ":"))
         assert ids[0] == hashlib.sha256(text.encode()).hexdigest()  # content-addressed
@@ -102,7 +102,7 @@ def test_a_capture_is_stored_once_and_each_result_refers_to_it(tmp_path: Path) -
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             store.db.execute("UPDATE captures SET content='{}'")
         # The rest of the result is as before: its env keeps the small facts.
-        assert rows[0]["env"]["os"] == "Debian GNU/Linux 12 (bookworm)" and rows[0]["metrics"]["throughput"] == 100.0
+        assert rows[0].env["os"] == "Debian GNU/Linux 12 (bookworm)" and rows[0].metrics["throughput"] == 100.0
 
 
 def test_split_capture_leaves_the_outcome_alone() -> None:
@@ -119,11 +119,12 @@ def test_a_schema_1_store_is_migrated_on_first_write_without_losing_a_row(tmp_pa
     with Store(path) as store:
         assert store.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == str(STORE_SCHEMA)
         old = list(store.rows())
-        assert [r["metrics"]["throughput"] for r in old] == [100.0, 101.0]
-        assert all(r["capture_id"] is None and r["schema"] == SCHEMA for r in old)
+        assert [r.metrics["throughput"] for r in old] == [100.0, 101.0]
+        assert all(r.capture_id is None for r in old)
+        assert all(r["schema"] == SCHEMA for r in store.decoded()), "the rows of schema 1, read as they are"
         store.add("r1", Task(M.cells()[0], 2), outcome(102.0, software()))
-        (new,) = [r for r in store.rows() if r["repeat"] == 2]
-        assert new["capture_id"] in store.captures([new["capture_id"]])
+        (new,) = [r for r in store.rows() if r.repeat == 2]
+        assert new.capture_id in store.captures([new.capture_id])
         assert [i.run_id for i in store.runs()] == ["r0"]
     assert dump(path)[:2] == before  # every old row as it was, column by column
     with Store(path) as store:  # opening again: nothing to migrate, nothing changes
@@ -135,7 +136,7 @@ def test_a_schema_1_store_read_only_is_read_as_it_is(tmp_path: Path) -> None:
     data = path.read_bytes()
     with Store(path, readonly=True) as store:
         rows = list(store.rows())
-        assert [r["capture_id"] for r in rows] == [None, None] and store.captures(["x"]) == {}
+        assert [r.capture_id for r in rows] == [None, None] and store.captures(["x"]) == {}
         assert store.environments() == ["cpu"]
     assert path.read_bytes() == data  # no DDL, no migration, nothing written
 
@@ -168,6 +169,6 @@ def test_a_journal_keeps_the_capture_and_an_older_journal_imports(tmp_path: Path
                    if k != "capture_id"}
         store._keep({"kind": "result", "row": old_row})
     with Store(tmp_path / "j.db") as store:
-        rows = {r["repeat"]: r for r in store.rows()}
-        assert rows[0]["capture_id"] == capture.id and store.captures([capture.id])[capture.id] == software()
-        assert rows[1]["capture_id"] is None and rows[1]["metrics"]["throughput"] == 50.0
+        rows = {r.repeat: r for r in store.rows()}
+        assert rows[0].capture_id == capture.id and store.captures([capture.id])[capture.id] == software()
+        assert rows[1].capture_id is None and rows[1].metrics["throughput"] == 50.0

@@ -51,7 +51,7 @@ def rows(db: Path) -> list[dict[str, Any]]:
     from runner.store import Store
 
     with Store(db, readonly=True) as store:
-        return list(store.rows())
+        return [r.columns() for r in store.rows()]  # the stored columns, to assert on
 
 
 def received_argv(log_tail: str) -> list[str]:

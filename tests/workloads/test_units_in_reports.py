@@ -31,7 +31,7 @@ def row(repeat: int, value: float, definitions: dict[str, Any] | None) -> dict[s
 
 
 def test_the_frame_carries_each_metrics_definition_with_the_benchmarks_as_default() -> None:
-    df = an.frame([row(0, 10.0, {"throughput": TOKENS}), row(1, 11.0, None)])
+    df = an.frame(an.StoredRepeat.many([row(0, 10.0, {"throughput": TOKENS}), row(1, 11.0, None)]))
     assert list(df["unit_throughput"]) == ["tok/s", "img/s"]
     assert list(df["how_throughput"]) == [TOKENS["how"], "bench: items over the synchronised measured window"]
     assert list(df["unit_iter_time"]) == ["ms", "ms"]
@@ -41,7 +41,7 @@ def test_tables_label_the_throughput_in_the_programs_own_unit() -> None:
     rows = [row(r, 10.0 + r, {"throughput": TOKENS}) for r in range(3)]
     columns = summary_table(M.cells(), rows).columns
     assert "tok/s (mean ± std)" in columns and not any("img/s" in c for c in columns), columns
-    (section,) = grid_sections(an.summarize(an.frame(rows)))
+    (section,) = grid_sections(an.summarize(an.frame(an.StoredRepeat.many(rows))))
     assert section.table is not None
     labels = [c.text for r in section.table.rows for c in r]
     assert "throughput (tok/s)" in labels and not any("img/s" in t for t in labels), labels
@@ -57,7 +57,7 @@ def test_a_workload_repeat_shows_no_warm_up_or_window_the_program_never_saw() ->
     r["raw"] = {"params": {"batch_size": 8, "iterations": 50, "warmup": 10, "seed": 0},
                 "workload": {"parser": "pattern", "argv": ["python", "train.py", "8"]}}
     bench = {**r, "raw": {"params": r["raw"]["params"], "workload": None}}
-    df = an.frame([r, bench])
+    df = an.frame(an.StoredRepeat.many([r, bench]))
     assert list(df["settings"]) == ["", "iterations=50 warmup=10 seed=0"]
     assert df["warmup_iters"].isna().tolist() == [True, False] and df["window_iters"].isna().tolist() == [True, False]
     assert df["steps"].isna().tolist()[0]
@@ -113,10 +113,10 @@ def test_a_reference_on_a_workload_is_judged_in_its_own_unit() -> None:
 
     (ref,) = references.parse([{"throughput": ">= 5"}], lambda loc: "m.yaml")
     (cell,) = M.cells()
-    df = an.frame([row(r, 10.0, {"throughput": TOKENS}) for r in range(2)])
+    df = an.frame(an.StoredRepeat.many([row(r, 10.0, {"throughput": TOKENS}) for r in range(2)]))
     judged = references._judgement(ref, cell, df, an.METRICS["throughput"], ref.bounds["throughput"], ["batch_size"])
     assert judged.unit == "tok/s" and judged.verdict.value == "pass"
-    bench = references._judgement(ref, cell, pd.DataFrame(an.frame([row(0, 10.0, None)])), an.METRICS["throughput"],
+    bench = references._judgement(ref, cell, pd.DataFrame(an.frame(an.StoredRepeat.many([row(0, 10.0, None)]))), an.METRICS["throughput"],
                                   ref.bounds["throughput"], ["batch_size"])
     assert bench.unit == "img/s"
 
@@ -127,7 +127,7 @@ def test_the_scaling_table_is_headed_in_the_rows_unit() -> None:
     (cell,) = M.cells()
     rows = [{**row(i, 100.0 * gpus + i, {"throughput": TOKENS}), "id": 10 * gpus + i, "cell_key": f"k{gpus}",
              "params": {**cell.params, "gpus": gpus}} for gpus in (1, 2) for i in range(2)]
-    (section,) = scaling_sections(an.scaling(an.summarize(an.frame(rows))))
+    (section,) = scaling_sections(an.scaling(an.summarize(an.frame(an.StoredRepeat.many(rows)))))
     assert section.table is not None
     assert "throughput (tok/s)" in section.table.columns and not any("img/s" in c for c in section.table.columns)
 

@@ -12,16 +12,16 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from runner.analysis.metrics import METRICS
 from runner.spec.cells import Strict
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# The store's own metrics a figure may be (runner/analysis/frame.py): their direction is fixed, and a
-# figure's unit converts to the stored one. Anything else is a figure of the user's own naming.
-STORE_METRICS: dict[str, tuple[str, str]] = {  # name -> (better, stored unit)
-    "throughput": ("higher", "per second"), "window_s": ("lower", "s"), "iter_time": ("lower", "s"),
-    "peak_mem": ("lower", "bytes"), "loss_end": ("lower", ""), "accuracy": ("higher", "fraction"),
-    "images_per_joule": ("higher", "per joule"),
+# The store's own metrics a figure may be, with the stored unit its figure converts to (below): their direction is
+# the metric table's (runner/analysis/metrics.py). Anything else is a figure of the user's own naming.
+STORE_METRICS: dict[str, str] = {  # name -> stored unit
+    "throughput": "per second", "window_s": "s", "iter_time": "s", "peak_mem": "bytes", "loss_end": "",
+    "accuracy": "fraction", "images_per_joule": "per joule",
 }
 METRIC_ALIASES = {"time": "window_s", "memory": "peak_mem", "loss": "loss_end", "energy": "images_per_joule"}
 TIME_UNITS = {"s": 1.0, "sec": 1.0, "seconds": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "min": 60.0,
@@ -77,7 +77,8 @@ def figure_config(name: str, fig: Figure) -> dict[str, Any]:
                              f"of your own naming has no known direction (the store's metrics: "
                              f"{', '.join(STORE_METRICS)})")
         return out
-    better, stored = STORE_METRICS[metric]
+    stored = STORE_METRICS[metric]
+    better = "higher" if METRICS[metric].higher_is_better else "lower"
     if fig.better is not None and fig.better != better:
         raise ValueError(f"figure {name}: {metric} is better when {better}; it cannot be declared better: {fig.better}")
     unit = fig.unit.strip()

@@ -13,8 +13,6 @@ from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.labels import KEY_LABELS, cell_value, key_text, varying
 from runner.report.viewkit import Built, Context, View
 
-METRICS = ("throughput", "iter_time", "peak_mem", "accuracy", "loss_end", "mfu", "images_per_joule")
-
 
 class Machines(View):
     name = "machines"
@@ -46,7 +44,7 @@ def machines_section(cells: pd.DataFrame) -> Section:
                    always=("model", "precision"))
     columns = list(dict.fromkeys(zip(cells["machine"], cells["batch_size"], strict=True)))
     columns.sort(key=lambda mb: (list(dict.fromkeys(cells["machine"])).index(mb[0]), mb[1]))
-    metrics = [m for m in METRICS if f"{m}_n" in cells and (cells[f"{m}_n"] > 0).any()]
+    metrics = [m.name for m in an.METRICS.shown("machines") if f"{m.name}_n" in cells and (cells[f"{m.name}_n"] > 0).any()]
     table = Table([*(KEY_LABELS[k] for k in keys), "metric", *(f"{m} · batch {b}" for m, b in columns)],
                   align=["l"] * (len(keys) + 1) + ["r"] * len(columns))
     previous = None

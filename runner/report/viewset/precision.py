@@ -43,9 +43,7 @@ def precision_sections(info: pd.DataFrame, prec: pd.DataFrame, summary: pd.DataF
     sections = []
     keys = varying(prec, ["model", "batch_size", "dataset", "gpus", "nodes", "options"],
                    always=("model", "batch_size"))
-    metric_cols: list[tuple[str, bool]] = [("iter_time", True), ("throughput", True), ("peak_mem", True),
-                                           ("images_per_joule", True), ("accuracy", False)]
-    metric_cols = [(m, r) for m, r in metric_cols if (prec[f"{m}_n"] > 0).any()]
+    metric_cols = [(m.name, m.vs_fp32) for m in an.METRICS.shown("precision_table") if (prec[f"{m.name}_n"] > 0).any()]
     for env, g in prec.groupby("environment", sort=False):
         cols = [KEY_LABELS[k] for k in keys] + ["precision"]
         mine = summary[summary["environment"] == env] if summary is not None and "environment" in summary else None
