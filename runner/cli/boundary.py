@@ -75,6 +75,8 @@ def os_error_line(e: OSError) -> str:
 
 
 state: dict[str, Any] = {"verbose": False, "db": None}
+
+
 def store_path(db: Path) -> Path:
     """--db: remembered for the error boundary; a path the store cannot use (a folder, a file in the way) is the
     store's StoreError (exit 6), said in one line when it is opened."""
