@@ -1,40 +1,36 @@
-"""The `matrix` command line: parse options, call one function per command; one error boundary for all."""
+"""The `matrix` command line: declares each command's options and hands their values to the command registered
+under its name (runner/commands/base.py: `run(option values) -> exit status`); one error boundary for all
+(runner/cli/boundary.py). No logic and no formatting here: what a command does and says is its module's."""
 
 from __future__ import annotations
 
-import math
 import signal
-import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from runner import matrix as matrix_mod
-from runner.base.errors import ConfigError
 from runner.cli import boundary
-from runner.cli.boundary import Boundary, exits, state
-from runner.commands import clean as clean_cmd
-from runner.commands import collect as collect_cmd
-from runner.commands import diff as diff_cmd
-from runner.commands import doctor as doctor_cmd
-from runner.commands import load as load_matrix
-from runner.commands import ls as ls_cmd
-from runner.commands import plan as plan_cmd
-from runner.commands import report as report_cmd
-from runner.commands import run as run_cmd
-from runner.commands import show as show_cmd
-from runner.commands import sigterm
-
-# Kept importable from here (tests and older callers): each lives with its command in runner/commands/.
-from runner.commands.plan import plan_runs as plan_runs  # noqa: E402
-from runner.commands.run import with_image as _with_image  # noqa: E402,F401
-from runner.commands.show import note as _show_note  # noqa: E402,F401
-from runner.spec.outcomes import RERUN_FAILED_TEXT
-from runner.store import DEFAULT_DB
+from runner.cli.boundary import Boundary, state
+from runner.commands import DEFAULT_DB, MAX_CELLS, RERUN_FAILED_TEXT, sigterm
+from runner.commands.base import COMMANDS, call
 
 app = typer.Typer(cls=Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning training across environments and precisions.")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def command(name: str) -> Callable[[F], F]:
+    """Declare a function's parameters as the options of the registered command `name`: the app's command of that
+    name, whose --help is the command's (its help, details and exit statuses)."""
+    return app.command(name, help=COMMANDS.get(name).help_page())
+
+
+def _done(status: int) -> None:
+    """A command's exit status, given to Typer."""
+    if status:
+        raise typer.Exit(status)
 
 
 MatrixOpt = Annotated[Path | None, typer.Option("--matrix", "-m", help="matrix file (default: ./matrix.yaml, "
@@ -44,6 +40,13 @@ EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="only these envi
 OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="only cells with KEY=VALUE (repeatable)")]
 MaxCellsOpt = Annotated[int, typer.Option("--max-cells", min=1, help="refuse a matrix of more cells than this "
                                           "(a typo in an axis multiplies)")]
+UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an undecided verdict counts: error "
+                                                   "(exit 5, the default), fail (exit 1) or pass (exit 0; still "
+                                                   "said undecided)")]
+SIDE_HELP = ("side {side}: environment, tag, backend or run id (this store's repeats; where it has none, the one "
+             "machine that measured it); or env:NAME, tag:NAME, backend:KIND, run:ID; NAME@machine:ID for another "
+             "machine's; a whole machine: host:NAME (the host a repeat ran on), machine:X (the store id that measured "
+             "it, or its hardware, written whole)")
 
 
 @app.callback()
@@ -52,22 +55,13 @@ def _global(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show 
     state["verbose"] = verbose
 
 
-def _done(status: int) -> None:
-    """A command's exit status, given to Typer."""
-    if status:
-        raise typer.Exit(status)
-
-
-@app.command()
-@exits("plan")
+@command("plan")
 def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
-         db: DbOpt = DEFAULT_DB, max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
-    """Validate the matrix file and list its cells; nothing runs."""
-    _done(plan_cmd.main(matrix, env or (), only or (), db, max_cells))
+         db: DbOpt = DEFAULT_DB, max_cells: MaxCellsOpt = MAX_CELLS) -> None:
+    _done(call("plan", matrix=matrix, env=env, only=only, db=db, max_cells=max_cells))
 
 
-@app.command()
-@exits("run")
+@command("run")
 def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
         image: Annotated[str | None, typer.Option("--image", help="run the axes in this one image "
                                                      "(an ad-hoc docker environment)")] = None,
@@ -80,58 +74,40 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
         workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files (submitted "
                                               "jobs are kept in --db)", callback=boundary.workdir_path)
                            ] = Path("results"),
-        max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS,
+        max_cells: MaxCellsOpt = MAX_CELLS,
         ) -> None:
-    """Run every repeat that is not stored yet (resume is the default)."""
-    _done(run_cmd.main(matrix, db, env or (), only or (), image, gpus, rerun_failed, force, no_wait, workdir, max_cells,
-                       state["verbose"]))
+    _done(call("run", matrix=matrix, db=db, env=env, only=only, image=image, gpus=gpus, rerun_failed=rerun_failed,
+               force=force, no_wait=no_wait, workdir=workdir, max_cells=max_cells, verbose=state["verbose"]))
 
 
-@app.command()
-@exits("collect")
+@command("collect")
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
             workdir: Annotated[Path, typer.Option("--workdir", help="logs; the jobs to gather are found in "
                                                   "--db", callback=boundary.workdir_path)
                                ] = Path("results"),
-            max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
-    """Gather results of batch jobs submitted earlier (`run --no-wait`); submits and starts nothing
-    (repeats of environments that run here are left to `matrix run`)."""
-    _done(collect_cmd.main(matrix, db, env or (), only or (), workdir, max_cells, state["verbose"]))
+            max_cells: MaxCellsOpt = MAX_CELLS) -> None:
+    _done(call("collect", matrix=matrix, db=db, env=env, only=only, workdir=workdir, max_cells=max_cells,
+               verbose=state["verbose"]))
 
 
-@app.command("ls")
-@exits("ls")
+@command("ls")
 def ls(db: DbOpt = DEFAULT_DB,
        imports: Annotated[bool, typer.Option("--imports", help="what the store imported and from where: one row "
                                              "per origin store and file (host, hardware, when, runs, repeats)")]
        = False) -> None:
-    """List the runs in the store (--imports: what it imported)."""
-    _done(ls_cmd.main(db, imports))
+    _done(call("ls", db=db, imports=imports))
 
 
-@app.command()
-@exits("show")
+@command("show")
 def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run id or prefix "
                                                           "(default: latest: the newest run measured in this store; "
                                                           "the newest import only when every run was imported)",
                                                           callback=boundary.run_ref)] = None,
          db: DbOpt = DEFAULT_DB) -> None:
-    """The cells of one run with their statuses and throughput."""
-    _done(show_cmd.main(run_ref, db))
+    _done(call("show", run_ref=run_ref, db=db))
 
 
-UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an undecided verdict counts: error "
-                                                   "(exit 5, the default), fail (exit 1) or pass (exit 0; still "
-                                                   "said undecided)")]
-
-SIDE_HELP = ("side {side}: environment, tag, backend or run id (this store's repeats; where it has none, the one "
-             "machine that measured it); or env:NAME, tag:NAME, backend:KIND, run:ID; NAME@machine:ID for another "
-             "machine's; a whole machine: host:NAME (the host a repeat ran on), machine:X (the store id that measured "
-             "it, or its hardware, written whole)")
-
-
-@app.command()
-@exits("compare")
+@command("compare")
 def compare(a: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="A"))],
             b: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="B"))],
             db: DbOpt = DEFAULT_DB,
@@ -148,61 +124,19 @@ def compare(a: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="A"))],
             undecided: UndecidedOpt = None,
             pool: Annotated[bool, typer.Option("--pool", help="pool every definition a side holds for a cell "
                                                "(default: the newest, the others listed)")] = False) -> None:
-    """Pair the cells of A and B and say which is faster, by how much, and whether it is significant.
-
-    A side is an environment name, a tag, a backend kind or a run id, or one spelled with its kind:
-    env:NAME, tag:NAME, backend:KIND, run:ID, host:NAME (the host a repeat ran on) or machine:X (its
-    hardware in words, or the id of the store it was imported from).
-
-    With --fail-on, a regression gate: exit status 1 when a pair changed more than the threshold AND
-    significantly, 5 when a pair could not be decided (fewer than 2 ok repeats a side, a metric not
-    measured, run settings that differ; --undecided fail|pass counts those otherwise); the output lists
-    the pairs that failed or were undecided (in JSON: the `gate` member).
-    """
-    from runner.commands import decide
-    from runner.report import compare_command
-    if min_effect is not None and not (math.isfinite(min_effect) and 0 <= min_effect < 1):
-        raise ConfigError(f"--min-effect {min_effect}: a fraction from 0 to below 1 (0.02 = 2%)")
-    min_effect = decide.one_threshold(metric, min_effect, fail_on or [])
-    gate_out, status = "", 0
-    if fail_on:
-        gate_out, status = decide.gate_command(db, a, b, fail_on, fmt, undecided, pool)
-    elif undecided is not None:
-        raise ConfigError("--undecided applies to the gate: add --fail-on (e.g. --fail-on slower:3%)")
-    text = compare_command(db, a, b, fmt, metric, min_effect=min_effect, pool=pool)
-    if gate_out:
-        if fmt == "csv":
-            typer.echo(gate_out, err=True, nl=False)
-        text = decide.with_gate(text, gate_out, fmt)
-    if text:
-        typer.echo(text, nl=not text.endswith("\n"))
-    if status:
-        raise typer.Exit(status)
+    _done(call("compare", a=a, b=b, db=db, fmt=fmt, metric=metric, min_effect=min_effect, fail_on=fail_on,
+               undecided=undecided, pool=pool))
 
 
-@app.command()
-@exits("check")
+@command("check")
 def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
           fmt: Annotated[str | None, typer.Option("--format", help="json (default: a table)")] = None,
-          undecided: UndecidedOpt = None, max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
-    """Hold the stored results against the matrix file's `references:`; runs nothing.
-
-    Per cell and metric: pass, fail or undecided, with the measured mean, the reference and the margin.
-    A reference fails when a cell it covers has no value because its repeats failed; it is undecided when
-    nothing was measured or the metric is not measured there, unless --undecided (or the entry's
-    `undecided:`) counts it as fail or pass.
-    """
-    from runner.commands import decide
-    m = load_matrix(matrix, max_cells)
-    cells = matrix_mod.select(m.cells(), env or (), only or ())
-    text, status = decide.check_command(m, cells, db, fmt, undecided)
-    typer.echo(text, nl=not text.endswith("\n"))
-    if status:
-        raise typer.Exit(status)
+          undecided: UndecidedOpt = None, max_cells: MaxCellsOpt = MAX_CELLS) -> None:
+    _done(call("check", matrix=matrix, db=db, env=env, only=only, fmt=fmt, undecided=undecided,
+               max_cells=max_cells))
 
 
-@app.command()
-@exits("bisect")
+@command("bisect")
 def bisect(environments: Annotated[list[str] | None, typer.Argument(
                metavar="[ENVIRONMENTS]...", help="environments of the matrix file, in order (default: all of them, "
                "in the file's order)")] = None,
@@ -224,39 +158,23 @@ def bisect(environments: Annotated[list[str] | None, typer.Argument(
            fmt: Annotated[str | None, typer.Option("--format", help="md or json (default: tables)")] = None,
            workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files",
                                                  callback=boundary.workdir_path)] = Path("results"),
-           max_cells: MaxCellsOpt = matrix_mod.MAX_CELLS) -> None:
-    """Find the adjacent pair of environments where the cell's metric changes beyond the threshold, measuring as
-    few environments as possible (binary search, repeats added where the answer is not clear yet; every repeat
-    is stored, so a second bisect on the same store measures nothing new). A change of status counts too
-    (unsupported -> ok). Prints the pair, the change with its interval and p-value, what it measured against a
-    full sweep, and what differs between the two environments; a change spread over several steps is said so.
-    """
-    from runner.commands.bisect import bisect_command
-    m = load_matrix(matrix, max_cells)
-    signal.signal(signal.SIGTERM, sigterm)
-    text, status = bisect_command(m, db, environments or (), images or (), template, gpus, only or (), metric,
-                                  threshold, max_repeats, fmt, workdir, sys.argv[1:], state["verbose"])
-    typer.echo(text, nl=not text.endswith("\n"))
-    if status:
-        raise typer.Exit(status)
+           max_cells: MaxCellsOpt = MAX_CELLS) -> None:
+    _done(call("bisect", environments=environments, matrix=matrix, db=db, only=only, images=images,
+               template=template, gpus=gpus, metric=metric, threshold=threshold, max_repeats=max_repeats, fmt=fmt,
+               workdir=workdir, max_cells=max_cells, verbose=state["verbose"]))
 
 
-@app.command("diff")
-@exits("diff")
+@command("diff")
 def diff(a: Annotated[str, typer.Argument(help="environment A (a name in the store)")],
          b: Annotated[str, typer.Argument(help="environment B")],
          db: DbOpt = DEFAULT_DB,
          fmt: Annotated[str | None, typer.Option("--format", help="md or json (default: tables)")] = None,
          everything: Annotated[bool, typer.Option("--all", help="also what is the same, and every package")
                                ] = False) -> None:
-    """What differs between two environments, as their newest repeats recorded it: PyTorch, CUDA, cuDNN, NCCL,
-    Python, numpy, the OS, the image, the hardware, the variables that steer the libraries, torch's build, how
-    each precision ran, and the Python and system packages."""
-    _done(diff_cmd.main(db, a, b, fmt, everything))
+    _done(call("diff", a=a, b=b, db=db, fmt=fmt, everything=everything))
 
 
-@app.command()
-@exits("report")
+@command("report")
 def report(db: DbOpt = DEFAULT_DB,
            run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs",
                                                               callback=boundary.run_refs)] = None,
@@ -265,58 +183,45 @@ def report(db: DbOpt = DEFAULT_DB,
            out: Annotated[Path | None, typer.Option("--out", help="output folder (default: results/reports/<name>/, "
                                                        "untracked)", callback=boundary.out_path)
                           ] = None) -> None:
-    """Write the report views (tables and plots) from the store."""
-    _done(report_cmd.main(db, run_refs, fmt or ["md", "html"], out))
+    _done(call("report", db=db, run_refs=run_refs, fmt=fmt, out=out))
 
 
-@app.command("export")
-@exits("export")
+@command("export")
 def export(out: Annotated[Path, typer.Option("--out", "-o", help="the results file to write (.jsonl.gz)")],
            db: DbOpt = DEFAULT_DB,
            run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs (id or prefix; "
                                                               "repeatable)", callback=boundary.run_refs)] = None,
            env: Annotated[list[str] | None, typer.Option("--env", help="only these environments (repeatable)")] = None
            ) -> None:
-    """Write the selected repeats, with their cells, environments, log tails and provenance, to one portable file."""
-    from runner.commands.export import export_command
-    typer.echo(export_command(db, out, run_refs or None, env or None))
+    _done(call("export", out=out, db=db, run_refs=run_refs, env=env))
 
 
-@app.command("import")
-@exits("import")
+@command("import")
 def import_(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="results files `matrix export` wrote")],
             db: DbOpt = DEFAULT_DB) -> None:
-    """Merge results files into the store: all or nothing; a repeat already there is not stored again."""
-    from runner.commands.import_ import import_command
-    typer.echo("\n".join(import_command(db, files)))
+    _done(call("import", files=files, db=db))
 
 
-@app.command("publish")
-@exits("publish")
+@command("publish")
 def publish(out: Annotated[Path, typer.Option("--out", "-o", help="the site's folder")],
             db: Annotated[list[Path] | None, typer.Option("--db", help="result stores (repeatable; default "
-                                                           "results/matrix.db)")] = None,
+                                                           "results/matrix.db)", callback=boundary.store_paths)
+                          ] = None,
             metric: Annotated[str, typer.Option("--metric", help="the metric the histories plot")] = "throughput"
             ) -> None:
-    """Write a static site (opens from file://): machines, environments, runs, each cell's history with its changes."""
-    from runner.commands.publish import publish_command
-    typer.echo(publish_command([boundary.store_path(p) for p in db or [DEFAULT_DB]], out, metric))
+    _done(call("publish", out=out, db=db, metric=metric))
 
 
-@app.command()
-@exits("doctor")
+@command("doctor")
 def doctor() -> None:
-    """What this host offers: Docker engine and GPU runtime, Slurm, GPUs, Python and torch."""
-    _done(doctor_cmd.main())
+    _done(call("doctor"))
 
 
-@app.command()
-@exits("clean")
+@command("clean")
 def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this run's leftovers "
                                                          "(id or prefix)", callback=boundary.run_ref)] = None,
           db: DbOpt = DEFAULT_DB) -> None:
-    """Remove containers and batch jobs left by interrupted runs."""
-    _done(clean_cmd.main(run_ref, db))
+    _done(call("clean", run_ref=run_ref, db=db))
 
 
 def main() -> None:

@@ -1,14 +1,13 @@
 """The command line's boundary: every error as one line and its exit status (runner/base/exitcodes.py), and the
-checks of option values that name paths or runs (runner/cli/__init__.py has the commands)."""
+checks of option values that name paths or runs (runner/cli/__init__.py declares the options)."""
 
 from __future__ import annotations
 
 import errno
 import sqlite3
 import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import typer
 from rich.text import Text
@@ -16,9 +15,9 @@ from typer.core import TyperGroup
 from typer.exceptions import Abort, TyperException
 
 from runner.base import console as consoles
-from runner.base import exitcodes
 from runner.base.errors import ConfigError, MatrixError
 from runner.base.exitcodes import Exit
+from runner.commands import DEFAULT_DB
 
 
 class Boundary(TyperGroup):
@@ -76,15 +75,6 @@ def os_error_line(e: OSError) -> str:
 
 
 state: dict[str, Any] = {"verbose": False, "db": None}
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def exits(command: str) -> Callable[[F], F]:
-    """Append the command's exit statuses (runner/base/exitcodes.py) to its --help."""
-    def add(fn: F) -> F:
-        fn.__doc__ = f"{(fn.__doc__ or '').rstrip()}\n\n{exitcodes.help_text(command)}\n"
-        return fn
-    return add
 
 
 def store_path(db: Path) -> Path:
@@ -92,6 +82,12 @@ def store_path(db: Path) -> Path:
     store's StoreError (exit 6), said in one line when it is opened."""
     state["db"] = db
     return db
+
+
+def store_paths(dbs: list[Path] | None) -> list[Path] | None:
+    """--db repeated (publish): the last store named (the default one when none is) remembered as store_path does."""
+    store_path(dbs[-1] if dbs else DEFAULT_DB)
+    return dbs
 
 
 def _folder_path(path: Path | None, option: str) -> Path | None:

@@ -1,8 +1,9 @@
-"""One module per command, one calling convention: `main(...)` takes the command's option values as plain
-arguments, prints what the command says and returns its exit status (runner/base/exitcodes.py; 0: success).
-runner/cli/__init__.py only wires options to them; the error boundary (runner/cli/boundary.py) turns a MatrixError
-into one line and its status. The commands that decide (`decide`: `matrix check`, the gate of `compare
---fail-on` and the decisions printed at the end of `matrix run`; `bisect`) return their text and exit status."""
+"""The commands: one module each (runner/commands/<name>.py, import_.py for `import`), each one class that follows
+the contract of runner/commands/base.py (`Command`: a name, one line of help, `run(option values) -> exit status`)
+and registers itself in `COMMANDS`. runner/cli/__init__.py declares their options and hands the values over; the
+error boundary (runner/cli/boundary.py) turns a MatrixError into one line and its status. What several commands
+share is here (`load` of -m, `sigterm`, the defaults the options name) and in `decide` (the gate inside `compare
+--fail-on`, the decisions at the end of `run` and `collect`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from pathlib import Path
 from types import FrameType
 
 from runner import matrix as matrix_mod
+from runner.matrix import MAX_CELLS
+from runner.spec.outcomes import RERUN_FAILED_TEXT
+from runner.store import DEFAULT_DB
+
+__all__ = ["DEFAULT_DB", "MAX_CELLS", "RERUN_FAILED_TEXT", "load", "matrix_path", "sigterm"]
 
 
 def matrix_path(path: Path | None) -> Path | None:

@@ -9,6 +9,8 @@ the store; `present` prints the answer with what differs between the pair's envi
 from __future__ import annotations
 
 import math
+import signal
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,8 +22,10 @@ from runner.base import console as consoles
 from runner.base.errors import ConfigError
 from runner.bisect import envs as envlist
 from runner.bisect.measure import StoreMeasure
-from runner.matrix import Matrix
+from runner.commands import load, sigterm
+from runner.commands.base import Command, register
 from runner.report import bisect as present
+from runner.report.diff import side_of
 from runner.spec.cells import MOST_REPEATS, percentage
 from runner.store import Store
 
@@ -49,36 +53,46 @@ def settings_for(first: int, most: int | None, threshold: str, metric: str) -> s
                            levels=bisect_pair.levels(min(first, top), top))
 
 
-def bisect_command(m: Matrix, db: Path, names: Sequence[str] = (), images: Sequence[str] = (),
-                   template: str | None = None, gpus: str | None = None, only: Sequence[str] = (),
-                   metric: str = "throughput", threshold: str = DEFAULT_THRESHOLD, most: int | None = None,
-                   fmt: str | None = None, workdir: Path = Path("results"), argv: Sequence[str] = (),
-                   verbose: bool = False) -> tuple[str, int]:
-    """Run the bisect and return what to print and the exit status (found 0, no change 1, undecided 5, spread 8)."""
-    if fmt is not None and fmt not in FORMATS:
-        raise ConfigError(f"unknown bisect format {fmt!r}; allowed: {', '.join(FORMATS)} (default: tables)")
-    metric_ = None if metric == search.STATUS else get_metric(metric)
-    plan = envlist.plan(m, names, images, template, gpus, only)
-    run = plan.cells[0].run
-    first = run.adaptive.min if run.adaptive else run.repeats
-    settings = settings_for(first, most, threshold, metric_.name if metric_ else search.STATUS)
-    err = consoles.stderr()
-    started = time.time()
-    with Store(db) as store:
-        measure = StoreMeasure(plan.matrix, plan.cells, store, metric_, workdir=workdir, argv=argv, verbose=verbose,
-                               say=lambda text: err.print(text, markup=False, highlight=False))
-        answer = search.bisect(len(plan.cells), measure, settings)
-        from runner.report.diff import side_of
+@register
+class Bisect(Command):
+    name = "bisect"
+    help = ("Find the adjacent pair of environments where the cell's metric changes beyond the threshold, measuring as\n"
+            "few environments as possible (binary search, repeats added where the answer is not clear yet; every repeat\n"
+            "is stored, so a second bisect on the same store measures nothing new). A change of status counts too\n"
+            "(unsupported -> ok). Prints the pair, the change with its interval and p-value, what it measured against a\n"
+            "full sweep, and what differs between the two environments; a change spread over several steps is said so.")
 
-        def sides(c: search.Comparison) -> tuple[envdiff.Side, envdiff.Side]:
-            return (side_of(store, plan.names[c.a], [plan.cells[c.a].key]),
-                    side_of(store, plan.names[c.b], [plan.cells[c.b].key]))
+    def run(self, environments: Sequence[str] | None, matrix: Path | None, db: Path, only: Sequence[str] | None,
+            images: Sequence[str] | None, template: str | None, gpus: str | None, metric: str, threshold: str,
+            max_repeats: int | None, fmt: str | None, workdir: Path, max_cells: int, verbose: bool) -> int:
+        """Exit 0 when one pair makes the change, 1 when the two ends do not differ, 5 when undecided, 8 when the
+        change is spread over several steps. Every repeat is stored as measured; so is the answer."""
+        m = load(matrix, max_cells)
+        signal.signal(signal.SIGTERM, sigterm)
+        if fmt is not None and fmt not in FORMATS:
+            raise ConfigError(f"unknown bisect format {fmt!r}; allowed: {', '.join(FORMATS)} (default: tables)")
+        metric_ = None if metric == search.STATUS else get_metric(metric)
+        plan = envlist.plan(m, environments or (), images or (), template, gpus, only or ())
+        run = plan.cells[0].run
+        first = run.adaptive.min if run.adaptive else run.repeats
+        settings = settings_for(first, max_repeats, threshold, metric_.name if metric_ else search.STATUS)
+        err = consoles.stderr()
+        argv, started = sys.argv[1:], time.time()
+        with Store(db) as store:
+            measure = StoreMeasure(plan.matrix, plan.cells, store, metric_, workdir=workdir, argv=argv,
+                                   verbose=verbose, say=lambda text: err.print(text, markup=False, highlight=False))
+            answer = search.bisect(len(plan.cells), measure, settings)
 
-        diff = envdiff.diff(*sides(answer.culprit)) if answer.culprit is not None else None
-        steps = tuple(sides(c) for c in answer.steps) if answer.outcome == search.SPREAD else ()
-    cost = present.Cost(len(plan.names), len(answer.repeats), sum(measure.tally.looked.values()),
-                        measure.tally.measured, settings.levels[0], settings.levels[-1])
-    report = present.Report(plan.names, plan.cell_text(), metric_, settings, answer, cost, diff, steps)
-    with Store(db) as store:  # the answer is kept for the published site (runner/store/bisects.py)
-        store.add_bisect(present.to_json(report), [c.key for c in plan.cells], argv, started, time.time())
-    return present.render(report, fmt), int(answer.exit_code)
+            def sides(c: search.Comparison) -> tuple[envdiff.Side, envdiff.Side]:
+                return (side_of(store, plan.names[c.a], [plan.cells[c.a].key]),
+                        side_of(store, plan.names[c.b], [plan.cells[c.b].key]))
+
+            diff = envdiff.diff(*sides(answer.culprit)) if answer.culprit is not None else None
+            steps = tuple(sides(c) for c in answer.steps) if answer.outcome == search.SPREAD else ()
+        cost = present.Cost(len(plan.names), len(answer.repeats), sum(measure.tally.looked.values()),
+                            measure.tally.measured, settings.levels[0], settings.levels[-1])
+        report = present.Report(plan.names, plan.cell_text(), metric_, settings, answer, cost, diff, steps)
+        with Store(db) as store:  # the answer is kept for the published site (runner/store/bisects.py)
+            store.add_bisect(present.to_json(report), [c.key for c in plan.cells], argv, started, time.time())
+        self.say(present.render(report, fmt))
+        return int(answer.exit_code)

@@ -6,9 +6,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner.commands import load
+from runner.commands.base import Command, register
 from runner.commands.run import run_and_decide
 
 
-def main(matrix: Path | None, db: Path, env: Sequence[str], only: Sequence[str], workdir: Path, max_cells: int,
-         verbose: bool) -> int:
-    return run_and_decide(load(matrix, max_cells), db, env, only, workdir, verbose, submit=False)
+@register
+class Collect(Command):
+    name = "collect"
+    help = ("Gather results of batch jobs submitted earlier (`run --no-wait`); submits and starts nothing\n"
+            "(repeats of environments that run here are left to `matrix run`).")
+
+    def run(self, matrix: Path | None, db: Path, env: Sequence[str] | None, only: Sequence[str] | None,
+            workdir: Path, max_cells: int, verbose: bool) -> int:
+        return run_and_decide(load(matrix, max_cells), db, env or (), only or (), workdir, verbose, submit=False)

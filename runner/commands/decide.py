@@ -1,4 +1,6 @@
-"""What `matrix check`, `matrix compare --fail-on` and the end of `matrix run` print, and whether they fail."""
+"""The decisions commands share, what they print and whether they fail: the references over the store (`check`,
+and the end of `run` and `collect`: `run_decisions`), and the regression gate inside `compare --fail-on`
+(`gate_command`, `with_gate`). The decisions themselves are runner/analysis/'s (references, gate, verdict)."""
 
 from __future__ import annotations
 
@@ -23,9 +25,6 @@ from runner.spec.cells import Cell
 from runner.store import Store
 from runner.store.exchange import store_id
 
-CHECK_FORMATS = ("json",)
-EXIT_FAILED = Exit.FAILED  # `matrix check` and `compare --fail-on`: the decision failed (`matrix run` says 4)
-
 
 def _frame(store: Store) -> pd.DataFrame:
     return an.frame(store.rows())
@@ -34,30 +33,6 @@ def _frame(store: Store) -> pd.DataFrame:
 def verdicts(m: Matrix, cells: Sequence[Cell], store: Store) -> list[references.Judgement]:
     """The verdicts of the matrix's references over the selected cells, from what the store holds."""
     return references.judge(m.references, cells, _frame(store))
-
-
-def check_text(js: Sequence[references.Judgement], fmt: str | None = None, policy: str | None = None) -> str:
-    if fmt == "json":
-        return references.to_json(js, policy)
-    if fmt is not None:
-        raise ConfigError(f"--format {fmt!r}: allowed: {', '.join(CHECK_FORMATS)} (default: a table)")
-    return present.terminal(present.verdict_table(js), references.summary_line(js, policy), titles=["References"])
-
-
-def check_command(m: Matrix, cells: Sequence[Cell], db: Path, fmt: str | None = None,
-                  undecided: str | None = None) -> tuple[str, Exit]:
-    """`matrix check`: (text, exit status: 0 passed, 1 failed, 5 undecided). `undecided` (--undecided)
-    overrides the entries' own `undecided:` settings. A matrix without references is a mistake."""
-    policy = parse_policy(undecided) if undecided is not None else None
-    if not m.references:
-        where = m.path or "the matrix"
-        raise ConfigError(f"{where}: no `references:` to check; add e.g. references: [{{match: {{model: wrn}}, "
-                          "throughput: '>= 100'}] (docs/decisions.md)")
-    if not db.exists():
-        raise StoreError(f"no result store at {db}: run `matrix run` first, or pass --db PATH")
-    with Store(db, readonly=True) as store:
-        js = verdicts(m, cells, store)
-    return check_text(js, fmt, policy), references.exit_status(js, policy)
 
 
 def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, Exit]:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
+from runner.commands.base import Command, register
+from runner.report.diff import diff_command
 
 
-def main(db: Path, a: str, b: str, fmt: str | None, everything: bool) -> int:
-    from runner.report.diff import diff_command
-    text = diff_command(db, a, b, fmt, everything)
-    typer.echo(text, nl=not text.endswith("\n"))
-    return 0
+@register
+class Diff(Command):
+    name = "diff"
+    help = ("What differs between two environments, as their newest repeats recorded it: PyTorch, CUDA, cuDNN, NCCL,\n"
+            "Python, numpy, the OS, the image, the hardware, the variables that steer the libraries, torch's build, how\n"
+            "each precision ran, and the Python and system packages.")
+
+    def run(self, a: str, b: str, db: Path, fmt: str | None, everything: bool) -> int:
+        self.say(diff_command(db, a, b, fmt, everything))
+        return 0

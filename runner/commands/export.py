@@ -7,6 +7,7 @@ from pathlib import Path
 
 from runner import __version__
 from runner.base.errors import ConfigError, StoreError
+from runner.commands.base import Command, register
 from runner.store import Store
 from runner.store import exchange as store_exchange
 from runner.store import exchange_file as fmt
@@ -39,3 +40,14 @@ def export_command(db: Path, out: Path, run_refs: list[str] | None, environments
               "counts": {"runs": runs, "repeats": repeats}}
     fmt.write(out, header, records)
     return f"exported {repeats} repeats of {runs} runs from {db} (store {source}) -> {out}"
+
+
+@register
+class Export(Command):
+    name = "export"
+    help = ("Write the selected repeats, with their cells, environments, log tails and provenance, to one portable "
+            "file.")
+
+    def run(self, out: Path, db: Path, run_refs: list[str] | None, env: list[str] | None) -> int:
+        self.say(export_command(db, out, run_refs or None, env or None))
+        return 0

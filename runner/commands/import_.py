@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runner.commands.base import Command, register
 from runner.store import Store
 from runner.store import exchange as store_exchange
 from runner.store import exchange_file as fmt
@@ -21,3 +22,13 @@ def import_command(db: Path, files: list[Path]) -> list[str]:
             lines.append(f"{path}: {done.stored} repeats stored, {done.already} already in {db}, {done.runs} runs "
                          f"added (from store {source.get('store', '?')} on {source.get('host', '?')})")
     return lines
+
+
+@register
+class Import(Command):
+    name = "import"
+    help = "Merge results files into the store: all or nothing; a repeat already there is not stored again."
+
+    def run(self, files: list[Path], db: Path) -> int:
+        self.say("\n".join(import_command(db, files)))
+        return 0

@@ -10,13 +10,13 @@ from typing import Any
 from runner.analysis import admitted as admitted_repeats
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
+from runner.commands.base import Command, register
 from runner.store import Store
 from runner.store import exchange as store_exchange
 
 
-def main(db: Path, imports: bool = False) -> int:
-    if imports:
-        return imports_main(db)
+def list_runs(db: Path) -> int:
+    """`matrix ls`: one row per run, its repeats counted by how they ended."""
     with Store(db, readonly=True) as store:
         runs = store.runs()
         # Each run's stored ok repeats as admission sees them (runner/analysis/admission.py): a diverged or refused
@@ -52,7 +52,7 @@ def _utc(first: float, last: float) -> str:
     return day(first) if day(first) == day(last) else f"{day(first)} – {day(last)}"
 
 
-def imports_main(db: Path) -> int:
+def list_imports(db: Path) -> int:
     """`matrix ls --imports`: what this store imported and from where (the `imported` table: docs/exchange.md)."""
     with Store(db, readonly=True) as store:
         rows = store_exchange.imports(store)
@@ -63,3 +63,12 @@ def imports_main(db: Path) -> int:
         return 0
     consoles.print_table(out, imports_table(rows), f"imported into {db} (store {mine})")
     return 0
+
+
+@register
+class Ls(Command):
+    name = "ls"
+    help = "List the runs in the store (--imports: what it imported)."
+
+    def run(self, db: Path, imports: bool = False) -> int:
+        return list_imports(db) if imports else list_runs(db)

@@ -6,29 +6,35 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner import matrix as matrix_mod
-from runner.base import console as consoles
 from runner.base.table import Table
 from runner.commands import load
+from runner.commands.base import Command, register
 from runner.spec.cells import Cell, shown_params
 from runner.store import Store
 
 
-def main(matrix: Path | None, env: Sequence[str], only: Sequence[str], db: Path, max_cells: int) -> int:
-    m = load(matrix, max_cells)
-    cells = matrix_mod.select(m.cells(), env, only)
-    stored = {}
-    if db.exists():
-        with Store(db, readonly=True) as store:
-            stored = store.latest_statuses(c.key for c in cells)
-    axes = param_columns(cells)
-    table = Table(["#", "key", "environment", "backend", *axes, "stored"], align=["r"])
-    for i, cell in enumerate(cells, 1):
-        done = [stored[(cell.key, r)].value for r in range(m.run.most_repeats) if (cell.key, r) in stored]
-        table.add(str(i), cell.key, cell.env_name, cell.environment.backend,
-                  *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats_text.split(' ')[0]}")
-    consoles.print_table(consoles.stdout(), table, f"{m.name}: {len(cells)} cells x {m.run.repeats_text} repeats "
+@register
+class Plan(Command):
+    name = "plan"
+    help = "Validate the matrix file and list its cells; nothing runs."
+
+    def run(self, matrix: Path | None, env: Sequence[str] | None, only: Sequence[str] | None, db: Path,
+            max_cells: int) -> int:
+        m = load(matrix, max_cells)
+        cells = matrix_mod.select(m.cells(), env or (), only or ())
+        stored = {}
+        if db.exists():
+            with Store(db, readonly=True) as store:
+                stored = store.latest_statuses(c.key for c in cells)
+        axes = param_columns(cells)
+        table = Table(["#", "key", "environment", "backend", *axes, "stored"], align=["r"])
+        for i, cell in enumerate(cells, 1):
+            done = [stored[(cell.key, r)].value for r in range(m.run.most_repeats) if (cell.key, r) in stored]
+            table.add(str(i), cell.key, cell.env_name, cell.environment.backend,
+                      *(str(cell.params.get(a, "")) for a in axes), f"{len(done)}/{m.run.repeats_text.split(' ')[0]}")
+        self.print_table(table, f"{m.name}: {len(cells)} cells x {m.run.repeats_text} repeats "
                          f"({plan_runs(m)}{'; repeats interleaved' if m.run.interleave else ''})")
-    return 0
+        return 0
 
 
 def plan_runs(m: matrix_mod.Matrix) -> str:

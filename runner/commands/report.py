@@ -5,11 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import typer
+from runner.commands.base import Command, register
+from runner.report import DEFAULT_REPORT_FORMATS, report_command
 
 
-def main(db: Path, run_refs: Sequence[str] | None, fmt: Sequence[str], out: Path | None) -> int:
-    from runner.report import report_command  # pandas and matplotlib: only for the commands that draw
-    for path in report_command(db, list(run_refs) if run_refs else None, list(fmt), out):
-        typer.echo(str(path))
-    return 0
+@register
+class Report(Command):
+    name = "report"
+    help = "Write the report views (tables and plots) from the store."
+
+    def run(self, db: Path, run_refs: Sequence[str] | None, fmt: Sequence[str] | None, out: Path | None) -> int:
+        for path in report_command(db, list(run_refs) if run_refs else None, list(fmt or DEFAULT_REPORT_FORMATS),
+                                   out):
+            self.say(str(path))
+        return 0

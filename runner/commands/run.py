@@ -9,27 +9,32 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import typer
-
 from runner import matrix as matrix_mod
 from runner.base import console as consoles
 from runner.base.errors import ConfigError
 from runner.commands import load, sigterm
+from runner.commands.base import Command, register
 from runner.execution import execute
 from runner.store import Store
 
 
-def main(matrix: Path | None, db: Path, env: Sequence[str], only: Sequence[str], image: str | None,
-         gpus: str | None, rerun_failed: bool, force: bool, no_wait: bool, workdir: Path, max_cells: int,
-         verbose: bool) -> int:
-    if gpus is not None and image is None:
-        raise ConfigError(f"--gpus {gpus}: applies to --image only; an environment of the matrix file says its "
-                          "own GPUs (`gpus:` of a docker environment, `gpus_per_node:` of a slurm one, the gpus axis)")
-    m = load(matrix, max_cells)
-    if image is not None:
-        m = with_image(m, image, gpus)
-    return run_and_decide(m, db, env, only, workdir, verbose, rerun_failed=rerun_failed, force=force,
-                          wait=not no_wait, submit=True)
+@register
+class Run(Command):
+    name = "run"
+    help = "Run every repeat that is not stored yet (resume is the default)."
+
+    def run(self, matrix: Path | None, db: Path, env: Sequence[str] | None, only: Sequence[str] | None,
+            image: str | None, gpus: str | None, rerun_failed: bool, force: bool, no_wait: bool, workdir: Path,
+            max_cells: int, verbose: bool) -> int:
+        if gpus is not None and image is None:
+            raise ConfigError(f"--gpus {gpus}: applies to --image only; an environment of the matrix file says its "
+                              "own GPUs (`gpus:` of a docker environment, `gpus_per_node:` of a slurm one, the gpus "
+                              "axis)")
+        m = load(matrix, max_cells)
+        if image is not None:
+            m = with_image(m, image, gpus)
+        return run_and_decide(m, db, env or (), only or (), workdir, verbose, rerun_failed=rerun_failed,
+                              force=force, wait=not no_wait, submit=True)
 
 
 def with_image(m: matrix_mod.Matrix, image: str, gpus: str | None) -> matrix_mod.Matrix:
@@ -62,5 +67,5 @@ def run_and_decide(m: matrix_mod.Matrix, db: Path, env: Sequence[str], only: Seq
         if not report.interrupted and not report.pending:  # jobs still queued: `matrix collect` decides
             text, decided = decide.run_decisions(m, cells, store)
             if text:
-                typer.echo(text, nl=False)
+                Command.say(text, nl=False)
     return int(report.exit_code) or int(decided)

@@ -7,11 +7,13 @@ from pathlib import Path
 from runner.analysis import Repeat, admitted, definition, shown_unit
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
+from runner.commands.base import Command, register
 from runner.spec.cells import shown_params
 from runner.store import Store
 
 
-def main(run_ref: str | None, db: Path) -> int:
+def show_run(run_ref: str | None, db: Path) -> int:
+    """`matrix show`: one row per stored repeat of the run, as admission sees it."""
     with Store(db, readonly=True) as store:
         run_id = store.resolve_run(run_ref)
         rows = admitted(store.rows([run_id], latest_only=False))  # a stored ok may be diverged or refused
@@ -50,3 +52,12 @@ def note(row: Repeat) -> TableCell:
                          f"ceiling after {warm.get('iterations')} iteration{'' if warm.get('iterations') == 1 else 's'}")
     text = "; ".join(n for n in notes if n)[:70]
     return TableCell(text, "status" if notes and row.ok else "muted")
+
+
+@register
+class Show(Command):
+    name = "show"
+    help = "The cells of one run with their statuses and throughput."
+
+    def run(self, run_ref: str | None, db: Path) -> int:
+        return show_run(run_ref, db)

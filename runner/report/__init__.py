@@ -1,5 +1,6 @@
-"""Reports and comparisons from the result store (docs/architecture.md): what `matrix report` and
-`matrix compare` call. The CLI stays thin: one function per command."""
+"""Reports and comparisons from the result store (docs/architecture.md): the report written (`report_command`) and
+the comparison as text (`compare_command`), which the `report` and `compare` commands (runner/commands/) print,
+and the tests and the kit call."""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ def test_images_copy_the_template_with_the_image_replaced(m: matrix_mod.Matrix) 
 def test_images_without_a_template_are_the_cells_of_run_image(m: matrix_mod.Matrix) -> None:
     """Named like `matrix run --image` names its environment, with the same params: the same cell keys, so a
     bisect reuses what `matrix run --image X` stored, and the other way round."""
-    from runner.cli import _with_image
+    from runner.commands.run import with_image as _with_image
 
     p = plan(m, images=["img:{1..3}"], only=["model=mlp", "precision=bf16"])
     for image, cell in zip(["img:1", "img:2", "img:3"], p.cells, strict=True):

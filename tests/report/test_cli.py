@@ -19,7 +19,7 @@ def matrix(cmd: list[str], *args: str, cwd: Path | None = None) -> subprocess.Co
 
 @pytest.fixture(autouse=True)
 def _cli_ready(matrix_cmd: list[str]) -> None:
-    if not (Path(__file__).resolve().parents[2] / "runner" / "cli.py").exists():
+    if not (Path(__file__).resolve().parents[2] / "runner" / "cli" / "__init__.py").exists():
         pytest.skip("runner/cli/__init__.py not there yet")
 
 

@@ -229,6 +229,6 @@ def test_the_first_calibration_stays(tmp_path: Path) -> None:
 ])
 def test_show_notes_a_warm_up_that_stopped_at_a_ceiling(warmup: dict[str, Any], note: str) -> None:
     from runner.analysis import Repeat, StoredRepeat
-    from runner.cli import _show_note
+    from runner.commands.show import note as _show_note
     row = {"status": "ok", "reason": None, "metrics": {"warmup": warmup}}
     assert _show_note(Repeat.of(StoredRepeat.of(row))).text == note

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runner import cli
+from runner import matrix as matrix_mod
 
 MATRIX = """
 name: '[bold]odd[/bold]'
@@ -81,7 +82,7 @@ def test_gpus_without_image_is_refused_not_ignored(tmp_path: Path) -> None:
 
 
 def test_max_cells_refuses_and_accepts(tmp_path: Path) -> None:
-    quick = Path(cli.matrix_mod.DEFAULT_MATRIX)
+    quick = Path(matrix_mod.DEFAULT_MATRIX)
     code, out = invoke("plan", "-m", str(quick), "--db", str(tmp_path / "r.db"), "--max-cells", "4")
     assert code == 2 and "up to 9 cells (1 environment x model 2 x precision 2 x batch_size 2 + 1 include rules)" in out
     code, out = invoke("plan", "-m", str(quick), "--db", str(tmp_path / "r.db"), "--max-cells", "9")
@@ -117,7 +118,7 @@ def test_a_damaged_row_is_one_line_naming_it(tmp_path: Path, column: str, value:
     from tests.report.conftest import fill_store, load_results
 
     db = fill_store(tmp_path / "r.db", load_results())
-    key = cli.matrix_mod.load(None).cells()[0].key  # a cell of the quickstart, which `plan` asks the store about
+    key = matrix_mod.load(None).cells()[0].key  # a cell of the quickstart, which `plan` asks the store about
     with sqlite3.connect(db) as con:  # the store is append-only: the damaged row is the newest of its repeat
         cols = [r[1] for r in con.execute("PRAGMA table_info(results)") if r[1] != "id"]
         picked = ", ".join("?" if c in (column, "cell_key") else c for c in cols)
@@ -125,7 +126,7 @@ def test_a_damaged_row_is_one_line_naming_it(tmp_path: Path, column: str, value:
                              [value if c == column else key for c in cols if c in (column, "cell_key")]).lastrowid
     con.close()
     commands = [["compare", "ngc-18.07", "cluster-pt041"], ["report", "--format", "json", "--out", str(tmp_path)],
-                ["plan", "-m", str(Path(cli.matrix_mod.DEFAULT_MATRIX))]]
+                ["plan", "-m", str(Path(matrix_mod.DEFAULT_MATRIX))]]
     for command in commands[2:] if column == "status" else commands[:2]:
         code, out = invoke(*command, "--db", str(db))
         assert code == 6 and says in out and out.count("\n") == 1, (command, out)

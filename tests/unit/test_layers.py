@@ -98,6 +98,14 @@ def test_no_import_climbs_a_floor() -> None:
     assert upward == []
 
 
+def test_the_command_line_imports_only_the_commands_and_the_base() -> None:
+    """runner/cli/ declares options: what it names comes from runner/commands/ (the commands, their defaults) and
+    runner/base/ (errors, exit statuses, the console), never from the floors the commands stand on."""
+    other = [f"{n} imports {t}" for n, ts in graph().items() if n.startswith("runner.cli") for t in ts
+             if not t.startswith(("runner.cli", "runner.commands", "runner.base"))]
+    assert other == []
+
+
 def test_the_benchmark_imports_nothing_of_the_controller() -> None:
     """runner/bench/ runs alone inside every environment (Python 3.6, torch): it ships as one zipapp."""
     leaks = [f"{n} imports {t}" for n, ts in graph().items() if n.startswith("runner.bench")

@@ -157,7 +157,7 @@ def test_shipped_matrices_are_valid() -> None:
 
 
 def test_image_with_gpus_runs_the_axes_on_the_gpu() -> None:
-    from runner.cli import _with_image
+    from runner.commands.run import with_image as _with_image
 
     m = parse(BASE.replace("batch_size: [16, 32]", "batch_size: [16, 32]\n  device: [cpu]")
               + "exclude: [{environment: cpu, precision: bf16}]\n")

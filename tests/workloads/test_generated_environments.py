@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runner import cli
 from runner import matrix as matrix_mod
 from runner.base.errors import ConfigError
 from runner.bisect.envs import plan
+from runner.commands.run import with_image
 
 MATRIX = """
 name: gen
@@ -32,7 +32,7 @@ def parsed(text: str = MATRIX) -> matrix_mod.Matrix:
 
 def test_run_image_runs_the_matrixs_workload() -> None:
     m = parsed()
-    (cell,) = cli._with_image(m, "debian-torch:2.1", None).cells()
+    (cell,) = with_image(m, "debian-torch:2.1", None).cells()
     assert cell.workload is not None and cell.workload.digest == m.cells()[0].workload.digest
     assert cell.params == {"batch_size": 8}
 
@@ -52,7 +52,7 @@ def test_an_image_is_refused_where_environments_run_different_workloads() -> Non
                           '"other.py", "{batch_size}"]}}')
     m = parsed(text)
     with pytest.raises(ConfigError) as e:
-        cli._with_image(m, "debian-torch:2.1", None)
+        with_image(m, "debian-torch:2.1", None)
     assert "\n" not in str(e.value) and str(e.value).startswith("--image: the environments of this matrix run "
                                                                 "different workloads (box, host)")
     with pytest.raises(ConfigError, match="--template ENVIRONMENT"):
@@ -63,7 +63,7 @@ def test_an_image_is_refused_where_environments_run_different_workloads() -> Non
 
 def test_a_bench_matrix_still_runs_bench_in_an_image() -> None:
     m = parsed("environments: [{name: host, backend: local}]\naxes: {model: [mlp], batch_size: [8]}\n")
-    assert all(c.workload is None for c in cli._with_image(m, "img:1", None).cells())
+    assert all(c.workload is None for c in with_image(m, "img:1", None).cells())
 
 
 def test_a_reference_may_name_the_workloads_own_axes() -> None:

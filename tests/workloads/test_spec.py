@@ -168,7 +168,7 @@ def test_auto_counts_are_the_benchmarks_rules_not_a_workloads(tmp_path: Path, ru
 
 def test_plan_says_what_a_repeat_runs(tmp_path: Path) -> None:
     """bench's iterations mean nothing to a user's program: plan names the workload instead."""
-    from runner.cli import plan_runs
+    from runner.commands.plan import plan_runs
 
     said = plan_runs(load(tmp_path, BASE.replace("workload:\n", "workload:\n  name: tiny-train\n")))
     assert "tiny-train" in said and "iterations" not in said

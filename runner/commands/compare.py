@@ -1,0 +1,46 @@
+"""`matrix compare A B`: pair the cells of two sides and say which is faster, by how much and whether it is
+significant; with --fail-on, the regression gate (runner/commands/decide.py) after the comparison."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner.base.errors import ConfigError
+from runner.commands import decide
+from runner.commands.base import Command, register
+from runner.report import compare_command
+
+
+@register
+class Compare(Command):
+    name = "compare"
+    help = "Pair the cells of A and B and say which is faster, by how much, and whether it is significant."
+    details = (
+        "A side is an environment name, a tag, a backend kind or a run id, or one spelled with its kind:\n"
+        "env:NAME, tag:NAME, backend:KIND, run:ID, host:NAME (the host a repeat ran on) or machine:X (its\n"
+        "hardware in words, or the id of the store it was imported from).\n\n"
+        "With --fail-on, a regression gate: exit status 1 when a pair changed more than the threshold AND\n"
+        "significantly, 5 when a pair could not be decided (fewer than 2 ok repeats a side, a metric not\n"
+        "measured, run settings that differ; --undecided fail|pass counts those otherwise); the output lists\n"
+        "the pairs that failed or were undecided (in JSON: the `gate` member).")
+
+    def run(self, a: str, b: str, db: Path, fmt: str | None, metric: str, min_effect: float | None,
+            fail_on: Sequence[str] | None, undecided: str | None, pool: bool) -> int:
+        if min_effect is not None and not (math.isfinite(min_effect) and 0 <= min_effect < 1):
+            raise ConfigError(f"--min-effect {min_effect}: a fraction from 0 to below 1 (0.02 = 2%)")
+        min_effect = decide.one_threshold(metric, min_effect, fail_on or [])
+        gate_out, status = "", 0
+        if fail_on:
+            gate_out, status = decide.gate_command(db, a, b, fail_on, fmt, undecided, pool)
+        elif undecided is not None:
+            raise ConfigError("--undecided applies to the gate: add --fail-on (e.g. --fail-on slower:3%)")
+        text = compare_command(db, a, b, fmt, metric, min_effect=min_effect, pool=pool)
+        if gate_out:
+            if fmt == "csv":
+                self.say(gate_out, err=True, nl=False)
+            text = decide.with_gate(text, gate_out, fmt)
+        if text:
+            self.say(text)
+        return int(status)
