@@ -1,4 +1,4 @@
-"""Report formats, one module each (docs/architecture.md, "How to add a report format"): a format is a `Format`
+"""Report formats, one module each (docs/internals.md, "How to add a report format"): a format is a `Format`
 (runner/report/formats/base.py) registered under its name; adding one is its module and its line in MODULES below.
 `matrix report --format NAME` takes any registered name."""
 
