@@ -625,3 +625,15 @@ def test_the_pack_never_writes_through_a_planted_link(tmp_path: Path, monkeypatc
     with pytest.raises(UnsafePath, match="kit.log is a symbolic link"):
         k.say("a line")
     assert victim.read_text() == "someone else's"
+
+
+def test_the_time_section_names_the_repeats_it_did_not_admit() -> None:
+    """The shortest window is an admitted one's; repeats that measured and were refused or diverged are counted
+    beside it, never silently dropped (the first H100 run: 2 diverged, 2 refused for 0.32-s windows)."""
+    from runner.kit.tables import window_words
+
+    said = window_words(2.23, 2.0, {"diverged": 2, "refused": 2})
+    assert said.startswith("The shortest admitted window was 2.23 s (2 s asked).")
+    assert "4 measured repeats were not admitted (diverged 2, refused 2;" in said
+    assert window_words(float("inf"), 2.0, {"refused": 1}).startswith("No repeat was admitted yet. 1 measured repeat was")
+    assert "not admitted" not in window_words(2.5, 2.0, {})
