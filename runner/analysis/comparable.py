@@ -271,10 +271,13 @@ def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) 
 
 
 def for_the_metric(oc: OutcomeChange) -> OutcomeChange:
-    """An outcome verdict as compare and the gate give it, deciding about the metric: the same failure on both
-    sides (`oom on both sides`) is the same *outcome* (bisect and a history say so), but nothing was measured, so
-    there is nothing to pass: undecided, in the gate's words. Unsupported on both passes (nothing to compare)."""
-    if oc.verdict is Verdict.PASS and oc.direction == "" and "unsupported" not in oc.why:
+    """An outcome verdict as compare and the gate give it, deciding about the metric. With no ok repeat on either
+    side (no direction), nothing was measured: the same failure on both sides (`oom on both sides`) is the same
+    *outcome*, and one failure against another (`failed -> oom`) a different one (bisect and a history say so),
+    but neither passes nor fails a comparison of the metric: undecided, in the gate's words. Unsupported on both
+    passes (nothing to compare)."""
+    if (oc.direction == "" and oc.verdict is not Verdict.UNDECIDED
+            and not (oc.verdict is Verdict.PASS and "unsupported" in oc.why)):
         return OutcomeChange(Verdict.UNDECIDED, f"no ok repeat on either side ({oc.why})", oc.direction, oc.p_value)
     return oc
 

@@ -30,7 +30,8 @@ NOISE = (0.0, 0.0, 0.7, -0.4, 3.0, -2.5)
 @st.composite
 def side(draw: st.DrawFn) -> dict[str, Any]:
     n = draw(st.integers(0, 6))
-    statuses = draw(st.lists(st.sampled_from(["ok", "ok", "ok", "oom", "failed"]), min_size=n, max_size=n))
+    statuses = draw(st.lists(st.sampled_from(["ok", "ok", "ok", "ok", "oom", "failed", "timeout", "diverged",
+                                              "unsupported", "not_started"]), min_size=n, max_size=n))
     level = draw(st.sampled_from(LEVELS))
     noise = draw(st.lists(st.sampled_from(NOISE), min_size=n, max_size=n))
     return {"statuses": statuses, "values": [level + e for e in noise], "how": draw(st.sampled_from(HOWS[:1] * 4 + HOWS[1:])),
@@ -110,6 +111,12 @@ def test_every_command_decides_a_pair_the_same_way(a: dict[str, Any], b: dict[st
             assert pair_test.why.startswith("not comparable: the throughput is obtained differently")
         return
 
+    # Nothing admitted on either side: nothing was measured, so compare decides as the gate does (the same failure
+    # on both sides, or one failure against another: undecided; unsupported on both: pass).
+    if not ok_a and not ok_b:
+        assert pair["decision"] == check.verdict.value, (pair["verdict"], check.reason)
+        assert not pair["significant"]
+
     # A change of outcome: the same words and the same verdict for "did B newly fail?".
     outcome_words = ("regression:", "fixed:", "oom on", "failed on", "more failures on")
     if pair["verdict"].startswith("regression:"):
@@ -183,3 +190,27 @@ def test_nothing_measured_on_either_side_is_decided_as_the_gate_decides_it(statu
         assert pair["verdict"] == check.reason == f"no ok repeat on either side ({status} on both sides)"
     _, _, in_report = comparison_sections(df, an.summarize(df))[1][0]
     assert [r["decision"] for r in in_report.pairs.to_dict("records")] == [decision]
+
+
+FAILURES = ("oom", "failed", "timeout", "diverged", "unsupported", "not_started")
+
+
+@pytest.mark.parametrize("a_status", FAILURES)
+@pytest.mark.parametrize("b_status", FAILURES)
+def test_one_failure_against_another_is_undecided_in_compare_as_in_the_gate(a_status: str, b_status: str) -> None:
+    """A all `failed`, B all `oom`: `compare --format json` said `fail` and counted the pair significant while the
+    gate said undecided. Neither side measured anything: only unsupported on both passes."""
+    import json
+
+    from runner.report.render import compare_json
+    rows_ab = (rows("A", {"statuses": [a_status] * 3, "values": [0.0] * 3, "how": HOWS[0], "iterations": 20}, 0)
+               + rows("B", {"statuses": [b_status] * 3, "values": [0.0] * 3, "how": HOWS[0], "iterations": 20}, 100))
+    df = an.frame(an.StoredRepeat.many(rows_ab))
+    comparison = an.compare(an.select_side(df, "A"), an.select_side(df, "B"))
+    (pair,) = json.loads(compare_json(comparison))["pairs"]
+    (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule("slower", 0.02)])
+    expected = "pass" if a_status == b_status == "unsupported" else "undecided"
+    assert pair["decision"] == check.verdict.value == expected, (pair["verdict"], check.reason)
+    assert not pair["significant"]
+    if a_status != b_status:
+        assert pair["verdict"] == f"no ok repeat on either side ({a_status} -> {b_status})"
