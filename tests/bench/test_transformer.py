@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from runner import matrix
 from runner.analysis import frame as long_frame
-from runner.analysis import get_metric
+from runner.analysis import StoredRepeat, get_metric
 from runner.base.errors import ConfigError
 from runner.bench import attention, data, flops, fp8, models, preflight
 from runner.bench.contract import TRANSFORMER_MODELS
@@ -211,7 +211,7 @@ def test_frame_has_mfu_and_says_how_fp8_ran() -> None:
     row = {"params": {"model": "gpt2_124m", "precision": "fp8"}, "status": "ok",
            "metrics": {"throughput": 1e5, "mfu": 0.41},
            "raw": {"precision": {"mechanism": "torchao", "dtype": "float8", "fp8_recipe": "tensorwise"}}}
-    df = long_frame([row])
+    df = long_frame([StoredRepeat.of(row)])
     assert df["mfu"].iloc[0] == 0.41 and get_metric("mfu").unit == "%"
     assert df["recipe_math"].iloc[0] == "fp8 torchao tensorwise"
 
@@ -287,10 +287,10 @@ def test_run_summary_labels_throughput_with_the_results_unit() -> None:
     cells = matrix_mod.parse(textwrap.dedent(text), Path("m.yaml")).cells()
     tok = {"throughput": 100.0, "definitions": {"throughput": {"how": "bench: tokens", "unit": "tok/s"}}}
     gpt_rows = [{"cell_key": cells[1].key, "status": "ok", "reason": None, "metrics": tok}]
-    table = summary_table(cells[1:], gpt_rows)
+    table = summary_table(cells[1:], StoredRepeat.many(gpt_rows))
     assert table.columns[-2] == "tok/s (mean ± std)" and table.rows[0][-2].text == "100.0"
     both = gpt_rows + [{"cell_key": cells[0].key, "status": "ok", "reason": None, "metrics": {"throughput": 5.0}}]
-    table = summary_table(cells, both)
+    table = summary_table(cells, StoredRepeat.many(both))
     assert table.columns[-2] == "throughput (mean ± std)"
     assert [row[-2].text for row in table.rows] == ["5.0 img/s", "100.0 tok/s"]
 
