@@ -13,7 +13,7 @@ from typing import Any
 
 from runner import analysis as an
 from runner.base import safewrite
-from runner.kit import headline, levers, reference, transformer
+from runner.kit import goals, headline, levers, reference, transformer
 from runner.kit.cells import MIB, CellResult, _md, _num, _ratio, published
 from runner.kit.settings import KitView
 from runner.report import fmt
@@ -59,6 +59,8 @@ class Page:
                  self.wrn_section(), levers.resnet_fastest_section(self.phase("resnet50-fastest"), self.mlperf(), self.doc),
                  levers.gpt2_levers_section(self.phase("gpt2-levers"), self.doc),
                  transformer.by_size_section(self.phase("fp8-by-size"), self.doc), self.left_section()]
+        aims, self.doc["goals"] = goals.section(self.doc, self.pub, self.gpu_name())  # from every section's numbers
+        parts.insert(2, aims)
         return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
     # --- device and time -------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from runner import matrix
-from runner.analysis import frame as long_frame
 from runner.analysis import StoredRepeat, get_metric
+from runner.analysis import frame as long_frame
 from runner.base.errors import ConfigError
 from runner.bench import attention, data, flops, fp8, models, preflight
 from runner.bench.contract import TRANSFORMER_MODELS

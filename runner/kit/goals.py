@@ -1,0 +1,94 @@
+"""The evidence page's goals: the three figures the kit aims at on one H100 (published.json "goals"), each beside the
+first run's figure on an H100 (published.json "h100-first-run": the baseline) and this page's best admitted figure.
+
+A goal is called met only from a row with a known spread (two admitted repeats or more): one repeat can be fast by
+chance. FP8's goal is met only where `matrix compare`'s decision calls FP8 faster (a significant change) and the
+ratio reaches the goal; whether the losses agree is the FP8-by-size table's column beside it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runner.kit.cells import _md
+from runner.report.fmt import DASH, Table
+
+LEAST = 2  # admitted repeats a row needs before it can meet a goal
+
+
+def best(rows: Sequence[Mapping[str, Any]], key: str) -> Mapping[str, Any] | None:
+    """The row of the highest `key` among those with a known spread, else the highest of any (not met from it)."""
+    measured = [r for r in rows if isinstance(r.get(key), int | float) and math.isfinite(r[key]) and r.get("n")]
+    known = [r for r in measured if r["n"] >= LEAST]
+    return max(known or measured, key=lambda r: r[key], default=None)
+
+
+def verdict(value: float | None, goal: float, n: int) -> str:
+    if value is None or not math.isfinite(value):
+        return "not measured yet"
+    if value >= goal:
+        return "met" if n >= LEAST else f"reached by one repeat (at least {LEAST} needed)"
+    return f"not met ({value / goal:.0%} of it)"
+
+
+def settings(params: Mapping[str, Any]) -> str:
+    on = [f"{k}={v}" for k, v in params.items() if k not in ("model", "batch_size", "dataset", "device", "seq_len")
+          and v not in (False, None, "auto", "default", "plain", "sgd")]
+    return ", ".join(on)
+
+
+def section(doc: Mapping[str, Any], pub: Mapping[str, Any], gpu: str) -> tuple[str, dict[str, Any]]:
+    """The section's Markdown and its numbers for evidence.json (doc holds the other sections' numbers)."""
+    goals, first = pub.get("goals") or {}, pub.get("h100-first-run") or {}
+    if not goals:
+        return "", {}
+    same_gpu = str(first.get("gpu") or "") in gpu.upper()
+    rn_first = max((first.get("resnet50_batch256_img_s") or {}).items(), key=lambda kv: kv[1], default=None)
+    mfu_first = max((first.get("gpt2_124m_mfu") or {}).items(), key=lambda kv: kv[1], default=None)
+    tok = first.get("gpt2_124m_tok_s") or {}
+    fp8_first = (tok["fp8 tensorwise"] / tok["amp-bf16"]) if tok.get("fp8 tensorwise") and tok.get("amp-bf16") else None
+
+    resnet = [*((doc.get("headline") or {}).get("rows") or []), *(doc.get("resnet50-fastest") or [])]
+    rn = best(resnet, "mean")
+    gpt = best([*(doc.get("gpt2") or []), *(doc.get("gpt2-levers") or [])], "mfu")
+    fp8_rows = [r for r in doc.get("fp8-by-size") or [] if r.get("model") == goals.get("fp8_model")]
+    fp8 = max((r for r in fp8_rows if isinstance(r.get("ratio_to_bf16"), float) and math.isfinite(r["ratio_to_bf16"])),
+              key=lambda r: r["ratio_to_bf16"], default=None)
+
+    t = Table(["goal", "target", "first run on an H100 (27 Nov 2026)", "this page", "verdict"],
+              align=["l", "r", "l", "l", "l"])
+    out: dict[str, Any] = {}
+    target = float(goals["resnet50_img_s"])
+    rn_n = int(rn["n"]) if rn else 0
+    said = verdict(rn["mean"] if rn else None, target, rn_n)
+    t.add("ResNet-50 img/s, one GPU", f"{target:,.0f}",
+          f"{rn_first[1]:,} ({rn_first[0]}, one repeat)" if rn_first else DASH,
+          f"{rn['mean']:,.0f} (n={rn_n}; {settings(rn['params'])}, batch {rn['params'].get('batch_size')})" if rn
+          else DASH, said)
+    out["resnet50_img_s"] = {"target": target, "first_run": rn_first[1] if rn_first else None,
+                             "best": rn["mean"] if rn else None, "n": rn_n, "verdict": said}
+    target = float(goals["gpt2_124m_mfu"])
+    gpt_n = int(gpt["n"]) if gpt else 0
+    said = verdict(gpt["mfu"] if gpt else None, target, gpt_n)
+    t.add("GPT-2 124M MFU (BF16 dense peak)", f"{target:.0%}",
+          f"{mfu_first[1]:.1%} ({mfu_first[0]}, compiled, one repeat)" if mfu_first else DASH,
+          f"{gpt['mfu']:.1%} (n={gpt_n}; {settings(gpt['params'])})" if gpt else DASH, said)
+    out["gpt2_124m_mfu"] = {"target": target, "first_run": mfu_first[1] if mfu_first else None,
+                            "best": gpt["mfu"] if gpt else None, "n": gpt_n, "verdict": said}
+    target = float(goals["fp8_over_bf16"])
+    ratio = fp8["ratio_to_bf16"] if fp8 else None
+    said = ("not measured yet" if fp8 is None else
+            "met" if ratio is not None and ratio >= target and fp8.get("decision") == "fail" else
+            f"not met ({ratio:.2f}x{'' if fp8.get('decision') == 'fail' else ', not a significant change'})")
+    t.add(f"FP8 ÷ BF16 at {goals['fp8_model']}, same loss", f"{target:.1f}x",
+          f"{fp8_first:.2f}x at gpt2_124m (tensorwise, one repeat)" if fp8_first else DASH,
+          f"{ratio:.2f}x ({fp8['params'].get('fp8_recipe')}; losses in the FP8-by-size table)" if fp8 else DASH, said)
+    out["fp8_over_bf16"] = {"target": target, "model": goals["fp8_model"], "best": ratio, "verdict": said}
+    lines = ["## Goals on one H100", "",
+             "The kit's goals beside the first run on an H100 (the benchmark run directly, one repeat a row) and this "
+             f"page's best admitted figure (met only from a row with at least {LEAST} admitted repeats; FP8 only where "
+             "`matrix compare` calls the change significant)."
+             + ("" if same_gpu else " This GPU is not an H100: the first run's figures are another GPU's."),
+             "", _md(t)]
+    return "\n".join(lines), out
