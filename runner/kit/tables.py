@@ -13,7 +13,7 @@ from typing import Any
 
 from runner import analysis as an
 from runner.base import safewrite
-from runner.kit import goals, headline, levers, reference, transformer
+from runner.kit import goals, headline, levers, reference, spent, transformer
 from runner.kit.cells import MIB, CellResult, _md, _num, _ratio, published
 from runner.kit.settings import KitView
 from runner.report import fmt
@@ -111,33 +111,8 @@ class Page:
         return "\n".join(lines)
 
     def time_section(self) -> str:
-        walls, windows, warm, shortest = 0.0, 0.0, 0.0, math.inf
-        left_out: dict[str, int] = {}  # stored ok, not admitted: diverged or refused
         unique = {c.key: self.results[id(c)] for c in self.kit.cells if not c.phase.reference}
-        for res in unique.values():  # a cell in several phases counts once
-            for r in res.rows:
-                walls += r.wall_s or 0.0
-                warm += float((r.metrics.get("warmup") or {}).get("seconds") or 0)  # spent, admitted or not
-                w = r.metrics.get("window_s")
-                if r.ok and isinstance(w, int | float):
-                    windows += w
-                    shortest = min(shortest, w)
-                elif r.stored_status == "ok" and not r.ok:
-                    left_out[r.status] = left_out.get(r.status, 0) + 1
-        if walls <= 0:
-            return ""
-        share = windows / walls
-        self.doc["time"] = {"repeat_wall_s": walls, "window_s": windows, "window_share": share,
-                            "shortest_window_s": shortest if shortest < math.inf else None, "warmup_s": warm,
-                            "not_admitted": left_out}
-        return "\n".join([
-            "## Where the time went", "",
-            f"The stored repeats took {walls:.0f} s of wall time; {windows:.0f} s of it ({share:.0%}) were measured "
-            f"windows. {warm:.0f} s ({warm / walls:.0%}) were warm-up iterations (until the iteration times were "
-            "steady; a cell's first repeat sizes its window from them); the rest is each repeat's fresh process: "
-            "Python and PyTorch imports, "
-            "CUDA start-up, building the model and data, cuDNN's autotuning in the first iterations, evaluation "
-            "and exit. " + window_words(shortest, self.kit.args.window, left_out)])
+        return spent.section(list(unique.values()), self.kit.args.window, self.doc)  # a cell in several phases once
 
     # --- ResNet-50 ---------------------------------------------------------------------------------------
     def reference(self) -> dict[str, Any] | None:
@@ -450,16 +425,3 @@ def _clock(seconds: Any) -> str:
         return "N/A"
     s = int(seconds)
     return f"{s // 3600}h {s % 3600 // 60}min {s % 60}s" if s >= 3600 else f"{s // 60}min {s % 60:02d}s"
-
-
-def window_words(shortest: float, asked: float, left_out: Mapping[str, int]) -> str:
-    """The windows the figures stand on, and the repeats that measured but were not admitted (their time is in the
-    wall time above, their windows are not counted as measured)."""
-    words = (f"The shortest admitted window was {shortest:.2f} s ({asked:g} s asked)." if shortest < math.inf
-             else "No repeat was admitted yet.")
-    if left_out:
-        n = sum(left_out.values())
-        words += (f" {n} measured repeat{'' if n == 1 else 's'} {'was' if n == 1 else 'were'} not admitted ("
-                  + ", ".join(f"{k} {v}" for k, v in sorted(left_out.items()))
-                  + "; the headline says why): their windows are not counted as measured.")
-    return words

@@ -630,7 +630,7 @@ def test_the_pack_never_writes_through_a_planted_link(tmp_path: Path, monkeypatc
 def test_the_time_section_names_the_repeats_it_did_not_admit() -> None:
     """The shortest window is an admitted one's; repeats that measured and were refused or diverged are counted
     beside it, never silently dropped (the first H100 run: 2 diverged, 2 refused for 0.32-s windows)."""
-    from runner.kit.tables import window_words
+    from runner.kit.spent import window_words
 
     said = window_words(2.23, 2.0, {"diverged": 2, "refused": 2})
     assert said.startswith("The shortest admitted window was 2.23 s (2 s asked).")
