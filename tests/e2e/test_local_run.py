@@ -87,10 +87,10 @@ def test_a_repeat_that_times_out_is_stored_as_timeout_and_the_rest_complete(tmp_
     assert proc.returncode == 3, "a repeat that timed out is not a measurement: run exits non-zero"
     assert "Not measured:" in proc.stdout and "timeout" in proc.stdout
     by_model = {(r.params["model"], r.params["precision"]): r for r in rows(tmp_path / "r.db")}
-    assert by_model[("wrn", "fp32")]["status"] == "timeout", proc.stdout
-    assert "timeout of 20 s" in str(by_model[("wrn", "fp32")]["reason"])
-    assert by_model[("mnist_cnn", "fp32")]["status"] == "ok"
-    assert by_model[("mnist_cnn", "bf16")]["status"] == "ok"
+    assert by_model[("wrn", "fp32")].status == "timeout", proc.stdout
+    assert "timeout of 20 s" in str(by_model[("wrn", "fp32")].reason)
+    assert by_model[("mnist_cnn", "fp32")].status == "ok"
+    assert by_model[("mnist_cnn", "bf16")].status == "ok"
     assert not _bench_processes("--wrn-width 10"), "the timed-out bench process (or a child) survived"
 
 
@@ -159,7 +159,7 @@ def test_a_missing_python_is_not_started_not_a_crash(tmp_path: Path) -> None:
     assert proc.returncode == 3, proc.stdout + proc.stderr
     stored = rows(tmp_path / "r.db")
     assert {r.status for r in stored} == {"not_started"}
-    assert "not found on this host" in str(stored[0]["reason"])
+    assert "not found on this host" in str(stored[0].reason)
 
 
 @pytest.mark.parametrize("cmd", [["plan"], ["doctor"]])

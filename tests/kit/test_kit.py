@@ -530,6 +530,11 @@ def test_a_pack_inside_the_state_never_packs_itself(tmp_path: Path, monkeypatch:
         assert tar.getnames() == ["s/kit.log"]
 
 
+def typed(rows: list[dict[str, Any]]) -> list[analysis.Repeat]:
+    """A fixture's rows as the repeats the kit reads from its store (runner.analysis: StoredRepeat, then admission)."""
+    return [analysis.Repeat.of(s) for s in analysis.StoredRepeat.many(rows)]
+
+
 def test_the_fastest_amp_row_needs_a_known_spread() -> None:
     """The fastest AMP row was picked from a one-repeat cell with no spread."""
     from runner.kit.cells import CellResult
@@ -538,7 +543,7 @@ def test_the_fastest_amp_row_needs_a_known_spread() -> None:
     def result(precision: str, *values: float) -> CellResult:
         ph = plan.Phase("headline", "", (), 3)
         cell = KitCell(ph, {"precision": precision, "batch_size": 4}, {}, precision + str(len(values)))
-        return CellResult(cell, [{"status": "ok", "metrics": {"throughput": v}} for v in values])
+        return CellResult(cell, typed([{"status": "ok", "metrics": {"throughput": v}} for v in values]))
     lucky, steady, fp32 = result("amp-bf16", 900.0), result("amp", 500.0, 510.0), result("fp32", 2000.0, 2010.0)
     assert headline.fastest_amp([lucky, steady, fp32]) is steady
     assert headline.fastest_amp([lucky, fp32]) is None
@@ -561,14 +566,14 @@ def test_the_gpt2_section_gives_fp8_over_bf16_with_its_p_value_in_tok_s() -> Non
                              "peak_source": "datasheet: H100 SXM5", "peak_mem_allocated": 20 * 2**30,
                              "loss_at": {"1": 10.9, "10": 9.0 + i / 100, **({"20": 8.0} if i else {})}}}
                 for i, v in enumerate(values)]
-        return CellResult(cell, rows)
+        return CellResult(cell, typed(rows))
     rec = {"library": "torchao", "version": "0.18.0", "recipe": "tensorwise", "formats": "e4m3/e5m2",
            "scaling": "dynamic", "linear_layers": 48, "fp8_layers": 48}
     bf16 = result({"precision": "bf16"}, 400_000.0, 404_000.0)
     fp8 = result({"precision": "fp8", "fp8_impl": "torchao", "fp8_recipe": "tensorwise"}, 520_000.0, 526_000.0,
                  fp8=rec)
     lone = CellResult(KitCell(plan.Phase("gpt2-124m", "", (), 2), {"precision": "fp8", "fp8_recipe": "rowwise"}, {},
-                              "y"), [{"status": "unsupported", "reason": "fp8 training needs an NVIDIA GPU with FP8"}])
+                              "y"), typed([{"status": "unsupported", "reason": "fp8 training needs an NVIDIA GPU with FP8"}]))
     doc: dict[str, Any] = {}
     text = transformer.section([bf16, fp8, lone], doc)
     assert "tok/s (mean ± std)" in text and "img/s" not in text

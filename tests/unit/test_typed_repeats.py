@@ -28,6 +28,8 @@ NOT_REPEATS = {
     "runner/spec/cellmatch.py:matches:row": "a cell's params and environment, matched against a rule",
     "runner/report/grid.py:per_step_rows:->": "the summary's records of one block of the precision grid",
     "runner/analysis/history.py:_name_rows:->": "the history's output rows, one per point",
+    "runner/kit/goals.py:best:rows": "the evidence page's numbers of one table (evidence.json), one per row",
+    "runner/kit/goals.py:best:->": "one of those rows",
 }
 # A stored repeat's JSON documents and identity, as a dict read by string would name them.
 DOCUMENTS = {"metrics", "env", "raw", "params", "capture_id", "log_tail"}

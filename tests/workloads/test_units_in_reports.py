@@ -39,7 +39,7 @@ def test_the_frame_carries_each_metrics_definition_with_the_benchmarks_as_defaul
 
 def test_tables_label_the_throughput_in_the_programs_own_unit() -> None:
     rows = [row(r, 10.0 + r, {"throughput": TOKENS}) for r in range(3)]
-    columns = summary_table(M.cells(), rows).columns
+    columns = summary_table(M.cells(), an.StoredRepeat.many(rows)).columns
     assert "tok/s (mean ± std)" in columns and not any("img/s" in c for c in columns), columns
     (section,) = grid_sections(an.summarize(an.frame(an.StoredRepeat.many(rows))))
     assert section.table is not None
