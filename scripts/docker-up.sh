@@ -49,7 +49,8 @@ else
     if ! { [ -f /var/run/docker.pid ] && kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; }; then
         say "starting dockerd (log: $LOG)"
         # containerd is started by dockerd itself when it is not already running.
-        nohup dockerd >>"$LOG" 2>&1 </dev/null &
+        # From /: the daemon must not keep the caller's folder (a checkout that may be deleted) as its own.
+        (cd / && exec nohup dockerd) >>"$LOG" 2>&1 </dev/null &
     fi
     for _ in $(seq 1 "$WAIT_S"); do
         if engine_answers; then break; fi

@@ -50,6 +50,15 @@ answers() { curl -sf --max-time 5 --unix-socket "$SOCKET" http://d/_ping >/dev/n
 if ! command -v curl >/dev/null 2>&1; then
     apt_get install -y -qq --no-install-recommends curl >/dev/null
 fi
+# A service started from a folder since deleted (an earlier checkout's) answers its ping but cannot start a
+# container ("write child: broken pipe"): stop it, to start a new one below.
+for pid in $(pgrep -f "podman system service.*unix://$SOCKET" || true); do
+    if [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == *"(deleted)" ]]; then
+        say "the service (pid $pid) runs in a deleted folder: restarting it"
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 1 10); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    fi
+done
 if answers; then
     say "service already answering at unix://$SOCKET"
 else
@@ -57,7 +66,8 @@ else
     rm -f "$SOCKET"
     say "starting podman system service at unix://$SOCKET (log: $LOG)"
     # --time=0: never exit for idleness; setsid: not tied to this shell.
-    setsid nohup podman system service --time=0 "unix://$SOCKET" >>"$LOG" 2>&1 </dev/null &
+    # Started from /: a service whose folder is deleted later (a checkout removed) can no longer start containers.
+    (cd / && exec setsid nohup podman system service --time=0 "unix://$SOCKET") >>"$LOG" 2>&1 </dev/null &
     for _ in $(seq 1 "$WAIT_S"); do answers && break; sleep 1; done
     if ! answers; then
         say "podman's service did not answer within ${WAIT_S}s; last lines of $LOG:"
