@@ -22,6 +22,7 @@ from runner.publish.model import Site
 _TEMPLATES = Path(__file__).parent / "templates"
 # Written into every site: a folder with it is one `matrix publish` wrote, whose cells/ and runs/ it may replace.
 MARK = ".matrix-site"
+MARK_TEXT = "written by `matrix publish`: cells/ and runs/ are replaced on the next publish\n"
 PAGE_MODE = 0o644  # a site is for a web host to serve: readable by all, under the umask
 
 
@@ -38,7 +39,7 @@ def write(site: Site, out: Path) -> list[Path]:
     link, a FIFO or another user's file at a page's name is refused, never written through."""
     if out.is_dir():
         safewrite.check(out / MARK)  # a link in the mark's place: said as such, not as a folder that is no site
-    if out.is_dir() and any(out.iterdir()) and not _marked(out):
+    if out.is_dir() and _others(out) and not _marked(out):
         raise ConfigError(f"-o {out} is a folder with other files and no {MARK} (not a site `matrix publish` wrote): "
                           "pass a new or empty folder")
     pages = _render(site)
@@ -47,6 +48,9 @@ def write(site: Site, out: Path) -> list[Path]:
         for name in (MARK, "site.css", "cells", "runs", *pages, "machines.html", "bisects.html", "tables.html"):
             if "/" not in name:  # before anything is written: a planted name stops the whole publish
                 safewrite.check(out / name, folder=name in ("cells", "runs"))
+        # The mark first: a publish into the same folder at the same moment sees a site from here on, never a
+        # folder of someone else's files.
+        safewrite.write_text(out / MARK, MARK_TEXT, mode=PAGE_MODE)
         staging = Path(tempfile.mkdtemp(prefix=safewrite.PRIVATE_PREFIX, suffix=".tmp", dir=out))
         try:
             return _write_pages(pages, out, staging)
@@ -57,6 +61,11 @@ def write(site: Site, out: Path) -> list[Path]:
     except OSError as e:
         raise StoreError(f"cannot write the site in {out} ({e.strerror or e}): pass -o with a folder you can "
                          "write") from e
+
+
+def _others(out: Path) -> bool:
+    """Whether `out` holds anything but the private files of a write in flight (safewrite's, a publish's staging)."""
+    return any(not p.name.startswith(safewrite.PRIVATE_PREFIX) for p in out.iterdir())
 
 
 def _marked(out: Path) -> bool:
@@ -97,8 +106,6 @@ def _write_pages(pages: dict[str, str], out: Path, staging: Path) -> list[Path]:
         if page not in pages:
             safewrite.check(out / page)
             (out / page).unlink(missing_ok=True)
-    safewrite.write_text(out / MARK, "written by `matrix publish`: cells/ and runs/ are replaced on the next publish\n",
-                         mode=PAGE_MODE)
     safewrite.write_bytes(out / "site.css", (_TEMPLATES / "site.css").read_bytes(), mode=PAGE_MODE)
     written = [out / "site.css"]
     for name, text in sorted(pages.items()):

@@ -88,3 +88,32 @@ def test_two_publishes_at_once_leave_a_whole_site(pooled_db: Path, tmp_path: Pat
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
     assert pages(site) == pages(tmp_path / "alone")
+
+
+def test_a_publish_in_flight_is_a_site_to_another(pooled_db: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three publishes into one new folder at once: one refused the folder as "other files and no .matrix-site"
+    because another had made its private staging folder before its mark. The mark is written before anything else,
+    and a folder that holds only writes in flight (safewrite's private names) is a new folder."""
+    from runner.base import safewrite
+    from runner.publish import site as site_mod
+
+    seen: list[bool] = []
+    real = site_mod._write_pages
+
+    def watch(pages_: dict[str, str], out: Path, staging: Path) -> list[Path]:
+        seen.append((out / site_mod.MARK).is_file())  # the first page is written after the mark
+        return real(pages_, out, staging)
+
+    monkeypatch.setattr(site_mod, "_write_pages", watch)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / f"{safewrite.PRIVATE_PREFIX}0123456789abcdef.tmp").mkdir()  # another publish's staging, no mark yet
+    publish([pooled_db], site)
+    assert seen == [True] and (site / "index.html").is_file()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    (mine / f"{safewrite.PRIVATE_PREFIX}0123456789abcdef.tmp").mkdir()
+    done = cli("publish", "--db", str(pooled_db), "-o", str(mine))
+    assert done.returncode == 2 and "no .matrix-site" in done.stderr, done.stderr
