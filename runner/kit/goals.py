@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runner.kit.cells import _md
+from runner.kit.levers import settings
 from runner.report.fmt import DASH, Table
 
 LEAST = 2  # admitted repeats a row needs before it can meet a goal
@@ -30,12 +31,6 @@ def verdict(value: float | None, goal: float, n: int) -> str:
     if value >= goal:
         return "met" if n >= LEAST else f"reached by one repeat (at least {LEAST} needed)"
     return f"not met ({value / goal:.0%} of it)"
-
-
-def settings(params: Mapping[str, Any]) -> str:
-    on = [f"{k}={v}" for k, v in params.items() if k not in ("model", "batch_size", "dataset", "device", "seq_len")
-          and v not in (False, None, "auto", "default", "plain", "sgd")]
-    return ", ".join(on)
 
 
 def section(doc: Mapping[str, Any], pub: Mapping[str, Any], gpu: str) -> tuple[str, dict[str, Any]]:
