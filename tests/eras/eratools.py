@@ -37,10 +37,10 @@ class EraBox:
         self.container.put_archive("/tmp", buf.getvalue())
         self.container.start()
 
-    def bench(self, *args: str) -> BenchRun:
+    def bench(self, *args: str, env: dict[str, str] | None = None) -> BenchRun:
         argv = [self.recipe.interpreter, "/tmp/matrix-bench.pyz", "--dataset", "synthetic", "--device", "cpu",
                 "--threads", "1", "--workers", "0", *args]
-        code, out = self.container.exec_run(argv)
+        code, out = self.container.exec_run(argv, environment=env)
         text = out.decode(errors="replace")
         lines = [ln for ln in text.splitlines() if ln.startswith("MATRIX_RESULT ")]
         result = json.loads(lines[-1][len("MATRIX_RESULT "):]) if lines else {}
