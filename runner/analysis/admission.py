@@ -3,8 +3,8 @@ decides (compare, the gate, check, bisect, history, the report, publish, the GPU
 repeat however it arrived (run, collect, import, an older store read today): the long frame (runner/analysis/frame.py)
 calls `admit` on each row, so the decision core sees a repeat as `ok` only when it was admitted.
 
-A stored `ok` repeat is admitted when the training stayed finite (every loss kept, warm-up and window), its measured
-window is what the run settings promised, its loss scaler did not skip most of its window's steps, and each of its
+A stored `ok` repeat is admitted when the training stayed finite (every loss kept, warm-up and window), it holds a
+figure (bench's throughput, items and window; a program's parsed figure), its measured window is what the run settings promised, its loss scaler did not skip most of its window's steps, and each of its
 figures is finite and inside what a machine can reach (each Metric's `reach`, runner/analysis/metrics.py). Otherwise it is `diverged` (a loss was NaN or
 infinite: an outcome, like oom, that comparisons count as a failure) or `refused` (no figure to rank, and no
 outcome either: the repeat is set aside as a cancelled one is). docs/admission.md says what each check means.
@@ -71,7 +71,7 @@ class Check:
 
 
 # The checks' common results, made once: admission reads every repeat a site plots (100,000 of them).
-_PLAIN = {(name, passed): Check(name, passed) for name in ("finite", "window", "scaler", "bounds")
+_PLAIN = {(name, passed): Check(name, passed) for name in ("finite", "figure", "window", "scaler", "bounds")
           for passed in (True, None)}
 
 
@@ -125,24 +125,23 @@ def _program(raw: Mapping[str, Any]) -> bool:
 
 
 def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:
-    """Every loss the repeat kept is finite. bench's own record (`metrics.finite`, every step checked) when there is
-    one; else the losses it kept (a NaN or an infinity is written as null in bench's result line, so a null among
-    the window's losses or the loss ladder is one)."""
+    """Every loss the repeat kept is finite. bench's own record (`metrics.finite`, every step checked) names where a
+    loss first was not; the losses it kept (a NaN or an infinity is written as null in bench's result line, so a
+    null among the window's losses or the loss ladder is one) are read as well, so that a record saying `all: true`
+    (or anything but a plain false) beside a kept NaN is not believed."""
     record = _mapping(metrics.get("finite"))
-    if record:
-        if record.get("all") is False:
-            step, phase = record.get("first_nonfinite_step"), record.get("phase")
-            where = f" at training step {step}" if isinstance(step, int) else ""
-            return Check("finite", False, f"diverged: a loss became NaN or infinite{where}"
-                         f"{f' ({phase})' if isinstance(phase, str) and phase else ''}")
-        return _PLAIN["finite", True]
+    if record.get("all") is False:
+        step, phase = record.get("first_nonfinite_step"), record.get("phase")
+        where = f" at training step {step}" if isinstance(step, int) else ""
+        return Check("finite", False, f"diverged: a loss became NaN or infinite{where}"
+                     f"{f' ({phase})' if isinstance(phase, str) and phase else ''}")
     if stored == DIVERGED:
         return Check("finite", False, "diverged: a loss became NaN or infinite")
     losses = metrics.get("losses")
     window = losses if isinstance(losses, list) else []
     ladder = _mapping(metrics.get("loss_at"))
     if not window and not ladder:
-        return _PLAIN["finite", None]
+        return _PLAIN["finite", True if record.get("all") is True else None]
     bad_window = sum(1 for v in window if not _finite(v))
     bad_ladder = sorted(_step(k) for k, v in ladder.items() if not _finite(v))
     if not (bad_window or bad_ladder):
@@ -198,6 +197,26 @@ def window_check(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
     if requested is not None and iterations is not None and iterations != requested:
         return Check("window", False, f"measured {int(iterations)} of the {int(requested)} iterations asked")
     return Check("window", True if iterations is not None else None)
+
+
+def figure_check(metrics: Mapping[str, Any], raw: Mapping[str, Any], figures: Mapping[str, float] | None) -> Check:
+    """A stored ok has something measured to rank: bench's result a throughput, a positive number, over a window
+    that is not 0 s (bench has written both since its first version; the window check holds the window to what was
+    promised, the bounds check the throughput to its items over its window); a user's program at least one figure
+    its parser read. A check that cannot be made is no pass: an ok with no figure is refused, not counted as an ok
+    beside figures it does not have."""
+    if _program(raw):
+        if figures is None:
+            return _PLAIN["figure", None]
+        if any(v == v for v in figures.values()):
+            return _PLAIN["figure", True]
+        return Check("figure", False, "no figure: the program's output held none its parser reads")
+    throughput, window = _num(metrics.get("throughput")), _num(metrics.get("window_s"))
+    if throughput is None or not (math.isfinite(throughput) and throughput > 0):
+        return Check("figure", False, "no figure: the result holds no throughput (nothing measured to rank)")
+    if window is not None and not (math.isfinite(window) and window > 0):
+        return Check("figure", False, f"no figure: a window of {window:g} s measured nothing")
+    return _PLAIN["figure", True]
 
 
 def scaler_check(metrics: Mapping[str, Any]) -> Check:
@@ -268,10 +287,11 @@ def admit(stored: str, metrics: Mapping[str, Any], raw: Mapping[str, Any] | None
         # Diverged whatever else: its bounds are still judged (an import refuses a figure no machine produces,
         # whatever the loss did).
         return Admission(DIVERGED, stored, (finite, bounds))
+    figure = figure_check(metrics, raw, figures)
     window = window_check(metrics, raw)
     scaler = scaler_check(metrics)
-    checks = (finite, window, scaler, bounds)
-    status = REFUSED if (window.passed is False or scaler.passed is False or bounds.passed is False) else OK
+    checks = (finite, figure, window, scaler, bounds)
+    status = REFUSED if any(c.passed is False for c in checks[1:]) else OK
     return Admission(status, stored, checks, dropped)
 
 

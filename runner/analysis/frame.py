@@ -79,13 +79,15 @@ MEASURE_COLUMNS = ("warmup_iters", "steady", "warmup_how", "window_iters", "step
 # resolution as the result recorded it ({metric: quantum in stored units}; runner/analysis/resolution.py).
 # `printed`: the figures were read from a program's printed output (a workload), so their digits may be all there is.
 ADMISSION_COLUMNS = ("stored_status", "admission", "checks", "resolution", "printed")
+# `seq`: the repeat's row in the store that measured it (its own id here; an imported one's row there): the order in
+# which a re-run supersedes, whatever order files were imported in (runner/analysis/stored.py StoredRepeat.seq).
 # `origin`: the id of the store that measured the repeat, from an imported run id `<run>@<store>`; "" for this store's
 # own (runner/analysis/identity.py: a cell's identity is its definition and its machine).
 
 
 def frame_columns() -> list[str]:
     """The frame's columns: one per metric of the table (runner/analysis/metrics.py) and its definition's two."""
-    return ["id", "run_id", "origin", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS, "settings",
+    return ["id", "seq", "run_id", "origin", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS, "settings",
             "status", *ADMISSION_COLUMNS, "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
             "hardware", *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe", *MEASURE_COLUMNS,
             *definition_fields()]
@@ -209,7 +211,7 @@ def record(r: StoredRepeat) -> dict[str, Any]:
                         "StoredRepeat.of(mapping)")
     params, metrics, env, raw = r.params, r.metrics, r.env, r.raw
     rec: dict[str, Any] = {
-        "id": r.id, "run_id": r.run_id, "origin": r.origin.store, "cell_key": r.cell_key, "repeat": r.repeat,
+        "id": r.id, "seq": r.seq, "run_id": r.run_id, "origin": r.origin.store, "cell_key": r.cell_key, "repeat": r.repeat,
         "environment": r.environment, "backend": r.backend, "tags": r.tags,
         "model": str(params.get("model", "")), "precision": str(params.get("precision", "")),
         "batch_size": int(params.get("batch_size") or 0), "dataset": str(params.get("dataset", "")),
@@ -252,7 +254,8 @@ def _admit(r: StoredRepeat, rec: dict[str, Any]) -> None:
 
 
 def latest(df: pd.DataFrame) -> pd.DataFrame:
-    """Each repeat's newest row (the store is append-only; a re-run supersedes, never deletes)."""
+    """Each repeat's newest row (the store is append-only; a re-run supersedes, never deletes), in the order of the
+    store that measured it (`seq`: StoredRepeat.seq), as Store.rows(latest_only=True) chooses."""
     if df.empty:
         return df
-    return df.sort_values("id", kind="stable").drop_duplicates(["cell_key", "repeat"], keep="last")
+    return df.sort_values(["seq", "id"], kind="stable").drop_duplicates(["cell_key", "repeat"], keep="last")

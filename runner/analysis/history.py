@@ -59,7 +59,7 @@ def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
     number the point already has ok (a re-measurement, as `--force` does), or the point has no ok repeat at all
     and the run stores one of its numbers again (a night that failed whole is a measurement too); otherwise a
     repeat that did not end ok is filled in (`--rerun-failed`, a resume), its newest row standing for it."""
-    first_id = cell.groupby("run_id", sort=False)["id"].min().sort_values(kind="stable")
+    first_id = cell.groupby("run_id", sort=False)["seq"].min().sort_values(kind="stable")
     runs: list[str] = []
     have_ok: set[int] = set()
     have: set[int] = set()
@@ -67,7 +67,7 @@ def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
 
     def newest(parts: list[pd.DataFrame]) -> pd.DataFrame:
         rows = pd.concat(parts)
-        return rows.sort_values("id", kind="stable").drop_duplicates("repeat", keep="last")
+        return rows.sort_values(["seq", "id"], kind="stable").drop_duplicates("repeat", keep="last")
 
     for run_id in first_id.index:
         g = cell[cell["run_id"] == run_id]

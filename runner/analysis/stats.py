@@ -299,7 +299,7 @@ def measurement(df: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame(columns=cols)
     rows = []
-    for key, g in ok.sort_values("id").groupby("cell_key", sort=False):
+    for key, g in ok.sort_values(["seq", "id"]).groupby("cell_key", sort=False):
         warm = pd.to_numeric(g["warmup_iters"], errors="coerce")
         steady = list(g["steady"])
         windows = list(dict.fromkeys(int(v) for v in g["window_iters"] if isinstance(v, int | float) and v == v))

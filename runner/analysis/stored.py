@@ -122,6 +122,12 @@ class StoredRepeat:
                    document(outcome.metrics), document(outcome.env), document(raw) if raw is not None else None,
                    outcome.log_tail, outcome.started_at, outcome.finished_at)
 
+    @property
+    def seq(self) -> int:
+        """Its place in the order of the store that measured it (its id there): a re-run's newer row supersedes an
+        older one of the same repeat by this order, not by when an import brought either here."""
+        return self.origin.row if self.origin.imported and self.origin.row is not None else self.id
+
     def columns(self) -> dict[str, Any]:
         """Its columns as the store keeps them (JSON decoded; copies a caller may change): for a file format, or a
         test that asserts on what was stored."""

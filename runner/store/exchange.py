@@ -9,7 +9,6 @@ repeats for its own. The `imported` table keeps each imported row's origin, dige
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
@@ -21,6 +20,7 @@ from runner.analysis.sides import Provenance
 from runner.base.errors import StoreError
 from runner.store import Store
 from runner.store.exchange_file import CONTENT_FIELDS, Bundle, digest
+from runner.store.runs import own_store_id
 from runner.store.schema import CAPTURES_SCHEMA, SCHEMA
 from runner.store.schema import COLUMNS as _COLUMNS
 
@@ -43,15 +43,8 @@ class Imported:
 
 
 def store_id(store: Store) -> str | None:
-    """This store's id: meta.store_id, else one made from its first own run (None: no run yet)."""
-    row = store.db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
-    if row is not None:
-        return str(row[0])
-    first = store.db.execute("SELECT run_id, started_at FROM runs WHERE instr(run_id, '@') = 0 "
-                             "ORDER BY started_at, run_id LIMIT 1").fetchone()
-    if first is None:
-        return None
-    return hashlib.sha256(f"matrix-store:{first[0]}:{first[1]!r}".encode()).hexdigest()[:12]
+    """This store's id: meta.store_id, else one made from its first own run (None: no run yet); runner/store/runs.py."""
+    return own_store_id(store.db)
 
 
 def _ensure_id(store: Store) -> str:

@@ -83,8 +83,8 @@ class Results(Claims):
         keys = list(keys)
         found: dict[tuple[str, int], tuple[Status, int]] = {}
         with self._guard():
-            for row in self._each_in("SELECT cell_key, repeat, status, id FROM results WHERE id IN (SELECT MAX(id) "
-                                     "FROM results WHERE cell_key IN ({marks}) GROUP BY cell_key, repeat)", keys):
+            newest = self._newest(" WHERE cell_key IN ({marks})")
+            for row in self._each_in(f"SELECT cell_key, repeat, status, id FROM results WHERE id IN ({newest})", keys):
                 found[(row[0], row[1])] = (self._status(row[2], row[3]), row[3])
         return found
 
@@ -114,17 +114,26 @@ class Results(Claims):
                 where.append(f"{column} IN ({','.join('?' * len(chosen))})")
                 args += chosen
         scope = f" WHERE {' AND '.join(where)}" if where else ""
-        if latest_only:
-            sql = f"SELECT * FROM results WHERE id IN (SELECT MAX(id) FROM results{scope} GROUP BY cell_key, repeat)"
-        else:
-            sql = "SELECT * FROM results" + scope
         with self._guard():
+            sql = f"SELECT * FROM results WHERE id IN ({self._newest(scope)})" if latest_only else \
+                "SELECT * FROM results" + scope
             if self._has_table("imported"):  # an imported repeat's origin, file and time (runner/store/exchange.py)
                 sql = (f"SELECT r.*, i.origin_store AS _origin, i.origin_row AS _origin_row, i.source AS _source, "
                        f"i.imported_at AS _imported_at FROM ({sql}) r LEFT JOIN imported i ON i.result_id = r.id")
             with closing(self.db.execute(sql + " ORDER BY id", args)) as cur:
                 for row in cur:
                     yield self._decode(dict(row))
+
+    def _newest(self, scope: str) -> str:
+        """SQL for the id of each repeat's newest row among `results{scope}`. Newest in the order of the store that
+        measured it: this store's own rows by id; an imported repeat's rows by their row in the measuring store (all
+        rows of an imported cell key `<key>@<store>` come from that store), never by when their files arrived here:
+        an older export imported after a newer one does not bring back a repeat its re-run replaced."""
+        order = "id"
+        if self._has_table("imported"):
+            order = "COALESCE((SELECT origin_row FROM imported WHERE imported.result_id = results.id), id)"
+        return (f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY cell_key, repeat ORDER BY {order} DESC, "
+                f"id DESC) AS newest FROM results{scope}) WHERE newest = 1")
 
     def _has_table(self, name: str) -> bool:
         return self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from runner.base.errors import StoreError
 from runner.store.db import StoreFull
@@ -28,6 +30,20 @@ class RunInfo:
 
 
 
+def own_store_id(db: Any) -> str | None:
+    """The store's id (docs/exchange.md): meta.store_id, else one made from its first own run (None: no run yet).
+    The made one is written to meta by the next run this store starts (and by an import), so that it never changes:
+    a later run whose clock reads earlier (a clock set back) does not make the store another machine."""
+    row = db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
+    if row is not None:
+        return str(row[0])
+    first = db.execute("SELECT run_id, started_at FROM runs WHERE instr(run_id, '@') = 0 "
+                       "ORDER BY started_at, run_id LIMIT 1").fetchone()
+    if first is None:
+        return None
+    return hashlib.sha256(f"matrix-store:{first[0]}:{first[1]!r}".encode()).hexdigest()[:12]
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
@@ -41,10 +57,13 @@ class Runs(Holders):
         me = this_process()
         now = time.time()
         with self._tx():
+            known = own_store_id(self.db)  # before this run: its clock may read earlier than the first run's
             self.db.execute(
                 "INSERT INTO runs (run_id, schema, started_at, matrix_path, matrix_name, argv, host, status)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')",
                 (run_id, SCHEMA, now, matrix_path, matrix_name, json.dumps(argv), me.host))
+            self.db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?)",
+                            (known or own_store_id(self.db),))
             self.db.execute(
                 "INSERT OR REPLACE INTO holders (run_id, schema, host, ident, pid, pid_start, started_at, heartbeat)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

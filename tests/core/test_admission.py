@@ -251,3 +251,43 @@ def test_rerun_failed_measures_again_what_admission_set_aside(tmp_path: Path) ->
     assert fixed.exit_code == 0, fixed.output
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 3
+
+
+@pytest.mark.parametrize(("metrics", "words"), [
+    ({}, "no figure: the result holds no throughput"),
+    ({"window_s": 1.0, "iterations": 20}, "no figure: the result holds no throughput"),
+    ({"throughput": 0.0, "window_s": 1.0}, "no figure: the result holds no throughput"),
+    ({"throughput": 40.0, "window_s": 0.0}, "no figure: a window of 0 s measured nothing"),
+], ids=["empty", "window-only", "zero", "zero-window"])
+def test_an_ok_with_nothing_measured_is_refused_not_counted_ok(metrics: dict[str, Any], words: str) -> None:
+    """A check that cannot be made is no pass: an ok with no figure (or a window of 0 s, a ceiling reached or not)
+    was counted ok beside the figures it did not have ('5 ok' over a mean of 4)."""
+    row = rows_for("k", [1.0])[0]
+    row["metrics"] = metrics
+    rep = Repeat.of(StoredRepeat.of(row))
+    assert rep.status == "refused" and rep.reason.startswith(words) and not rep.ok
+    # A capped window (its count at the ceiling) of 0 s is no window either.
+    capped = gpu_row(throughput=40.0, window_s=0.0, images=0.0, losses=[7.0], loss_at={"1": 7.0},
+                     calibration={"iterations": 100000, "capped": True, "most": 100000})
+    assert Repeat.of(StoredRepeat.of(capped)).status == "refused"
+
+
+def test_a_programs_ok_needs_one_figure_its_parser_read() -> None:
+    row = rows_for("k", [1.0])[0]
+    row["raw"] = {"workload": {"parser": "pattern"}, "params": {}}
+    row["metrics"] = {"steps": 20}
+    rep = Repeat.of(StoredRepeat.of(row))
+    assert rep.status == "refused" and "no figure: the program's output held none" in rep.reason
+    row["metrics"] = {"throughput": 12.5}
+    assert Repeat.of(StoredRepeat.of(row)).ok
+
+
+@pytest.mark.parametrize("said", [True, "false", 1, None])
+def test_a_finite_record_is_not_believed_beside_a_kept_nan(said: Any) -> None:
+    """bench's `metrics.finite` names where a loss first was not finite; a record saying anything but a plain false
+    (an edited or imported file) beside a NaN kept among the losses is not believed."""
+    rep = Repeat.of(StoredRepeat.of(gpu_row(finite={"all": said}, window_s=2.3, images=4533.74 * 2.3)))
+    assert rep.status == "diverged" and "NaN or infinite by training step 5" in rep.reason
+    fine = gpu_row(finite={"all": said}, window_s=2.3, images=4533.74 * 2.3, losses=[7.08, 7.05, 7.0, 6.9, 6.8],
+                   loss_at={"1": 7.03, "2": 7.08, "5": 6.8})
+    assert Repeat.of(StoredRepeat.of(fine)).ok

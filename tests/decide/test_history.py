@@ -176,12 +176,16 @@ def test_a_transformer_history_is_labelled_in_its_own_unit() -> None:
     assert "mean ± std (tok/s)" in history_table(h).columns
 
 
-def test_ok_repeats_without_the_metric_are_not_called_no_ok_repeat() -> None:
-    # A throughput absent (null, as bench writes one it could not measure); a NaN figure is refused by admission.
-    h = history(long_frame(rows_for("k", [None, None], run_id="a", start=1.0),  # type: ignore[list-item]
-                           rows_for("k", [100.0, 101.0], run_id="b", start=10.0)))
-    assert list(h["outcomes"]) == ["2 ok", "2 ok"] and not h["step"].any()
-    assert h["undecided"].iloc[1] == "no ok repeat with a throughput before"
+def test_ok_repeats_without_a_figure_are_refused_not_counted_ok() -> None:
+    """A stored ok with no throughput (null) measured nothing: admission refuses it ("no figure"), so a night of them
+    is no night of ok repeats the next one is compared with (it was '2 ok' beside no figure)."""
+    df = long_frame(rows_for("k", [None, None], run_id="a", start=1.0),  # type: ignore[list-item]
+                    rows_for("k", [100.0, 101.0], run_id="b", start=10.0),
+                    rows_for("k", [100.0, 102.0], run_id="c", start=20.0))
+    assert set(df.loc[df["run_id"] == "a", "status"]) == {"refused"}
+    assert df.loc[df["run_id"] == "a", "reason"].str.startswith("no figure: the result holds no throughput").all()
+    h = history(df)
+    assert list(h["run_id"]) == ["b", "c"] and list(h["outcomes"]) == ["2 ok", "2 ok"] and not h["step"].any()
 
 
 def test_the_plot_names_the_rings_when_only_a_later_line_has_a_step() -> None:

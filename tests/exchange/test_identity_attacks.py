@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,63 @@ def test_a_report_never_merges_two_machines_whose_ids_share_a_prefix(tmp_path: P
     text = next(p for p in written if p.name == "report.md").read_text()
     assert "local-cpu · AMD EPYC (2 CPUs) @abcd1234 " in text and "local-cpu · AMD EPYC (2 CPUs) @abcd1234-" in text
     assert "more than one definition" not in text  # the other machine is not hidden as an older definition
+
+
+def test_an_older_export_imported_after_a_newer_one_does_not_bring_back_a_re_run_repeat(tmp_path: Path) -> None:
+    """B measures a and b, then re-runs b's repeats (`--force`); its two runs are exported apart and arrive in the
+    other order (nightly exports, one late). The newest row of a repeat is the newest in the store that measured
+    it, never the last file imported: A's verdict is B's."""
+    from tests.decide.helpers import rows_for, store_of
+
+    b = store_of(tmp_path / "b.db", [
+        *rows_for("ka", [100.0, 101.0, 99.0], run_id="20260101-000000-aaaaaa", start=1000.0, environment="a"),
+        *rows_for("kb", [100.0, 102.0, 98.0], run_id="20260101-000000-aaaaaa", start=1010.0, environment="b"),
+        *rows_for("kb", [200.0, 202.0, 198.0], run_id="20260102-000000-bbbbbb", start=2000.0, environment="b")])
+    set_id(b, "b0b0b0b0b0b0")
+    export_command(b, tmp_path / "old.jsonl.gz", ["20260101-000000-aaaaaa"], None)
+    export_command(b, tmp_path / "new.jsonl.gz", ["20260102-000000-bbbbbb"], None)
+    there = json.loads(compare_command(b, "a", "b", "json"))
+    for order in (["new", "old"], ["old", "new"]):
+        a = tmp_path / f"{order[0]}-first.db"
+        for name in order:  # one command each: the order files arrive in
+            import_command(a, [tmp_path / f"{name}.jsonl.gz"])
+        here = json.loads(compare_command(a, "a@machine:b0b0b0b0b0b0", "b@machine:b0b0b0b0b0b0", "json"))
+        assert [(p["a_mean"], p["b_mean"], p["verdict"]) for p in here["pairs"]] == [
+            (p["a_mean"], p["b_mean"], p["verdict"]) for p in there["pairs"]], order
+        assert here["pairs"][0]["b_mean"] == pytest.approx(200.0)
+        with Store(a, readonly=True) as sa:
+            assert sorted(r.metrics["throughput"] for r in sa.rows() if r.environment == "b") == [198.0, 200.0, 202.0]
+            assert {s.value for s in sa.latest_statuses([k for k in {r.cell_key for r in sa.rows()}]).values()} == {"ok"}
+
+
+def test_a_stores_id_does_not_change_when_a_later_run_reads_an_earlier_clock(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store written before ids were kept in it has the id made from its first run. A run whose clock reads
+    earlier (a clock set back) would have made it another machine: its exports two stores, its own repeats
+    imported back as a stranger's. The id is kept by the first run that sees it."""
+    from types import SimpleNamespace
+
+    from runner.store import runs
+
+    first = time.time() - 3600
+    a = measured(tmp_path / "a.db", "alpha", [("x", 100.0)], seed=1, first_run=first)
+    with Store(a, readonly=True) as sa:
+        before = store_id(sa)
+        assert sa.db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone() is None
+    export_command(a, tmp_path / "first.jsonl.gz", None, None)
+    with Store(a) as sa:
+        monkeypatch.setattr(runs, "time", SimpleNamespace(time=lambda: first - 86400))  # the clock set back a day
+        sa.start_run("20260101-000000-cccccc", "m.yaml", "m", ["run"])
+        monkeypatch.undo()
+        sa.finish_run("20260101-000000-cccccc", "complete")
+        assert store_id(sa) == before
+    export_command(a, tmp_path / "second.jsonl.gz", None, None)
+    with Store(a, readonly=True) as sa:
+        own = len(list(sa.rows(latest_only=False)))
+    import_command(a, [tmp_path / "first.jsonl.gz"])  # its own repeats are never a stranger's: already here
+    import_command(tmp_path / "team.db", [tmp_path / "first.jsonl.gz"])
+    import_command(tmp_path / "team.db", [tmp_path / "second.jsonl.gz"])  # the same repeats: already there
+    with Store(a, readonly=True) as sa, Store(tmp_path / "team.db", readonly=True) as st:
+        assert len(list(sa.rows(latest_only=False))) == own and not imports(sa)
+        assert {i["origin"] for i in imports(st)} == {before}
+        assert len(list(st.rows(latest_only=False))) == own
