@@ -13,6 +13,11 @@ store, "" for this store's own) and its device. A cell key imported from another
 (`<key>@<store id>`), so two machines' repeats are two definitions here; and one store's repeats of a key measured
 on two devices (a store moved to another GPU, a cluster's nodes of two kinds) are two definitions as well, told apart
 by the device. Which machine's repeats a side takes is runner/analysis/sides.py's `select`.
+
+What the benchmark ran is part of it as well: its recipe (math, loss scale, TF32, flags, the optimizer its `auto`
+chose; runner/analysis/recipes.py), which the key does not hash. A newer benchmark that runs one key another way
+(an `auto` that chooses foreach SGD where it chose fused) stores repeats of other work under the same key: where one
+key ran more than one recipe, each is a definition, the newest shown and the others listed.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ DEFINITION_COLUMNS = ["cell_key", "environment", "settings", "n", "statuses", "r
 # What a definition's stored repeats can tell about it, besides its key: the run settings and what the
 # environment turned out to be. A change to `env`, `setup` or an image tag that moved nowhere else is
 # only in the key.
-_TELLING = ("origin", "settings", *(f"env_{f}" for f in ("image", "image_id", "repo_digest", "torch", "cuda", "cudnn",
+_TELLING = ("origin", "settings", "recipe", *(f"env_{f}" for f in ("image", "image_id", "repo_digest", "torch", "cuda", "cudnn",
                                                            "python", "driver", "device_name")), "hardware",
             "env_hostname")
-_TELLING_WORDS = {"origin": "machine (store)", "hardware": "hardware", "settings": "run settings", "env_image": "image", "env_image_id": "image id",
+_TELLING_WORDS = {"origin": "machine (store)", "hardware": "hardware", "settings": "run settings",
+                  "recipe": "what the benchmark ran (recipe)", "env_image": "image", "env_image_id": "image id",
                   "env_repo_digest": "image digest", "env_torch": "torch", "env_cuda": "CUDA", "env_cudnn": "cuDNN",
                   "env_python": "Python", "env_driver": "driver", "env_device_name": "device",
                   "env_hostname": "host"}
@@ -49,26 +55,38 @@ def origins(df: pd.DataFrame) -> pd.Series:
 def devices(df: pd.DataFrame) -> pd.Series:
     """Per row, the device it ran on (the frame's `hardware`); a repeat that stopped before the device was recorded
     takes its run's device for the same cell, else its cell's."""
-    if df.empty or "hardware" not in df:
+    return _filled(df, "hardware")
+
+
+def recipes(df: pd.DataFrame) -> pd.Series:
+    """Per row, what the benchmark ran (the frame's `recipe`: math, loss scale, TF32, flags, the optimizer its `auto`
+    chose); a repeat that stopped before recording it takes its run's for the same cell, else its cell's."""
+    return _filled(df, "recipe")
+
+
+def _filled(df: pd.DataFrame, column: str) -> pd.Series:
+    if df.empty or column not in df:
         return pd.Series("", index=df.index, dtype=object)
-    hw = df["hardware"].fillna("").astype(str)
-    if not (hw == "").any():
-        return hw
-    known = hw.where(hw != "")
+    values = df[column].fillna("").astype(str)
+    if not (values == "").any():
+        return values
+    known = values.where(values != "")
     by_run = known.groupby([df["cell_key"], df["run_id"]], sort=False).transform("first")
     by_key = known.groupby(df["cell_key"], sort=False).transform("first")
     return known.fillna(by_run).fillna(by_key).fillna("")
 
 
 def definition_ids(df: pd.DataFrame) -> pd.Series:
-    """Per row, its definition on its machine: the cell key (an imported one names its store), and the device where
-    one key was measured on more than one."""
+    """Per row, its definition on its machine: the cell key (an imported one names its store); the device where one
+    key was measured on more than one; and what the benchmark ran where one key ran more than one recipe (a newer
+    benchmark whose `auto` chooses another optimizer, another loss scale: not the same work under the same key)."""
     key = df["cell_key"].astype(str)
-    device = devices(df)
-    spans = device.groupby(key, sort=False).transform("nunique") > 1
-    if not spans.any():
-        return key
-    return key.where(~spans, key + " on " + device)
+    out = key
+    for part, word in ((devices(df), " on "), (recipes(df), " ran ")):
+        spans = part.groupby(key, sort=False).transform("nunique") > 1
+        if spans.any():
+            out = out.where(~spans, out + word + part)
+    return out
 
 
 @dataclass(frozen=True)
@@ -97,7 +115,7 @@ def choose(df: pd.DataFrame, keys: Sequence[str], pool: bool = False) -> Definit
     if df.empty or "cell_key" not in df:
         return Definitions(df, keys=keys, pooled=pool)
     ids = definition_ids(df)
-    defs = df.assign(_def=ids).groupby("_def", sort=False).agg(_last=("id", "max"))
+    defs = df.assign(_def=ids).groupby("_def", sort=False).agg(_last=(_order(df), "max"))
     names = df.assign(_def=ids).drop_duplicates("_def").set_index("_def")[list(keys)]
     defs = defs.join(names)
     count = defs.groupby(list(keys), sort=False, dropna=False)["_last"].transform("size")
@@ -110,6 +128,11 @@ def choose(df: pd.DataFrame, keys: Sequence[str], pool: bool = False) -> Definit
     return Definitions(frame, several, keys, pool)
 
 
+def _order(df: pd.DataFrame) -> str:
+    """The column that orders rows as the store that measured them did (the frame's `seq`; `id` in a frame without)."""
+    return "seq" if "seq" in df else "id"
+
+
 def _table(df: pd.DataFrame, ids: pd.Series, keys: tuple[str, ...], shown: set[str]) -> pd.DataFrame:
     rows = []
     for def_id, g in df.groupby(ids.loc[df.index], sort=False):
@@ -118,9 +141,9 @@ def _table(df: pd.DataFrame, ids: pd.Series, keys: tuple[str, ...], shown: set[s
         rows.append({**{k: g[k].iloc[0] for k in keys}, "cell_key": cell_key,
                      "environment": ", ".join(dict.fromkeys(map(str, g["environment"]))), "settings": settings,
                      "n": len(g), "statuses": status_summary(g["status"].value_counts().to_dict()),
-                     "runs": ", ".join(dict.fromkeys(map(str, g.sort_values("id")["run_id"]))),
+                     "runs": ", ".join(dict.fromkeys(map(str, g.sort_values(_order(g))["run_id"]))),
                      "first_at": float(g["started_at"].min()), "last_at": float(g["started_at"].max()),
-                     "_last": int(g["id"].max()), "shown": def_id in shown,
+                     "_last": int(g[_order(g)].max()), "shown": def_id in shown,
                      **{c: ", ".join(sorted({str(v) for v in g[c] if str(v)})) for c in _TELLING if c in g}})
     out = pd.DataFrame(rows)
     differs = {}

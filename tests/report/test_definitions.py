@@ -24,17 +24,21 @@ PARAMS = {"model": "mlp", "precision": "fp32", "batch_size": 32, "dataset": "syn
           "device": "cpu"}
 
 
-def fill(db: Path, cells: list[tuple[str, str, str, list[float], int]]) -> Path:
-    """(run id, cell key, environment, throughputs, iterations) in store order, as `matrix run` stores them."""
+def fill(db: Path, cells: list[tuple[str, str, str, list[float], int]],
+         precision: dict[str, dict[str, object]] | None = None, first_repeat: dict[str, int] | None = None) -> Path:
+    """(run id, cell key, environment, throughputs, iterations) in store order, as `matrix run` stores them;
+    `precision`: per run id, the recipe bench records (its result's "precision"); `first_repeat`: per run id, the
+    number of its first repeat (0 unless said)."""
     with Store(db) as store, store.db:
         t = 1_700_000_000.0
         for run_id, key, env, values, iterations in cells:
             store.db.execute("INSERT OR IGNORE INTO runs (run_id, schema, started_at, finished_at, matrix_name, "
                              "argv, host, status) VALUES (?, ?, ?, ?, 'defs', '[]', 'h', 'complete')",
                              (run_id, SCHEMA, t, t + 60))
-            for repeat, v in enumerate(values):
+            for repeat, v in enumerate(values, (first_repeat or {}).get(run_id, 0)):
                 t += 10
-                raw = {"params": {**PARAMS, "iterations": iterations, "warmup": 1, "seed": 0}}
+                raw = {"params": {**PARAMS, "iterations": iterations, "warmup": 1, "seed": 0},
+                       **({"precision": precision[run_id]} if precision and run_id in precision else {})}
                 store.db.execute(
                     "INSERT INTO results (schema, run_id, cell_key, repeat, environment, backend, tags, params,"
                     " status, reason, metrics, env, raw, log_tail, started_at, finished_at)"
@@ -82,6 +86,32 @@ def test_compare_pairs_the_newest_definition_and_pools_only_when_asked(redefined
     pooled = json.loads(compare_command(redefined, "base", "cand", "json", pool=True))
     assert pooled["pairs"][0]["b_n"] == 6 and pooled["definitions"]["pooled"] is True
     assert pooled["pairs"][0]["b_cell_keys"] == "kold, knew"
+
+
+def test_one_key_that_ran_another_recipe_is_another_definition(tmp_path: Path) -> None:
+    """A newer benchmark whose `auto` chose foreach SGD where an older one chose fused (the H100's plain AMP row: the
+    fused runs diverged) stores other work under the same cell key: the key does not hash what bench chose. Those
+    repeats are two definitions, never one mean; the table says what tells them apart."""
+    amp = {"mechanism": "native", "dtype": "float16", "loss_scale": "dynamic", "channels_last": True}
+    db = fill(tmp_path / "r.db", [("r1", "kbase", "base", SLOW, 5), ("r1", "kamp", "cand", FAST, 5),
+                                  ("r2", "kamp", "cand", SLOW, 5)],
+              {"r1": {**amp, "optimizer": "sgd-momentum-0.9-fused"},
+               "r2": {**amp, "optimizer": "sgd-momentum-0.9-foreach"}}, {"r2": 3})  # repeats 3-5 added later
+    doc = json.loads(compare_command(db, "base", "cand", "json"))
+    (pair,) = doc["pairs"]
+    assert pair["b_n"] == 3 and pair["b_mean"] == pytest.approx(100.0)  # the newest recipe alone, not 150 over n=6
+    (first, second) = doc["definitions"]["b"]
+    assert (first["n"], first["shown"], second["n"], second["shown"]) == (3, False, 3, True)
+    assert first["differs"] == second["differs"] == "what the benchmark ran (recipe)"
+    assert "what the benchmark ran (recipe)" in compare_command(db, "base", "cand", "md")
+    from runner.analysis.history import history
+
+    with Store(db, readonly=True) as store:
+        nights = history(an.frame(list(store.rows(latest_only=False))))
+    assert not nights["step"].any()  # two recipes are two series, not a step from one to the other
+    assert list(nights["boundary"])[1] == ("what the benchmark ran (recipe) autocast fp16 · loss scale dynamic · "
+                                           "channels_last · SGD, fused -> autocast fp16 · loss scale dynamic · "
+                                           "channels_last · SGD, foreach")
 
 
 def test_pairs_with_other_run_settings_are_not_comparable(tmp_path: Path) -> None:
