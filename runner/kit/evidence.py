@@ -4,7 +4,9 @@ the report, so that the next call, on a fresh machine, resumes from the pack.
 
     python3 scripts/gpu_evidence.py [--budget 540] [--pack FILE] [--only PHASE] [--plan] [--dry-run]
 
-Nothing is measured twice: a repeat that is stored (whatever its status) is not run again. A cell's window is
+Nothing measured is measured again: a repeat stored as a measurement admission admits, or as an outcome
+(unsupported, skipped), is not run again; one admission sets aside (diverged, refused: a window shorter than asked)
+or that failed is run again, as `matrix run --rerun-failed` runs it (to_run). A cell's window is
 sized by its own first repeat (`iterations: auto`: that process times its warm-up, just before the repeats, and
 the store keeps the count for every later repeat; a first repeat that fails leaves the next one to size it). The
 budget is respected two ways: a repeat whose estimated time does not fit in what is left is not started, and a
@@ -35,6 +37,7 @@ from runner.base.exitcodes import Exit
 from runner.kit import device, output, reference
 from runner.kit import plan as plans
 from runner.kit.settings import Budget, KitCell, options
+from runner.spec.outcomes import RERUN_FAILED, Status
 
 GPU_ENV, DRY_ENV = "local-gpu", "dry-run-cpu"
 MIN_ITERATIONS = {"cuda": 5, "cpu": 2}
@@ -166,14 +169,19 @@ class Kit:
 
     # --- what is stored, what is left, and how long it takes ---------------------------------------------
     def stored(self) -> dict[tuple[str, int], str]:
+        """Each stored repeat's status as admission sees it (runner/analysis/admission.py): a stored ok whose loss
+        went NaN is diverged, one whose window was shorter than asked refused, as `matrix run --rerun-failed`,
+        the frame and the page see them."""
         from runner.store import Store
         if not self.db.exists():
             return {}
         with Store(self.db, readonly=True) as store:
-            return {k: v.value for k, v in store.latest_statuses(c.key for c in self.cells if c.key).items()}
+            rows = an.admitted(store.rows(keys=[c.key for c in self.cells if c.key]))
+        return {(r.cell_key, r.number): r.status for r in rows}
 
     def missing(self, phases: Sequence[str] | None = None) -> list[tuple[KitCell, int]]:
-        """(cell, repeat) not stored yet, in plan order, each once (a cell may be in several phases)."""
+        """(cell, repeat) to run, in plan order, each once (a cell may be in several phases): not stored yet, or
+        stored but not measured (to_run: admission set it aside, or it failed)."""
         stored = self.stored()
         out: list[tuple[KitCell, int]] = []
         seen: set[tuple[str, int]] = set()
@@ -185,7 +193,7 @@ class Kit:
                     out.extend((c, r) for r in c.phase.wanted())
                 continue
             for r in c.phase.wanted():
-                if (c.key, r) not in seen and stored.get((c.key, r)) in (None, "cancelled", "not_started"):
+                if (c.key, r) not in seen and to_run(stored.get((c.key, r))):
                     seen.add((c.key, r))
                     out.append((c, r))
         return out
@@ -293,8 +301,11 @@ class Kit:
         tried: set[int] = set()
         while True:
             stored = self.stored()
-            todo = [rr for rr in range(r + 1) if rr not in tried
-                    and stored.get((c.key, rr)) in (None, "cancelled", "not_started")]
+            todo = [rr for rr in range(r + 1) if to_run(stored.get((c.key, rr)))]
+            if any(rr in tried for rr in todo):
+                # Tried in this call and still not measured (set aside again, failed again): `matrix run
+                # --rerun-failed` of a later repeat would run it again, so the cell waits for the next call.
+                return True
             if not todo:
                 return True
             tried.add(todo[0])
@@ -347,7 +358,9 @@ class Kit:
     def _matrix_run(self, path: Path, seconds: float) -> int:
         """`matrix run -m PATH` in this process, stopped by a timer after `seconds` (interrupted, 130)."""
         from runner.cli import app
-        argv = ["run", "-m", str(path), "--db", str(self.db), "--workdir", str(self.state / "work")]
+        # --rerun-failed: a repeat admission set aside (diverged, refused) or that failed is measured again, as the
+        # kit's own count of what is left says (to_run); every repeat below the one asked is admitted or final.
+        argv = ["run", "-m", str(path), "--db", str(self.db), "--workdir", str(self.state / "work"), "--rerun-failed"]
         fired = []
 
         def on_timer(signum: int, frame: Any) -> None:
@@ -385,6 +398,16 @@ class Kit:
         with Store(self.db, readonly=True) as store:
             rows = [r for r in store.rows(keys=[key]) if r.repeat == repeat]
         return an.Repeat.of(rows[-1]) if rows else None  # a stored ok may be diverged or refused
+
+
+# What the kit measures again: a repeat not stored, interrupted or never started, and one `matrix run
+# --rerun-failed` measures again (runner/spec/outcomes.py RERUN_FAILED: failed, oom, diverged, refused, timeout;
+# diverged and refused as admission sees a stored ok). Unsupported and skipped are outcomes: measured.
+TO_RUN = frozenset({None, Status.NOT_STARTED.value, *(s.value for s in RERUN_FAILED)})
+
+
+def to_run(status: str | None) -> bool:
+    return status in TO_RUN
 
 
 def compile_caches(state: Path) -> Path:
