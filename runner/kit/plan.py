@@ -321,18 +321,21 @@ def gpt2_levers_phase(gpt2: Phase, repeats: int, dry: bool) -> Phase:
 
 
 def fp8_by_size_phase(base: Params, repeats: int, dry: bool) -> Phase:
-    """GPT-2 124M, 350M, 774M and 1.5B at amp-bf16 beside FP8 (torchao, tensorwise and rowwise), compiled, at a batch
+    """GPT-2 124M, 350M, 774M and 1.5B at bf16 (FP8's base) and amp-bf16 beside FP8 (torchao, tensorwise and
+    rowwise), compiled, at a batch
     that fits 80 GB (GPT2_SIZES; checkpointing where it would not, part of the cell): where FP8 starts to win. 124M's
     cells are the gpt2-124m phase's. The dry run's stand-ins: gpt_tiny, and gpt_small with checkpointing; FP8 is
     `unsupported` there, with preflight's sentence."""
-    precisions = [{"precision": "amp-bf16"}, dict(GPT2_PRECISIONS[2]), dict(GPT2_PRECISIONS[3])]
+    # bf16 is every FP8 ratio's base (runner/kit/transformer.py BASE); amp-bf16 is measured beside it.
+    precisions = [{"precision": "bf16"}, {"precision": "amp-bf16"}, dict(GPT2_PRECISIONS[2]), dict(GPT2_PRECISIONS[3])]
     sizes: Sequence[tuple[str, int, bool]] = (("gpt_tiny", 2, False), ("gpt_small", 2, True)) if dry else GPT2_SIZES
     cells: list[Params] = []
     for model, batch, checkpoint in sizes:
         common: Params = {**base, "model": model, "seq_len": 32 if dry else 1024, "batch_size": batch,
                           "compile": not dry, "attention": "auto", **({"checkpoint": True} if checkpoint else {})}
-        cells += _cells(common, precisions[:2] if dry else precisions)
+        cells += _cells(common, [precisions[0], precisions[2]] if dry else precisions)
     return Phase("fp8-by-size", "FP8 by size: GPT-2 " + ", ".join(f"{m} (batch {b}{', checkpointed' if c else ''})"
                                                                   for m, b, c in sizes)
-                 + ", amp-bf16 beside fp8 (torchao, tensorwise and rowwise), compiled: where FP8 starts to win",
+                 + ", bf16 and amp-bf16 beside fp8 (torchao, tensorwise and rowwise), compiled: where FP8 starts "
+                 "to win",
                  tuple(cells), min(repeats, 2))
