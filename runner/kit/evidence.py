@@ -36,6 +36,7 @@ from runner.base import safewrite
 from runner.base.exitcodes import Exit
 from runner.kit import device, output, reference
 from runner.kit import plan as plans
+from runner.kit.calls import Call, Deferred, cut
 from runner.kit.settings import Budget, KitCell, options
 from runner.spec.outcomes import RERUN_FAILED, Status
 
@@ -225,10 +226,11 @@ class Kit:
         return plans.guess_seconds(c.params, self.args.window, self.args.warmup_seconds, later=repeat > 0)
 
     def cost(self, c: KitCell, r: int) -> float:
-        """A missing repeat's seconds: a reference repeat is two processes (bench and the hand-written loop) after
-        the headline's plain cell has run on this machine (its caches warm)."""
+        """A missing repeat's seconds, as `--plan` and the budget's checks count it: a reference repeat is two
+        processes (bench and the hand-written loop, each its own start-up and fixed window: plans.REFERENCE_PROCESS_S,
+        the kit keeps no time of its own for them); any other its cell's estimate (repeat_estimate)."""
         if c.phase.reference:
-            return 2 * self.repeat_estimate(c, max(r, 1))
+            return 2 * plans.REFERENCE_PROCESS_S["cpu" if c.params.get("device") == "cpu" else "cuda"]
         return self.repeat_estimate(c, r)
 
     def estimate_left(self, phases: Sequence[str] | None = None) -> float:
@@ -251,49 +253,55 @@ class Kit:
             self.say(f"phase {i} {phase.name}{mark}: {len(phase.cells)} cells x {repeats}, {len(todo)} to run, "
                      f"~{secs / 60:.1f} device min (so far ~{(total + calls * plans.CALL_START_S) / 60:.0f} min of "
                      f"lease in {calls} calls): {phase.title}")
-        packed = self.calls([m for m in left if m[0].phase.name in self.selected])
+        packed, deferred = self.calls([m for m in left if m[0].phase.name in self.selected])
         if packed:
             first = packed[0]
             parts = ", ".join(f"{name} {n} repeat{'s' if n != 1 else ''} (~{secs:.0f} s)"
                               for name, (n, secs) in first.items())
             used = sum(secs for _, secs in first.values())
-            self.say(f"call 1 measures {parts}: ~{used:.0f} s of its {room:.0f} s (--budget "
-                     f"{room + self.args.reserve:.0f}: {self.args.reserve:.0f} s more for the report and the pack)")
+            self.say(f"call 1 measures {parts}: ~{used:.0f} s of its {room:.0f} s, planned to "
+                     f"{room - plans.CALL_MARGIN_S:.0f} s ({plans.CALL_MARGIN_S:.0f} s kept for the model's error; "
+                     f"--budget {room + self.args.reserve:.0f}: {self.args.reserve:.0f} s more for the report and the pack)")
+            for name, (n, secs, why) in deferred.items():
+                self.say(f"call 1 leaves {name} ({n} repeat{'s' if n != 1 else ''}, ~{secs:.0f} s) to a later call: {why}")
         self.say(f"plan: {len(left)} repeats to run, ~{total / 60:.1f} device min of measuring; in calls of "
                  f"{room:.0f} s of measuring and ~{plans.CALL_START_S:.0f} s to start each: {len(packed)} calls, "
                  f"~{(total + len(packed) * plans.CALL_START_S) / 60:.0f} min of lease; {self.budget.text()}")
 
-    def calls(self, todo: Sequence[tuple[KitCell, int]]) -> list[dict[str, tuple[int, float]]]:
-        """The repeats in plan order cut into calls of at most plans.CALL_MEASURE_S seconds by the model (a repeat
-        longer than a call gets one of its own): per call, each phase's repeats and seconds."""
-        out: list[dict[str, tuple[int, float]]] = []
-        used = math.inf
-        for c, r in todo:
-            secs = self.cost(c, r)
-            if used + secs > plans.CALL_MEASURE_S:
-                out.append({})
-                used = 0.0
-            n, t = out[-1].get(c.phase.name, (0, 0.0))
-            out[-1][c.phase.name] = (n + 1, t + secs)
-            used += secs
-        return out
+    def calls(self, todo: Sequence[tuple[KitCell, int]]) -> tuple[list[Call], dict[str, Deferred]]:
+        """The repeats cut into calls as measure() takes them, by the same estimates (cost): runner/kit/calls.py."""
+        return cut(todo, self.cost)
 
     # --- measuring ---------------------------------------------------------------------------------
     def measure(self) -> None:
+        """Each selected phase in order; one that does not fit what is left of the budget (an all-or-nothing phase as a
+        whole, any other from its next repeat on) waits for the next call, and the next phase is tried: a later
+        phase's shorter repeats may fit (`--plan`'s calls() counts the same way)."""
         for phase in self.phases:
             if phase.name not in self.selected:
                 continue
-            cells = [c for c in self.cells if c.phase is phase]
-            if phase.reference:
-                for c in cells:
-                    if not reference.run_reference(self, c):
-                        return
-                    output.pack(self, quiet=True)
-                continue
-            for r in phase.wanted():
-                for c in cells:
-                    if not self.catch_up(c, r):
-                        return
+            self.measure_phase(phase)
+            if self.stopped == "interrupted" or self.budget.left() <= 0:
+                return
+
+    def measure_phase(self, phase: plans.Phase) -> None:
+        cells = [c for c in self.cells if c.phase is phase]
+        if phase.reference:
+            for c in cells:
+                if not reference.run_reference(self, c):
+                    return
+                output.pack(self, quiet=True)
+            return
+        if phase.whole:
+            need = sum(self.cost(c, r) for c, r in self.missing([phase.name]))
+            if need > self.budget.left():
+                self.stopped = "budget"
+                self.say(f"{phase.name}: measured whole and needs ~{need:.0f} s, {self.budget.text()}: next call")
+                return
+        for r in phase.wanted():
+            for c in cells:
+                if not self.catch_up(c, r):
+                    return
 
     def catch_up(self, c: KitCell, r: int) -> bool:
         """Run the cell's repeats up to number r that are not stored (each tried once in this call); False when
@@ -309,10 +317,11 @@ class Kit:
             if not todo:
                 return True
             tried.add(todo[0])
-            need = self.repeat_estimate(c)
+            need = self.cost(c, todo[0])  # the plan's estimate of this repeat (a later one's caches are warm)
             if need > self.budget.left():
                 self.stopped = "budget"
-                self.say(f"stopping: the next repeat needs ~{need:.0f} s, {self.budget.text()}")
+                self.say(f"{c.phase.name}: the next repeat needs ~{need:.0f} s, {self.budget.text()}: the rest of the "
+                         "phase waits for the next call")
                 return False
             if not self.run_repeat(c, todo[0]):
                 return False

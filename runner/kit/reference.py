@@ -111,7 +111,7 @@ def run_reference(kit: KitView, c: KitCell) -> bool:
     if size is None:
         kit.say("reference: its cell has no admitted repeat yet (the headline's plain cell); next call")
         return True
-    need = 2 * c.phase.repeats * kit.repeat_estimate(c)
+    need = sum(kit.cost(c, r) for r in c.phase.wanted())  # as --plan counts it
     if need > kit.budget.left():
         kit.stopped = "budget"
         kit.say(f"stopping: the reference loop needs ~{need:.0f} s, {kit.budget.text()}")
