@@ -4,7 +4,9 @@ the report, so that the next call, on a fresh machine, resumes from the pack.
 
     python3 scripts/gpu_evidence.py [--budget 540] [--pack FILE] [--only PHASE] [--plan] [--dry-run]
 
-Nothing is measured twice: a repeat that is stored (whatever its status) is not run again. A cell's window is
+Nothing measured is measured again: a repeat stored as a measurement admission admits, or as an outcome
+(unsupported, skipped), is not run again; one admission sets aside (diverged, refused: a window shorter than asked)
+or that failed is run again, as `matrix run --rerun-failed` runs it (to_run). A cell's window is
 sized by its own first repeat (`iterations: auto`: that process times its warm-up, just before the repeats, and
 the store keeps the count for every later repeat; a first repeat that fails leaves the next one to size it). The
 budget is respected two ways: a repeat whose estimated time does not fit in what is left is not started, and a
@@ -34,7 +36,9 @@ from runner.base import safewrite
 from runner.base.exitcodes import Exit
 from runner.kit import device, output, reference
 from runner.kit import plan as plans
+from runner.kit.calls import Call, Deferred, cut
 from runner.kit.settings import Budget, KitCell, options
+from runner.spec.outcomes import RERUN_FAILED, Status
 
 GPU_ENV, DRY_ENV = "local-gpu", "dry-run-cpu"
 MIN_ITERATIONS = {"cuda": 5, "cpu": 2}
@@ -166,14 +170,19 @@ class Kit:
 
     # --- what is stored, what is left, and how long it takes ---------------------------------------------
     def stored(self) -> dict[tuple[str, int], str]:
+        """Each stored repeat's status as admission sees it (runner/analysis/admission.py): a stored ok whose loss
+        went NaN is diverged, one whose window was shorter than asked refused, as `matrix run --rerun-failed`,
+        the frame and the page see them."""
         from runner.store import Store
         if not self.db.exists():
             return {}
         with Store(self.db, readonly=True) as store:
-            return {k: v.value for k, v in store.latest_statuses(c.key for c in self.cells if c.key).items()}
+            rows = an.admitted(store.rows(keys=[c.key for c in self.cells if c.key]))
+        return {(r.cell_key, r.number): r.status for r in rows}
 
     def missing(self, phases: Sequence[str] | None = None) -> list[tuple[KitCell, int]]:
-        """(cell, repeat) not stored yet, in plan order, each once (a cell may be in several phases)."""
+        """(cell, repeat) to run, in plan order, each once (a cell may be in several phases): not stored yet, or
+        stored but not measured (to_run: admission set it aside, or it failed)."""
         stored = self.stored()
         out: list[tuple[KitCell, int]] = []
         seen: set[tuple[str, int]] = set()
@@ -185,7 +194,7 @@ class Kit:
                     out.extend((c, r) for r in c.phase.wanted())
                 continue
             for r in c.phase.wanted():
-                if (c.key, r) not in seen and stored.get((c.key, r)) in (None, "cancelled", "not_started"):
+                if (c.key, r) not in seen and to_run(stored.get((c.key, r))):
                     seen.add((c.key, r))
                     out.append((c, r))
         return out
@@ -217,10 +226,11 @@ class Kit:
         return plans.guess_seconds(c.params, self.args.window, self.args.warmup_seconds, later=repeat > 0)
 
     def cost(self, c: KitCell, r: int) -> float:
-        """A missing repeat's seconds: a reference repeat is two processes (bench and the hand-written loop) after
-        the headline's plain cell has run on this machine (its caches warm)."""
+        """A missing repeat's seconds, as `--plan` and the budget's checks count it: a reference repeat is two
+        processes (bench and the hand-written loop, each its own start-up and fixed window: plans.REFERENCE_PROCESS_S,
+        the kit keeps no time of its own for them); any other its cell's estimate (repeat_estimate)."""
         if c.phase.reference:
-            return 2 * self.repeat_estimate(c, max(r, 1))
+            return 2 * plans.REFERENCE_PROCESS_S["cpu" if c.params.get("device") == "cpu" else "cuda"]
         return self.repeat_estimate(c, r)
 
     def estimate_left(self, phases: Sequence[str] | None = None) -> float:
@@ -243,49 +253,55 @@ class Kit:
             self.say(f"phase {i} {phase.name}{mark}: {len(phase.cells)} cells x {repeats}, {len(todo)} to run, "
                      f"~{secs / 60:.1f} device min (so far ~{(total + calls * plans.CALL_START_S) / 60:.0f} min of "
                      f"lease in {calls} calls): {phase.title}")
-        packed = self.calls([m for m in left if m[0].phase.name in self.selected])
+        packed, deferred = self.calls([m for m in left if m[0].phase.name in self.selected])
         if packed:
             first = packed[0]
             parts = ", ".join(f"{name} {n} repeat{'s' if n != 1 else ''} (~{secs:.0f} s)"
                               for name, (n, secs) in first.items())
             used = sum(secs for _, secs in first.values())
-            self.say(f"call 1 measures {parts}: ~{used:.0f} s of its {room:.0f} s (--budget "
-                     f"{room + self.args.reserve:.0f}: {self.args.reserve:.0f} s more for the report and the pack)")
+            self.say(f"call 1 measures {parts}: ~{used:.0f} s of its {room:.0f} s, planned to "
+                     f"{room - plans.CALL_MARGIN_S:.0f} s ({plans.CALL_MARGIN_S:.0f} s kept for the model's error; "
+                     f"--budget {room + self.args.reserve:.0f}: {self.args.reserve:.0f} s more for the report and the pack)")
+            for name, (n, secs, why) in deferred.items():
+                self.say(f"call 1 leaves {name} ({n} repeat{'s' if n != 1 else ''}, ~{secs:.0f} s) to a later call: {why}")
         self.say(f"plan: {len(left)} repeats to run, ~{total / 60:.1f} device min of measuring; in calls of "
                  f"{room:.0f} s of measuring and ~{plans.CALL_START_S:.0f} s to start each: {len(packed)} calls, "
                  f"~{(total + len(packed) * plans.CALL_START_S) / 60:.0f} min of lease; {self.budget.text()}")
 
-    def calls(self, todo: Sequence[tuple[KitCell, int]]) -> list[dict[str, tuple[int, float]]]:
-        """The repeats in plan order cut into calls of at most plans.CALL_MEASURE_S seconds by the model (a repeat
-        longer than a call gets one of its own): per call, each phase's repeats and seconds."""
-        out: list[dict[str, tuple[int, float]]] = []
-        used = math.inf
-        for c, r in todo:
-            secs = self.cost(c, r)
-            if used + secs > plans.CALL_MEASURE_S:
-                out.append({})
-                used = 0.0
-            n, t = out[-1].get(c.phase.name, (0, 0.0))
-            out[-1][c.phase.name] = (n + 1, t + secs)
-            used += secs
-        return out
+    def calls(self, todo: Sequence[tuple[KitCell, int]]) -> tuple[list[Call], dict[str, Deferred]]:
+        """The repeats cut into calls as measure() takes them, by the same estimates (cost): runner/kit/calls.py."""
+        return cut(todo, self.cost)
 
     # --- measuring ---------------------------------------------------------------------------------
     def measure(self) -> None:
+        """Each selected phase in order; one that does not fit what is left of the budget (an all-or-nothing phase as a
+        whole, any other from its next repeat on) waits for the next call, and the next phase is tried: a later
+        phase's shorter repeats may fit (`--plan`'s calls() counts the same way)."""
         for phase in self.phases:
             if phase.name not in self.selected:
                 continue
-            cells = [c for c in self.cells if c.phase is phase]
-            if phase.reference:
-                for c in cells:
-                    if not reference.run_reference(self, c):
-                        return
-                    output.pack(self, quiet=True)
-                continue
-            for r in phase.wanted():
-                for c in cells:
-                    if not self.catch_up(c, r):
-                        return
+            self.measure_phase(phase)
+            if self.stopped == "interrupted" or self.budget.left() <= 0:
+                return
+
+    def measure_phase(self, phase: plans.Phase) -> None:
+        cells = [c for c in self.cells if c.phase is phase]
+        if phase.reference:
+            for c in cells:
+                if not reference.run_reference(self, c):
+                    return
+                output.pack(self, quiet=True)
+            return
+        if phase.whole:
+            need = sum(self.cost(c, r) for c, r in self.missing([phase.name]))
+            if need > self.budget.left():
+                self.stopped = "budget"
+                self.say(f"{phase.name}: measured whole and needs ~{need:.0f} s, {self.budget.text()}: next call")
+                return
+        for r in phase.wanted():
+            for c in cells:
+                if not self.catch_up(c, r):
+                    return
 
     def catch_up(self, c: KitCell, r: int) -> bool:
         """Run the cell's repeats up to number r that are not stored (each tried once in this call); False when
@@ -293,15 +309,19 @@ class Kit:
         tried: set[int] = set()
         while True:
             stored = self.stored()
-            todo = [rr for rr in range(r + 1) if rr not in tried
-                    and stored.get((c.key, rr)) in (None, "cancelled", "not_started")]
+            todo = [rr for rr in range(r + 1) if to_run(stored.get((c.key, rr)))]
+            if any(rr in tried for rr in todo):
+                # Tried in this call and still not measured (set aside again, failed again): `matrix run
+                # --rerun-failed` of a later repeat would run it again, so the cell waits for the next call.
+                return True
             if not todo:
                 return True
             tried.add(todo[0])
-            need = self.repeat_estimate(c)
+            need = self.cost(c, todo[0])  # the plan's estimate of this repeat (a later one's caches are warm)
             if need > self.budget.left():
                 self.stopped = "budget"
-                self.say(f"stopping: the next repeat needs ~{need:.0f} s, {self.budget.text()}")
+                self.say(f"{c.phase.name}: the next repeat needs ~{need:.0f} s, {self.budget.text()}: the rest of the "
+                         "phase waits for the next call")
                 return False
             if not self.run_repeat(c, todo[0]):
                 return False
@@ -347,7 +367,9 @@ class Kit:
     def _matrix_run(self, path: Path, seconds: float) -> int:
         """`matrix run -m PATH` in this process, stopped by a timer after `seconds` (interrupted, 130)."""
         from runner.cli import app
-        argv = ["run", "-m", str(path), "--db", str(self.db), "--workdir", str(self.state / "work")]
+        # --rerun-failed: a repeat admission set aside (diverged, refused) or that failed is measured again, as the
+        # kit's own count of what is left says (to_run); every repeat below the one asked is admitted or final.
+        argv = ["run", "-m", str(path), "--db", str(self.db), "--workdir", str(self.state / "work"), "--rerun-failed"]
         fired = []
 
         def on_timer(signum: int, frame: Any) -> None:
@@ -385,6 +407,16 @@ class Kit:
         with Store(self.db, readonly=True) as store:
             rows = [r for r in store.rows(keys=[key]) if r.repeat == repeat]
         return an.Repeat.of(rows[-1]) if rows else None  # a stored ok may be diverged or refused
+
+
+# What the kit measures again: a repeat not stored, interrupted or never started, and one `matrix run
+# --rerun-failed` measures again (runner/spec/outcomes.py RERUN_FAILED: failed, oom, diverged, refused, timeout;
+# diverged and refused as admission sees a stored ok). Unsupported and skipped are outcomes: measured.
+TO_RUN = frozenset({None, Status.NOT_STARTED.value, *(s.value for s in RERUN_FAILED)})
+
+
+def to_run(status: str | None) -> bool:
+    return status in TO_RUN
 
 
 def compile_caches(state: Path) -> Path:

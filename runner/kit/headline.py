@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from runner import analysis as an
 from runner.kit.cells import CellResult, _md, _ratio
 from runner.report import fmt
 from runner.report.fmt import DASH, Table
@@ -30,6 +31,26 @@ def levers(params: dict[str, Any]) -> str:
     return ", ".join(on)
 
 
+def auto_ran(res: CellResult) -> str:
+    """What a row that leaves the optimizer to `auto` ran, from its repeats' precision record, with what became of
+    them: auto is the benchmark's choice when the repeat ran, not part of the cell's key, and it changed (fused SGD
+    under FP16's GradScaler until it was found to corrupt momentum on the steps the scaler skips: foreach since), so
+    a row whose repeats ran different optimizers says so. '' for a row that names its optimizer_impl."""
+    if str(res.cell.params.get("optimizer_impl", "auto")) != "auto":
+        return ""
+    ran: dict[str, dict[str, int]] = {}
+    for r in res.rows:
+        impl = (r.env.get("precision_flags") or {}).get("optimizer")
+        if impl:
+            counts = ran.setdefault(str(impl), {})
+            counts[r.status] = counts.get(r.status, 0) + 1
+    if not ran:
+        return ""
+    parts = "; ".join(f"{impl} ({an.status_summary(counts)})" for impl, counts in ran.items())
+    return (f"optimizer_impl auto ran different optimizers in its repeats: {parts}" if len(ran) > 1
+            else f"optimizer_impl auto ran {parts}")
+
+
 def section(cells: list[CellResult], grid: list[CellResult], pub: tuple[str, float] | None,
             mlperf: float | None, doc: dict[str, Any]) -> str:
     """The headline's table (rows in the plan's order, the plain recipe first) and the fastest AMP row of the
@@ -47,17 +68,23 @@ def section(cells: list[CellResult], grid: list[CellResult], pub: tuple[str, flo
               _ratio(st.mean, base), _ratio(st.mean, pub[1]) if pub else DASH,
               _ratio(st.mean, float(mlperf)) if mlperf else DASH, res.statuses or DASH)
         rows.append({"params": res.cell.params, "n": st.n, "mean": st.mean, "std": st.std, "cv": st.cv,
-                     "statuses": res.statuses, "reasons": sorted({r.reason for r in res.rows if not r.ok and r.reason})})
+                     "statuses": res.statuses, "reasons": sorted({r.reason for r in res.rows if not r.ok and r.reason}),
+                     "optimizer_auto": auto_ran(res)})
     best = fastest_amp(cells + grid)
     doc["headline"] = {"rows": rows, "fastest": best.cell.params if best else None}
     lines = [f"## Headline: ResNet-50 at batch {plain.cell.params['batch_size']}, plain eager and fastest", "",
              "The first row is the plain eager recipe (autocast, channels_last, cudnn.benchmark, the default "
              "optimizer); the others turn on the speed levers named in their settings, each part of the cell's "
-             "definition. A lever this torch or device lacks makes its row `unsupported`, with the reason.", "",
+             "definition. A lever this torch or device lacks makes its row `unsupported`, with the reason. The "
+             "default optimizer (`auto`) is the benchmark's choice when a repeat ran, not part of the cell's "
+             "definition: each row that leaves it to auto says below which one its repeats ran.", "",
              _md(t)]
     for r in rows:
+        said = [r["optimizer_auto"]] if r["optimizer_auto"] else []
         if r["reasons"]:
-            lines += ["", f"- {levers(r['params'])}: {'; '.join(r['reasons'])[:300]}"]
+            said.append("; ".join(r["reasons"])[:300])
+        if said:
+            lines += ["", f"- {levers(r['params'])}: {'; '.join(said)}"]
     if best is not None:
         st = best.stats("throughput")
         lines += ["", f"Fastest AMP row with a known spread ({st.n} repeats): {levers(best.cell.params)}, "

@@ -77,18 +77,29 @@ def reference_argv(c: KitCell, path: Path, iterations: int, warmup: int) -> list
 
 
 def sizes(kit: KitView, c: KitCell) -> tuple[int, int] | None:
-    """(iterations, warm-up) of the cell's stored ok repeats: the count its first repeat calibrated and the
-    median of their warm-ups; None before one is stored."""
+    """(iterations, warm-up) of the cell's admitted repeats: the iterations of the newest one's measured window (its
+    count as the benchmark finally ran it, re-sized where the count it was given made a window shorter than asked)
+    and the median of their warm-ups; None before one is admitted. Never the store's calibration as such: that is
+    the first ok repeat's count, kept even when its window was refused (the first H100 run: 5 iterations, 0.27-s
+    windows), and the loop checks no window time of its own."""
     from runner.store import Store
     if not kit.db.exists() or not c.key:
         return None
     with Store(kit.db, readonly=True) as store:
-        iterations = store.calibrations([c.key]).get(c.key)
-        warm = sorted(int((r.metrics.get("warmup") or {}).get("iterations") or 0)
-                      for r in an.admitted(store.rows(keys=[c.key])) if r.ok)
-    if not iterations or not warm:
+        ok = sorted((r for r in an.admitted(store.rows(keys=[c.key])) if r.ok), key=lambda r: r.id)
+    counts = [n for n in (window_iterations(r) for r in ok) if n]
+    warm = sorted(int((r.metrics.get("warmup") or {}).get("iterations") or 0) for r in ok)
+    if not counts or not warm:
         return None
-    return int(iterations), max(1, warm[len(warm) // 2])
+    return counts[-1], max(1, warm[len(warm) // 2])
+
+
+def window_iterations(r: an.Repeat) -> int | None:
+    """The iterations of a repeat's measured window (bench's metrics.iterations, else its calibration record's)."""
+    for n in (r.metrics.get("iterations"), (r.metrics.get("calibration") or {}).get("iterations")):
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+            return n
+    return None
 
 
 def run_reference(kit: KitView, c: KitCell) -> bool:
@@ -98,9 +109,9 @@ def run_reference(kit: KitView, c: KitCell) -> bool:
         return True
     size = sizes(kit, c)
     if size is None:
-        kit.say("reference: its cell has no calibrated ok repeat yet (the headline's plain cell); next call")
+        kit.say("reference: its cell has no admitted repeat yet (the headline's plain cell); next call")
         return True
-    need = 2 * c.phase.repeats * kit.repeat_estimate(c)
+    need = sum(kit.cost(c, r) for r in c.phase.wanted())  # as --plan counts it
     if need > kit.budget.left():
         kit.stopped = "budget"
         kit.say(f"stopping: the reference loop needs ~{need:.0f} s, {kit.budget.text()}")

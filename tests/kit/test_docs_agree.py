@@ -1,0 +1,34 @@
+"""docs/gpu-evidence.md and the kit say one thing: GPT-2's least window (plan.LIMITS; the docs said 10 s where the
+code asks 5), MLPerf's per-H100 figure (published.json's 7,040; the docs also said about 7,160) and the goal's share
+of it, and the first call's contents as `--plan` prints them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from runner.kit import plan
+from runner.kit.cells import PUBLISHED_PATH
+from tests.conftest import ROOT
+
+DOC = (ROOT / "docs" / "gpu-evidence.md").read_text()
+
+
+def test_the_gpt2_window_is_the_codes() -> None:
+    least = {window for window, _ in plan.LIMITS.values()}
+    assert least == {5.0}
+    assert "windows of at least 5 s" in DOC and "windows of at least 10 s" not in DOC
+    assert "1.1 x 5 s" in DOC and "1.1 x 10 s" not in DOC
+
+
+def test_mlperf_is_one_figure_everywhere() -> None:
+    pub = json.loads(PUBLISHED_PATH.read_text())
+    mlperf = pub["resnet50-amp-per-gpu"]["mlperf_img_s"]["H100"]
+    figures = {int(m.replace(",", "")) for m in re.findall(r"MLPerf[^.]*?about (\d,\d{3})", DOC)}
+    assert figures == {mlperf}, figures
+    goal = pub["goals"]["resnet50_img_s"]
+    assert f"{goal / mlperf:.2f}x" in pub["goals"]["source"] and f"({goal / mlperf:.2f}x MLPerf's {mlperf:,})" in DOC
+
+
+def test_the_first_call_in_the_docs_is_the_plans() -> None:
+    assert "~528 s of its 540" not in DOC and "call 1 leaves gpt2-first" in DOC
