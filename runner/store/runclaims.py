@@ -59,6 +59,8 @@ class RunClaims:
                 taken.held[t.id] = (t, answer.holder)
             else:
                 taken.gone.append(t)
+        said = {h.run_id for h in taken.taken_over}
+        taken.taken_over += [h for h in self.store.take_reaped() if h.run_id not in said]
         return taken
 
     def record(self, task: Task, outcome: Outcome, remaining: int = 0) -> bool:

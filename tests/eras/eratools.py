@@ -40,9 +40,13 @@ class EraBox:
     def bench(self, *args: str, env: dict[str, str] | None = None) -> BenchRun:
         argv = [self.recipe.interpreter, "/tmp/matrix-bench.pyz", "--dataset", "synthetic", "--device", "cpu",
                 "--threads", "1", "--workers", "0", *args]
-        code, out = self.container.exec_run(argv, environment=env)
-        text = out.decode(errors="replace")
-        lines = [ln for ln in text.splitlines() if ln.startswith("MATRIX_RESULT ")]
+        # stdout and stderr apart, as the Docker backend reads them (runner/backends/docker/engine.py): merged, a
+        # log line on stderr can land inside the result line where Docker read the stdout pipe in two chunks
+        # (seen: a 6-KiB line cut at 4,096 bytes by a line of the benchmark's own log).
+        code, (out, err) = self.container.exec_run(argv, environment=env, demux=True)
+        stdout = (out or b"").decode(errors="replace")
+        text = stdout + (err or b"").decode(errors="replace")
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("MATRIX_RESULT ")]
         result = json.loads(lines[-1][len("MATRIX_RESULT "):]) if lines else {}
         return BenchRun(code, text, result)
 

@@ -44,6 +44,31 @@ def test_take_record_held_and_end(tmp_path: Path) -> None:
         assert {r.run_id: r.status for r in store.runs()}["mine"] == "complete"
 
 
+def test_a_dead_run_found_by_any_check_is_said_taken_over(tmp_path: Path) -> None:
+    """A run killed while it measured here holds a claim with this machine's mark. The check for this machine's turn
+    (or begin_run's reaping) may meet it dead first and release its claims: the run that then measures its repeat
+    said nothing ('ended without storing its repeats' was missing from a CI run of the two-process test)."""
+    cells = M.cells()
+    first, other = Task(cells[0], 0), Task(cells[1], 1)
+    with Store(tmp_path / "r.db") as store:
+        other_run(store, "killed", host="vm")
+        store.db.execute("INSERT INTO claims (cell_key, repeat, run_id, claimed_at, machine) VALUES (?, ?, 'killed', "
+                         "?, ?)", (first.cell.key, first.repeat, time.time(), store_mod.MACHINE))
+        claims = store.begin_run("mine", None, "claims", [], NEEDS, poll_s=0.05)
+        store.db.execute("UPDATE holders SET heartbeat=? WHERE run_id='killed'", (time.time() - store_mod.LEASE_S - 1,))
+        taken = claims.take([other], here=True)  # this machine's turn: the dead run is met here, and released
+        assert [t.id for t in taken.mine] == [other.id] and [h.run_id for h in taken.taken_over] == ["killed"]
+        again = claims.take([first], here=True)  # its repeat: free now, and said once
+        assert [t.id for t in again.mine] == [first.id] and again.taken_over == []
+        claims.end("complete")
+    with Store(tmp_path / "r.db") as store:  # begin_run's reaping is said at the first take as well
+        other_run(store, "also-killed", heartbeat=time.time() - store_mod.LEASE_S - 1)
+        hold(store, "also-killed", Task(cells[0], 2))
+        claims = store.begin_run("next", None, "claims", [], NEEDS)
+        assert [h.run_id for h in claims.take([Task(cells[0], 3)]).taken_over] == ["also-killed"]
+        claims.end("complete")
+
+
 def test_a_repeat_measured_here_waits_inside_take_for_this_machines_turn(tmp_path: Path) -> None:
     cells = M.cells()
     with Store(tmp_path / "r.db") as store:
