@@ -13,7 +13,9 @@ autocast the chunked loss sums the output projection's gradient over its chunks 
 whole sum to BF16 once: the first step's loss is the same, then the two trajectories part at BF16's rounding, which
 this training amplifies as much as a learning rate 0.1% higher does (3e-3 after 20 steps, measured both ways): held
 to 1e-2, BF16's epsilon (7.8e-3) with room, still forty times below a wrong lever. Checkpointing recomputes the very
-same operations: 1e-6.
+same operations: 1e-6. The flash attention backend (the one fused SDPA kernel this CPU has) against math, the
+reference: FP32's 1e-5 and, under BF16 autocast, 1e-2 (3.6e-3 measured). SGD's implementations:
+test_lever_losses_sgd.py.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from runner.bench import args as bench_args
-from runner.bench import levers, models, precision, training
+from runner.bench import attention, contract, levers, main, models, precision, training
+from runner.bench.errors import Unsupported
 
 STEPS = 20
 FP32_RTOL = 1e-5      # foreach/fused AdamW, the chunked loss, torch.compile: the same sums in another order
@@ -35,15 +38,18 @@ ROWS = 7               # 4 x 16 = 64 rows in chunks of 7: nine whole chunks and 
 def train(*extra: str, precision_name: str = "fp32", lr: str = "0.1", steps: int = STEPS,
           model_name: str = "gpt_tiny") -> tuple[list[float], torch.nn.Module]:
     """Every step's loss of the tiny GPT trained on two fixed batches in turn (the loss falls: each lever's error
-    would change the trajectory), wired as bench wires it."""
+    would change the trajectory), wired as bench wires it (--attention planned and probed as bench plans it)."""
     torch.set_num_threads(1)
     args = bench_args.parse_args(["--model", model_name, "--precision", precision_name, "--batch-size", "4",
                                   "--seq-len", "16", "--dataset", "synthetic", "--device", "cpu", "--lr", lr, *extra])
     device = torch.device("cpu")
     plan = precision.plan_precision(args, device)
     levers.check_levers(args, plan)
+    _, heads, width, _, _ = contract.TRANSFORMER_MODELS[model_name]
+    dtype = getattr(torch, main.COMPUTE_DTYPES[plan["dtype"]])  # --attention as bench plans it, probe included
+    sdpa, kernel, _ = attention.attention_plan(args.attention, device, dtype, heads, width // heads)
     torch.manual_seed(0)
-    model = models.build_transformer(model_name, F.scaled_dot_product_attention)
+    model = models.build_transformer(model_name, sdpa, kernel)
     wrapped, _, (forward, backward, update), _, _ = training.setup_training(model, plan, args, device, (0, 1, 0))
     g = torch.Generator().manual_seed(1)
     pool = [(torch.randint(0, 256, (4, 16), generator=g), torch.randint(0, 256, (64,), generator=g)) for _ in range(2)]
@@ -124,12 +130,51 @@ def test_checkpointing_trains_as_without_and_recomputes_every_block() -> None:
     assert len(calls) == 2 * len(model.blocks)  # forward once, and again in the backward: checkpointing is on
 
 
+@pytest.mark.parametrize(("precision_name", "rtol"), [("fp32", FP32_RTOL), ("amp-bf16", BF16_RTOL)])
+def test_the_flash_backend_trains_as_the_math_one(precision_name: str, rtol: float) -> None:
+    """SDPA's flash kernel has a CPU implementation (torch 2.13): forced alone (no fallback: a shape it refused would
+    raise), it trains as the math backend, the reference. FP32: the same sums tiled, 3.2e-7 measured; BF16 autocast:
+    flash accumulates its tiles in FP32 where math rounds QK^T to BF16 first, 3.6e-3 measured after 20 steps, held
+    to BF16's 1e-2 as the chunked loss is."""
+    reference, _ = train("--attention", "math", precision_name=precision_name)
+    flash, model = train("--attention", "flash", precision_name=precision_name)
+    assert model.kernel is not None  # the forced backend's context, entered at every forward
+    assert_same_training(reference, flash, rtol)
+
+
+@pytest.mark.parametrize("backend", ["mem_efficient", "cudnn"])
+def test_the_backends_a_cpu_lacks_are_refused_with_their_sentence(backend: str) -> None:
+    """The memory-efficient and cuDNN kernels are CUDA's: bench's probe refuses them before any training, never
+    falling back to another backend (tests/gpu/test_levers_gpu.py trains them against math)."""
+    with pytest.raises(Unsupported, match=rf"^the {backend} backend of scaled_dot_product_attention cannot run "
+                       r"here \(cpu, float32, head size 32\): RuntimeError: No viable backend"):
+        train("--attention", backend)
+
+
 @pytest.mark.slow
 def test_compile_trains_as_eager() -> None:
     """inductor on this CPU: 82 s for the tiny GPT with a cold cache on the 2-vCPU VM, 6.5 s warm (its FX graph and
     C++ caches); on a GPU: tests/gpu/test_levers_gpu.py."""
     eager, _ = train(steps=10)
     compiled, _ = train("--compile", steps=10)
+    assert_same_training(eager, compiled, FP32_RTOL)
+
+
+@pytest.mark.slow
+def test_max_autotune_trains_as_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--compile --compile-mode max-autotune: inductor choosing among its kernels by timing them (on the CPU its C++
+    GEMM templates against ATen's), 78 s cold on the 2-vCPU VM, 6.9 s warm: marked slow as the default mode is.
+    The losses 1.1e-7 (relative) from eager's, held to FP32's 1e-5."""
+    modes: list[str | None] = []
+    real = torch.compile
+
+    def spy(model: torch.nn.Module, **kwargs: str) -> torch.nn.Module:
+        modes.append(kwargs.get("mode"))
+        return real(model, **kwargs)
+    monkeypatch.setattr(torch, "compile", spy)
+    eager, _ = train(steps=10)
+    compiled, _ = train("--compile", "--compile-mode", "max-autotune", steps=10)
+    assert modes == ["max-autotune"]  # the mode asked for reached torch.compile
     assert_same_training(eager, compiled, FP32_RTOL)
 
 
