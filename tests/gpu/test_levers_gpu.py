@@ -1,8 +1,8 @@
 """The speed levers on a real GPU (`pytest -m gpu`): the whole training step as one CUDA graph trains (its
 losses change from step to step and fall), the fused optimizer is the one recorded, and FP16 amp's dynamic loss
-scale refuses the graph with its sentence; issue 38's: FP16 with a static loss scale (native or the manual recipe)
+scale refuses the graph with its sentence; FP16 with a static loss scale (native or the manual recipe)
 as one graph, under max-autotune too, the GPT with AdamW fused, the chunked loss and a forced attention backend as
-one graph, and each GPT lever's loss against eager; issue 40's: each forced attention backend against math, and
+one graph, and each GPT lever's loss against eager; each forced attention backend against math; and
 on a convolutional net with batch norm (in this process, wired by bench) the whole-step graph against eager with
 its statistics, a static FP16 loss scale against the dynamic scaler, fused SGD under that scaler against foreach."""
 
@@ -48,7 +48,7 @@ def test_fp16_amp_refuses_the_graph_with_its_sentence() -> None:
     assert r["status"] == "unsupported" and "loss scaling decides on the host" in r["reason"]
 
 
-# ----------------------------------------------------------------------------- issue 38's levers
+# ------------------------------------------------------------------- FP16 static scale, compile, the GPT's levers
 
 def test_fp16_with_a_static_loss_scale_is_one_cuda_graph() -> None:
     """No GradScaler, so no host decision: the FP16 step captured whole, fused SGD allowed, nothing skipped."""
