@@ -230,5 +230,5 @@ def test_the_first_calibration_stays(tmp_path: Path) -> None:
 def test_show_notes_a_warm_up_that_stopped_at_a_ceiling(warmup: dict[str, Any], note: str) -> None:
     from runner.analysis import Repeat, StoredRepeat
     from runner.commands.show import note as _show_note
-    row = {"status": "ok", "reason": None, "metrics": {"warmup": warmup}}
+    row = {"status": "ok", "reason": None, "metrics": {"throughput": 100.0, "window_s": 1.0, "warmup": warmup}}
     assert _show_note(Repeat.of(StoredRepeat.of(row))).text == note
