@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from runner.base import safewrite
 from runner.base.errors import BusyError, StoreError
 from runner.spec.outcomes import Status
-from runner.store.liveness import Heartbeat
+from runner.store.liveness import Heartbeat, Holder
 from runner.store.schema import CAPTURES_DDL, DDL, DEFAULT_DB, STORE_SCHEMA, TABLES
 
 BUSY_TIMEOUT_S = 30.0
@@ -83,6 +83,7 @@ class Database:
         self.path = Path(path)
         self.readonly = readonly
         self._heartbeats: dict[str, Heartbeat] = {}
+        self._reaped: list[Holder] = []  # dead runs whose claims this object released, not yet said (holders.py)
         self._snapshot: tuple[int, int, bool] | None = None  # what an unlocked read saw at open
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a folder, not a result store: pass --db FILE (e.g. {self.path / 'matrix.db'})")

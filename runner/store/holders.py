@@ -50,12 +50,12 @@ class Holders(Journaled):
         self.db.execute("UPDATE holders SET ended_at=? WHERE run_id=? AND ended_at IS NULL", (time.time(), h.run_id))
         released = self.db.execute("DELETE FROM claims WHERE run_id=?", (h.run_id,)).rowcount
         if released > 0:  # whichever check met it first: the run that takes those repeats over says so
-            self.__dict__.setdefault("_reaped", []).append(h)
+            self._reaped.append(h)
 
     def take_reaped(self) -> list[Holder]:
         """The dead runs this store object released claims of since the last call (each once): a run that measures
         their repeats says they ended without storing them, whichever of its checks found them dead."""
-        found: list[Holder] = self.__dict__.pop("_reaped", [])
+        found, self._reaped = self._reaped, []
         return found
 
 

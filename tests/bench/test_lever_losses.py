@@ -20,6 +20,8 @@ test_lever_losses_sgd.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -53,6 +55,13 @@ def train(*extra: str, precision_name: str = "fp32", lr: str = "0.1", steps: int
     wrapped, _, (forward, backward, update), _, _ = training.setup_training(model, plan, args, device, (0, 1, 0))
     g = torch.Generator().manual_seed(1)
     pool = [(torch.randint(0, 256, (4, 16), generator=g), torch.randint(0, 256, (64,), generator=g)) for _ in range(2)]
+    losses = run_steps(pool, steps, forward, backward, update)
+    return losses, model
+
+
+def run_steps(pool: list[tuple[torch.Tensor, torch.Tensor]], steps: int, forward: Any, backward: Any,
+              update: Any) -> list[float]:
+    """`steps` training steps on the pool's batches in turn, as bench's window runs them: every step's loss."""
     losses = []
     for i in range(steps):
         x, y = pool[i % 2]
@@ -60,7 +69,7 @@ def train(*extra: str, precision_name: str = "fp32", lr: str = "0.1", steps: int
         backward(loss)
         update()
         losses.append(float(loss.item()))
-    return losses, model
+    return losses
 
 
 def assert_same_training(eager: list[float], lever: list[float], rtol: float) -> None:

@@ -22,7 +22,7 @@ import torch
 
 from runner.bench import args as bench_args
 from runner.bench import models, precision, training
-from tests.bench.test_lever_losses import FP32_RTOL, STEPS, assert_same_training, train
+from tests.bench.test_lever_losses import FP32_RTOL, STEPS, assert_same_training, run_steps, train
 
 # model -> (its input (channels, height, width), the learning rate its loss falls by more than 1.0 in 20 steps
 # without reaching near zero, where a relative comparison would amplify rounding).
@@ -57,13 +57,7 @@ def train_image(model_name: str, *extra: str, lr: str | None = None, steps: int 
     g = torch.Generator().manual_seed(1)
     pool = [(torch.randn(4, *shape, generator=g).to(dev), torch.randint(0, 10, (4,), generator=g).to(dev))
             for _ in range(2)]
-    losses = []
-    for i in range(steps):
-        x, y = pool[i % 2]
-        loss = forward(x, y)
-        backward(loss)
-        update()
-        losses.append(float(loss.item()))
+    losses = run_steps(pool, steps, forward, backward, update)
     return Trained(losses, model, record, watch)
 
 
