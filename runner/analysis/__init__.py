@@ -74,6 +74,7 @@ from runner.analysis.stats import (
     describe,
     measurement,
     metric_stats,
+    positive,
     precision_summary,
     quality_flags,
     status_summary,
@@ -91,7 +92,7 @@ __all__ = [
     "geometric_mean", "get_metric", "judge_pair", "latest", "measurement", "metric_stats",
     "options_label", "pair_cells", "pair_stats", "precision_index", "precision_rank", "precision_ratios",
     "precision_recipes", "precision_summary", "quality_flags", "recipe", "recipe_differences", "recipe_text",
-    "scaling", "select_side", "settings_text", "side_stats", "status_summary", "summarize", "t_half_width",
+    "positive", "scaling", "select_side", "settings_text", "side_stats", "status_summary", "summarize", "t_half_width",
     "welch_from_stats", "Outcomes", "OutcomeChange", "outcome_change", "why_not", "Machine", "Provenance",
     "Selection", "select",
 ]

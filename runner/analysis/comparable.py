@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from runner.analysis import significance
+from runner.analysis.change import SIZEABLE, ratio_of
 from runner.analysis.frame import PARAM_KEYS
 from runner.analysis.metrics import Metric
 from runner.analysis.stats import _join_unique
@@ -133,7 +134,10 @@ def no_ratio(metric: Metric, mean_a: float, mean_b: float) -> str:
     or an infinite figure is never "within" a threshold). The same words in compare and the gate."""
     bad = [(side, m) for side, m in (("A", mean_a), ("B", mean_b)) if not math.isnan(m) and not 0 < m < math.inf]
     if not bad:
-        return ""
+        if math.isnan(mean_a) or math.isnan(mean_b) or not math.isnan(ratio_of(mean_a, mean_b)):
+            return ""
+        return (f"not tested: the {metric.label} averages {mean_a:g} on A and {mean_b:g} on B, a ratio too extreme to "
+                f"size (B/A beyond {SIZEABLE[0]:g}..{SIZEABLE[1]:g})")
     said = " and ".join(f"{m:g} on {side}" for side, m in bad)
     return f"not tested: the {metric.label} averages {said} (a change needs a positive, finite mean on each side)"
 

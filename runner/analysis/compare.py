@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from runner.analysis import resolution, sides, significance
+from runner.analysis import change, resolution, sides, significance
 from runner.analysis.comparable import (
     Outcomes,
     align_steps,
@@ -118,13 +118,15 @@ def change_words(ratio: float, metric: Metric) -> str:
 
 
 def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha: float = significance.ALPHA,
-               min_effect: float = MIN_EFFECT, coarse: float = 0.0) -> tuple[bool, str, Verdict]:
-    """(significant, words, decision) for a pair measured on both sides. The decision answers "is B the
-    same as A?": pass (no significant change of at least `min_effect`), fail (a significant change, either
-    way) or undecided (too few repeats to test: never called "not significant"). `p` is the p-value the
+               min_effect: float = MIN_EFFECT, coarse: float = 0.0, delta: change.Change | None = None
+               ) -> tuple[bool, str, Verdict]:
+    """(significant, words, decision) for a pair measured on both sides. The decision answers "is B the same as A?"
+    (runner/analysis/change.py `judge`, both ways): fail when the change is at least `min_effect` and significant
+    (either way), pass only when the interval of B/A (`delta`) lies inside ±`min_effect`, undecided otherwise (with
+    the repeats a side that would decide it), and when there are too few repeats to test. `p` is the p-value the
     decision uses (compare passes it adjusted for the pairs' false discovery rate). `coarse`: how far the figures'
-    printed resolution alone may move the change (a share of A's mean; runner/analysis/resolution.py): a change
-    is called only when it holds at either end of that, and "the same" only when rounding could not hide one."""
+    printed resolution alone may move the change (a share of A's mean; runner/analysis/resolution.py). Without
+    `delta` (no interval), nothing can be shown the same: a pair that is not a change is undecided."""
     if n_a == 0 or n_b == 0 or math.isnan(ratio):
         return False, "no result", Verdict.UNDECIDED
     if not 0 < ratio < math.inf:
@@ -133,19 +135,20 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
         return False, f"undecided: {significance.too_few(n_a, n_b)}", Verdict.UNDECIDED
     if math.isnan(p):
         return False, "undecided: no p-value", Verdict.UNDECIDED
-    gain = ratio if metric.higher_is_better else 1 / ratio
-    size = max(gain, 1 / gain) - 1
-    too_coarse = (f"undecided: the figures are printed too coarsely to tell (rounding alone may move the change by "
-                  f"{coarse:.1%}; {min_effect:.0%} is looked for)")
-    if p >= alpha:
-        if coarse and coarse >= min_effect:
-            return False, too_coarse, Verdict.UNDECIDED
-        return False, "not significant", Verdict.PASS
-    if size + coarse < min_effect:
-        return False, f"not significant (change < {min_effect:.0%})", Verdict.PASS
-    if size - coarse < min_effect:
-        return False, too_coarse, Verdict.UNDECIDED
-    return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
+    d = change.judge(delta or change.Change(ratio, math.nan, math.nan, n_a, n_b), min_effect, None, p, alpha,
+                     metric, coarse)
+    if d.verdict is Verdict.FAIL:
+        gain = ratio if metric.higher_is_better else 1 / ratio
+        return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
+    if d.verdict is Verdict.PASS:
+        return False, f"same (within ±{min_effect:.0%})", Verdict.PASS
+    if coarse and coarse >= min_effect:
+        return False, (f"undecided: the figures are printed too coarsely to tell (rounding alone may move the change "
+                       f"by {coarse:.1%}; {min_effect:.0%} is looked for)"), Verdict.UNDECIDED
+    beyond = "beyond" if abs(math.log(ratio)) > math.log1p(min_effect) else "reaches beyond"
+    what = (f"{beyond} ±{min_effect:.0%} but not significant" if beyond == "beyond"
+            else f"the interval reaches beyond ±{min_effect:.0%}")
+    return False, f"undecided: {what}; {change.needed_words(d.needed)}", Verdict.UNDECIDED
 
 
 def geometric_mean(ratios: Iterable[float]) -> float:
@@ -243,7 +246,8 @@ def pair_cells(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, alpha: float = 
 
 _STAT_COLS = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys", "steps_ok",
               "definition", THROTTLED]
-_PAIR_WORDS = ["ratio", "change", "p_value", "p_adjusted", "significant", "verdict", "decision", "throttling"]
+_PAIR_WORDS = ["ratio", "ratio_low", "ratio_high", "needed", "change", "p_value", "p_adjusted", "significant",
+               "verdict", "decision", "throttling"]
 
 
 def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = significance.ALPHA,
@@ -285,8 +289,8 @@ def _judged(both: pd.DataFrame, metric: Metric, alpha: float, min_effect: float,
     """The paired cells with their ratio, p-values (adjusted over the pairs tested), verdict and decision."""
     an_, bn_ = both["a_n"].astype(int), both["b_n"].astype(int)
     am, bm = both["a_mean"].to_numpy(dtype=float), both["b_mean"].to_numpy(dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where((an_ > 0) & (bn_ > 0) & (am != 0), bm / am, math.nan)
+    ratio = np.array([change.ratio_of(x, y) if n and m else math.nan for x, y, n, m in zip(am, bm, an_, bn_, strict=True)],
+                     dtype=float)  # the pair's one ratio B/A (NaN where it cannot be sized both ways)
     # Every repeat equal (min == max): no spread at all, whatever rounding left in the std.
     sda, sdb = (np.where(both[f"{s}_min"] == both[f"{s}_max"], 0.0, both[f"{s}_std"].to_numpy(dtype=float))
                 for s in "ab")
@@ -300,11 +304,17 @@ def _judged(both: pd.DataFrame, metric: Metric, alpha: float, min_effect: float,
     p = np.where([bool(w) for w in apart], math.nan, p)
     p_adj = significance.adjust(p)
     coarse = [resolution.half_width(x, x, m) / abs(m) if m and math.isfinite(m) else 0.0 for x, m in zip(q, am, strict=True)]
-    judged = [_verdict(r, padj, x, y, sa_, sb_, why, ma, mb, c, metric, alpha, min_effect)
-              for r, padj, x, y, sa_, sb_, why, ma, mb, c in zip(ratio, p_adj, an_, bn_, both["a_statuses"],
+    deltas = [change.of_stats(ma, sx, x, mb, sy, y, (qq, qq)) if not why else change.Change(math.nan, math.nan, math.nan)
+              for ma, sx, x, mb, sy, y, qq, why in zip(am, sda, an_, bm, sdb, bn_, q, apart, strict=True)]
+    judged = [_verdict(d, padj, x, y, sa_, sb_, why, ma, mb, c, metric, alpha, min_effect)
+              for d, padj, x, y, sa_, sb_, why, ma, mb, c in zip(deltas, p_adj, an_, bn_, both["a_statuses"],
                                                                  both["b_statuses"], apart, am, bm, coarse, strict=True)]
     both["a_n"], both["b_n"] = an_, bn_
     both["ratio"] = np.where([bool(w) for w in apart], math.nan, ratio)
+    both["ratio_low"] = [d.low for d in deltas]
+    both["ratio_high"] = [d.high for d in deltas]
+    both["needed"] = [change.needed(d, min_effect, None) if j[2] is Verdict.UNDECIDED and d.has_interval else None
+                      for d, j in zip(deltas, judged, strict=True)]
     both["p_value"], both["p_adjusted"] = p, p_adj
     both["change"] = [change_words(r, metric) for r in both["ratio"]]
     both["significant"] = [j[0] for j in judged]
@@ -316,8 +326,8 @@ def _judged(both: pd.DataFrame, metric: Metric, alpha: float, min_effect: float,
     return both
 
 
-def _verdict(r: float, p: float, x: int, y: int, sa_: str, sb_: str, why: str, ma: float, mb: float, coarse: float,
-             metric: Metric, alpha: float, min_effect: float) -> tuple[bool, str, Verdict]:
+def _verdict(d: change.Change, p: float, x: int, y: int, sa_: str, sb_: str, why: str, ma: float, mb: float,
+             coarse: float, metric: Metric, alpha: float, min_effect: float) -> tuple[bool, str, Verdict]:
     """(significant, words, decision) of one pair: not comparable, a change of outcome, or the metric's test."""
     if why:
         return False, why, Verdict.UNDECIDED
@@ -327,7 +337,7 @@ def _verdict(r: float, p: float, x: int, y: int, sa_: str, sb_: str, why: str, m
         return said.verdict is Verdict.FAIL, said.why, said.verdict
     unsized = no_ratio(metric, ma, mb) if x and y else ""
     significant, words, decision = (False, unsized, Verdict.UNDECIDED) if unsized else judge_pair(
-        r, p, x, y, metric, alpha, min_effect, coarse)
+        d.ratio, p, x, y, metric, alpha, min_effect, coarse, d)
     decision, words = with_outcomes(decision, words, outcomes)
     return significant, words, decision
 

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from runner.analysis import METRICS, PARAM_KEYS, choose, resolution, significance
+from runner.analysis import METRICS, PARAM_KEYS, change, choose, resolution, significance
+from runner.analysis.change import Change
 from runner.analysis.comparable import (
     OutcomeChange,
     Outcomes,
@@ -39,7 +40,7 @@ from runner.analysis.verdict import Verdict, counts, counts_text, overall, polic
 from runner.base.errors import ConfigError
 from runner.spec.cells import percentage
 
-GATE_SCHEMA = 2  # 2: a verdict per check (pass, fail, undecided), adjusted p-values, counts
+GATE_SCHEMA = 3  # 3: pass only when the interval is inside the threshold; the interval, repeats needed
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,16 @@ class Rule:
     def text(self) -> str:
         return f"{self.kind}:{self.threshold * 100:g}%"
 
+    @property
+    def sense(self) -> int:
+        """The direction of B the rule fears: -1 a lower figure (slower, energy), +1 a higher one (memory, faster)."""
+        return -1 if METRICS[self.metric].higher_is_better == self.fears_worse else 1
+
     def change(self, a_mean: float, b_mean: float) -> float:
-        """The change in the rule's direction (positive = the way the rule fears), as a fraction: B below A for a
-        rule that fears a lower figure (slower, energy), B above A otherwise (memory, faster)."""
-        if not (a_mean > 0 and b_mean > 0):
-            return math.nan
-        if METRICS[self.metric].higher_is_better == self.fears_worse:
-            return a_mean / b_mean - 1
-        return b_mean / a_mean - 1
+        """The change in the rule's direction (positive = the way the rule fears), as a fraction, from the pair's one
+        ratio B/A (runner/analysis/change.py): A/B - 1 for a rule that fears a lower figure, B/A - 1 otherwise; NaN
+        where the means have no ratio that can be sized."""
+        return change.Change(change.ratio_of(a_mean, b_mean), math.nan, math.nan).toward(self.sense)[0]
 
 
 def parse_rules(specs: Iterable[str]) -> list[Rule]:
@@ -113,6 +116,8 @@ class Check:
     outcomes: OutcomeChange | None = None  # a new failure on B that too few repeats could not tell from chance
     settled: bool = False  # decided without the metric's test (its p, if any, still counts in the family)
     coarse: float = 0.0    # how far the printed resolution alone may move the change (runner/analysis/resolution.py)
+    delta: Change | None = None  # the pair's ratio B/A and its interval, where both sides were measured
+    needed: int | None = None  # repeats a side that would decide an undecided check, as far as its spread says
 
     @property
     def note(self) -> str:
@@ -125,10 +130,14 @@ class Check:
 
     def as_json(self) -> dict[str, Any]:
         def num(x: float) -> float | None:
-            return None if math.isnan(x) else float(f"{x:.6g}")
+            return None if not math.isfinite(x) else float(f"{x:.6g}")
+        d = self.delta or change.Change(math.nan, math.nan, math.nan)
+        _, low, high = d.toward(self.rule.sense)
         return {"rule": self.rule.text, "metric": self.rule.metric, **dict(self.params),
                 "a_n": self.a_n, "b_n": self.b_n, "a_mean": num(self.a_mean), "b_mean": num(self.b_mean),
-                "change": num(self.change), "p_value": num(self.p_value), "p_adjusted": num(self.p_adjusted),
+                "ratio": num(d.ratio), "ratio_low": num(d.low), "ratio_high": num(d.high), "confidence": d.confidence,
+                "change": num(self.change), "change_low": num(low), "change_high": num(high),
+                "repeats_needed": self.needed, "p_value": num(self.p_value), "p_adjusted": num(self.p_adjusted),
                 "verdict": self.verdict.value, "tripped": self.tripped, "reason": self.reason, "note": self.note}
 
 
@@ -252,46 +261,34 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     unsized = no_ratio(metric, ma, mb)
     if unsized:
         return done(*with_outcomes(Verdict.UNDECIDED, unsized, oc))
-    change = rule.change(ma, mb)
+    delta = change.of_samples(xa, xb, quanta)
+    point = delta.toward(rule.sense)[0]
     diff = significance.difference(xa, xb, test, quanta)
     if not diff.decided:
-        return done(*with_outcomes(Verdict.UNDECIDED, f"not tested: {diff.why}", oc), change)
+        return replace(done(*with_outcomes(Verdict.UNDECIDED, f"not tested: {diff.why}", oc), point), delta=delta)
     pending = oc if oc is not None and oc.verdict is Verdict.UNDECIDED else None
-    return Check(rule, params, xa.size, xb.size, ma, mb, change, diff.p_value, Verdict.PASS,
-                 _EXACT if diff.exact else "", **note, outcomes=pending, coarse=diff.rounding / abs(ma))
-
-
-_EXACT = "no spread on either side"
+    return Check(rule, params, xa.size, xb.size, ma, mb, point, diff.p_value, Verdict.PASS,
+                 "", **note, outcomes=pending, coarse=diff.rounding / abs(ma), delta=delta)
 
 
 def _decide(c: Check, p_adj: float, alpha: float) -> Check:
-    """The verdict of a tested check from its adjusted p-value; a check decided without a test is kept."""
-    if c.settled or math.isnan(c.p_value):
+    """The verdict of a tested check from its adjusted p-value and its interval (runner/analysis/change.py `judge`:
+    fail beyond the threshold and significant, pass only when the interval lies inside it, else undecided with what
+    would decide); a check decided without a test is kept."""
+    if c.settled or math.isnan(c.p_value) or c.delta is None:
         return replace(c, p_adjusted=p_adj) if c.settled else c
-    big = c.change - c.coarse > c.rule.threshold  # a change rounding alone could not make up
-    significant = p_adj < alpha
-    exact = c.reason == _EXACT  # every repeat equal on both sides: the change is certain
-    p_text = _EXACT if exact else f"p={p_adj:.3g}"
-    hidden = c.change + c.coarse > c.rule.threshold and (significant or c.coarse >= c.rule.threshold)
-    if c.coarse and not big and hidden:
-        # Printed too coarsely: rounding alone may hide a change beyond the threshold, or make one up.
-        verdict, reason = Verdict.UNDECIDED, (f"{c.change:+.1%}, but the figures are printed too coarsely to tell "
-                                              f"(rounding alone may move it by {c.coarse:.1%}; p={p_adj:.3g})")
-        return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason)
-    if big and significant:
-        verdict, reason = Verdict.FAIL, f"{c.rule.kind} by {c.change:.1%} > {c.rule.threshold:.1%}, {p_text}"
-    elif big:
-        verdict, reason = Verdict.PASS, f"{c.change:+.1%} but not significant ({p_text})"
-    else:
-        verdict, reason = Verdict.PASS, f"{c.change:+.1%} is within {c.rule.threshold:.1%}" + (
-            f" ({p_text})" if exact else " (significant)" if significant else "")
+    d = change.judge(c.delta, c.rule.threshold, c.rule.sense, p_adj, alpha, METRICS[c.rule.metric], c.coarse)
+    verdict, reason = d.verdict, d.reason
+    if verdict is Verdict.FAIL:
+        p_text = "no spread on either side" if c.delta.exact else f"p={p_adj:.3g}"
+        reason = f"{c.rule.kind} by {change.pct(c.change)} > {c.rule.threshold:.1%}, {p_text}"
     if c.outcomes is not None and (c.outcomes.direction != "worse" or not c.rule.fears_worse):
         # Failures the rule does not fear (fewer on B; or any, for `faster`): said beside a tripped check only.
         if verdict is Verdict.FAIL:
             reason = f"{reason}; {c.outcomes.why}"
     else:
         verdict, reason = with_outcomes(verdict, reason, c.outcomes)
-    return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason)
+    return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason, needed=d.needed)
 
 
 def tripped(checks: Iterable[Check]) -> list[Check]:

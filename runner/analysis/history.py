@@ -30,6 +30,7 @@ from runner.analysis import (
     change_words,
     describe,
     judge_pair,
+    positive,
     resolution,
     significance,
 )
@@ -123,7 +124,7 @@ def _name_rows(timeline: list[tuple[int, str, list[str], pd.DataFrame]], m: Metr
     for _, series, runs, g in timeline:
         prev = last.get(series)
         ok = g[(g["status"] == "ok") & g[metric].notna()]
-        st = describe(ok[metric].to_numpy(dtype=float))
+        st = describe(ok[metric].to_numpy(dtype=float), positive(metric))
         ratio, p, step, change, why = (math.nan, math.nan, False, "", "") if prev is None else \
             versus(prev, g, m, metric, min_effect, alpha, test)
         boundary = what_changed(before[1], g) if before is not None and before[0] != series else ""

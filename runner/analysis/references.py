@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,11 +31,14 @@ from runner.analysis import (
     METRIC_ALIASES,
     METRICS,
     Metric,
+    change,
     definition,
     describe,
     get_metric,
+    positive,
     resolution,
     shown_unit,
+    significance,
 )
 from runner.analysis import verdict as verdicts_
 from runner.analysis.bounds import Bound, parse_bound
@@ -51,7 +54,7 @@ from runner.spec.cellmatch import show as _show
 from runner.spec.cellmatch import value as _value
 from runner.spec.cells import AXIS_NAMES, Cell, Scalar
 
-VERDICT_SCHEMA = 2  # 2: verdict pass/fail/undecided with a reason (1 had outcome pass/fail/no data)
+VERDICT_SCHEMA = 3  # 3: pass only when the interval of the mean is inside the bound
 ENTRY_KEYS = ("match", "undecided")  # the keys of an entry that are not metrics
 Locate = Callable[[Sequence[Any]], str]  # a field path -> "file: references[0].throughput (line N)"
 
@@ -182,12 +185,15 @@ class Judgement:
     statuses: str = ""         # the cell's stored repeats by status, e.g. '3 ok' or '2 oom'
     reason: str = ""           # why it failed or is undecided without a value ('' when judged on the mean)
     undecided_policy: str = "error"  # the entry's `undecided:` setting
+    p_value: float = math.nan  # a mean outside the bound: its test against the bound (NaN: not tested)
+    p_adjusted: float = math.nan  # ... adjusted over the references' family (Benjamini-Hochberg), what decides a fail
+    needed: int | None = None  # an undecided one: the repeats that would decide it, as far as the spread seen says
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["verdict"] = self.verdict.value
-        for k in ("measured", "ci_low", "ci_high", "margin"):
-            d[k] = None if math.isnan(d[k]) else round(float(d[k]), 6)
+        for k in ("measured", "ci_low", "ci_high", "margin", "p_value", "p_adjusted"):
+            d[k] = None if not math.isfinite(d[k]) else round(float(d[k]), 6)
         return d
 
 
@@ -208,6 +214,23 @@ def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame)
             rows = by_key.get(cell.key, frame.iloc[0:0])
             for name, bound in ref.bounds.items():
                 out.append(_judgement(ref, cell, rows, METRICS[name], bound, varying, refused))
+    return _adjusted(out)
+
+
+def _adjusted(judgements: list[Judgement]) -> list[Judgement]:
+    """A mean outside its bound fails only when its test against the bound stays significant once the p-values of
+    every tested judgement are adjusted together (Benjamini-Hochberg, as the gate adjusts a rule's pairs); otherwise
+    it is undecided, with what would decide it."""
+    adjusted = significance.adjust([j.p_value for j in judgements])
+    out = []
+    for j, q in zip(judgements, adjusted, strict=True):
+        if j.verdict is Verdict.FAIL and not math.isnan(j.p_value):
+            j = replace(j, p_adjusted=float(q))
+            if q >= significance.ALPHA:
+                j = replace(j, verdict=Verdict.UNDECIDED, reason=(
+                    f"the mean is outside the bound but not significantly (p={q:.3g} adjusted over "
+                    f"{sum(not math.isnan(x.p_value) for x in judgements)} tested); {_needed_words(j.needed)}"))
+        out.append(j)
     return out
 
 
@@ -246,7 +269,8 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
                keys: Sequence[str], refused: str = "") -> Judgement:
     ok = rows[rows["status"] == "ok"] if len(rows) else rows
     values = ok[metric.name].to_numpy(dtype=float) * metric.scale if len(ok) else np.array([])
-    st = describe(values)
+    st = describe(values, positive(metric.name))
+    tested = change.BoundTest(Verdict.UNDECIDED, math.nan, None)
     counts = rows["status"].value_counts() if len(rows) else pd.Series(dtype=int)
     statuses = ", ".join(f"{n} {s}" for s, n in counts.items()) or "nothing stored"
     margin, reason = math.nan, ""
@@ -267,7 +291,12 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
         verdict, reason = Verdict.UNDECIDED, mixed
     elif st.n:
         inside = bound.low <= st.mean <= bound.high
-        verdict, margin = (Verdict.PASS if inside else Verdict.FAIL), bound.margin(st.mean)
+        margin = bound.margin(st.mean)
+        # Pass only where the interval of the mean lies inside the bound; a mean outside fails once the test
+        # against the bound is significant over the references' family (judge); else undecided.
+        tested = change.bound_test(st.mean, st.std, st.n, bound.low, bound.high, (st.ci_low, st.ci_high),
+                                   positive(metric.name))
+        verdict = tested.verdict
         failed = set(counts.index) & (DID_NOT_DELIVER - {"unsupported"})
         half = _rounding(ok, metric, st.mean)
         if half and any(st.mean - half <= edge <= st.mean + half for edge in (bound.low, bound.high)):
@@ -276,6 +305,9 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
         elif inside and failed:
             # A figure from some repeats only: not every repeat delivered, so the cell is not shown to pass.
             verdict, reason = Verdict.UNDECIDED, f"not every repeat ended ok ({statuses}): the value is of the ok ones"
+        elif verdict is Verdict.UNDECIDED:
+            reason = tested.why or (f"the interval {_num(st.ci_low)}-{_num(st.ci_high)} reaches across the bound; "
+                                    f"{_needed_words(tested.needed)}")
     elif len(ok):
         verdict, reason = Verdict.UNDECIDED, f"{metric.name} not measured in its ok repeats"
     elif set(counts.index) & DID_NOT_DELIVER:
@@ -284,7 +316,12 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
         verdict, reason = Verdict.UNDECIDED, f"nothing measured ({statuses})"
     unit = shown_unit(ok.get(f"unit_{metric.name}", ()), metric.name)  # the program's own (tok/s), else the metric's
     return Judgement(ref.index, cell.key, cell_words(cell, keys), metric.name, unit, bound.text(), verdict,
-                     st.mean, st.n, st.ci_low, st.ci_high, margin, statuses, reason, ref.undecided)
+                     st.mean, st.n, st.ci_low, st.ci_high, margin, statuses, reason, ref.undecided,
+                     tested.p_value if verdict is Verdict.FAIL else math.nan, needed=tested.needed)
+
+
+def _needed_words(n: int | None) -> str:
+    return f"about {n} repeats would decide" if n else "no number of repeats would decide it (the mean sits at the bound)"
 
 
 def _rounding(ok: pd.DataFrame, metric: Metric, mean: float) -> float:

@@ -129,29 +129,56 @@ def welch_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndar
 
 def ratio_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
                    confidence: float = CONFIDENCE, quanta: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
-    """The interval of the ratio mean(b) / mean(a), made on the log scale: log(mean b / mean a) with the delta
-    method's standard error (each side's CV over the root of its n) and Welch's degrees of freedom, then
-    exponentiated. A ratio's interval stays above 0 (a change is never below -100%, however few or spread the
-    repeats) and is as wide each way in the log, as ratios and their geometric mean are. Neither side with
-    spread: the ratio itself, both ends; a mean that is not above 0 has no ratio (NaN). `quanta`: each side's printed
+    """The interval of the ratio mean(b) / mean(a) from two samples: `ratio_interval_stats` of their means, spreads
+    (ddof=1) and sizes."""
+    x, y = _clean(a), _clean(b)
+    if not (x.size and y.size):
+        return math.nan, math.nan
+    sx = float(x.std(ddof=1)) if x.size > 1 else math.nan
+    sy = float(y.std(ddof=1)) if y.size > 1 else math.nan
+    return ratio_interval_stats(float(x.mean()), sx, int(x.size), float(y.mean()), sy, int(y.size), confidence,
+                                quanta)
+
+
+def ratio_interval_stats(ma: float, sx: float, na: int, mb: float, sy: float, nb: int,
+                         confidence: float = CONFIDENCE, quanta: tuple[float, float] = (0.0, 0.0)
+                         ) -> tuple[float, float]:
+    """The interval of the ratio mb / ma, made on the log scale: log(mb / ma) with the delta method's standard error
+    (each side's CV over the root of its n) and Welch's degrees of freedom, then exponentiated. A ratio's interval
+    stays above 0 (a change is never below -100%, however few or spread the repeats) and is as wide each way in the
+    log, as ratios and their geometric mean are. Neither side with spread (n >= 2 each, std 0): the ratio itself, both
+    ends; fewer than two values on a side, or a mean that is not above 0: NaN. `quanta`: each side's printed
     resolution; where it matters (runner/analysis/resolution.py) each mean may be off by half of it, so the interval
     spans the ratios of the means moved apart by that, and each spread is at least the rounding's own."""
-    x, y = _clean(a), _clean(b)
-    ma, mb = float(x.mean()), float(y.mean())
-    if not (ma > 0 and mb > 0):
+    if not (ma > 0 and mb > 0 and math.isfinite(ma) and math.isfinite(mb)) or na < 2 or nb < 2:
         return math.nan, math.nan
-    sx, sy = float(x.std(ddof=1)), float(y.std(ddof=1))
     ha = hb = 0.0
     if resolution.half_width(quanta[0], quanta[1], ma):
         ha, hb = quanta[0] / 2, quanta[1] / 2
         sx, sy = resolution.floor_std(sx, quanta[0]), resolution.floor_std(sy, quanta[1])
     low, high = (mb - hb) / (ma + ha), (mb + hb) / (ma - ha) if ma > ha else math.inf
-    se, dof = _welch_parts(sx / ma, x.size, sy / mb, y.size)
+    se, dof = _welch_parts(sx / ma, na, sy / mb, nb)
     if float(se) == 0:
         return low, high
     half = float(t_quantile(dof, confidence) * se)
     with np.errstate(over="ignore"):  # an interval past what a float holds is unbounded: inf
         return max(low, 0.0) * float(np.exp(-half)), high * float(np.exp(half))
+
+
+def mean_interval(mean: Any, std: Any, n: Any, positive: Any = False, confidence: float = CONFIDENCE
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The interval of a mean, for whole columns at once (NaN below two values). Where `positive` (a throughput, a
+    time, a memory, an energy: a figure that is above 0 by nature, with a positive mean) it is made on the log scale
+    as a ratio's is: log(mean) +- t * CV / sqrt(n), exponentiated, so it never reaches 0 or below however few or
+    spread the repeats; otherwise the t interval, mean +- t * std / sqrt(n)."""
+    m, s = np.asarray(mean, dtype=float), np.asarray(std, dtype=float)
+    half = t_half_width(s, n, confidence)
+    pos = np.asarray(positive, dtype=bool) & (m > 0)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        log_half = np.where(pos, half / np.where(m > 0, m, 1.0), 0.0)
+        low = np.where(pos, m * np.exp(-log_half), m - half)
+        high = np.where(pos, m * np.exp(log_half), m + half)
+    return low, high
 
 
 def mann_whitney(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:

@@ -1,4 +1,5 @@
-"""Per-cell statistics: n, mean, std, CV, min, max, median and a t confidence interval per metric."""
+"""Per-cell statistics: n, mean, std, CV, min, max, median and the 95% interval of the mean per metric (on the log
+scale for a figure above 0 by nature: runner/analysis/significance.py `mean_interval`)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from runner.analysis.frame import (
 )
 from runner.analysis.metrics import METRICS
 from runner.analysis.resolution import NEGLIGIBLE
-from runner.analysis.significance import t_half_width
+from runner.analysis.significance import mean_interval
 from runner.spec.outcomes import Status
 
 NOISY_CV = 0.10    # throughput that varies more than this between repeats is flagged
@@ -44,8 +45,17 @@ class Stats:
     ci_high: float
 
 
-def describe(values: Sequence[float] | np.ndarray) -> Stats:
-    """Statistics of one sample (NaNs ignored): std with ddof=1, CI from the t quantile."""
+def positive(metric: str) -> bool:
+    """Whether a metric is above 0 by nature (a throughput, a time, a memory, an energy, a share: its admission
+    bound starts at 0), so that its interval is made on the log scale and never reaches below 0."""
+    m = METRICS.get(metric)
+    return m is not None and m.reach is not None and m.reach.low >= 0
+
+
+def describe(values: Sequence[float] | np.ndarray, positive: bool | None = None) -> Stats:
+    """Statistics of one sample (NaNs ignored): std with ddof=1, the 95% interval of the mean
+    (runner/analysis/significance.py `mean_interval`): on the log scale where the figure is `positive` (None: where
+    every value is above 0), so it never reaches 0; else the t interval."""
     x = np.asarray(values, dtype=float)
     x = x[~np.isnan(x)]
     n = int(x.size)
@@ -54,9 +64,10 @@ def describe(values: Sequence[float] | np.ndarray) -> Stats:
         return Stats(0, nan, nan, nan, nan, nan, nan, nan, nan)
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n >= 2 else math.nan
-    half = float(t_half_width(std, n))
+    pos = bool((x > 0).all()) if positive is None else positive
+    low, high = mean_interval(mean, std, n, pos)
     cv = std / mean if mean != 0 else math.nan
-    return Stats(n, mean, std, cv, float(x.min()), float(x.max()), float(np.median(x)), mean - half, mean + half)
+    return Stats(n, mean, std, cv, float(x.min()), float(x.max()), float(np.median(x)), float(low), float(high))
 
 
 def status_summary(counts: Mapping[str, int]) -> str:
@@ -140,7 +151,7 @@ def _overall_status(counts: Mapping[str, int], n_ok: int, n: int) -> str:
 
 def metric_stats(df: pd.DataFrame, gid: np.ndarray, ngroups: int, metrics: Sequence[str]) -> pd.DataFrame:
     """`<metric>_<stat>` per group over the ok repeats, vectorised: n, mean, std (ddof=1), CV, min, max,
-    median and the t confidence interval; std/CV/CI are NaN below two values."""
+    median and the interval of the mean (`mean_interval`); std/CV/CI are NaN below two values."""
     ok = (df["status"] == Status.OK.value).to_numpy()
     metrics = list(metrics)
     index = pd.RangeIndex(ngroups)
@@ -161,14 +172,17 @@ def metric_stats(df: pd.DataFrame, gid: np.ndarray, ngroups: int, metrics: Seque
         std = np.where(n >= 2, get(f"{m}_std"), math.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             cv = np.where(mean != 0, std / mean, math.nan)
-        half = t_half_width(std, n)
+        low, high = mean_interval(mean, std, n, positive(m))
         inferred, recorded = _quanta(df, ok, gid, ngroups, m)
         res = np.maximum(inferred, recorded)
         rounding = np.where(res > NEGLIGIBLE * np.abs(np.nan_to_num(mean)), res / 2, 0.0)
+        low = low - rounding
+        if positive(m):  # a figure printed more coarsely than its mean cannot be told from 0, never below it
+            low = np.maximum(low, 0.0)
         cols.update({f"{m}_n": n, f"{m}_mean": mean, f"{m}_std": std, f"{m}_cv": cv,
                      f"{m}_min": get(f"{m}_min"), f"{m}_max": get(f"{m}_max"),
-                     f"{m}_median": get(f"{m}_median"), f"{m}_ci_low": mean - half - rounding,
-                     f"{m}_ci_high": mean + half + rounding, f"{m}_res": res, f"{m}_resi": inferred,
+                     f"{m}_median": get(f"{m}_median"), f"{m}_ci_low": low,
+                     f"{m}_ci_high": high + rounding, f"{m}_res": res, f"{m}_resi": inferred,
                      f"{m}_resr": recorded})
     return pd.DataFrame(cols, index=index)
 

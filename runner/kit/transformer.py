@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runner import analysis as an
+from runner.analysis import change
 from runner.kit.cells import MIB, CellResult, _md, _num
 from runner.report import fmt
 from runner.report.fmt import DASH, Table
@@ -65,7 +66,8 @@ def versus(res: CellResult, base: CellResult | None) -> dict[str, Any]:
     a, b = base.stats("throughput"), res.stats("throughput")
     ratio = b.mean / a.mean if a.n and b.n and a.mean else math.nan
     p = float(an.welch_from_stats(a.mean, a.std, a.n, b.mean, b.std, b.n)) if a.n and b.n else math.nan
-    _, words, decision = an.judge_pair(ratio, p, a.n, b.n, an.get_metric("throughput"))
+    delta = change.of_stats(a.mean, a.std, a.n, b.mean, b.std, b.n)
+    _, words, decision = an.judge_pair(ratio, p, a.n, b.n, an.get_metric("throughput"), delta=delta)
     return {"ratio": ratio, "p_value": p, "words": words, "decision": str(decision.value)}
 
 

@@ -75,9 +75,14 @@ def decisions_sentence(c: an.Comparison) -> str:
     and a change of at least 2%).', with the undecided pairs counted: the table footer."""
     n, tested = len(c.pairs), c.n_tested
     text = f"{c.n_significant} of {n} pair{'s' if n != 1 else ''} significant"
+    same = c.n_decision(Verdict.PASS)
+    if same:
+        text += f", {same} the same within ±{c.min_effect:.0%} (the 95% interval of B/A inside it)"
     und = c.n_decision(Verdict.UNDECIDED)
     if und:
-        text += f", {und} undecided"
+        needed = [int(x) for x in c.pairs["needed"] if x is not None and x == x] if "needed" in c.pairs else []
+        text += f", {und} undecided" + (f" (about {max(needed)} repeats a side would decide them all)"
+                                        if needed else "")
     if tested > 1:
         how = (f"Welch's p < {c.alpha:g} adjusted by {c.correction.replace('-', '–').title()} over the {tested} "
                f"tested pairs, and a change of at least {c.min_effect:.0%}")
@@ -131,9 +136,18 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
         words = str(r["verdict"]) + (f" ({r['throttling']})" if r.get("throttling") else "")
         table.add(*(key_text(k, r[k]) for k in keys),
                   side_cell(r, "a", m), side_cell(r, "b", m),
-                  TableCell(fmt.number(r["ratio"], 3), "num"), TableCell(r["change"] or DASH),
+                  TableCell(ratio_text(r), "num"), TableCell(r["change"] or DASH),
                   TableCell(fmt.p_value(r["p_adjusted"]), "num"), TableCell(words, cls))
     return table
+
+
+def ratio_text(r: Any) -> str:
+    """B/A with its 95% interval, '0.960 (0.921-1.001)'; the ratio alone where there is no interval."""
+    text = fmt.number(r["ratio"], 3)
+    low, high = r.get("ratio_low"), r.get("ratio_high")
+    if text != DASH and low is not None and high is not None and low == low and high == high:
+        text += f" ({fmt.number(low, 3)}–{fmt.number(high, 3)})"
+    return text
 
 
 def side_cell(r: Any, side: str, m: an.Metric) -> TableCell:

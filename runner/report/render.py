@@ -24,7 +24,7 @@ from runner.report.pairs import comparison_doc
 if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
     from runner.report.plots import Plot
 
-JSON_SCHEMA = 2  # of report.json and `compare --format json`; bump when a field changes meaning
+JSON_SCHEMA = 3  # of report.json and `compare --format json`; bump when a field changes meaning
 # 2: cells carry their definition (cell_key, run settings); names with more than one definition are listed;
 # pairs carry a decision (pass/fail/undecided) and p adjusted for the false discovery rate.
 

@@ -1,0 +1,301 @@
+"""One pair's change, B against A, as every decision and every view takes it: the ratio of the means B/A and its
+interval (made on the log scale: it never reaches 0), from which the gate's rules, compare's "same", the words, the
+colours and the JSON fields all derive; and the rule that turns it into a verdict that says only what the data can
+carry:
+
+- **fail** when the change is beyond the threshold and significant (the caller's p-value, adjusted over its family);
+- **pass** only when the data rule the change out: the interval of the change lies inside the threshold (for a
+  one-sided rule such as `slower:3%`, its end on the feared side is below 3%);
+- **undecided** otherwise, with the interval and the repeats a side that the spread seen says would decide it.
+
+The interval is two-sided at CONFIDENCE (95%), so a pass is a one-sided test at 2.5%: a true change beyond the
+threshold passes at most that often (benchmarks/stats_check.py measures it on real noise; docs/statistics.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scipy import special
+
+from runner.analysis import significance
+from runner.analysis.metrics import Metric
+from runner.analysis.significance import CONFIDENCE, t_quantile
+from runner.analysis.verdict import Verdict
+
+# The ratios a float can size both ways: beyond them (a side's mean a subnormal or 1e-300 of the other's) B/A or A/B
+# overflows, and no rule, word or JSON field could carry the change.
+SIZEABLE = (1e-300, 1e300)
+MOST_REPEATS = 10_000  # an estimate beyond this is "more than 10,000": the change sits at the threshold
+
+
+def ratio_of(mean_a: float, mean_b: float) -> float:
+    """B/A of two means, NaN unless both are positive and finite and the ratio can be sized both ways."""
+    if not (0 < mean_a < math.inf and 0 < mean_b < math.inf):
+        return math.nan
+    r = mean_b / mean_a
+    return r if SIZEABLE[0] < r < SIZEABLE[1] else math.nan
+
+
+@dataclass(frozen=True)
+class Change:
+    """The change of one pair: B/A, its interval at `confidence` (NaN ends: no interval, fewer than two values a
+    side), and what an estimate of the repeats needed reads (each side's CV and n). `exact`: neither side has any
+    spread, so the ratio is the interval."""
+
+    ratio: float
+    low: float
+    high: float
+    n_a: int = 0
+    n_b: int = 0
+    cv_a: float = math.nan
+    cv_b: float = math.nan
+    confidence: float = CONFIDENCE
+    exact: bool = False
+
+    @property
+    def sized(self) -> bool:
+        return not math.isnan(self.ratio)
+
+    @property
+    def has_interval(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+    def toward(self, sense: int) -> tuple[float, float, float]:
+        """(change, low, high) as fractions in the direction `sense` fears: +1 a higher B (B/A - 1), -1 a lower B
+        (A/B - 1); the ends ordered low to high. NaN where there is none."""
+        def frac(r: float) -> float:
+            if math.isnan(r):
+                return math.nan
+            if r <= 0:
+                return math.inf if sense < 0 else -1.0
+            if math.isinf(r):
+                return math.inf if sense > 0 else -1.0
+            return r - 1 if sense > 0 else 1 / r - 1
+        ends = sorted((frac(self.low), frac(self.high))) if self.has_interval else [math.nan, math.nan]
+        return frac(self.ratio), ends[0], ends[1]
+
+
+def of_stats(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float, n_b: int,
+             quanta: tuple[float, float] = (0.0, 0.0), confidence: float = CONFIDENCE) -> Change:
+    """The change from each side's mean, std (ddof=1) and n."""
+    r = ratio_of(mean_a, mean_b)
+    cv_a = std_a / mean_a if n_a >= 2 and mean_a > 0 else math.nan
+    cv_b = std_b / mean_b if n_b >= 2 and mean_b > 0 else math.nan
+    if math.isnan(r):
+        return Change(r, math.nan, math.nan, n_a, n_b, cv_a, cv_b, confidence)
+    low, high = significance.ratio_interval_stats(mean_a, std_a, n_a, mean_b, std_b, n_b, confidence, quanta)
+    exact = n_a >= 2 and n_b >= 2 and std_a == 0 and std_b == 0
+    return Change(r, low, high, n_a, n_b, cv_a, cv_b, confidence, exact)
+
+
+def of_samples(a: object, b: object, quanta: tuple[float, float] = (0.0, 0.0),
+               confidence: float = CONFIDENCE) -> Change:
+    """The change of two samples (NaNs dropped)."""
+    import numpy as np
+
+    x, y = (np.asarray(v, dtype=float) for v in (a, b))
+    x, y = x[~np.isnan(x)], y[~np.isnan(y)]
+    if not (x.size and y.size):
+        return Change(math.nan, math.nan, math.nan, int(x.size), int(y.size))
+    sx = float(x.std(ddof=1)) if x.size > 1 else math.nan
+    sy = float(y.std(ddof=1)) if y.size > 1 else math.nan
+    if x.size > 1 and np.ptp(x) == 0:
+        sx = 0.0
+    if y.size > 1 and np.ptp(y) == 0:
+        sy = 0.0
+    return of_stats(float(x.mean()), sx, int(x.size), float(y.mean()), sy, int(y.size), quanta, confidence)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A verdict on a change against a threshold, and what would decide it when undecided."""
+
+    verdict: Verdict
+    reason: str
+    needed: int | None = None   # repeats a side that would decide it, as far as the spread seen says (None: unknown)
+
+
+def _log_threshold(threshold: float) -> float:
+    return math.log1p(threshold)
+
+
+def _half(cv_a: float, cv_b: float, n: int, confidence: float) -> float:
+    """Half the log interval's width with n repeats a side and these CVs (Welch's degrees of freedom)."""
+    va, vb = cv_a * cv_a / n, cv_b * cv_b / n
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return 0.0
+    terms = (va * va + vb * vb) / (n - 1)
+    dof = (va + vb) ** 2 / terms
+    return float(t_quantile(dof, confidence)) * se
+
+
+def needed(change: Change, threshold: float, sense: int | None) -> int | None:
+    """The repeats a side at which the decision would be reached if the means and spreads stayed as measured: a
+    significant change beyond the threshold, or an interval inside it (`sense`: the rule's feared direction, +1 or
+    -1; None for both ways, compare's "same"). None when the spread is unknown (fewer than two values on both
+    sides) or the change sits so near the threshold that MOST_REPEATS would not do."""
+    if not change.sized:
+        return None
+    cvs = [c for c in (change.cv_a, change.cv_b) if not math.isnan(c)]
+    if not cvs:
+        return None
+    cv_a = change.cv_a if not math.isnan(change.cv_a) else max(cvs)
+    cv_b = change.cv_b if not math.isnan(change.cv_b) else max(cvs)
+    f = math.log(change.ratio) * (sense if sense else 1)
+    f = abs(f) if sense is None else f
+    t = _log_threshold(threshold)
+    # Beyond the threshold: decided when significant (the interval clears 0); inside: when the interval clears it.
+    room = f if f > t else t - f
+    if room <= 0:
+        return None
+
+    def decides(n: int) -> bool:
+        return _half(cv_a, cv_b, n, change.confidence) < room
+
+    start = max(2, change.n_a + 1, change.n_b + 1)  # asked of an undecided change: more than it has
+    if decides(start):
+        return start
+    hi = start
+    while not decides(hi):
+        if hi >= MOST_REPEATS:
+            return None
+        hi = min(MOST_REPEATS, hi * 2)
+    lo = hi // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
+    return hi
+
+
+def pct(x: float) -> str:
+    """A change as a percentage, '5.1%'; past 10,000% in three figures ('7.46e+21%')."""
+    if math.isinf(x):
+        return "∞%"
+    return f"{x:.1%}" if abs(x) < 100 else f"{x * 100:.3g}%"
+
+
+def _side_words(r: float, metric: Metric) -> tuple[str, float]:
+    """A ratio B/A as (word, size): ('slower', 0.051) for a throughput 4.9% lower (A/B - 1: as compare's '1.05x
+    slower'); ('higher', 0.02) for a peak memory 2% higher; ('', 0) for no change."""
+    if metric.better == "faster":  # speed: how many times faster or slower, both ways as a factor
+        gain = r if metric.higher_is_better else 1 / r
+        return (metric.better, gain - 1) if gain >= 1 else (metric.worse, 1 / gain - 1)
+    return ("higher", r - 1) if r >= 1 else ("lower", 1 - r)
+
+
+def span_words(change: Change, metric: Metric) -> str:
+    """The interval of the change in words: 'B is 0.6%-5.1% slower (95%)', 'B is between 1.2% faster and 4.0% slower
+    (95%)'; for a metric without speed words, "B's peak memory is 2.0%-6.1% higher (95%)". '' without an interval."""
+    if not change.has_interval or change.low <= 0 or math.isinf(change.high):
+        return ""
+    level = f"{change.confidence:.0%}"
+    subject = "B is" if metric.better == "faster" else f"B's {metric.label} is"
+    (wl, sl), (wh, sh) = _side_words(change.low, metric), _side_words(change.high, metric)
+    if wl == wh:
+        a, b = sorted((sl, sh))
+        return f"{subject} {pct(a)}-{pct(b)} {wl} ({level})"
+    good = metric.better if metric.better == "faster" else "lower"
+    (w1, s1), (w2, s2) = ((wl, sl), (wh, sh)) if wl == good else ((wh, sh), (wl, sl))
+    return f"{subject} between {pct(s1)} {w1} and {pct(s2)} {w2} ({level})"
+
+
+def needed_words(n: int | None) -> str:
+    """'about 9 repeats a side would decide' (or why no number can be given)."""
+    if n is None:
+        return "no number of repeats would decide it at this change (it sits at the threshold)"
+    return f"about {n} repeats a side would decide"
+
+
+def judge(change: Change, threshold: float, sense: int | None, p_adjusted: float, alpha: float,
+          metric: Metric, coarse: float = 0.0) -> Decision:
+    """The verdict on a tested change: fail when it is beyond `threshold` and significant (`p_adjusted`, the
+    caller's p-value adjusted over its family, below `alpha`), pass only when its interval lies inside the threshold,
+    undecided otherwise with the interval and the repeats that would decide. `sense`: the direction a one-sided rule
+    fears (+1 a higher B, -1 a lower B); None asks "is B the same as A?" both ways (compare). `coarse`: how far the
+    printed resolution alone may move the change (its interval already spans it)."""
+    if not change.sized:
+        return Decision(Verdict.UNDECIDED, "no ratio of the means to size")
+    if sense is None:
+        up = change.toward(+1)
+        size = abs(math.log(change.ratio))
+        t = _log_threshold(threshold)
+        big = size - math.log1p(coarse) > t if coarse else size > t
+        inside = change.has_interval and change.low >= 1 / (1 + threshold) and change.high <= 1 + threshold
+        point = up[0]
+    else:
+        point, _, hi = change.toward(sense)
+        big = point - coarse > threshold
+        inside = change.has_interval and hi <= threshold
+    significant = p_adjusted < alpha
+    p_text = "no spread on either side" if change.exact else f"p={p_adjusted:.3g}"
+    if big and significant:
+        return Decision(Verdict.FAIL, f"{pct(abs(point)) if sense is None else pct(point)} beyond "
+                                      f"{'±' if sense is None else ''}{pct(threshold)}, {p_text}")
+    span = span_words(change, metric)
+    if inside:
+        within = f"within {'±' if sense is None else ''}{pct(threshold)}"
+        return Decision(Verdict.PASS, f"{span}: {within}" if span else f"{pct(point)} is {within} ({p_text})")
+    n = needed(change, threshold, sense)
+    why = [span or f"{point:+.1%}"]
+    if big:
+        why.append(f"beyond {pct(threshold)} but not significant ({p_text})")
+    elif coarse:
+        why.append(f"printed too coarsely to rule it out (rounding alone may move it by {pct(coarse)})")
+    why.append(needed_words(n))
+    return Decision(Verdict.UNDECIDED, "; ".join(why), n)
+
+
+@dataclass(frozen=True)
+class BoundTest:
+    """A cell's mean against a reference's bound: where its interval lies. `verdict` is PASS (the interval inside),
+    FAIL (the mean outside; significant only once `p_value`, adjusted over the references' family, is below alpha)
+    or UNDECIDED (the interval across an edge)."""
+
+    verdict: Verdict
+    p_value: float        # the test of the mean against the nearest edge (NaN: inside, or no spread to test)
+    needed: int | None    # repeats that would decide it, as far as the spread seen says
+    why: str = ""
+
+
+def bound_test(mean: float, std: float, n: int, low: float, high: float, ci: tuple[float, float],
+               positive: bool, confidence: float = CONFIDENCE) -> BoundTest:
+    """The mean of n values (std ddof=1, `ci` its interval as runner/analysis/stats.py makes it) against the bound
+    [low, high]: the test is made on the log scale where the figure is `positive` (an edge at or below 0 is then no
+    edge), else on the values."""
+    inside = low <= mean <= high
+    if n < 2 or math.isnan(std):
+        return BoundTest(Verdict.UNDECIDED, math.nan, None, "one ok repeat has no interval (a test needs 2+)")
+    log = positive and mean > 0
+    edges = [e for e in (low, high) if math.isfinite(e) and (e > 0 or not log)]
+    if not edges:
+        return BoundTest(Verdict.PASS, math.nan, None)
+
+    def at(x: float) -> float:
+        return math.log(x) if log else x
+    spread = (std / mean) if log else std
+    near = min(edges, key=lambda e: abs(at(mean) - at(e)))
+    room = abs(at(mean) - at(near))
+    if spread == 0:
+        return BoundTest(Verdict.PASS if inside else Verdict.FAIL, math.nan if inside else 0.0, None)
+    se = spread / math.sqrt(n)
+    if inside and ci[0] >= low and ci[1] <= high:
+        return BoundTest(Verdict.PASS, math.nan, None)
+    p = 2 * float(special.stdtr(n - 1, -room / se)) if not inside else math.nan
+
+    def decides(k: int) -> bool:
+        return float(t_quantile(k - 1, confidence)) * spread / math.sqrt(k) < room
+
+    k = n + 1
+    while not decides(k) and k < MOST_REPEATS:
+        k = min(MOST_REPEATS, k * 2)
+    needed_n = k if decides(k) else None
+    if needed_n is not None and needed_n > n + 1:  # the smallest k in (k/2, k] that decides
+        lo_k, hi_k = max(n + 1, needed_n // 2), needed_n
+        while hi_k - lo_k > 1:
+            mid = (lo_k + hi_k) // 2
+            lo_k, hi_k = (lo_k, mid) if decides(mid) else (mid, hi_k)
+        needed_n = hi_k if not decides(lo_k) else lo_k
+    return BoundTest(Verdict.FAIL if not inside else Verdict.UNDECIDED, p, needed_n)
