@@ -237,7 +237,9 @@ def judge(change: Change, threshold: float, sense: int | None, p_adjusted: float
     span = span_words(change, metric)
     if inside:
         within = f"within {'±' if sense is None else ''}{pct(threshold)}"
-        return Decision(Verdict.PASS, f"{span}: {within}" if span else f"{pct(point)} is {within} ({p_text})")
+        if change.exact or not span:
+            return Decision(Verdict.PASS, f"{point:+.1%} is {within} ({p_text})")
+        return Decision(Verdict.PASS, f"{span}: {within}")
     n = needed(change, threshold, sense)
     why = [span or f"{point:+.1%}"]
     if big:

@@ -118,6 +118,16 @@ class Check:
     coarse: float = 0.0    # how far the printed resolution alone may move the change (runner/analysis/resolution.py)
     delta: Change | None = None  # the pair's ratio B/A and its interval, where both sides were measured
     needed: int | None = None  # repeats a side that would decide an undecided check, as far as its spread says
+    a_keys: str = ""  # the cell keys each side compared (runner/execution/decided_rounds.py adds repeats to them)
+    b_keys: str = ""
+
+    @property
+    def more_would_help(self) -> bool:
+        """An undecided check that more repeats could decide: its spread says how many, a side has one ok repeat
+        (a test needs two), or a new failure on B waits to be told from chance."""
+        if self.verdict is not Verdict.UNDECIDED:
+            return False
+        return self.needed is not None or min(self.a_n, self.b_n) == 1 or self.outcomes is not None
 
     @property
     def note(self) -> str:
@@ -200,7 +210,8 @@ def evaluate(a: pd.DataFrame, b: pd.DataFrame, rules: Sequence[Rule], alpha: flo
     checks = []
     for rule in rules:
         ca, cb = _cells(a, rule.metric, pool, keys), _cells(b, rule.metric, pool, keys)
-        raw = [_check(rule, dict(zip(keys, key, strict=True)), cell, cb.get(key, _MISSING), test, alpha)
+        raw = [replace(_check(rule, dict(zip(keys, key, strict=True)), cell, cb.get(key, _MISSING), test, alpha),
+                       a_keys=cell.keys, b_keys=cb.get(key, _MISSING).keys)
                for key, cell in ca.items()]
         adjusted = significance.adjust([c.p_value for c in raw])
         checks += [_decide(c, q, alpha) for c, q in zip(raw, adjusted, strict=True)]

@@ -73,11 +73,17 @@ def welch_from_stats(mean_a: Any, std_a: Any, n_a: Any, mean_b: Any, std_b: Any,
     mb, sb, nb = (np.asarray(x, dtype=float) for x in (mean_b, std_b, n_b))
     ma, sa, mb, sb = _resolved(ma, sa, np.asarray(q_a, dtype=float), mb, sb, np.asarray(q_b, dtype=float))
     se, dof = _welch_parts(sa, na, sb, nb)
+    # Two positive means (a throughput, a time, a memory): the test is made on the log scale, as the ratio's interval
+    # is (`ratio_interval_stats`: each side's CV over the root of its n, Welch's degrees of freedom), so p < alpha
+    # exactly when that interval leaves 1 out; a decision's p-value and its interval never disagree.
+    positive = (ma > 0) & (mb > 0) & np.isfinite(ma) & np.isfinite(mb)
     with np.errstate(invalid="ignore", divide="ignore"):
+        safe_a, safe_b = np.where(positive, ma, 1.0), np.where(positive, mb, 1.0)
+        se_log, dof_log = _welch_parts(sa / safe_a, na, sb / safe_b, nb)
         enough = (na >= 2) & (nb >= 2)
         flat = enough & (sa == 0) & (sb == 0)
-        t = np.abs(mb - ma) / se
-        p = 2 * special.stdtr(dof, -t)
+        t = np.where(positive, np.abs(np.log(safe_b) - np.log(safe_a)) / se_log, np.abs(mb - ma) / se)
+        p = 2 * special.stdtr(np.where(positive, dof_log, dof), -t)
     exact = np.where(ma != mb, 0.0, 1.0)
     out = np.where(enough & ~flat, np.clip(p, 0.0, 1.0), np.where(flat, exact, math.nan))
     return out * np.ones(np.broadcast(ma, mb).shape)

@@ -70,6 +70,12 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
         rerun_failed: Annotated[bool, typer.Option("--rerun-failed", help=f"run {RERUN_FAILED_TEXT} "
                                                    "repeats again")] = False,
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
+        until_decided: Annotated[bool, typer.Option("--until-decided", help="add repeats to the cells whose checks "
+                                                    "(the file's gate: and references:) are undecided, until "
+                                                    "each is decided or --max-repeats")] = False,
+        max_repeats: Annotated[int | None, typer.Option("--max-repeats", min=2, help="with --until-decided: the "
+                                                        "most repeats a cell gets (default: the file's "
+                                                        "repeats.max, else 20)")] = None,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
         workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files (submitted "
                                               "jobs are kept in --db)", callback=boundary.workdir_path)
@@ -77,7 +83,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
         max_cells: MaxCellsOpt = MAX_CELLS,
         ) -> None:
     _done(call("run", matrix=matrix, db=db, env=env, only=only, image=image, gpus=gpus, rerun_failed=rerun_failed,
-               force=force, no_wait=no_wait, workdir=workdir, max_cells=max_cells, verbose=state["verbose"]))
+               force=force, until_decided=until_decided, max_repeats=max_repeats, no_wait=no_wait, workdir=workdir,
+               max_cells=max_cells, verbose=state["verbose"]))
 
 
 @command("collect")

@@ -12,13 +12,14 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
-from runner.analysis import gate, references
+from runner.analysis import gate, gate_entries, references
 from runner.analysis.adaptive import Stop
 from runner.analysis.compare import pair_keys
 from runner.analysis.verdict import Verdict, exit_status, parse_policy
 from runner.base.errors import ConfigError, StoreError
 from runner.base.exitcodes import Exit
 from runner.execution import adaptive_rounds as schedule
+from runner.execution import decided_rounds
 from runner.matrix import Matrix
 from runner.report import decisions as present
 from runner.spec.cells import Cell
@@ -50,14 +51,43 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
             parts.append(f"{at_max} of {len(states)} cells reached max repeats with the interval still wider "
                          "than the target: their numbers are noisier than asked.")
     status = Exit.OK
+    frame = _frame(store) if (m.references or m.gates) else pd.DataFrame()
     if m.references:
-        js = references.judge(m.references, cells, _frame(store))
+        js = references.judge(m.references, cells, frame)
         if js:  # a selection (--only) that no reference covers decides nothing
             parts += [present.verdict_table(js), references.summary_line(js)]
             titles.append("References")
             decided = references.exit_status(js)
             status = Exit.REFERENCE_FAILED if decided is Exit.FAILED else decided
+    mine = frame[frame["cell_key"].isin({c.key for c in cells})] if len(frame) else frame
+    for entry in m.gates:
+        checks = gate_entries.evaluate(entry, mine)
+        if not checks:  # a selection (--only) that leaves a side empty decides nothing
+            continue
+        if gate.rows(checks):
+            parts.append(present.gate_table(checks))
+            titles.append(f"Gate: {entry.title}")
+        parts.append(gate.summary_line(list(entry.rules), checks, entry.undecided))
+        decided = exit_status([c.verdict for c in checks], entry.undecided)
+        worse = Exit.REFERENCE_FAILED if decided is Exit.FAILED else decided
+        status = worse if status is Exit.OK or worse is Exit.REFERENCE_FAILED else status
+    if decided_rounds.aiming(cells) and (m.references or m.gates):
+        parts.append(until_decided_line(m, cells, frame))
     return (present.terminal(*parts, titles=titles) if parts else ""), status
+
+
+def until_decided_line(m: Matrix, cells: Sequence[Cell], frame: pd.DataFrame) -> str:
+    """What a run that aimed at decisions reached: 'Until decided: 3 of 4 checks decided; 1 undecided at max 20
+    repeats: gate ...: about 45 repeats a side would decide.'"""
+    left, total, decided = decided_rounds.pending(m, decided_rounds.aiming(cells), frame)
+    most = max(c.run.adaptive.max for c in decided_rounds.aiming(cells) if c.run.adaptive)
+    text = f"Until decided: {decided} of {total} check{'s' if total != 1 else ''} decided"
+    if not left:
+        return text + "."
+    items = "; ".join(f"{p.what}: {'about ' + str(p.needed) + ' repeats a side would decide' if p.needed else p.why}"
+                      for p in left[:5])
+    return (f"{text}; {len(left)} still undecided at the most repeats ({most}, `max`): {items}"
+            f"{' ...' if len(left) > 5 else ''}. Raise `max` (or --max-repeats) to decide them.")
 
 
 def one_threshold(metric: str, min_effect: float | None, specs: Sequence[str]) -> float:

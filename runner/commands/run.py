@@ -15,6 +15,7 @@ from runner.base.errors import ConfigError
 from runner.commands import load, sigterm
 from runner.commands.base import Command, register
 from runner.execution import execute
+from runner.spec.runsettings import AdaptiveRepeats
 from runner.store import Store
 
 
@@ -25,7 +26,7 @@ class Run(Command):
 
     def run(self, matrix: Path | None, db: Path, env: Sequence[str] | None, only: Sequence[str] | None,
             image: str | None, gpus: str | None, rerun_failed: bool, force: bool, no_wait: bool, workdir: Path,
-            max_cells: int, verbose: bool) -> int:
+            max_cells: int, verbose: bool, until_decided: bool = False, max_repeats: int | None = None) -> int:
         if gpus is not None and image is None:
             raise ConfigError(f"--gpus {gpus}: applies to --image only; an environment of the matrix file says its "
                               "own GPUs (`gpus:` of a docker environment, `gpus_per_node:` of a slurm one, the gpus "
@@ -33,8 +34,29 @@ class Run(Command):
         m = load(matrix, max_cells)
         if image is not None:
             m = with_image(m, image, gpus)
+        if until_decided or max_repeats is not None:
+            m = until(m, until_decided, max_repeats)
         return run_and_decide(m, db, env or (), only or (), workdir, verbose, rerun_failed=rerun_failed,
                               force=force, wait=not no_wait, submit=True)
+
+
+def until(m: matrix_mod.Matrix, decided: bool, most: int | None) -> matrix_mod.Matrix:
+    """The matrix with its run aiming at its checks' decisions (`--until-decided`, `--max-repeats`): repeats are added
+    to the cells of undecided checks, up to `most` (the file's `repeats.max`, else 20). The cells' keys do not change:
+    how many repeats a cell gets is not part of what it measures."""
+    if not decided:
+        raise ConfigError("--max-repeats: applies with --until-decided only (the file's `repeats: {max: N}` says it "
+                          "otherwise)")
+    if not (m.gates or m.references):
+        raise ConfigError(f"--until-decided: {m.path or 'the matrix'} has no `gate:` and no `references:`, so no "
+                          "check to decide; add e.g. gate: [{a: ENV, b: ENV, fail_on: 'slower:3%'}]")
+    run = m.run
+    first = run.adaptive.min if run.adaptive else run.repeats
+    most = most or (run.adaptive.max if run.adaptive else max(20, first))
+    if most < first:
+        raise ConfigError(f"--max-repeats {most}: below the {first} repeats every cell gets")
+    rule = AdaptiveRepeats(min=max(2, first), max=most, until="decided")
+    return replace(m, run=run.model_copy(update={"adaptive": rule, "repeats": rule.min}))
 
 
 def with_image(m: matrix_mod.Matrix, image: str, gpus: str | None) -> matrix_mod.Matrix:

@@ -19,7 +19,7 @@ from runner.store import Store
 def states(cells: Sequence[Cell], store: Store, run_id: str | None = None) -> list[CellState]:
     """The rule's view of every adaptive cell (cells with a fixed `repeats:` are left out). With `run_id`
     (`matrix run --force`), only that run's repeats count: older ones are being measured again."""
-    adaptive = [c for c in cells if c.run.adaptive is not None]
+    adaptive = [c for c in cells if c.run.adaptive is not None and c.run.adaptive.until == "ci"]
     if not adaptive:
         return []
     keys = {c.key for c in adaptive}

@@ -23,6 +23,7 @@ from runner.base import console as consoles
 from runner.base.errors import BusyError, MatrixError, StoreError
 from runner.base.exitcodes import Exit
 from runner.execution import adaptive_rounds as adaptive
+from runner.execution import decided_rounds
 from runner.execution.events import Held, RunListener, RunReport
 from runner.execution.order import EnvWork, Step, Want, calibration_phase, rounds, schedule, todo, want_for
 from runner.execution.printer import RunPrinter
@@ -60,7 +61,8 @@ def run_matrix(matrix: Matrix, cells: Sequence[Cell], store: Store, *, workdir: 
         tasks, left_out = _collectable(tasks, store)
         listener.left_out(left_out)
     elif not tasks and not force:
-        tasks = adaptive.more_tasks(cells, store)  # an adaptive cell whose interval is still too wide
+        # an adaptive cell whose interval is still too wide, or whose check is still undecided
+        tasks = _more(adaptive.more_tasks(cells, store), decided_rounds.more_tasks(matrix, cells, store))
     if not tasks and not (wait and submit and store.claims({c.key for c in cells})):
         report = RunReport(None)
         report.unsuccessful = _unsuccessful(cells, store)
@@ -145,7 +147,9 @@ class Run:
         by_key = {c.key: c for c in self.cells}
         force = self.want.force
         while self.waits:
-            extra = [t for t in adaptive.more_tasks(self.cells, self.store, self.run_id if force else None)
+            since = self.run_id if force else None
+            extra = [t for t in _more(adaptive.more_tasks(self.cells, self.store, since),
+                                      decided_rounds.more_tasks(self.matrix, self.cells, self.store, since))
                      if not self._settled(t)]
             if extra:
                 tasks += extra
@@ -254,6 +258,11 @@ class Run:
                           and not self._settled(t)}
             self.deferred.extend(t for t in later if t.cell.key in unresolved)
             pending = [t for t in later if t.cell.key not in unresolved]
+
+
+def _more(*lists: Sequence[Task]) -> list[Task]:
+    """The tasks of several rounds' rules, each repeat once."""
+    return list({t.id: t for ts in lists for t in ts}.values())
 
 
 def _collectable(tasks: Sequence[Task], store: Store) -> tuple[list[Task], list[Task]]:

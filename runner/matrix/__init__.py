@@ -49,6 +49,7 @@ class MatrixFile(Strict):
     exclude: list[dict[str, Scalar]] = []
     run: RunSettings = RunSettings()
     references: Any = None  # validated by runner/analysis/references.py
+    gate: Any = None  # validated by runner/analysis/gate_entries.py
     workload: Any = None  # validated by runner/backends/workloads/spec.py, merged with each environment's own
 
 
@@ -68,6 +69,7 @@ class Matrix:
     exclude: tuple[dict[str, Scalar], ...]
     run: RunSettings
     references: tuple[Any, ...] = ()  # runner.analysis.references.Reference
+    gates: tuple[Any, ...] = ()  # runner.analysis.gate_entries.GateEntry
     workloads: Mapping[str, Any] = field(default_factory=dict)  # environment name -> runner.backends.workloads.Workload
 
     @property
@@ -194,6 +196,10 @@ def _parse(text: str, data: dict[str, Any], root: yaml.Node | None, where: str, 
         refs = references.parse(top.references, locate, m.own_axes)
         references.check_matches(refs, expand(m), locate)
         m = replace(m, references=refs)
+    if top.gate:
+        from runner.analysis import gate_entries  # pandas: only for files that have a gate
+
+        m = replace(m, gates=gate_entries.parse(top.gate, lambda loc: line(where, text, loc), top.environments))
     return m
 
 
@@ -332,7 +338,8 @@ def _as_written(data: dict[str, Any], root: yaml.Node | None, locate: yt.Locate,
         items["*"] = FreeValue  # a workload's own axis: `010` is refused as octal, text stays as written
     rule = {"environment": str, **items}
     shape: yt.Shape = {name: f.annotation for name, f in MatrixFile.model_fields.items()}
-    shape.update(environments=Any, include=list[rule], exclude=list[rule], references=Any, workload=Any)  # type: ignore[valid-type]
+    shape.update(environments=Any, include=list[rule], exclude=list[rule], references=Any, gate=Any,  # type: ignore[valid-type]
+                 workload=Any)
     if workload:
         shape["axes"] = {a: f.annotation for a, f in Axes.model_fields.items()} | {"*": list[FreeValue]}  # type: ignore[valid-type]
     out = walk.value(data, root, shape, ())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
@@ -26,11 +26,14 @@ def percentage(value: Any) -> Any:
 
 class AdaptiveRepeats(Strict):
     """`repeats: {min: 3, max: 20, target_ci: 1%}`: add repeats until the 95% confidence interval of the
-    mean throughput is within ±target_ci of the mean, or `max` repeats are stored (runner/analysis/adaptive.py)."""
+    mean throughput is within ±target_ci of the mean, or `max` repeats are stored (runner/analysis/adaptive.py).
+    `until: decided` aims at a decision instead: repeats are added to the cells whose checks (the file's `gate:` and
+    `references:`) are undecided, until every check is decided or `max` is reached (runner/execution/decided_rounds.py)."""
 
     min: int = Field(3, ge=2, le=MOST_REPEATS)
     max: int = Field(20, ge=2, le=MOST_REPEATS)
     target_ci: float = Field(0.01, gt=0, lt=1)
+    until: Literal["ci", "decided"] = "ci"
 
     _pct = field_validator("target_ci", mode="before")(percentage)
 
@@ -206,6 +209,8 @@ class RunSettings(Strict):
     def repeats_text(self) -> str:
         """'3', or '3-20 (adaptive to ±1%)'."""
         a = self.adaptive
+        if a and a.until == "decided":
+            return f"{a.min}-{a.max} (until the gate and references are decided)"
         return f"{a.min}-{a.max} (adaptive to ±{a.target_ci * 100:g}%)" if a else str(self.repeats)
 
     @model_validator(mode="before")

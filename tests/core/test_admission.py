@@ -183,7 +183,7 @@ def test_compare_and_its_gate_say_one_threshold_in_one_output(tmp_path: Path) ->
                                            "--min-effect", "0.02"])
     assert refused.exit_code == 2 and "two thresholds" in refused.output
     alone = CliRunner().invoke(cli.app, ["compare", "A", "B", "--db", str(db)], terminal_width=250)
-    assert alone.exit_code == 0 and "change < 2%" in alone.output
+    assert alone.exit_code == 0 and "same (within ±2%)" in alone.output
 
 
 def test_a_loss_scale_that_fell_to_zero_trained_nothing() -> None:

@@ -136,6 +136,15 @@ def test_every_command_decides_a_pair_the_same_way(a: dict[str, Any], b: dict[st
         if pair_test.kind == "metric" and pair_test.mean_a is not None:
             assert pair_test.why == check.reason and pair_test.verdict is Verdict.UNDECIDED
 
+    # One change per pair: compare's B/A and its interval are the gate's; a pass is never said over an interval that
+    # reaches beyond the threshold, in either command (runner/analysis/change.py).
+    if check.delta is not None and check.delta.has_interval:
+        assert same_p(pair["ratio"], check.delta.ratio) and same_p(pair["ratio_low"], check.delta.low)
+        assert same_p(pair["ratio_high"], check.delta.high)
+    if check.verdict is Verdict.PASS and check.delta is not None and check.delta.sized:
+        assert check.delta.exact or check.delta.toward(rule.sense)[2] <= rule.threshold
+    if pair["decision"] == "pass" and pair["ratio"] == pair["ratio"]:
+        assert 1 / (1 + an.MIN_EFFECT) <= pair["ratio_low"] <= pair["ratio_high"] <= 1 + an.MIN_EFFECT, pair
     # The same p-value wherever the metric was tested (compare from summary statistics, the gate and bisect from
     # the samples: one formula).
     if not math.isnan(check.p_value) and ok_a >= 2 and ok_b >= 2:

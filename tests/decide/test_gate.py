@@ -46,13 +46,17 @@ def test_a_significant_slowdown_beyond_the_threshold_trips() -> None:
 def test_a_significant_change_below_the_threshold_does_not_trip() -> None:
     a, b = sides(list(BASE), list(BASE / 1.02))
     (c,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]))
-    assert not c.tripped and c.p_value < 0.05 and "within 3.0% (significant)" in c.reason
+    # Significant, but its whole interval lies inside the threshold: the data rule a 3% slowdown out.
+    assert c.verdict is Verdict.PASS and c.p_value < 0.05 and "slower (95%): within 3.0%" in c.reason
+    assert 0 < c.delta.toward(-1)[2] < 0.03  # the interval's feared end, inside the threshold
 
 
 def test_a_large_change_that_is_not_significant_does_not_trip() -> None:
     a, b = sides([100.0, 60.0, 140.0], [90.0, 50.0, 130.0])
     (c,) = gate.evaluate(a, b, gate.parse_rules(["slower:3%"]))
-    assert c.change > 0.03 and not c.tripped and "not significant" in c.reason
+    # Not shown to be beyond the threshold, and not shown to be inside it: undecided, never "passed".
+    assert c.change > 0.03 and c.verdict is Verdict.UNDECIDED and "not significant" in c.reason
+    assert c.needed is not None and c.needed > 3 and f"about {c.needed} repeats a side would decide" in c.reason
 
 
 def test_faster_and_memory_rules_look_the_other_way() -> None:
@@ -96,7 +100,13 @@ def test_json_is_stable_and_lists_every_check() -> None:
     checks = gate.evaluate(a, b, rules)
     text = gate.to_json("A", "B", rules, checks)
     doc = json.loads(text)
-    assert doc["schema"] == 2 and doc["tripped"] is True and doc["n_tripped"] == 1
+    assert doc["schema"] == 3 and doc["tripped"] is True and doc["n_tripped"] == 1
+    slower = doc["checks"][0]
+    # The pair's one ratio B/A and its interval, and the change in the rule's direction with its interval.
+    assert slower["ratio_low"] < slower["ratio"] < slower["ratio_high"] < 1
+    assert 0.03 < slower["change_low"] < slower["change"] < slower["change_high"]
+    assert slower["ratio"] == pytest.approx(1 / 1.10, rel=1e-4) and slower["change"] == pytest.approx(0.10, rel=1e-3)
+    assert slower["confidence"] == 0.95 and slower["repeats_needed"] is None
     assert doc["verdict"] == "fail" and doc["counts"] == {"pass": 1, "fail": 1, "undecided": 0}
     assert [c["verdict"] for c in doc["checks"]] == ["fail", "pass"]
     assert doc["correction"] == "benjamini-hochberg"

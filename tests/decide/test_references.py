@@ -183,14 +183,18 @@ def test_memory_reference_is_in_mib() -> None:
 
 
 def test_verdict_json_is_stable_and_has_no_nan() -> None:
-    m, df = cells_and_frame([110.0])
+    m, df = cells_and_frame([110.0, 111.0, 109.0])
     doc = json.loads(ref.to_json(ref.judge(m.references, m.cells(), df)))
-    assert doc["schema"] == 2 and doc["passed"] is True and doc["verdict"] == "pass" and doc["exit_status"] == 0
+    assert doc["schema"] == 3 and doc["passed"] is True and doc["verdict"] == "pass" and doc["exit_status"] == 0
     assert doc["counts"] == {"pass": 1, "fail": 0, "undecided": 0}
-    assert doc["verdicts"][0]["ci_low"] is None  # one repeat: no interval
     assert list(doc["verdicts"][0]) == ["reference", "cell_key", "cell", "metric", "unit", "expected", "verdict",
                                         "measured", "n", "ci_low", "ci_high", "margin", "statuses", "reason",
-                                        "undecided_policy"]
+                                        "undecided_policy", "p_value", "p_adjusted", "needed"]
+    # One repeat is a value, not an interval: it rules nothing out, so it is undecided, never passed.
+    m, df = cells_and_frame([110.0])
+    one = json.loads(ref.to_json(ref.judge(m.references, m.cells(), df)))
+    assert one["verdict"] == "undecided" and one["exit_status"] == 5 and one["verdicts"][0]["ci_low"] is None
+    assert "a test needs 2+" in one["verdicts"][0]["reason"]
     undecided = json.loads(ref.to_json(ref.judge(m.references, m.cells(), long_frame([]))))
     assert undecided["verdict"] == "undecided" and undecided["passed"] is False and undecided["exit_status"] == 5
 
@@ -211,7 +215,7 @@ def test_match_values_take_the_axis_type() -> None:
 def test_the_table_shows_a_why_column_only_when_a_verdict_has_a_reason() -> None:
     from runner.report import decisions as present
 
-    m, df = cells_and_frame([110.0, 112.0])
+    m, df = cells_and_frame([110.0, 112.0, 111.0, 111.5])
     plain = present.verdict_table(ref.judge(m.references, m.cells(), df))
     assert plain.columns[-1] == "repeats" and len(plain.aligns()) == len(plain.columns)
     m2, empty = cells_and_frame([])
