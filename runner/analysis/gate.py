@@ -335,9 +335,9 @@ def rows(checks: Sequence[Check]) -> list[dict[str, str]]:
         if c.verdict is Verdict.PASS and not c.note:
             continue
         cell = " ".join(f"{k}={c.params[k]}" for k in ("environment", "model", "precision", "batch_size")
-                        if k in c.params)
-        extra = [f"{k}={c.params[k]}" for k in ("dataset", "gpus", "nodes") if str(c.params[k]) not in
-                 ("synthetic", "1")]
+                        if str(c.params.get(k, "")) not in ("", "0", "None", "nan"))  # a workload's unset axes
+        extra = [f"{k}={c.params[k]}" for k in ("dataset", "gpus", "nodes") if str(c.params.get(k, "")) not in
+                 ("synthetic", "1", "", "0", "None", "nan")]
         opts = c.params.get("options") or ""
         p = c.p_value if math.isnan(c.p_adjusted) else c.p_adjusted
         out.append({"verdict": c.verdict.value, "rule": c.rule.text, "cell": " ".join([cell, *extra, opts]).strip(),

@@ -67,7 +67,7 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
         if gate.rows(checks):
             parts.append(present.gate_table(checks))
             titles.append(f"Gate: {entry.title}")
-        parts.append(gate.summary_line(list(entry.rules), checks, entry.undecided))
+        parts.append(f"{entry.b} against {entry.a}: {gate.summary_line(list(entry.rules), checks, entry.undecided)}")
         decided = exit_status([c.verdict for c in checks], entry.undecided)
         worse = Exit.REFERENCE_FAILED if decided is Exit.FAILED else decided
         status = worse if status is Exit.OK or worse is Exit.REFERENCE_FAILED else status

@@ -145,8 +145,9 @@ class RunPrinter(RunListener):
         kept = f"{stored} already stored" + (f", {again} measured again" if again else "")
         if run is not None and run.adaptive:
             a = run.adaptive
-            said = (f"{n} repeat{_s(n)} to run now ({kept}; more while a cell's 95% interval is wider than "
-                    f"±{a.target_ci * 100:g}%, at most {a.max} per cell)")
+            why = ("a check of the file's gate or references is undecided" if a.until == "decided" else
+                   f"a cell's 95% interval is wider than ±{a.target_ci * 100:g}%")
+            said = f"{n} repeat{_s(n)} to run now ({kept}; more while {why}, at most {a.max} per cell)"
         else:
             said = f"{n} of {n + stored} repeats to run ({kept})"
         self.err.print(f"run [bold]{run_id}[/]: {said} -> {escape(str(store))}")

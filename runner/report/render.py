@@ -151,11 +151,12 @@ def compare_view(c: an.Comparison) -> CompareView:
     headers = [f"{side}: {env}" for side, env in zip(info["side"], info["environment"], strict=True)]
     env_table = views.environments_table(info.assign(environment=headers))
     units = [*c.a.frame.get(f"unit_{m.name}", ()), *c.b.frame.get(f"unit_{m.name}", ())]
-    method = (f"Metric: {an.metric_heading(m.name, units)}, mean ± std over the repeats that ended ok; the ratio is {b}/{a}. "
-              f"A change counts as significant when Welch's t-test gives p < {c.alpha:g}, adjusted for the "
-              f"false discovery rate over the pairs tested ({c.correction.replace('-', '–').title()}), and the "
-              f"change is at least {c.min_effect:.0%}. A pair with fewer than two ok repeats on a side, or run "
-              "settings that differ, is undecided, never 'not significant'.")
+    method = (f"Metric: {an.metric_heading(m.name, units)}, mean ± std over the repeats that ended ok; the ratio is {b}/{a}, "
+              f"with its 95% interval. A pair changed (faster, slower) when the change is at least {c.min_effect:.0%} "
+              f"and significant (Welch's t-test on the log scale, p < {c.alpha:g} adjusted for the false discovery "
+              f"rate over the pairs tested, {c.correction.replace('-', '–').title()}); it is the same only when the "
+              f"whole interval lies within ±{c.min_effect:.0%}; otherwise it is undecided, with the repeats a side "
+              "that would decide it. Fewer than two ok repeats on a side, or run settings that differ: undecided.")
     a_kind, b_kind = c.a.kind, c.b.kind
     title = f"{a} ({a_kind}) vs {b} ({b_kind})"
     pairs = pair_views.pairs_table(c, a, b)
