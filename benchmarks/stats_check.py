@@ -14,6 +14,13 @@ It also replays the adaptive rule on each cell's repeats in the order they were 
 the repeats it would have run against a fixed 10, and runs a real split-half A/A (first half of each
 cell's repeats against the second half).
 
+Decisions (`--part decisions`): the gate's three verdicts as `matrix compare --fail-on slower:3%` gives them
+(runner/analysis/change.py: fail beyond 3% and significant, pass only when the 95% interval of the change lies
+inside 3%, undecided otherwise), for A/A and for true 3%, 5% and 10% slowdowns, at 3, 5 and 10 repeats a side and
+with repeats added until decided (`until: decided`, min 3, max 20: looks at 3, 5, 8, 13 and 20 repeats, one at a
+time, each at alpha 0.05 / 5): the share that pass, fail and stay undecided. A pass over a true slowdown of 3% or more
+is a false pass; a fail on A/A is a false fail.
+
 Many pairs, one threshold (`--part fdr`): comparisons of `--fdr-pairs` pairs at once (100 by default), all
 A/A, or with a share of them truly slower by 5% or 10%, judged as `matrix compare` does (p < 0.05 and a
 change of at least 2%) and as the gate `slower:3%` does, with the raw p-values and with the p-values
@@ -41,8 +48,10 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.analysis import MIN_EFFECT, significance, welch_from_stats
+from runner.analysis import METRICS, MIN_EFFECT, change, significance, welch_from_stats
 from runner.analysis.adaptive import Stop, assess, replay
+from runner.analysis.bisect_pair import levels
+from runner.analysis.verdict import Verdict
 from runner.spec.cells import AdaptiveRepeats
 from runner.store import Store
 
@@ -248,6 +257,78 @@ def fdr_check(sampler: Sampler, settings: list[int], pairs: int, sims: int, true
                       f"{fdr / sims:>6.1%} {'—' if not k else format(power / sims, '.1%'):>6}")
 
 
+UNTIL = AdaptiveRepeats(min=3, max=20, until="decided")
+
+
+def verdict(a: np.ndarray, b: np.ndarray, alpha: float = significance.ALPHA) -> tuple[Verdict, int | None]:
+    """The gate slower:3% on one pair, as runner/analysis/gate.py decides a tested check (one pair: p as it is)."""
+    diff = significance.difference(a, b)
+    delta = change.of_samples(a, b, confidence=1 - alpha)
+    if not diff.decided:
+        return Verdict.UNDECIDED, None
+    d = change.judge(delta, THRESHOLD, -1, diff.p_value, alpha, METRICS["throughput"])
+    return d.verdict, d.needed
+
+
+def until_decided(sampler: Sampler, pool: np.ndarray, slow: float, rule: AdaptiveRepeats = UNTIL
+                  ) -> tuple[Verdict, int]:
+    """Both sides grown as `matrix run` grows them under `until: decided` (runner/execution/decided_rounds.py): the
+    levels from min to max (each about 1.6x the one before), the next one at or above what the estimate asks for,
+    each look deciding at alpha over the number of levels."""
+    looks = levels(rule.min, rule.max)
+    alpha = significance.ALPHA / len(looks)
+    a = list(sampler.fixed(pool, rule.min))
+    b = list(sampler.fixed(pool, rule.min) / (1 + slow))
+    while True:
+        v, needed = verdict(np.array(a), np.array(b), alpha)
+        n = len(a)
+        if v is not Verdict.UNDECIDED or n >= rule.max:
+            return v, n
+        target = min([lv for lv in looks if lv > n] or [rule.max])  # one look at a time
+        a += list(sampler.fixed(pool, target - n))
+        b += list(sampler.fixed(pool, target - n) / (1 + slow))
+
+
+def decisions(sampler: Sampler, settings: list[str], sims: int) -> list[tuple[str, str, dict[str, float]]]:
+    """Per setting and truth (A/A, 3%, 5%, 10% slower): the shares of pass, fail and undecided, and mean repeats."""
+    out = []
+    for setting in settings:
+        for slow in (0.0, *SLOWDOWNS):
+            tally = {v: 0 for v in Verdict}
+            repeats = 0
+            for _ in range(sims):
+                pool = sampler.pool()
+                if setting == "until":
+                    v, n = until_decided(sampler, pool, slow)
+                elif setting == "adaptive":  # each side to a 1% interval of its mean (target_ci), then one look
+                    a, b = sampler.adaptive(pool), sampler.adaptive(pool) / (1 + slow)
+                    v, _ = verdict(a, b)
+                    n = (a.size + b.size) // 2
+                else:
+                    n = int(setting)
+                    v, _ = verdict(sampler.fixed(pool, n), sampler.fixed(pool, n) / (1 + slow))
+                tally[v] += 1
+                repeats += n
+            truth = "A/A" if not slow else f"{slow:.0%} slower"
+            out.append((setting, truth, {**{v.value: tally[v] / sims for v in Verdict}, "repeats": repeats / sims}))
+    return out
+
+
+def print_decisions(rows: list[tuple[str, str, dict[str, float]]], sims: int) -> None:
+    print(f"\nDecisions of the gate slower:{THRESHOLD:.0%} (pass only when the interval of the change lies inside "
+          f"{THRESHOLD:.0%}, 95% at a fixed count and 99% at each of the five looks of until decided; fail beyond it "
+          f"and significant; else undecided), {sims} simulated pairs per row:")
+    print(f"  {'repeats/side':<22} {'truth':<12} {'pass':>7} {'fail':>7} {'undecided':>10} {'mean n':>7}")
+    for setting, truth, r in rows:
+        label = {"until": f"until decided (3-{UNTIL.max})", "adaptive": "adaptive 1%"}.get(setting, setting)
+        print(f"  {label:<22} {truth:<12} {r['pass']:>7.1%} {r['fail']:>7.1%} {r['undecided']:>10.1%} "
+              f"{r['repeats']:>7.1f}")
+    worst = max((r["pass"] for _, t, r in rows if t != "A/A"), default=0.0)
+    false_fail = max((r["fail"] for _, t, r in rows if t == "A/A"), default=0.0)
+    print(f"  worst false pass (a true slowdown of 3% or more passed): {worst:.1%}; worst false fail (A/A): "
+          f"{false_fail:.1%} (goal: at most 5% each)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", type=Path, default=None, help="a store of CPU repeats (default: results/noise.db)")
@@ -261,8 +342,12 @@ def main() -> None:
     ap.add_argument("--settings", default="3,5,10,adaptive,adaptive:2%",
                     help="repeat counts per side, and/or adaptive (target_ci 1%%) or adaptive:X%%")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per test")
-    ap.add_argument("--part", choices=("all", "tests", "fdr"), default="all",
-                    help="tests: the candidate tests per pair; fdr: many pairs at once, raw against BH")
+    ap.add_argument("--part", choices=("all", "tests", "fdr", "decisions"), default="all",
+                    help="tests: the candidate tests per pair; fdr: many pairs at once, raw against BH; decisions: "
+                    "the gate's pass, fail and undecided shares")
+    ap.add_argument("--decision-settings", default="3,5,10,adaptive,until",
+                    help="repeats per side for --part decisions, and/or adaptive (target_ci 1%%, 3-20) and until "
+                    "(until decided, 3-20)")
     ap.add_argument("--fdr-pairs", type=int, default=100, help="pairs per simulated comparison (--part fdr)")
     ap.add_argument("--fdr-sims", type=int, default=200, help="simulated comparisons per row (--part fdr)")
     ap.add_argument("--fdr-true", type=float, default=0.10, help="share of pairs truly slower (--part fdr)")
@@ -282,6 +367,13 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f}")
     noise_profile(cells)
     rng = np.random.default_rng(args.seed)
+    if args.part in ("all", "decisions"):
+        start = time.perf_counter()
+        print_decisions(decisions(Sampler(cells, rng, args.pooled), args.decision_settings.split(","), args.sims),
+                        args.sims)
+        print(f"  (took {time.perf_counter() - start:.0f} s)")
+        if args.part == "decisions":
+            return
     if args.part in ("all", "fdr"):
         start = time.perf_counter()
         fdr_check(Sampler(cells, rng, args.pooled), [int(x) for x in args.fdr_repeats.split(",")], args.fdr_pairs,

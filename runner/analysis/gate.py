@@ -272,7 +272,7 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     unsized = no_ratio(metric, ma, mb)
     if unsized:
         return done(*with_outcomes(Verdict.UNDECIDED, unsized, oc))
-    delta = change.of_samples(xa, xb, quanta)
+    delta = change.of_samples(xa, xb, quanta, 1 - alpha)  # the interval at the level the check decides at
     point = delta.toward(rule.sense)[0]
     diff = significance.difference(xa, xb, test, quanta)
     if not diff.decided:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from runner.analysis import gate
+from runner.analysis import gate, significance
 from runner.analysis.compare import pair_keys, select_side
 from runner.analysis.verdict import UNDECIDED_POLICIES
 from runner.base.errors import ConfigError
@@ -102,12 +102,12 @@ def parse(raw: Any, locate: Locate, environments: Sequence[Mapping[str, Any]]) -
     return tuple(out)
 
 
-def evaluate(entry: GateEntry, frame: pd.DataFrame) -> list[gate.Check]:
-    """The entry's checks over a frame of this store's repeats (the sides `matrix compare` takes)."""
+def evaluate(entry: GateEntry, frame: pd.DataFrame, alpha: float = significance.ALPHA) -> list[gate.Check]:
+    """The entry's checks over a frame of this store's repeats (the sides `matrix compare` takes), at `alpha`."""
     if frame.empty:
         return []
     try:
         side_a, side_b = select_side(frame, entry.a), select_side(frame, entry.b)
     except ConfigError:
         return []  # a side with nothing stored yet: nothing to check
-    return gate.evaluate(side_a.frame, side_b.frame, entry.rules, keys=pair_keys(side_a, side_b))
+    return gate.evaluate(side_a.frame, side_b.frame, entry.rules, alpha, keys=pair_keys(side_a, side_b))

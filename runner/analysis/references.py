@@ -188,6 +188,7 @@ class Judgement:
     p_value: float = math.nan  # a mean outside the bound: its test against the bound (NaN: not tested)
     p_adjusted: float = math.nan  # ... adjusted over the references' family (Benjamini-Hochberg), what decides a fail
     needed: int | None = None  # an undecided one: the repeats that would decide it, as far as the spread seen says
+    confidence: float = significance.CONFIDENCE  # the level of ci_low..ci_high
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -197,12 +198,14 @@ class Judgement:
         return d
 
 
-def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame) -> list[Judgement]:
+def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame, alpha: float = significance.ALPHA
+          ) -> list[Judgement]:
     """Every (reference, matched cell, metric) in the order of the file and the cells, from the long frame
     (runner.analysis.frame of the store's rows; each repeat's newest row). A cell is its key: repeats
     stored under another definition of the same name (another `env`, image or iterations) are not its; and its
     machine: this store's repeats, or, where it has none, those of the one machine it imported them from
-    (runner/analysis/sides.py)."""
+    (runner/analysis/sides.py). `alpha`: the level the verdicts decide at, their intervals at 1 - alpha (a run that
+    looks again after adding repeats splits alpha over its looks: runner/execution/decided_rounds.py)."""
     varying = varying_keys([c for c in cells if any(r.matches(c) for r in refs)])
     sides_: dict[str, tuple[dict[str, pd.DataFrame], str]] = {}
     out = []
@@ -213,11 +216,11 @@ def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame)
             by_key, refused = _side(frame, cell.env_name, sides_)
             rows = by_key.get(cell.key, frame.iloc[0:0])
             for name, bound in ref.bounds.items():
-                out.append(_judgement(ref, cell, rows, METRICS[name], bound, varying, refused))
-    return _adjusted(out)
+                out.append(_judgement(ref, cell, rows, METRICS[name], bound, varying, refused, 1 - alpha))
+    return _adjusted(out, alpha)
 
 
-def _adjusted(judgements: list[Judgement]) -> list[Judgement]:
+def _adjusted(judgements: list[Judgement], alpha: float = significance.ALPHA) -> list[Judgement]:
     """A mean outside its bound fails only when its test against the bound stays significant once the p-values of
     every tested judgement are adjusted together (Benjamini-Hochberg, as the gate adjusts a rule's pairs); otherwise
     it is undecided, with what would decide it."""
@@ -226,7 +229,7 @@ def _adjusted(judgements: list[Judgement]) -> list[Judgement]:
     for j, q in zip(judgements, adjusted, strict=True):
         if j.verdict is Verdict.FAIL and not math.isnan(j.p_value):
             j = replace(j, p_adjusted=float(q))
-            if q >= significance.ALPHA:
+            if q >= alpha:
                 j = replace(j, verdict=Verdict.UNDECIDED, reason=(
                     f"the mean is outside the bound but not significantly (p={q:.3g} adjusted over "
                     f"{sum(not math.isnan(x.p_value) for x in judgements)} tested); {_needed_words(j.needed)}"))
@@ -266,10 +269,10 @@ DID_NOT_DELIVER = frozenset({"failed", "oom", "diverged", "timeout", "unsupporte
 
 
 def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, bound: Bound,
-               keys: Sequence[str], refused: str = "") -> Judgement:
+               keys: Sequence[str], refused: str = "", confidence: float = significance.CONFIDENCE) -> Judgement:
     ok = rows[rows["status"] == "ok"] if len(rows) else rows
     values = ok[metric.name].to_numpy(dtype=float) * metric.scale if len(ok) else np.array([])
-    st = describe(values, positive(metric.name))
+    st = describe(values, positive(metric.name), confidence)
     tested = change.BoundTest(Verdict.UNDECIDED, math.nan, None)
     counts = rows["status"].value_counts() if len(rows) else pd.Series(dtype=int)
     statuses = ", ".join(f"{n} {s}" for s, n in counts.items()) or "nothing stored"
@@ -295,7 +298,7 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
         # Pass only where the interval of the mean lies inside the bound; a mean outside fails once the test
         # against the bound is significant over the references' family (judge); else undecided.
         tested = change.bound_test(st.mean, st.std, st.n, bound.low, bound.high, (st.ci_low, st.ci_high),
-                                   positive(metric.name))
+                                   positive(metric.name), confidence)
         verdict = tested.verdict
         failed = set(counts.index) & (DID_NOT_DELIVER - {"unsupported"})
         half = _rounding(ok, metric, st.mean)
@@ -317,7 +320,8 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
     unit = shown_unit(ok.get(f"unit_{metric.name}", ()), metric.name)  # the program's own (tok/s), else the metric's
     return Judgement(ref.index, cell.key, cell_words(cell, keys), metric.name, unit, bound.text(), verdict,
                      st.mean, st.n, st.ci_low, st.ci_high, margin, statuses, reason, ref.undecided,
-                     tested.p_value if verdict is Verdict.FAIL else math.nan, needed=tested.needed)
+                     tested.p_value if verdict is Verdict.FAIL else math.nan, needed=tested.needed,
+                     confidence=confidence)
 
 
 def _needed_words(n: int | None) -> str:
@@ -369,7 +373,7 @@ def rows(judgements: Sequence[Judgement]) -> list[dict[str, str]]:
     for v in judgements:
         measured = "—" if v.n == 0 else _num(v.measured)
         if v.n >= 2 and not math.isnan(v.ci_low):
-            measured += f" (95% CI {_num(v.ci_low)}–{_num(v.ci_high)}, n={v.n})"
+            measured += f" ({v.confidence * 100:.4g}% CI {_num(v.ci_low)}–{_num(v.ci_high)}, n={v.n})"
         elif v.n == 1:
             measured += " (n=1)"
         out.append({"verdict": v.verdict.value, "cell": v.cell, "metric": f"{v.metric} ({v.unit})" if v.unit

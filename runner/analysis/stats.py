@@ -22,7 +22,7 @@ from runner.analysis.frame import (
 )
 from runner.analysis.metrics import METRICS
 from runner.analysis.resolution import NEGLIGIBLE
-from runner.analysis.significance import mean_interval
+from runner.analysis.significance import CONFIDENCE, mean_interval
 from runner.spec.outcomes import Status
 
 NOISY_CV = 0.10    # throughput that varies more than this between repeats is flagged
@@ -52,7 +52,8 @@ def positive(metric: str) -> bool:
     return m is not None and m.reach is not None and m.reach.low >= 0
 
 
-def describe(values: Sequence[float] | np.ndarray, positive: bool | None = None) -> Stats:
+def describe(values: Sequence[float] | np.ndarray, positive: bool | None = None,
+             confidence: float = CONFIDENCE) -> Stats:
     """Statistics of one sample (NaNs ignored): std with ddof=1, the 95% interval of the mean
     (runner/analysis/significance.py `mean_interval`): on the log scale where the figure is `positive` (None: where
     every value is above 0), so it never reaches 0; else the t interval."""
@@ -65,7 +66,7 @@ def describe(values: Sequence[float] | np.ndarray, positive: bool | None = None)
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n >= 2 else math.nan
     pos = bool((x > 0).all()) if positive is None else positive
-    low, high = mean_interval(mean, std, n, pos)
+    low, high = mean_interval(mean, std, n, pos, confidence)
     cv = std / mean if mean != 0 else math.nan
     return Stats(n, mean, std, cv, float(x.min()), float(x.max()), float(np.median(x)), float(low), float(high))
 

@@ -16,7 +16,7 @@ class Exit(IntEnum):
     FAILED = 1            # a decision failed: the gate tripped, a reference failed (check)
     USAGE = 2             # bad command line, matrix file or option value (one line names the file and field)
     NOT_MEASURED = 3      # run/collect: a repeat ended failed, oom, diverged, timeout, cancelled or not_started
-    REFERENCE_FAILED = 4  # run/collect: everything was measured, but a `references:` entry failed
+    REFERENCE_FAILED = 4  # run/collect: everything was measured, but a `references:` entry or the `gate:` failed
     UNDECIDED = 5         # a decision could not be made from the data (too few repeats, no spread to test)
     STORE = 6             # the result store or its filesystem: corrupt, unknown schema, not writable, disk full;
                           # a damaged or foreign results file to import
@@ -44,7 +44,7 @@ MEANINGS: tuple[Meaning, ...] = (
     Meaning(Exit.NOT_MEASURED, "run, collect", "a selected repeat ended `failed`, `oom`, `diverged`, `timeout`, "
             "`cancelled` or `not_started`; the summary counts them and `matrix show` has the reasons"),
     Meaning(Exit.REFERENCE_FAILED, "run, collect",
-            "everything was measured, but a `references:` entry of the matrix file failed"),
+            "everything was measured, but a `references:` entry or a `gate:` entry of the matrix file failed"),
     Meaning(Exit.UNDECIDED, "check, compare --fail-on, run, bisect",
             "a decision was undecided (too few repeats, no spread to test against, or a bisect whose pairs could "
             "not be told apart at the most repeats); never reported as passed unless `--undecided pass` asks for "

@@ -52,8 +52,9 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
                          "than the target: their numbers are noisier than asked.")
     status = Exit.OK
     frame = _frame(store) if (m.references or m.gates) else pd.DataFrame()
+    alpha = decided_rounds.alpha_for(cells)  # a run that looked again after adding repeats: alpha over its looks
     if m.references:
-        js = references.judge(m.references, cells, frame)
+        js = references.judge(m.references, cells, frame, alpha)
         if js:  # a selection (--only) that no reference covers decides nothing
             parts += [present.verdict_table(js), references.summary_line(js)]
             titles.append("References")
@@ -61,7 +62,7 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
             status = Exit.REFERENCE_FAILED if decided is Exit.FAILED else decided
     mine = frame[frame["cell_key"].isin({c.key for c in cells})] if len(frame) else frame
     for entry in m.gates:
-        checks = gate_entries.evaluate(entry, mine)
+        checks = gate_entries.evaluate(entry, mine, alpha)
         if not checks:  # a selection (--only) that leaves a side empty decides nothing
             continue
         if gate.rows(checks):
@@ -79,9 +80,14 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
 def until_decided_line(m: Matrix, cells: Sequence[Cell], frame: pd.DataFrame) -> str:
     """What a run that aimed at decisions reached: 'Until decided: 3 of 4 checks decided; 1 undecided at max 20
     repeats: gate ...: about 45 repeats a side would decide.'"""
-    left, total, decided = decided_rounds.pending(m, decided_rounds.aiming(cells), frame)
-    most = max(c.run.adaptive.max for c in decided_rounds.aiming(cells) if c.run.adaptive)
-    text = f"Until decided: {decided} of {total} check{'s' if total != 1 else ''} decided"
+    aiming = decided_rounds.aiming(cells)
+    left, total, decided = decided_rounds.pending(m, aiming, frame)
+    most = max(c.run.adaptive.max for c in aiming if c.run.adaptive)
+    looks = decided_rounds.looks(aiming)
+    alpha = decided_rounds.alpha_for(aiming)
+    text = (f"Until decided: {decided} of {total} check{'s' if total != 1 else ''} decided (looks at "
+            f"{', '.join(map(str, looks))} repeats; each decides at alpha {alpha:.3g}, intervals at "
+            f"{(1 - alpha) * 100:.4g}%)")
     if not left:
         return text + "."
     items = "; ".join(f"{p.what}: {'about ' + str(p.needed) + ' repeats a side would decide' if p.needed else p.why}"

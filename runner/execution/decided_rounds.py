@@ -2,10 +2,13 @@
 
 With `repeats: {min, max, until: decided}` (or `matrix run --until-decided`), the checks of the matrix file (its
 `gate:` entries and its `references:`) are judged on what the store holds; a check that more repeats could decide
-(its spread says how many: runner/analysis/change.py `needed`) gets them on the cells it reads, in rounds: each round
-asks for the repeats the estimate says, at most doubling a cell's count, never past `max`. The rule reads only the
-store, so an interrupted run resumes with the same command, repeats stored earlier count, and the repeats run
-interleaved as the matrix says, like any others.
+(its spread gives an estimate, runner/analysis/change.py `needed`, or a side has one ok repeat) gets more on the cells
+it reads, one look at a time: a few fixed levels from `min` to `max` (3, 5, 8, 13, 20 for 3-20: each about 1.6 times
+the one before), so a check the next look decides stops there, whatever an estimate from a few repeats said. Each level is a look at the data, and looking until something
+passes would pass more than it should, so the checks of such a run decide at alpha split over its looks (Bonferroni:
+0.05 / 5 = 0.01 for 3-20, intervals at 99%), as bisect does; benchmarks/stats_check.py measures what that keeps.
+The rule reads only the store, so an interrupted run resumes with the same command, repeats stored earlier count,
+and the repeats run interleaved as the matrix says, like any others.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from runner import analysis as an
-from runner.analysis import gate_entries, references
+from runner.analysis import gate_entries, references, significance
+from runner.analysis.bisect_pair import levels
 from runner.analysis.repeat import admitted
 from runner.analysis.verdict import Verdict
 from runner.matrix import Matrix
@@ -27,6 +31,25 @@ from runner.store import Store
 def aiming(cells: Sequence[Cell]) -> list[Cell]:
     """The cells whose run aims at decisions (`until: decided`)."""
     return [c for c in cells if c.run.adaptive is not None and c.run.adaptive.until == "decided"]
+
+
+def looks(cells: Sequence[Cell]) -> tuple[int, ...]:
+    """The repeat levels at which a run that aims at decisions looks: from the fewest `min` to the most `max`."""
+    rules = [c.run.adaptive for c in aiming(cells) if c.run.adaptive]
+    if not rules:
+        return ()
+    return levels(min(r.min for r in rules), max(r.max for r in rules))
+
+
+def alpha_for(cells: Sequence[Cell]) -> float:
+    """The level a run's checks decide at: alpha, split over its looks when it aims at decisions."""
+    n = len(looks(cells))
+    return significance.ALPHA / n if n else significance.ALPHA
+
+
+def next_level(cells: Sequence[Cell], at_least: int, most: int) -> int:
+    """The first look at or above `at_least` repeats (never past `most`)."""
+    return min([lv for lv in looks(cells) if lv >= at_least] or [most], default=most)
 
 
 @dataclass(frozen=True)
@@ -45,18 +68,20 @@ def _keys(joined: str) -> tuple[str, ...]:
 
 
 def pending(m: Matrix, cells: Sequence[Cell], frame: pd.DataFrame) -> tuple[list[Pending], int, int]:
-    """The undecided checks more repeats could decide, and how many checks there are and how many are decided."""
+    """The undecided checks more repeats could decide, and how many checks there are and how many are decided (at
+    the run's level: `alpha_for`)."""
     out: list[Pending] = []
     total = decided = 0
+    alpha = alpha_for(cells)
     if m.references:
-        for j in references.judge(m.references, cells, frame):
+        for j in references.judge(m.references, cells, frame, alpha):
             total += 1
             decided += j.verdict is not Verdict.UNDECIDED
             if j.verdict is Verdict.UNDECIDED and (j.needed is not None or j.n == 1):
                 out.append(Pending(f"reference {j.cell} {j.metric} {j.expected}", (j.cell_key,), j.needed, j.reason))
     mine = frame[frame["cell_key"].isin({c.key for c in cells})] if len(frame) else frame
     for entry in m.gates:
-        for c in gate_entries.evaluate(entry, mine):
+        for c in gate_entries.evaluate(entry, mine, alpha):
             total += 1
             decided += c.verdict is not Verdict.UNDECIDED
             if c.more_would_help:
@@ -87,12 +112,14 @@ def more_tasks(m: Matrix, cells: Sequence[Cell], store: Store, run_id: str | Non
     target: dict[str, int] = {}
     stored = _stored(store, by_key, run_id)
     for p in checks:
-        for k in p.keys:
-            if k not in by_key:
-                continue
-            n = len(stored[k])
-            want = max(n + 1, p.needed or 0)
-            target[k] = max(target.get(k, 0), min(want, 2 * max(n, 1), _most(by_key[k])))
+        keys = [k for k in p.keys if k in by_key]
+        if not keys:
+            continue
+        # One look at a time (each may decide, and the looks are fixed whatever an estimate says), both sides of the
+        # check to the same count, so that their repeats interleave and neither is measured alone.
+        n = max(len(stored[k]) for k in keys)
+        for k in keys:
+            target[k] = max(target.get(k, 0), next_level(chosen, n + 1, _most(by_key[k])))
     busy = store.claims(set(target), run_id)
     tasks = []
     for k, n in target.items():
