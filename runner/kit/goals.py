@@ -1,9 +1,11 @@
 """The evidence page's goals: the three figures the kit aims at on one H100 (published.json "goals"), each beside the
 first run's figure on an H100 (published.json "h100-first-run": the baseline) and this page's best admitted figure.
 
-A goal is called met only from a row with a known spread (two admitted repeats or more): one repeat can be fast by
-chance. FP8's goal is met only where `matrix compare`'s decision calls FP8 faster (a significant change) and the
-ratio reaches the goal; whether the losses agree is the FP8-by-size table's column beside it."""
+A goal is decided as a reference is (runner/analysis/change.py `bound_test`): **met** only where the 95% interval
+of the row's mean lies at or above it, **not met** where the mean is below it and significantly so, and undecided
+otherwise, with the repeats that would decide it; one repeat has no interval and meets nothing. FP8's goal is met
+only where the interval of the ratio to BF16 lies at or above it; whether the losses agree is the FP8-by-size
+table's column beside it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runner.analysis import change, significance
+from runner.analysis.verdict import Verdict
 from runner.kit.cells import _md
 from runner.kit.levers import settings
 from runner.kit.transformer import BASE
@@ -26,12 +30,36 @@ def best(rows: Sequence[Mapping[str, Any]], key: str) -> Mapping[str, Any] | Non
     return max(known or measured, key=lambda r: r[key], default=None)
 
 
-def verdict(value: float | None, goal: float, n: int) -> str:
+def verdict(value: float | None, goal: float, n: int, std: float | None = None) -> str:
+    """met, not met or undecided: the row's mean against the goal, by the interval of the mean."""
     if value is None or not math.isfinite(value):
         return "not measured yet"
-    if value >= goal:
-        return "met" if n >= LEAST else f"reached by one repeat (at least {LEAST} needed)"
-    return f"not met ({value / goal:.0%} of it)"
+    if n < LEAST or std is None or not math.isfinite(std):
+        side = "reached" if value >= goal else "below it"
+        return f"undecided: {side} by {'one repeat' if n < LEAST else 'a row without its spread'} (at least {LEAST} " \
+               "repeats needed)"
+    low, high = significance.mean_interval(value, std, n, True)
+    t = change.bound_test(value, std, n, goal, math.inf, (float(low), float(high)), True)
+    if t.verdict is Verdict.PASS:
+        return "met"
+    if t.verdict is Verdict.FAIL and t.p_value < significance.ALPHA:
+        return f"not met ({value / goal:.0%} of it)"
+    return (f"undecided: {value / goal:.0%} of it, 95% interval {float(low) / goal:.0%}-{float(high) / goal:.0%}"
+            + (f"; about {t.needed} repeats would decide" if t.needed else ""))
+
+
+def ratio_verdict(row: Mapping[str, Any] | None, goal: float) -> str:
+    """FP8 over BF16 against its goal: met only where the ratio's interval lies at or above it."""
+    if row is None:
+        return "not measured yet"
+    ratio, low, high = (row.get(k) for k in ("ratio_to_bf16", "ratio_low", "ratio_high"))
+    if not all(isinstance(x, float) and math.isfinite(x) for x in (ratio, low, high)):
+        return f"undecided: {ratio:.2f}x without an interval (at least {LEAST} repeats a side needed)"
+    if low >= goal:
+        return "met"
+    if high < goal:
+        return f"not met ({ratio:.2f}x, 95% interval {low:.2f}-{high:.2f}x)"
+    return f"undecided: {ratio:.2f}x, 95% interval {low:.2f}-{high:.2f}x reaches across {goal:.1f}x"
 
 
 def section(doc: Mapping[str, Any], pub: Mapping[str, Any], gpu: str) -> tuple[str, dict[str, Any]]:
@@ -58,7 +86,7 @@ def section(doc: Mapping[str, Any], pub: Mapping[str, Any], gpu: str) -> tuple[s
     out: dict[str, Any] = {}
     target = float(goals["resnet50_img_s"])
     rn_n = int(rn["n"]) if rn else 0
-    said = verdict(rn["mean"] if rn else None, target, rn_n)
+    said = verdict(rn["mean"] if rn else None, target, rn_n, rn.get("std") if rn else None)
     t.add("ResNet-50 img/s, one GPU", f"{target:,.0f}",
           f"{rn_first[1]:,} ({rn_first[0]}, one repeat)" if rn_first else DASH,
           f"{rn['mean']:,.0f} (n={rn_n}; {settings(rn['params'])}, batch {rn['params'].get('batch_size')})" if rn
@@ -67,7 +95,7 @@ def section(doc: Mapping[str, Any], pub: Mapping[str, Any], gpu: str) -> tuple[s
                              "best": rn["mean"] if rn else None, "n": rn_n, "verdict": said}
     target = float(goals["gpt2_124m_mfu"])
     gpt_n = int(gpt["n"]) if gpt else 0
-    said = verdict(gpt["mfu"] if gpt else None, target, gpt_n)
+    said = verdict(gpt["mfu"] if gpt else None, target, gpt_n, gpt.get("mfu_std") if gpt else None)
     t.add("GPT-2 124M MFU (BF16 dense peak)", f"{target:.0%}",
           f"{mfu_first[1]:.1%} ({mfu_first[0]}, compiled, one repeat)" if mfu_first else DASH,
           f"{gpt['mfu']:.1%} (n={gpt_n}; {settings(gpt['params'])})" if gpt else DASH, said)
@@ -75,17 +103,15 @@ def section(doc: Mapping[str, Any], pub: Mapping[str, Any], gpu: str) -> tuple[s
                             "best": gpt["mfu"] if gpt else None, "n": gpt_n, "verdict": said}
     target = float(goals["fp8_over_bf16"])
     ratio = fp8["ratio_to_bf16"] if fp8 else None
-    said = ("not measured yet" if fp8 is None else
-            "met" if ratio is not None and ratio >= target and fp8.get("decision") == "fail" else
-            f"not met ({ratio:.2f}x{'' if fp8.get('decision') == 'fail' else ', not a significant change'})")
+    said = ratio_verdict(fp8, target)
     t.add(f"FP8 ÷ {BASE} at {goals['fp8_model']}, same loss", f"{target:.1f}x",
           f"{fp8_first:.2f}x at gpt2_124m (tensorwise, one repeat)" if fp8_first else DASH,
           f"{ratio:.2f}x ({fp8['params'].get('fp8_recipe')}; losses in the FP8-by-size table)" if fp8 else DASH, said)
     out["fp8_over_bf16"] = {"target": target, "model": goals["fp8_model"], "best": ratio, "verdict": said}
     lines = ["## Goals on one H100", "",
              "The kit's goals beside the first run on an H100 (the benchmark run directly, one repeat a row) and this "
-             f"page's best admitted figure (met only from a row with at least {LEAST} admitted repeats; FP8 only where "
-             "`matrix compare` calls the change significant)."
+             "page's best admitted figure: met only where the 95% interval of the row's mean (of FP8's ratio to BF16) "
+             f"lies at or above the goal, so never from one repeat; at least {LEAST} admitted repeats a row."
              + ("" if same_gpu else " This GPU is not an H100: the first run's figures are another GPU's."),
              "", _md(t)]
     return "\n".join(lines), out

@@ -101,7 +101,8 @@ def gpt2_levers_section(cells: list[CellResult], doc: dict[str, Any]) -> str:
               res.text("peak_mem", 1 / MIB), res.statuses or DASH)
         rows.append({"params": res.cell.params, "unit": u, "n": st.n, "mean": st.mean, "std": st.std,
                      "ratio_to_before": vs["ratio"], "p_value": vs["p_value"], "decision": vs.get("decision"),
-                     "ratio_to_first": total["ratio"], "mfu": res.mean("mfu"), "loss_step": step,
+                     "ratio_to_first": total["ratio"], "mfu": res.mean("mfu"), "mfu_std": res.stats("mfu").std,
+                     "loss_step": step,
                      "statuses": res.statuses})
         before = res
     doc["gpt2-levers"] = rows

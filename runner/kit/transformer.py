@@ -68,7 +68,8 @@ def versus(res: CellResult, base: CellResult | None) -> dict[str, Any]:
     p = float(an.welch_from_stats(a.mean, a.std, a.n, b.mean, b.std, b.n)) if a.n and b.n else math.nan
     delta = change.of_stats(a.mean, a.std, a.n, b.mean, b.std, b.n)
     _, words, decision = an.judge_pair(ratio, p, a.n, b.n, an.get_metric("throughput"), delta=delta)
-    return {"ratio": ratio, "p_value": p, "words": words, "decision": str(decision.value)}
+    return {"ratio": ratio, "p_value": p, "words": words, "decision": str(decision.value), "ratio_low": delta.low,
+            "ratio_high": delta.high}
 
 
 def fp8_record(res: CellResult) -> str:
@@ -121,7 +122,7 @@ def section(cells: list[CellResult], doc: dict[str, Any]) -> str:
               res.statuses or DASH)
         rows.append({"params": res.cell.params, "unit": u, "n": st.n, "mean": st.mean, "std": st.std, "cv": st.cv,
                      "ratio_to_bf16": vs["ratio"], "p_value": vs["p_value"], "decision": vs.get("decision"),
-                     "mfu": res.mean("mfu"), "peak_flops": res.mean("peak_flops"),
+                     "mfu": res.mean("mfu"), "mfu_std": res.stats("mfu").std, "peak_flops": res.mean("peak_flops"),
                      "fp8_flops_share": res.mean("fp8_flops_share"),
                      "peak_mem_mib": res.mean("peak_mem", 1 / MIB), "loss_step": step,
                      "statuses": res.statuses, "fp8": fp8_record(res) if res.cell.params.get("precision") == "fp8"
@@ -176,6 +177,7 @@ def by_size_section(cells: list[CellResult], doc: dict[str, Any]) -> str:
                   loss_at(base, step) if base else DASH, loss_at(res, step),
                   f"{base.statuses if base else DASH} / {res.statuses or DASH}")
             rows.append({"model": model, "parameters": params_count, "params": p, "ratio_to_bf16": vs["ratio"],
+                         "ratio_low": vs.get("ratio_low"), "ratio_high": vs.get("ratio_high"),
                          "p_value": vs["p_value"], "decision": vs.get("decision"), "loss_step": step,
                          "bf16_mean": base.mean("throughput") if base else None, "fp8_mean": res.mean("throughput"),
                          "fp8": fp8_record(res)})

@@ -647,8 +647,10 @@ def test_the_time_section_names_the_repeats_it_did_not_admit() -> None:
 
 
 def test_the_goals_take_the_best_admitted_row_with_a_known_spread() -> None:
-    """The goals table: a row meets a goal only with two admitted repeats or more; a row with none (diverged,
-    refused) is no figure; FP8 meets its goal only where the change is significant; the first H100 run beside."""
+    """The goals table: a goal is met only where the 95% interval of the row's mean lies at or above it (never from one
+    repeat), not met where the mean is significantly below it, undecided otherwise with what would decide it; a row
+    with no admitted repeat (diverged, refused) is no figure; FP8 by the interval of its ratio; the first H100 run
+    beside."""
     import math
 
     from runner.kit import goals
@@ -657,19 +659,24 @@ def test_the_goals_take_the_best_admitted_row_with_a_known_spread() -> None:
     pub = published()
     doc = {"headline": {"rows": [{"params": {"precision": "amp"}, "n": 0, "mean": math.nan},
                                  {"params": {"precision": "amp-bf16", "compile": True}, "n": 1, "mean": 6600.0}]},
-           "resnet50-fastest": [{"params": {"precision": "amp", "loss_scale": 256}, "n": 3, "mean": 6400.0}],
-           "gpt2": [{"params": {"precision": "amp-bf16"}, "n": 3, "mfu": 0.46}],
+           "resnet50-fastest": [{"params": {"precision": "amp", "loss_scale": 256}, "n": 3, "mean": 6400.0,
+                                 "std": 10.0}],
+           "gpt2": [{"params": {"precision": "amp-bf16"}, "n": 3, "mfu": 0.46, "mfu_std": 0.001}],
            "fp8-by-size": [{"model": "gpt2_1558m", "params": {"fp8_recipe": "rowwise"}, "ratio_to_bf16": 1.25,
-                            "decision": "undecided"}]}
+                            "ratio_low": 1.1, "ratio_high": 1.4, "decision": "undecided"}]}
     text, out = goals.section(doc, pub, "NVIDIA H100 80GB HBM3")
     assert out["resnet50_img_s"]["best"] == 6400.0 and out["resnet50_img_s"]["verdict"] == "not met (98% of it)"
     assert out["gpt2_124m_mfu"]["verdict"] == "met" and "46.0% (n=3" in text
-    assert out["fp8_over_bf16"]["verdict"] == "not met (1.25x, not a significant change)"
+    assert out["fp8_over_bf16"]["verdict"] == "undecided: 1.25x, 95% interval 1.10-1.40x reaches across 1.2x"
     assert "5,734" in text and "35.4%" in text and "0.87x at gpt2_124m" in text and "not an H100" not in text
+    doc["gpt2"][0]["mfu_std"] = 0.05  # 46% with a wide spread: its interval reaches below 45%
+    _, out = goals.section(doc, pub, "NVIDIA H100 80GB HBM3")
+    assert out["gpt2_124m_mfu"]["verdict"].startswith("undecided: 102% of it, 95% interval")
+    assert "repeats would decide" in out["gpt2_124m_mfu"]["verdict"]
     doc["resnet50-fastest"] = []
     _, out = goals.section(doc, pub, "NVIDIA H200")
-    assert out["resnet50_img_s"]["verdict"] == "reached by one repeat (at least 2 needed)"
-    doc["fp8-by-size"][0]["decision"] = "fail"
+    assert out["resnet50_img_s"]["verdict"] == "undecided: reached by one repeat (at least 2 repeats needed)"
+    doc["fp8-by-size"][0].update(ratio_low=1.21)
     text, out = goals.section(doc, pub, "NVIDIA H200")
     assert out["fp8_over_bf16"]["verdict"] == "met" and "not an H100" in text
     assert goals.section({}, pub, "NVIDIA H100")[1]["gpt2_124m_mfu"]["verdict"] == "not measured yet"
