@@ -53,6 +53,8 @@ class Change:
     cv_b: float = math.nan
     confidence: float = CONFIDENCE
     exact: bool = False
+    se: float = math.nan   # the standard error of log(B/A), and its degrees of freedom (what a geometric mean reads)
+    dof: float = math.nan
 
     @property
     def sized(self) -> bool:
@@ -87,7 +89,9 @@ def of_stats(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float,
         return Change(r, math.nan, math.nan, n_a, n_b, cv_a, cv_b, confidence)
     low, high = significance.ratio_interval_stats(mean_a, std_a, n_a, mean_b, std_b, n_b, confidence, quanta)
     exact = n_a >= 2 and n_b >= 2 and std_a == 0 and std_b == 0
-    return Change(r, low, high, n_a, n_b, cv_a, cv_b, confidence, exact)
+    se, dof = significance.log_ratio_se(mean_a, std_a, n_a, mean_b, std_b, n_b) if n_a >= 2 and n_b >= 2 else (
+        math.nan, math.nan)
+    return Change(r, low, high, n_a, n_b, cv_a, cv_b, confidence, exact, se, dof)
 
 
 def of_samples(a: object, b: object, quanta: tuple[float, float] = (0.0, 0.0),

@@ -113,7 +113,7 @@ def change_words(ratio: float, metric: Metric) -> str:
         return ""
     gain = ratio if metric.higher_is_better else 1 / ratio
     if f"{gain:.2f}" == "1.00" and f"{1 / gain:.2f}" == "1.00":
-        return "1.00x (same)"
+        return "1.00x"  # a ratio that rounds to 1 is not shown the same: only its interval can say that
     return f"{gain:.2f}x {metric.better}" if gain >= 1 else f"{1 / gain:.2f}x {metric.worse}"
 
 
@@ -172,6 +172,8 @@ class Comparison:
     precision_ratios: pd.DataFrame  # side, PARAM_KEYS - precision, precision, fp32_mean, mean, ratio
     environments: pd.DataFrame      # side, environment, backend, hardware and versions
     geomean: float
+    geomean_low: float = math.nan   # its 95% interval, from the pairs' own (significance.geometric_interval)
+    geomean_high: float = math.nan
     recipes: pd.DataFrame = field(default_factory=pd.DataFrame)  # precision, a, b: ran differently
     correction: str = significance.CORRECTION
     notes: list[str] = field(default_factory=list)  # how the sides were measured (emulated math, unsteady warm-ups)
@@ -247,7 +249,7 @@ def pair_cells(a: pd.DataFrame, b: pd.DataFrame, metric: Metric, alpha: float = 
 _STAT_COLS = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys", "steps_ok",
               "definition", THROTTLED]
 _PAIR_WORDS = ["ratio", "ratio_low", "ratio_high", "needed", "change", "p_value", "p_adjusted", "significant",
-               "verdict", "decision", "throttling"]
+               "verdict", "decision", "throttling", "_se", "_dof"]
 
 
 def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = significance.ALPHA,
@@ -311,6 +313,8 @@ def _judged(both: pd.DataFrame, metric: Metric, alpha: float, min_effect: float,
                                                                  both["b_statuses"], apart, am, bm, coarse, strict=True)]
     both["a_n"], both["b_n"] = an_, bn_
     both["ratio"] = np.where([bool(w) for w in apart], math.nan, ratio)
+    both["_se"] = [d.se for d in deltas]
+    both["_dof"] = [d.dof for d in deltas]
     both["ratio_low"] = [d.low for d in deltas]
     both["ratio_high"] = [d.high for d in deltas]
     both["needed"] = [change.needed(d, min_effect, None) if j[2] is Verdict.UNDECIDED and d.has_interval else None
@@ -364,13 +368,28 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
                          f"every repeat of both sides recorded (step {', '.join(map(str, steps))}; {len(at)} "
                          f"pair{'s' if len(at) != 1 else ''}).")
     pairs, unpaired = pair_stats(sa, sb, m, alpha, min_effect, keys)
+    low, high = geomean_interval(pairs)
+    pairs = pairs.drop(columns=["_se", "_dof"])  # what the geometric mean's interval is made of, read now
     return Comparison(
         a=a, b=b, metric=m, alpha=alpha, min_effect=min_effect, pairs=pairs, unpaired=unpaired,
         precision_ratios=pd.concat([a.precision_ratios("A"), b.precision_ratios("B")], ignore_index=True),
         environments=pd.concat([a.info("A"), b.info("B")], ignore_index=True),
-        geomean=geometric_mean(pairs["ratio"]) if not pairs.empty else math.nan,
+        geomean=geometric_mean(pairs["ratio"]) if not pairs.empty else math.nan, geomean_low=low, geomean_high=high,
         recipes=recipe_differences(a.chosen, b.chosen), notes=notes, keys=keys,
     )
+
+
+def geomean_interval(pairs: pd.DataFrame) -> tuple[float, float]:
+    """The 95% interval of the geometric mean of B/A over the pairs with a ratio, where every one of them has an
+    interval (NaN otherwise: one pair without a spread leaves the whole unknown)."""
+    if pairs.empty:
+        return math.nan, math.nan
+    r = pairs["ratio"].to_numpy(dtype=float)
+    sized = np.isfinite(r) & (r > 0)
+    se, dof = pairs["_se"].to_numpy(dtype=float)[sized], pairs["_dof"].to_numpy(dtype=float)[sized]
+    if not sized.any() or not np.isfinite(se).all():
+        return math.nan, math.nan
+    return significance.geometric_interval(np.log(r[sized]), se, dof)
 
 
 def pair_keys(a: Side, b: Side) -> tuple[str, ...]:

@@ -163,12 +163,40 @@ def ratio_interval_stats(ma: float, sx: float, na: int, mb: float, sy: float, nb
         ha, hb = quanta[0] / 2, quanta[1] / 2
         sx, sy = resolution.floor_std(sx, quanta[0]), resolution.floor_std(sy, quanta[1])
     low, high = (mb - hb) / (ma + ha), (mb + hb) / (ma - ha) if ma > ha else math.inf
-    se, dof = _welch_parts(sx / ma, na, sy / mb, nb)
-    if float(se) == 0:
+    se, dof = log_ratio_se(ma, sx, na, mb, sy, nb)
+    if se == 0:
         return low, high
     half = float(t_quantile(dof, confidence) * se)
     with np.errstate(over="ignore"):  # an interval past what a float holds is unbounded: inf
         return max(low, 0.0) * float(np.exp(-half)), high * float(np.exp(half))
+
+
+def log_ratio_se(ma: float, sx: float, na: int, mb: float, sy: float, nb: int) -> tuple[float, float]:
+    """The standard error of log(mb / ma) by the delta method (each side's CV over the root of its n) and its Welch
+    degrees of freedom: what the ratio's interval and the test on the log scale are made of."""
+    se, dof = _welch_parts(sx / ma, na, sy / mb, nb)
+    return float(se), float(dof)
+
+
+def geometric_interval(log_ratios: Sequence[float], ses: Sequence[float], dofs: Sequence[float],
+                       confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The interval of the geometric mean of several ratios, each with its log standard error and degrees of freedom:
+    the mean of the logs, its standard error sqrt(sum se^2) / k, Welch-Satterthwaite's degrees of freedom. The
+    geometric mean over these pairs, as uncertain as their measurements make it (NaN without one)."""
+    lr, se, df = (np.asarray(x, dtype=float) for x in (log_ratios, ses, dofs))
+    keep = np.isfinite(lr) & np.isfinite(se)
+    if not keep.any():
+        return math.nan, math.nan
+    lr, se, df = lr[keep], se[keep], df[keep]
+    k = lr.size
+    var = float((se * se).sum())
+    centre = float(lr.mean())
+    if var == 0:
+        return math.exp(centre), math.exp(centre)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dof = var * var / float(np.where(se > 0, se ** 4 / df, 0.0).sum())
+    half = float(t_quantile(dof, confidence)) * math.sqrt(var) / k
+    return math.exp(centre - half), math.exp(centre + half)
 
 
 def mean_interval(mean: Any, std: Any, n: Any, positive: Any = False, confidence: float = CONFIDENCE

@@ -52,8 +52,8 @@ def ratio_verdict(row: Mapping[str, Any] | None, goal: float) -> str:
     """FP8 over BF16 against its goal: met only where the ratio's interval lies at or above it."""
     if row is None:
         return "not measured yet"
-    ratio, low, high = (row.get(k) for k in ("ratio_to_bf16", "ratio_low", "ratio_high"))
-    if not all(isinstance(x, float) and math.isfinite(x) for x in (ratio, low, high)):
+    ratio, low, high = (float(row.get(k) or math.nan) for k in ("ratio_to_bf16", "ratio_low", "ratio_high"))
+    if not all(math.isfinite(x) for x in (ratio, low, high)):
         return f"undecided: {ratio:.2f}x without an interval (at least {LEAST} repeats a side needed)"
     if low >= goal:
         return "met"

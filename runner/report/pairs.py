@@ -57,7 +57,15 @@ def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
     over = f"{with_ratio} pair{'s' if with_ratio != 1 else ''}"
     if with_ratio != n:
         over = f"{with_ratio} of {n} pairs ({n - with_ratio} not measured on both sides)"
-    return f"Geometric mean of {b}/{a} over {over}: {fmt.ratio_words(c.geomean, c.geomean_words)}"
+    text = f"Geometric mean of {b}/{a} over {over}: {fmt.ratio_words(c.geomean, c.geomean_words)}"
+    if c.geomean_low == c.geomean_low and c.geomean_high == c.geomean_high:
+        text += f", 95% interval {c.geomean_low:.3f}-{c.geomean_high:.3f}"
+        low, high = 1 / (1 + c.min_effect), 1 + c.min_effect
+        if low <= c.geomean_low and c.geomean_high <= high:
+            text += f" (the same within ±{c.min_effect:.0%})"
+        elif c.geomean_high < low or c.geomean_low > high:
+            text += f" (a change beyond ±{c.min_effect:.0%})"
+    return text
 
 
 def comparison_note(c: an.Comparison, a: str, b: str) -> str:
@@ -186,6 +194,8 @@ def comparison_doc(c: an.Comparison) -> dict[str, Any]:
                  "tested": c.n_tested},
         "pairs": records(c.pairs),
         "geomean_ratio": None if math.isnan(c.geomean) else round(c.geomean, 10),
+        "geomean_low": None if math.isnan(c.geomean_low) else round(c.geomean_low, 10),
+        "geomean_high": None if math.isnan(c.geomean_high) else round(c.geomean_high, 10),
         "geomean_change": c.geomean_words,
         "significant": c.n_significant,
         "decisions": {v.value: c.n_decision(v) for v in Verdict},
