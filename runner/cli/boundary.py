@@ -5,6 +5,7 @@ values that name paths or runs (runner/cli/__init__.py declares the options)."""
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 import sys
 import traceback
@@ -145,7 +146,10 @@ def store_path(db: Path) -> Path:
 
 
 def store_paths(dbs: list[Path] | None) -> list[Path] | None:
-    """--db repeated (publish): the last store named (the default one when none is) remembered as store_path does."""
+    """--db repeated (publish): none given is $MATRIX_DB (a single store, as --db takes it) when set; the last store
+    named (the default one when none is) remembered as store_path does."""
+    if not dbs and os.environ.get("MATRIX_DB"):
+        dbs = [Path(os.environ["MATRIX_DB"])]
     store_path(dbs[-1] if dbs else DEFAULT_DB)
     return dbs
 

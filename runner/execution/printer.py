@@ -208,9 +208,10 @@ class RunPrinter(RunListener):
         self.not_started[env_name] += n
 
     def task_started(self, task: Task) -> None:
-        # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal; each value named by its
-        # axis (`batch_size=32`), so that a number says what it is.
-        shown = " ".join(f"{k}={task.cell.params[k]}" for k in self.varying if k in task.cell.params)
+        # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal; a number or a switch
+        # named by its axis (`batch_size=32`), a name as it is (`mnist_cnn bf16`: it says what it is).
+        shown = " ".join(f"{v}" if isinstance(v, str) else f"{k}={v}"
+                         for k in self.varying if k in task.cell.params for v in (task.cell.params[k],))
         rule = task.cell.run.adaptive
         most = f"{rule.max} at most" if rule else str(task.cell.run.repeats)
         self.progress.update(self.bar, description=f"{escape(task.cell.env_name)} {escape(shown)} [dim]repeat "

@@ -82,6 +82,7 @@ def bash(tmp_path: Path) -> Iterator[Bash]:
         shell.close()
 
 
+@pytest.mark.slow
 def test_install_completion_then_tab_completes_commands_options_and_values(bash: Bash) -> None:
     assert "matrix compare " in bash.tab("matrix compa", "compare ")
     assert "matrix run --rerun-failed " in bash.tab("matrix run --rerun-f", "failed ")

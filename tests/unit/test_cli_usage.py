@@ -72,6 +72,16 @@ def test_matrix_db_and_matrix_file_stand_for_db_and_m(tmp_path: Path) -> None:
     assert code == 0 and "from-the-variable" in out, out
 
 
+def test_publish_reads_matrix_db_when_no_db_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.cli import boundary
+
+    monkeypatch.setenv("MATRIX_DB", "/stores/daily.db")
+    assert boundary.store_paths(None) == [Path("/stores/daily.db")]
+    assert boundary.store_paths([Path("a.db"), Path("b.db")]) == [Path("a.db"), Path("b.db")]
+    monkeypatch.delenv("MATRIX_DB")
+    assert boundary.store_paths(None) is None  # the command's default, results/matrix.db
+
+
 def test_a_typo_in_a_run_id_exits_2_and_lists_the_runs(tmp_path: Path) -> None:
     from tests.report.conftest import fill_store, load_results
 
