@@ -16,14 +16,13 @@ from typing import Any, NoReturn
 import typer
 from rich.text import Text
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # Typer 0.29 carries its own Click
-from typer._click.shell_completion import add_completion_class
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.exceptions import Abort, TyperException
 
 from runner.base import console as consoles
 from runner.base.errors import ConfigError, MatrixError
 from runner.base.exitcodes import Exit
-from runner.cli.complete import Bash
+from runner.cli.complete import use_bash
 from runner.commands import DEFAULT_DB
 
 
@@ -64,11 +63,12 @@ class Boundary(TyperGroup):
 
     def _main_shell_completion(self, ctx_args: Any, prog_name: str, complete_var: str | None = None) -> None:
         """Completing for bash, words are glued back where bash broke them (runner/cli/complete.py)."""
-        add_completion_class(Bash, "bash")
+        use_bash()  # after Typer registered its own
         super()._main_shell_completion(ctx_args, prog_name, complete_var)
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
+        use_bash()
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False,
                                 windows_expand_args=windows_expand_args, **extra) or 0

@@ -5,12 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from typer._click.shell_completion import CompletionItem
+from typer import _completion_shared
+from typer._click.shell_completion import CompletionItem, add_completion_class
 from typer._completion_classes import BashComplete
 
 from runner.commands import choices
 
 BREAKS = "=:"  # in bash's COMP_WORDBREAKS: it splits `precision=bf16` and `backend:docker` into three words
+
+# Typer's bash script, and one line: a lone answer that ends in a break (`precision=`, `slower:`) takes no space
+# after it, so that its value can be typed (or completed) right after.
+BASH_SCRIPT = _completion_shared.COMPLETION_SCRIPT_BASH.replace(
+    "    return 0\n", "    [[ ${#COMPREPLY[@]} -eq 1 && ${COMPREPLY[0]} == *[=:] ]] && compopt -o nospace\n    return 0\n")
+
+
+def use_bash() -> None:
+    """Bash's completion as this module makes it: the script `--install-completion` writes, and the words glued back
+    when it asks (Typer's own otherwise; its shells are registered as it parses a command line)."""
+    _completion_shared._completion_scripts["bash"] = BASH_SCRIPT
+    add_completion_class(Bash, "bash")
 
 
 class Bash(BashComplete):

@@ -89,6 +89,8 @@ def test_install_completion_then_tab_completes_commands_options_and_values(bash:
     assert "--metric images_per_joule " in bash.tab("matrix compare a b --metric images_per_j", "joule ")
     # bash breaks words at `=` and `:`; the value is completed as one word all the same.
     assert "--only precision=bf16 " in bash.tab("matrix run --only precision=bf", "bf16 ")
+    # An axis alone completes to `axis=` with no space after it, so that its value follows.
+    assert "--only precision=bf16 " in bash.tab("matrix run --only precisio\tbf", "bf16 ")
     assert "matrix compare backend:docker " in bash.tab("matrix compare backend:doc", "docker ")
 
 
