@@ -71,16 +71,16 @@ def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
 
 @command("run")
 def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-        image: Annotated[str | None, typer.Option("--image", metavar="IMAGE", help="run the axes in this one image "
-                                                     "(an ad-hoc docker environment)")] = None,
-        gpus: Annotated[str | None, typer.Option("--gpus", metavar="all|N|0,1", help="with --image only: all, N or 0,1 (matrix "
-                                                    "file environments say `gpus:` themselves)")] = None,
+        image: Annotated[str | None, typer.Option("--image", metavar="IMAGE", help="run the axes in this one "
+                                                     "image (an ad-hoc docker environment)")] = None,
+        gpus: Annotated[str | None, typer.Option("--gpus", metavar="all|N|0,1", help="with --image only: all, N or "
+                                                    "0,1 (matrix file environments say `gpus:` themselves)")] = None,
         rerun_failed: Annotated[bool, typer.Option("--rerun-failed", help=f"run {RERUN_FAILED_TEXT} "
                                                    "repeats again")] = False,
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
-        workdir: Annotated[Path, typer.Option("--workdir", metavar="DIR", help="logs and batch job files (submitted "
-                                              "jobs are kept in --db)", callback=boundary.workdir_path)
+        workdir: Annotated[Path, typer.Option("--workdir", metavar="DIR", help="logs and batch job files "
+                                              "(submitted jobs are kept in --db)", callback=boundary.workdir_path)
                            ] = Path("results"),
         max_cells: MaxCellsOpt = MAX_CELLS,
         ) -> None:
@@ -90,8 +90,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
 
 @command("collect")
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-            workdir: Annotated[Path, typer.Option("--workdir", metavar="DIR", help="logs; the jobs to gather are found in "
-                                                  "--db", callback=boundary.workdir_path)
+            workdir: Annotated[Path, typer.Option("--workdir", metavar="DIR", help="logs; the jobs to gather are "
+                                                  "found in --db", callback=boundary.workdir_path)
                                ] = Path("results"),
             max_cells: MaxCellsOpt = MAX_CELLS) -> None:
     _done(call("collect", matrix=matrix, db=db, env=env, only=only, workdir=workdir, max_cells=max_cells,
@@ -116,22 +116,25 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
 
 
 @command("compare")
-def compare(a: Annotated[str, typer.Argument(metavar="A", autocompletion=complete.sides, help=SIDE_HELP.format(side="A"))],
-            b: Annotated[str, typer.Argument(metavar="B", autocompletion=complete.sides, help=SIDE_HELP.format(side="B"))],
+def compare(a: Annotated[str, typer.Argument(metavar="A", autocompletion=complete.sides,
+                                             help=SIDE_HELP.format(side="A"))],
+            b: Annotated[str, typer.Argument(metavar="B", autocompletion=complete.sides,
+                                             help=SIDE_HELP.format(side="B"))],
             db: DbOpt = DEFAULT_DB,
-            fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT", autocompletion=complete.compare_formats,
-                                                    help="md, csv or json "
-                                                       "(default: a table)")] = None,
+            fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT",
+                                                    autocompletion=complete.compare_formats,
+                                                    help="md, csv or json (default: a table)")] = None,
             metric: Annotated[str, typer.Option("--metric", metavar="METRIC", autocompletion=complete.metrics,
                                                 help="throughput, iter_time, time, memory, loss, "
                                                 "accuracy, energy (images per joule)")] = "throughput",
-            min_effect: Annotated[float | None, typer.Option("--min-effect", metavar="X", help="smallest change that counts as "
-                                                             "significant (0.02 = 2%; with --fail-on on the same "
-                                                             "metric: the gate's threshold)")] = None,
+            min_effect: Annotated[float | None, typer.Option("--min-effect", metavar="X", help="smallest change that "
+                                                             "counts as significant (0.02 = 2%; with --fail-on on "
+                                                             "the same metric: the gate's threshold)")] = None,
             fail_on: Annotated[list[str] | None, typer.Option("--fail-on", metavar="RULE:X%",
-                                                             autocompletion=complete.fail_on, help="exit 1 when B is slower:X%, "
-                                                             "faster:X%, uses memory:X% more or energy:X% more per "
-                                                             "image than A, beyond X and significant (repeatable)")] = None,
+                                                             autocompletion=complete.fail_on,
+                                                             help="exit 1 when B is slower:X%, faster:X%, uses "
+                                                             "memory:X% more or energy:X% more per image than A, "
+                                                             "beyond X and significant (repeatable)")] = None,
             undecided: UndecidedOpt = None,
             pool: Annotated[bool, typer.Option("--pool", help="pool every definition a side holds for a cell "
                                                "(default: the newest, the others listed)")] = False) -> None:
@@ -141,7 +144,8 @@ def compare(a: Annotated[str, typer.Argument(metavar="A", autocompletion=complet
 
 @command("check")
 def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-          fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT", autocompletion=complete.check_formats,
+          fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT",
+                                                  autocompletion=complete.check_formats,
                                                   help="json (default: a table)")] = None,
           undecided: UndecidedOpt = None, max_cells: MaxCellsOpt = MAX_CELLS) -> None:
     _done(call("check", matrix=matrix, db=db, env=env, only=only, fmt=fmt, undecided=undecided,
@@ -153,21 +157,23 @@ def bisect(environments: Annotated[list[str] | None, typer.Argument(
                metavar="[ENVIRONMENTS]...", help="environments of the matrix file, in order (default: all of them, "
                "in the file's order)")] = None,
            matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, only: OnlyOpt = None,
-           images: Annotated[list[str] | None, typer.Option("--images", metavar="PATTERN", help="image pattern instead of names, e.g. "
+           images: Annotated[list[str] | None, typer.Option("--images", metavar="PATTERN", help="image pattern "
+                                                            "instead of names, e.g. "
                                                             "'nvcr.io/nvidia/pytorch:{24.01..25.09}-py3' (year.month), "
                                                             "'img:v{1..12}', 'img:{a,b,c}'; repeatable, in order")] = None,
-           template: Annotated[str | None, typer.Option("--template", metavar="ENVIRONMENT", help="with --images: the environment of the "
-                                                        "matrix file to copy (its image replaced); default: as "
-                                                        "`run --image`")] = None,
-           gpus: Annotated[str | None, typer.Option("--gpus", metavar="all|N|0,1", help="with --images and no template: all, N or 0,1")
-                           ] = None,
+           template: Annotated[str | None, typer.Option("--template", metavar="ENVIRONMENT", help="with --images: the "
+                                                        "environment of the matrix file to copy (its image replaced); "
+                                                        "default: as `run --image`")] = None,
+           gpus: Annotated[str | None, typer.Option("--gpus", metavar="all|N|0,1", help="with --images and no "
+                                                    "template: all, N or 0,1")] = None,
            metric: Annotated[str, typer.Option("--metric", metavar="METRIC", autocompletion=complete.bisect_metrics,
                                                help="throughput, iter_time, time, memory, loss, accuracy, "
                                                "or status (only how the repeats ended)")] = "throughput",
-           threshold: Annotated[str, typer.Option("--threshold", metavar="X%", help="smallest change that counts, e.g. 10%")
-                                ] = "5%",
-           max_repeats: Annotated[int | None, typer.Option("--max-repeats", metavar="N", help="most repeats an environment gets "
-                                                           "while a pair is undecided (default 10)")] = None,
+           threshold: Annotated[str, typer.Option("--threshold", metavar="X%", help="smallest change that counts, "
+                                                  "e.g. 10%")] = "5%",
+           max_repeats: Annotated[int | None, typer.Option("--max-repeats", metavar="N", help="most repeats an "
+                                                           "environment gets while a pair is undecided (default 10)")
+                                  ] = None,
            fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT", autocompletion=complete.diff_formats,
                                                   help="md or json (default: tables)")] = None,
            workdir: Annotated[Path, typer.Option("--workdir", metavar="DIR", help="logs and batch job files",
@@ -197,8 +203,9 @@ def report(db: DbOpt = DEFAULT_DB,
                                                             autocompletion=complete.report_formats,
                                                             help="md, html, csv, json "
                                                             "(repeatable; default: md and html)")] = None,
-           out: Annotated[Path | None, typer.Option("--out", metavar="DIR", help="output folder (default: results/reports/<name>/, "
-                                                       "untracked)", callback=boundary.out_path)
+           out: Annotated[Path | None, typer.Option("--out", metavar="DIR", help="output folder (default: "
+                                                       "results/reports/<name>/, untracked)",
+                                                       callback=boundary.out_path)
                           ] = None) -> None:
     _done(call("report", db=db, run_refs=run_refs, fmt=fmt, out=out))
 
@@ -207,8 +214,8 @@ def report(db: DbOpt = DEFAULT_DB,
 def export(out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE",
                                               help="the results file to write (.jsonl.gz)")],
            db: DbOpt = DEFAULT_DB,
-           run_refs: Annotated[list[str] | None, typer.Option("--run", metavar="RUN", help="only these runs (id or prefix; "
-                                                              "repeatable)", callback=boundary.run_refs)] = None,
+           run_refs: Annotated[list[str] | None, typer.Option("--run", metavar="RUN", help="only these runs (id or "
+                                                              "prefix; repeatable)", callback=boundary.run_refs)] = None,
            env: Annotated[list[str] | None, typer.Option("--env", metavar="NAME",
                                                          help="only these environments (repeatable)")] = None
            ) -> None:

@@ -15,8 +15,8 @@ BREAKS = "=:"  # in bash's COMP_WORDBREAKS: it splits `precision=bf16` and `back
 
 # Typer's bash script, and one line: a lone answer that ends in a break (`precision=`, `slower:`) takes no space
 # after it, so that its value can be typed (or completed) right after.
-BASH_SCRIPT = _completion_shared.COMPLETION_SCRIPT_BASH.replace(
-    "    return 0\n", "    [[ ${#COMPREPLY[@]} -eq 1 && ${COMPREPLY[0]} == *[=:] ]] && compopt -o nospace\n    return 0\n")
+NOSPACE = "    [[ ${#COMPREPLY[@]} -eq 1 && ${COMPREPLY[0]} == *[=:] ]] && compopt -o nospace\n"
+BASH_SCRIPT = _completion_shared.COMPLETION_SCRIPT_BASH.replace("    return 0\n", NOSPACE + "    return 0\n")
 
 
 def use_bash() -> None:
