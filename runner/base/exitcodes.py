@@ -44,7 +44,7 @@ MEANINGS: tuple[Meaning, ...] = (
             "typo); nothing ran (one line on stderr names the file, the field and what is allowed)"),
     Meaning(Exit.NOT_MEASURED, "run, collect", "a selected repeat ended `failed`, `oom`, `diverged`, `timeout`, "
             "`cancelled` or `not_started`, or its environment could not start (nothing stored for it); the summary "
-            "counts them and `matrix show` has the reasons"),
+            "counts them and says why, `matrix show` has the stored ones' reasons"),
     Meaning(Exit.REFERENCE_FAILED, "run, collect",
             "everything was measured, but a `references:` entry of the matrix file failed"),
     Meaning(Exit.UNDECIDED, "check, compare --fail-on, run, bisect",
