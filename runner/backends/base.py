@@ -27,9 +27,9 @@ class Check:
 
 
 class NotStarted(BackendError):
-    """The environment could not start (image, engine, GPU runtime, interpreter, scheduler refused
-    the job): not a measurement. Every task reports `not_started` with this reason, so the next
-    run tries it again."""
+    """The environment could not start (an image that cannot be had, an engine or a GPU runtime that is not there,
+    no interpreter, no scheduler): raised out of the backend's session, its tasks are not run and nothing is stored
+    for them (nothing was tried); the run says so once, is `incomplete`, and the next run tries them again."""
 
 
 def not_started(reason: str, extra: dict[str, Any] | None = None) -> Outcome:
@@ -50,9 +50,10 @@ class Backend(abc.ABC):
     """Runs the tasks of one environment and always cleans up after itself.
 
     `run` reports every task through `sink` exactly once (a backend that `claims_each_task` skips, without
-    a report, a task whose claim `ctx.claim` refuses: another run measures it). A task that cannot run is
-    an outcome with the reason, not an exception: `not_started` when the environment could not start,
-    `failed` when the repeat itself failed. On KeyboardInterrupt a backend stops
+    a report, a task whose claim `ctx.claim` refuses: another run measures it), unless the environment cannot
+    start at all: then it raises NotStarted (from `__enter__` or `run`) and the tasks it has not reported are not
+    run. A task that cannot run is an outcome with the reason, not an exception: `not_started` when a batch job
+    could not start, `failed` when the repeat itself failed. On KeyboardInterrupt a backend stops
     the task in flight, reports it `cancelled` and re-raises; `__exit__` still cleans up.
     """
 
@@ -84,6 +85,9 @@ class Backend(abc.ABC):
         """Whether this environment's tasks surely run on machines other than this one, so that work
         here may overlap them without disturbing their measurements."""
         return False
+
+    # What `doctor` looks at, in a few words: `matrix doctor` says it while it probes (some probes wait on an engine).
+    probes: ClassVar[str] = ""
 
     @classmethod
     def doctor(cls) -> list[Check]:

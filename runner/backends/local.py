@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from runner.backends import artifact, ranks, register
-from runner.backends.base import Check, Interrupted, SequentialBackend, not_started
+from runner.backends.base import Check, Interrupted, NotStarted, SequentialBackend, not_started
 from runner.backends.ranks import rank_env
 from runner.backends.workloads import Changed, arguments
 from runner.backends.workloads.files import stage
@@ -105,18 +105,20 @@ class _Process:
 class LocalBackend(SequentialBackend):
     kind = "local"
     config = LocalEnvironment
+    probes = "this Python, torch in it, nvidia-smi"
 
     def __enter__(self) -> LocalBackend:
-        self.python = resolve_python(self.env.python)
+        python = resolve_python(self.env.python)
+        if python is None:
+            raise NotStarted(f"python {self.env.python!r} not found on this host (environment {self.env.name!r}: set "
+                             "`python` to an interpreter that has torch)")
+        self.python: str = python
         self.bench = artifact.path()
         self.logdir = self.ctx.workdir / "logs" / self.ctx.run_id
         safewrite.folder(safewrite.folder(self.ctx.workdir / "logs") / self.ctx.run_id)  # never through a link
         return self
 
     def run_one(self, task: Task) -> Outcome:
-        if self.python is None:
-            return not_started(f"python {self.env.python!r} not found on this host (environment "
-                               f"{self.env.name!r}: set `python` to an interpreter that has torch)")
         if task.cell.nodes > 1:
             now = time.time()
             return Outcome(Status.UNSUPPORTED, reason="the local backend runs on one node; "

@@ -14,8 +14,9 @@ from enum import IntEnum
 class Exit(IntEnum):
     OK = 0                # done; every selected repeat ok or unsupported; every decision passed
     FAILED = 1            # a decision failed: the gate tripped, a reference failed (check)
-    USAGE = 2             # bad command line, matrix file or option value (one line names the file and field)
-    NOT_MEASURED = 3      # run/collect: a repeat ended failed, oom, diverged, timeout, cancelled or not_started
+    USAGE = 2             # bad command line, matrix file or option value, a run id that names no run (one line)
+    NOT_MEASURED = 3      # run/collect: a repeat ended failed, oom, diverged, timeout, cancelled or not_started, or
+                          # its environment could not start
     REFERENCE_FAILED = 4  # run/collect: everything was measured, but a `references:` entry or the `gate:` failed
     UNDECIDED = 5         # a decision could not be made from the data (too few repeats, no spread to test)
     STORE = 6             # the result store or its filesystem: corrupt, unknown schema, not writable, disk full;
@@ -39,10 +40,11 @@ MEANINGS: tuple[Meaning, ...] = (
             "`--no-wait`); every decision passed; bisect named the one pair that makes the change"),
     Meaning(Exit.FAILED, "check, compare --fail-on, bisect", "a decision failed: a reference failed, the gate "
             "tripped, or bisect found no change between the two ends (nothing to look for)"),
-    Meaning(Exit.USAGE, "all", "bad command line, matrix file or option value; nothing ran (one line on stderr "
-            "names the file, the field and what is allowed)"),
+    Meaning(Exit.USAGE, "all", "bad command line, matrix file or option value, or a run id that names no run (a "
+            "typo); nothing ran (one line on stderr names the file, the field and what is allowed)"),
     Meaning(Exit.NOT_MEASURED, "run, collect", "a selected repeat ended `failed`, `oom`, `diverged`, `timeout`, "
-            "`cancelled` or `not_started`; the summary counts them and `matrix show` has the reasons"),
+            "`cancelled` or `not_started`, or its environment could not start (nothing stored for it); the summary "
+            "counts them and says why, `matrix show` has the stored ones' reasons"),
     Meaning(Exit.REFERENCE_FAILED, "run, collect",
             "everything was measured, but a `references:` entry or a `gate:` entry of the matrix file failed"),
     Meaning(Exit.UNDECIDED, "check, compare --fail-on, run, bisect",

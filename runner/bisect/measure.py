@@ -53,6 +53,7 @@ class StoreMeasure:
         self.say = say
         self.poll_s = poll_s
         self.tally = Tally()
+        self.cannot_start: dict[str, str] = {}  # environment -> why it could not start (nothing stored for it)
 
     def _repeats(self, index: int, n: int) -> list[Repeat]:
         """The newest row of each of the cell's repeats 0..n-1 that are stored: this store's own, as
@@ -82,6 +83,7 @@ class StoreMeasure:
             if report.interrupted:
                 raise KeyboardInterrupt
             self.tally.measured += sum(report.stored.values())
+            self.cannot_start.update(report.cannot_start)
             if report.run_id:
                 self.tally.runs.append(report.run_id)
         out = {}
@@ -96,7 +98,8 @@ class StoreMeasure:
         rows = self._repeats(index, n)
         final = [r for r in rows if r.final]
         if not final:
-            why = next((r.reason for r in rows if r.reason), "no repeat stored")
+            why = next((r.reason for r in rows if r.reason), None)
+            why = why or self.cannot_start.get(self.cells[index].env_name) or "no repeat stored"
             return Sample(missing=f"{self.cells[index].env_name}: {why}")
         values: list[float] = []
         steps: list[int | None] = []

@@ -1,6 +1,7 @@
 """The `matrix` command line: declares each command's options and hands their values to the command registered
 under its name (runner/commands/base.py: `run(option values) -> exit status`); one error boundary for all
-(runner/cli/boundary.py). No logic and no formatting here: what a command does and says is its module's."""
+(runner/cli/boundary.py); what the shell completes for a value (runner/cli/complete.py). No logic and no formatting
+here: what a command does and says is its module's."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from runner.cli import boundary
+from runner.cli import boundary, complete
 from runner.cli.boundary import Boundary, state
 from runner.commands import DEFAULT_DB, MAX_CELLS, RERUN_FAILED_TEXT, sigterm
 from runner.commands.base import COMMANDS, call
 
-app = typer.Typer(cls=Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=Boundary, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark deep-learning training across environments and precisions.")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,7 +25,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 def command(name: str) -> Callable[[F], F]:
     """Declare a function's parameters as the options of the registered command `name`: the app's command of that
     name, whose --help is the command's (its help, details and exit statuses)."""
-    return app.command(name, help=COMMANDS.get(name).help_page())
+    cmd = COMMANDS.get(name)
+    return app.command(name, cls=boundary.Command, help=cmd.help_page(), short_help=cmd.short_help())
 
 
 def _done(status: int) -> None:
@@ -33,14 +35,20 @@ def _done(status: int) -> None:
         raise typer.Exit(status)
 
 
-MatrixOpt = Annotated[Path | None, typer.Option("--matrix", "-m", help="matrix file (default: ./matrix.yaml, "
-                                                   "else the embedded quickstart)")]
-DbOpt = Annotated[Path, typer.Option("--db", help="SQLite result store", callback=boundary.store_path)]
-EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="only these environments (name, tag or backend)")]
-OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="only cells with KEY=VALUE (repeatable)")]
-MaxCellsOpt = Annotated[int, typer.Option("--max-cells", min=1, help="refuse a matrix of more cells than this "
-                                          "(a typo in an axis multiplies)")]
-UndecidedOpt = Annotated[str | None, typer.Option("--undecided", help="how an undecided verdict counts: error "
+MatrixOpt = Annotated[Path | None, typer.Option("--matrix", "-m", metavar="FILE", envvar="MATRIX_FILE",
+                                                   help="matrix file (default: ./matrix.yaml, else the embedded "
+                                                   "quickstart)")]
+DbOpt = Annotated[Path, typer.Option("--db", metavar="FILE", envvar="MATRIX_DB", help="SQLite result store",
+                                     callback=boundary.store_path)]
+EnvOpt = Annotated[list[str] | None, typer.Option("--env", metavar="NAME", autocompletion=complete.backends,
+                                                  help="only these environments (name, tag or backend)")]
+OnlyOpt = Annotated[list[str] | None, typer.Option("--only", metavar="KEY=VALUE", autocompletion=complete.only,
+                                                   help="only cells with KEY=VALUE (repeatable)")]
+MaxCellsOpt = Annotated[int, typer.Option("--max-cells", metavar="N", min=1, help="refuse a matrix of more cells than "
+                                          "this (a typo in an axis multiplies)")]
+UndecidedOpt = Annotated[str | None, typer.Option("--undecided", metavar="error|fail|pass",
+                                                   autocompletion=complete.undecided,
+                                                   help="how an undecided verdict counts: error "
                                                    "(exit 5, the default), fail (exit 1) or pass (exit 0; still "
                                                    "said undecided)")]
 SIDE_HELP = ("side {side}: environment, tag, backend or run id (this store's repeats; where it has none, the one "
@@ -63,10 +71,10 @@ def plan(matrix: MatrixOpt = None, env: EnvOpt = None, only: OnlyOpt = None,
 
 @command("run")
 def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-        image: Annotated[str | None, typer.Option("--image", help="run the axes in this one image "
-                                                     "(an ad-hoc docker environment)")] = None,
-        gpus: Annotated[str | None, typer.Option("--gpus", help="with --image only: all, N or 0,1 (matrix "
-                                                    "file environments say `gpus:` themselves)")] = None,
+        image: Annotated[str | None, typer.Option("--image", metavar="IMAGE", help="run the axes in this one "
+                                                     "image (an ad-hoc docker environment)")] = None,
+        gpus: Annotated[str | None, typer.Option("--gpus", metavar="all|N|0,1", help="with --image only: all, N or "
+                                                    "0,1 (matrix file environments say `gpus:` themselves)")] = None,
         rerun_failed: Annotated[bool, typer.Option("--rerun-failed", help=f"run {RERUN_FAILED_TEXT} "
                                                    "repeats again")] = False,
         force: Annotated[bool, typer.Option("--force", help="measure every repeat again")] = False,
@@ -77,8 +85,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
                                                         "most repeats a cell gets (default: the file's "
                                                         "repeats.max, else 20)")] = None,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
-        workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files (submitted "
-                                              "jobs are kept in --db)", callback=boundary.workdir_path)
+        workdir: Annotated[Path, typer.Option("--workdir", metavar="DIR", help="logs and batch job files "
+                                              "(submitted jobs are kept in --db)", callback=boundary.workdir_path)
                            ] = Path("results"),
         max_cells: MaxCellsOpt = MAX_CELLS,
         ) -> None:
@@ -89,8 +97,8 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
 
 @command("collect")
 def collect(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-            workdir: Annotated[Path, typer.Option("--workdir", help="logs; the jobs to gather are found in "
-                                                  "--db", callback=boundary.workdir_path)
+            workdir: Annotated[Path, typer.Option("--workdir", metavar="DIR", help="logs; the jobs to gather are "
+                                                  "found in --db", callback=boundary.workdir_path)
                                ] = Path("results"),
             max_cells: MaxCellsOpt = MAX_CELLS) -> None:
     _done(call("collect", matrix=matrix, db=db, env=env, only=only, workdir=workdir, max_cells=max_cells,
@@ -115,19 +123,25 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
 
 
 @command("compare")
-def compare(a: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="A"))],
-            b: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="B"))],
+def compare(a: Annotated[str, typer.Argument(metavar="A", autocompletion=complete.sides,
+                                             help=SIDE_HELP.format(side="A"))],
+            b: Annotated[str, typer.Argument(metavar="B", autocompletion=complete.sides,
+                                             help=SIDE_HELP.format(side="B"))],
             db: DbOpt = DEFAULT_DB,
-            fmt: Annotated[str | None, typer.Option("--format", help="md, csv or json "
-                                                       "(default: a table)")] = None,
-            metric: Annotated[str, typer.Option("--metric", help="throughput, iter_time, time, memory, loss, "
+            fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT",
+                                                    autocompletion=complete.compare_formats,
+                                                    help="md, csv or json (default: a table)")] = None,
+            metric: Annotated[str, typer.Option("--metric", metavar="METRIC", autocompletion=complete.metrics,
+                                                help="throughput, iter_time, time, memory, loss, "
                                                 "accuracy, energy (images per joule)")] = "throughput",
-            min_effect: Annotated[float | None, typer.Option("--min-effect", help="smallest change that counts as "
-                                                             "significant (0.02 = 2%; with --fail-on on the same "
-                                                             "metric: the gate's threshold)")] = None,
-            fail_on: Annotated[list[str] | None, typer.Option("--fail-on", help="exit 1 when B is slower:X%, "
-                                                             "faster:X%, uses memory:X% more or energy:X% more per "
-                                                             "image than A, beyond X and significant (repeatable)")] = None,
+            min_effect: Annotated[float | None, typer.Option("--min-effect", metavar="X", help="smallest change that "
+                                                             "counts as significant (0.02 = 2%; with --fail-on on "
+                                                             "the same metric: the gate's threshold)")] = None,
+            fail_on: Annotated[list[str] | None, typer.Option("--fail-on", metavar="RULE:X%",
+                                                             autocompletion=complete.fail_on,
+                                                             help="exit 1 when B is slower:X%, faster:X%, uses "
+                                                             "memory:X% more or energy:X% more per image than A, "
+                                                             "beyond X and significant (repeatable)")] = None,
             undecided: UndecidedOpt = None,
             pool: Annotated[bool, typer.Option("--pool", help="pool every definition a side holds for a cell "
                                                "(default: the newest, the others listed)")] = False) -> None:
@@ -137,7 +151,9 @@ def compare(a: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="A"))],
 
 @command("check")
 def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-          fmt: Annotated[str | None, typer.Option("--format", help="json (default: a table)")] = None,
+          fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT",
+                                                  autocompletion=complete.check_formats,
+                                                  help="json (default: a table)")] = None,
           undecided: UndecidedOpt = None, max_cells: MaxCellsOpt = MAX_CELLS) -> None:
     _done(call("check", matrix=matrix, db=db, env=env, only=only, fmt=fmt, undecided=undecided,
                max_cells=max_cells))
@@ -148,22 +164,26 @@ def bisect(environments: Annotated[list[str] | None, typer.Argument(
                metavar="[ENVIRONMENTS]...", help="environments of the matrix file, in order (default: all of them, "
                "in the file's order)")] = None,
            matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, only: OnlyOpt = None,
-           images: Annotated[list[str] | None, typer.Option("--images", help="image pattern instead of names, e.g. "
+           images: Annotated[list[str] | None, typer.Option("--images", metavar="PATTERN", help="image pattern "
+                                                            "instead of names, e.g. "
                                                             "'nvcr.io/nvidia/pytorch:{24.01..25.09}-py3' (year.month), "
                                                             "'img:v{1..12}', 'img:{a,b,c}'; repeatable, in order")] = None,
-           template: Annotated[str | None, typer.Option("--template", help="with --images: the environment of the "
-                                                        "matrix file to copy (its image replaced); default: as "
-                                                        "`run --image`")] = None,
-           gpus: Annotated[str | None, typer.Option("--gpus", help="with --images and no template: all, N or 0,1")
-                           ] = None,
-           metric: Annotated[str, typer.Option("--metric", help="throughput, iter_time, time, memory, loss, accuracy, "
+           template: Annotated[str | None, typer.Option("--template", metavar="ENVIRONMENT", help="with --images: the "
+                                                        "environment of the matrix file to copy (its image replaced); "
+                                                        "default: as `run --image`")] = None,
+           gpus: Annotated[str | None, typer.Option("--gpus", metavar="all|N|0,1", help="with --images and no "
+                                                    "template: all, N or 0,1")] = None,
+           metric: Annotated[str, typer.Option("--metric", metavar="METRIC", autocompletion=complete.bisect_metrics,
+                                               help="throughput, iter_time, time, memory, loss, accuracy, "
                                                "or status (only how the repeats ended)")] = "throughput",
-           threshold: Annotated[str, typer.Option("--threshold", help="smallest change that counts, e.g. 10%")
-                                ] = "5%",
-           max_repeats: Annotated[int | None, typer.Option("--max-repeats", help="most repeats an environment gets "
-                                                           "while a pair is undecided (default 10)")] = None,
-           fmt: Annotated[str | None, typer.Option("--format", help="md or json (default: tables)")] = None,
-           workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files",
+           threshold: Annotated[str, typer.Option("--threshold", metavar="X%", help="smallest change that counts, "
+                                                  "e.g. 10%")] = "5%",
+           max_repeats: Annotated[int | None, typer.Option("--max-repeats", metavar="N", help="most repeats an "
+                                                           "environment gets while a pair is undecided (default 10)")
+                                  ] = None,
+           fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT", autocompletion=complete.diff_formats,
+                                                  help="md or json (default: tables)")] = None,
+           workdir: Annotated[Path, typer.Option("--workdir", metavar="DIR", help="logs and batch job files",
                                                  callback=boundary.workdir_path)] = Path("results"),
            max_cells: MaxCellsOpt = MAX_CELLS) -> None:
     _done(call("bisect", environments=environments, matrix=matrix, db=db, only=only, images=images,
@@ -172,10 +192,11 @@ def bisect(environments: Annotated[list[str] | None, typer.Argument(
 
 
 @command("diff")
-def diff(a: Annotated[str, typer.Argument(help="environment A (a name in the store)")],
-         b: Annotated[str, typer.Argument(help="environment B")],
+def diff(a: Annotated[str, typer.Argument(metavar="A", help="environment A (a name in the store)")],
+         b: Annotated[str, typer.Argument(metavar="B", help="environment B")],
          db: DbOpt = DEFAULT_DB,
-         fmt: Annotated[str | None, typer.Option("--format", help="md or json (default: tables)")] = None,
+         fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT", autocompletion=complete.diff_formats,
+                                                  help="md or json (default: tables)")] = None,
          everything: Annotated[bool, typer.Option("--all", help="also what is the same, and every package")
                                ] = False) -> None:
     _done(call("diff", a=a, b=b, db=db, fmt=fmt, everything=everything))
@@ -183,22 +204,27 @@ def diff(a: Annotated[str, typer.Argument(help="environment A (a name in the sto
 
 @command("report")
 def report(db: DbOpt = DEFAULT_DB,
-           run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs",
+           run_refs: Annotated[list[str] | None, typer.Option("--run", metavar="RUN", help="only these runs",
                                                               callback=boundary.run_refs)] = None,
-           fmt: Annotated[list[str] | None, typer.Option("--format", help="md, html, csv, json "
+           fmt: Annotated[list[str] | None, typer.Option("--format", metavar="FORMAT",
+                                                            autocompletion=complete.report_formats,
+                                                            help="md, html, csv, json "
                                                             "(repeatable; default: md and html)")] = None,
-           out: Annotated[Path | None, typer.Option("--out", help="output folder (default: results/reports/<name>/, "
-                                                       "untracked)", callback=boundary.out_path)
+           out: Annotated[Path | None, typer.Option("--out", metavar="DIR", help="output folder (default: "
+                                                       "results/reports/<name>/, untracked)",
+                                                       callback=boundary.out_path)
                           ] = None) -> None:
     _done(call("report", db=db, run_refs=run_refs, fmt=fmt, out=out))
 
 
 @command("export")
-def export(out: Annotated[Path, typer.Option("--out", "-o", help="the results file to write (.jsonl.gz)")],
+def export(out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE",
+                                              help="the results file to write (.jsonl.gz)")],
            db: DbOpt = DEFAULT_DB,
-           run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs (id or prefix; "
-                                                              "repeatable)", callback=boundary.run_refs)] = None,
-           env: Annotated[list[str] | None, typer.Option("--env", help="only these environments (repeatable)")] = None
+           run_refs: Annotated[list[str] | None, typer.Option("--run", metavar="RUN", help="only these runs (id or "
+                                                              "prefix; repeatable)", callback=boundary.run_refs)] = None,
+           env: Annotated[list[str] | None, typer.Option("--env", metavar="NAME",
+                                                         help="only these environments (repeatable)")] = None
            ) -> None:
     _done(call("export", out=out, db=db, run_refs=run_refs, env=env))
 
@@ -210,11 +236,13 @@ def import_(files: Annotated[list[Path], typer.Argument(metavar="FILE", help="re
 
 
 @command("publish")
-def publish(out: Annotated[Path, typer.Option("--out", "-o", help="the site's folder")],
-            db: Annotated[list[Path] | None, typer.Option("--db", help="result stores (repeatable; default "
-                                                           "results/matrix.db)", callback=boundary.store_paths)
+def publish(out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="the site's folder")],
+            db: Annotated[list[Path] | None, typer.Option("--db", metavar="FILE", help="result stores (repeatable; "
+                                                           "default $MATRIX_DB, else results/matrix.db)",
+                                                           callback=boundary.store_paths)
                           ] = None,
-            metric: Annotated[str, typer.Option("--metric", help="the metric the histories plot")] = "throughput"
+            metric: Annotated[str, typer.Option("--metric", metavar="METRIC", autocompletion=complete.metrics,
+                                               help="the metric the histories plot")] = "throughput"
             ) -> None:
     _done(call("publish", out=out, db=db, metric=metric))
 
@@ -225,7 +253,7 @@ def doctor() -> None:
 
 
 @command("clean")
-def clean(run_ref: Annotated[str | None, typer.Option("--run", help="only this run's leftovers "
+def clean(run_ref: Annotated[str | None, typer.Option("--run", metavar="RUN", help="only this run's leftovers "
                                                          "(id or prefix)", callback=boundary.run_ref)] = None,
           db: DbOpt = DEFAULT_DB) -> None:
     _done(call("clean", run_ref=run_ref, db=db))

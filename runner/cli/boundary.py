@@ -1,29 +1,90 @@
-"""The command line's boundary: every error as one line and its exit status (runner/base/exitcodes.py), and the
-checks of option values that name paths or runs (runner/cli/__init__.py declares the options)."""
+"""The command line's boundary: every error as one line and its exit status (runner/base/exitcodes.py), usage errors
+included; option values shown by what they are (FILE, KEY=VALUE), never by their Python type; and the checks of option
+values that name paths or runs (runner/cli/__init__.py declares the options)."""
 
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
+import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
 from rich.text import Text
-from typer.core import TyperGroup
+from typer._click.exceptions import ClickException, NoArgsIsHelpError  # Typer 0.29 carries its own Click
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.exceptions import Abort, TyperException
 
 from runner.base import console as consoles
 from runner.base.errors import ConfigError, MatrixError
 from runner.base.exitcodes import Exit
+from runner.cli.complete import use_bash
 from runner.commands import DEFAULT_DB
+
+
+def readable(params: list[Any]) -> list[Any]:
+    """Help that names what a value is: an option shows its metavar (FILE, KEY=VALUE; a flag none), an argument its
+    name only (RUN), never a Python type (`<list[str]>`, `--help <bool>`)."""
+    for p in params:
+        if isinstance(p, TyperArgument):
+            p.metavar = p.metavar or (p.name or "value").upper()
+            p.display_type_rich = _no_type  # type: ignore[method-assign]  # its name column says it already
+        elif isinstance(p, TyperOption):
+            if p.is_flag:
+                p.metavar = ""
+            elif p.metavar is None:
+                p.metavar = {int: "N", float: "X", Path: "PATH"}.get(p.type_descriptor.annotation, "TEXT")
+    return params
+
+
+def _no_type(ctx: Any) -> None:
+    return None
+
+
+class Command(TyperCommand):
+    """Every command's class: its options and arguments shown as `readable` says."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return readable(super().get_params(ctx))
 
 
 class Boundary(TyperGroup):
     """The one error boundary: a MatrixError exits with its class's status, a filesystem or SQLite error with 6,
-    anything else with 70, each as one line on stderr (`--verbose`: the traceback first). Usage errors stay
-    Typer's (2). Messages are printed as text, never as console markup."""
+    anything else with 70, a usage error (an unknown option, a missing argument, a value of the wrong type) with 2,
+    each as one line on stderr (`--verbose`: the traceback first). Messages are printed as text, never as console
+    markup."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return readable(super().get_params(ctx))
+
+    def _main_shell_completion(self, ctx_args: Any, prog_name: str, complete_var: str | None = None) -> None:
+        """Completing for bash, words are glued back where bash broke them (runner/cli/complete.py)."""
+        use_bash()  # after Typer registered its own
+        super()._main_shell_completion(ctx_args, prog_name, complete_var)
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
+        use_bash()
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False,
+                                windows_expand_args=windows_expand_args, **extra) or 0
+        except NoArgsIsHelpError as e:  # `matrix` alone: the help was printed
+            code = e.exit_code
+        except ClickException as e:
+            ctx = getattr(e, "ctx", None)
+            where = f"; `{ctx.command_path} --help` lists what it takes" if ctx is not None else ""
+            consoles.stderr().print(Text.assemble(("error: ", "bold red"), f"{e.format_message().rstrip('.')}{where}"),
+                                    soft_wrap=True)
+            code = e.exit_code
+        except Abort:
+            code = 1
+        if standalone_mode:
+            sys.exit(code)
+        return code
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -85,7 +146,10 @@ def store_path(db: Path) -> Path:
 
 
 def store_paths(dbs: list[Path] | None) -> list[Path] | None:
-    """--db repeated (publish): the last store named (the default one when none is) remembered as store_path does."""
+    """--db repeated (publish): none given is $MATRIX_DB (a single store, as --db takes it) when set; the last store
+    named (the default one when none is) remembered as store_path does."""
+    if not dbs and os.environ.get("MATRIX_DB"):
+        dbs = [Path(os.environ["MATRIX_DB"])]
     store_path(dbs[-1] if dbs else DEFAULT_DB)
     return dbs
 

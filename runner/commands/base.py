@@ -34,9 +34,17 @@ class Command:
 
     @classmethod
     def help_page(cls) -> str:
-        """`matrix NAME --help`'s text: the one line, the details, then the statuses the command exits with."""
+        """`matrix NAME --help`'s text: the one line, the details, then the statuses the command exits with; each
+        paragraph one line, for the terminal to wrap (a line break written in the source is not the terminal's)."""
         text = "\n\n".join(p for p in (cls.help, cls.details) if p)
-        return f"{text}\n\n{exitcodes.help_text(cls.name)}\n"
+        return "\n\n".join(" ".join(p.split()) for p in f"{text}\n\n{exitcodes.help_text(cls.name)}".split("\n\n"))
+
+    @classmethod
+    def short_help(cls) -> str:
+        """What `matrix --help` lists: the help's first sentence."""
+        first = " ".join(cls.help.split())
+        end = first.find(". ")
+        return first if end < 0 else first[:end + 1]
 
     @staticmethod
     def say(text: str, *, err: bool = False, nl: bool | None = None) -> None:
@@ -51,7 +59,7 @@ class Command:
 
 
 # The modules of runner/commands/ that hold what commands share rather than a command.
-SHARED = ("base", "decide")
+SHARED = ("base", "choices", "decide")
 
 
 def modules() -> dict[str, str]:

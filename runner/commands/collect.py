@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner.commands import load
+from runner.commands import load, what_it_uses
 from runner.commands.base import Command, register
 from runner.commands.run import run_and_decide
 
@@ -18,4 +18,6 @@ class Collect(Command):
 
     def run(self, matrix: Path | None, db: Path, env: Sequence[str] | None, only: Sequence[str] | None,
             workdir: Path, max_cells: int, verbose: bool) -> int:
-        return run_and_decide(load(matrix, max_cells), db, env or (), only or (), workdir, verbose, submit=False)
+        m = load(matrix, max_cells)
+        return run_and_decide(m, db, env or (), only or (), workdir, verbose, submit=False,
+                              uses=what_it_uses(matrix, m, db))

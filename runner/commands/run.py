@@ -12,7 +12,7 @@ from pathlib import Path
 from runner import matrix as matrix_mod
 from runner.base import console as consoles
 from runner.base.errors import ConfigError
-from runner.commands import load, sigterm
+from runner.commands import load, sigterm, what_it_uses
 from runner.commands.base import Command, register
 from runner.execution import execute
 from runner.spec.runsettings import AdaptiveRepeats
@@ -32,12 +32,13 @@ class Run(Command):
                               "own GPUs (`gpus:` of a docker environment, `gpus_per_node:` of a slurm one, the gpus "
                               "axis)")
         m = load(matrix, max_cells)
+        uses = what_it_uses(matrix, m, db, image)
         if image is not None:
             m = with_image(m, image, gpus)
         if until_decided or max_repeats is not None:
             m = until(m, until_decided, max_repeats)
         return run_and_decide(m, db, env or (), only or (), workdir, verbose, rerun_failed=rerun_failed,
-                              force=force, wait=not no_wait, submit=True)
+                              force=force, wait=not no_wait, submit=True, uses=uses)
 
 
 def until(m: matrix_mod.Matrix, decided: bool, most: int | None) -> matrix_mod.Matrix:
@@ -76,13 +77,16 @@ def with_image(m: matrix_mod.Matrix, image: str, gpus: str | None) -> matrix_mod
 
 def run_and_decide(m: matrix_mod.Matrix, db: Path, env: Sequence[str], only: Sequence[str], workdir: Path,
                    verbose: bool, *, rerun_failed: bool = False, force: bool = False, wait: bool = True,
-                   submit: bool = True) -> int:
-    """Run (or collect) the selected cells, then decide the matrix file's references on what is stored."""
+                   submit: bool = True, uses: str = "") -> int:
+    """Run (or collect) the selected cells, then decide the matrix file's references on what is stored. `uses`: the
+    matrix file and store in words, said once the store is open (a store that cannot be opened is one line alone)."""
     cells = matrix_mod.select(m.cells(), env, only)
     signal.signal(signal.SIGTERM, sigterm)
     from runner.commands import decide
     decided = 0
     with Store(db) as store:
+        if uses:
+            Command.say(uses, err=True)
         report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:], console=consoles.stdout(),
                                     verbose=verbose, rerun_failed=rerun_failed, force=force, wait=wait,
                                     submit=submit)

@@ -17,6 +17,11 @@ def show_run(run_ref: str | None, db: Path) -> int:
     with Store(db, readonly=True) as store:
         run_id = store.resolve_run(run_ref)
         rows = admitted(store.rows([run_id], latest_only=False))  # a stored ok may be diverged or refused
+        status = next(r.status for r in store.runs() if r.run_id == run_id)
+    if not rows:  # every environment it planned could not start, or it was stopped before its first repeat ended
+        consoles.stdout().print(f"run {run_id} ({status}) stored no repeat: nothing of it ended (`matrix run` "
+                                "measures what is missing)", soft_wrap=True, markup=False)
+        return 0
     axes = list(dict.fromkeys(k for r in rows for k in shown_params(r.params)))
     unit = shown_unit((definition(r.metrics, "throughput")[1] for r in rows if r.ok), "throughput")
     one_unit = None if " | " in unit else unit  # None: each value says its own

@@ -27,12 +27,14 @@ class RunReport:
     unsuccessful: Counter[str] = field(default_factory=Counter)  # current statuses of selected repeats, not ok
     busy: dict[str, Holder] = field(default_factory=dict)  # runs that held selected repeats this one did not wait for
     deferred: int = 0  # repeats of `iterations: auto` cells left until their cell's first repeat has calibrated
+    not_started: Counter[str] = field(default_factory=Counter)  # environment -> repeats it could not start (unstored)
+    cannot_start: dict[str, str] = field(default_factory=dict)  # environment -> why its session could not open
 
     @property
     def exit_code(self) -> int:
         if self.interrupted:
             return Exit.INTERRUPTED
-        if self.unsuccessful:
+        if self.unsuccessful or self.not_started:
             return Exit.NOT_MEASURED
         return Exit.BUSY if self.busy else Exit.OK
 
@@ -64,6 +66,9 @@ class RunListener:
     def machine_busy(self, h: Holder) -> None: ...
     def taken_over(self, h: Holder) -> None: ...
     def task_started(self, task: Task) -> None: ...
+    def cannot_start(self, env_name: str, reason: str, tasks: Sequence[Task]) -> None:
+        """These tasks' environment could not start (its image cannot be had, its engine is down): nothing is
+        stored for them; told once per step that reaches the environment."""
     def outcome(self, task: Task, outcome: Outcome) -> None: ...
     def not_stored(self, task: Task, outcome: Outcome) -> None: ...
     def elsewhere_done(self, task: Task) -> None: ...

@@ -30,7 +30,7 @@ from runner.execution.printer import RunPrinter
 from runner.matrix import Matrix
 from runner.spec.cells import Cell, Task
 from runner.spec.outcomes import Outcome, Status
-from runner.store import RunClaims, Store, new_run_id
+from runner.store import RunClaims, Store, new_run_id, run_status
 
 # Exit statuses of `matrix run` and `matrix collect` (runner/base/exitcodes.py has the one table).
 EXIT_OK = Exit.OK                    # every selected repeat is ok or unsupported (or still queued with --no-wait)
@@ -94,6 +94,7 @@ class Run:
         self.held: Held = {}              # held by another live run
         self.deferred: list[Task] = []    # later repeats of auto cells whose calibrating repeat is not stored yet
         self.cannot_start: dict[str, str] = {}  # environments whose session could not open, with why
+        self.skipped: set[str] = set()    # tasks of those: not started, nothing stored
         self.running: list[str] = []      # the environment whose backend runs (it speaks for itself if interrupted)
         self.ctx = RunContext(run_id=self.run_id, workdir=workdir, wait=wait, submit=submit, verbose=verbose,
                               on_start=listener.task_started, store=store,
@@ -104,7 +105,7 @@ class Run:
         return self.wait and self.submit
 
     def _settled(self, t: Task) -> bool:
-        return t.id in self.reported or t.id in self.gone
+        return t.id in self.reported or t.id in self.gone or t.id in self.skipped
 
     # the run, start to end ----------------------------------------------------------------------------
     def execute(self, tasks: list[Task], argv: Sequence[str]) -> RunReport:
@@ -169,9 +170,10 @@ class Run:
         settled = self.reported | self.gone
         report.busy = {h.run_id: h for _, h in self.held.values()}
         report.deferred = len({t.id for t in self.deferred} - settled - held)
-        report.pending = len({t.id for t in tasks} - settled - held - {t.id for t in self.deferred})
+        report.pending = len({t.id for t in tasks} - settled - held - {t.id for t in self.deferred} - self.skipped)
         report.unsuccessful = _unsuccessful(self.cells, self.store)
-        self.claims.end("complete" if not report.pending else "submitted")
+        self.claims.end(run_status("submitted" if report.pending else "complete", report.stored,
+                                   left=len(self.skipped) + report.deferred))
         self.listener.summary(self.cells, _cell_rows(self.cells, self.store), report, self.held)
         return report
 
@@ -192,7 +194,7 @@ class Run:
         return taken.mine
 
     def sink(self, task: Task, outcome: Outcome) -> None:
-        left = self.report.planned - len(self.reported) - len(self.gone) - 1
+        left = self.report.planned - len(self.reported) - len(self.gone) - len(self.skipped) - 1
         if self.claims.record(task, outcome, remaining=max(left, 0)):
             self.reported.add(task.id)
             self.report.stored[outcome.status.value] += 1
@@ -200,6 +202,19 @@ class Run:
         elif task.id not in self.gone:
             self.gone.add(task.id)
             self.listener.not_stored(task, outcome)
+
+    def skip(self, tasks: Sequence[Task], reason: str) -> None:
+        """Tasks whose environment could not start: nothing was tried, so nothing is stored (a stored row would read
+        as a repeat that ended); their claims are given back, the report counts them, the next run tries them."""
+        fresh = [t for t in tasks if t.id not in self.skipped]
+        if not fresh:
+            return
+        env_name = fresh[0].cell.env_name
+        self.skipped.update(t.id for t in fresh)
+        self.report.not_started[env_name] += len(fresh)
+        self.report.cannot_start.setdefault(env_name, reason)
+        self.claims.release(fresh)
+        self.listener.cannot_start(env_name, reason, fresh)
 
     def prepare(self, task: Task) -> Task:
         """The task as it runs: with its cell's calibrated count (iterations: auto), when one is stored."""
@@ -224,7 +239,7 @@ class Run:
             else:
                 mine = self.claim(mine)
             self.running[:] = [env_name]
-            _run_environment(mine, step_ctx, self.sink, self.cannot_start)
+            _run_environment(mine, step_ctx, self.sink, self.skip, self.cannot_start)
             self.running.pop()
             if last_step[env_name] == i:
                 self.listener.environment_done(env_name)
@@ -300,17 +315,16 @@ def _env_work(tasks: Sequence[Task], ctx: RunContext) -> list[EnvWork]:
 
 
 def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Callable[[Task, Outcome], None],
-                     cannot_start: dict[str, str]) -> None:
-    """One environment's tasks through its backend. An environment that cannot be used at all (its
-    session could not open) measured nothing: its tasks are `not_started`, and the next run tries again.
-    Within this run it is not tried again (`cannot_start` remembers why, for the later rounds)."""
+                     skip: Callable[[Sequence[Task], str], None], cannot_start: dict[str, str]) -> None:
+    """One environment's tasks through its backend. An environment that cannot be used at all (its session could
+    not open: an image that cannot be had, an engine that is down) measured nothing: its tasks are skipped, nothing
+    is stored, and the next run tries again. Within this run it is not tried again (`cannot_start` remembers why,
+    for the later rounds)."""
     if not tasks:
         return
     env = tasks[0].cell.environment
     if env.name in cannot_start:
-        now = time.time()
-        for t in tasks:
-            sink(t, Outcome(Status.NOT_STARTED, reason=cannot_start[env.name], started_at=now, finished_at=now))
+        skip(tasks, cannot_start[env.name])
         return
     told: set[str] = set()
 
@@ -325,10 +339,7 @@ def _run_environment(tasks: Sequence[Task], ctx: RunContext, sink: Callable[[Tas
         raise  # the store, not the environment: the run stops and says what to do
     except MatrixError as e:
         cannot_start[env.name] = str(e)
-        now = time.time()
-        for t in tasks:
-            if t.id not in told:
-                sink(t, Outcome(Status.NOT_STARTED, reason=str(e), started_at=now, finished_at=now))
+        skip([t for t in tasks if t.id not in told], str(e))
 
 
 def _cell_rows(cells: Sequence[Cell], store: Store) -> list[StoredRepeat]:

@@ -56,9 +56,10 @@ def _cut(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
-def summary_table(cells: Sequence[Cell], rows: Sequence[StoredRepeat]) -> Table:
+def summary_table(cells: Sequence[Cell], rows: Sequence[StoredRepeat], not_started: Collection[str] = ()) -> Table:
     """One line per cell: statuses of its stored repeats as admission sees them (runner/analysis/admission.py: a
-    stored ok that diverged or measured a short window is counted so) and throughput mean ± std of the admitted."""
+    stored ok that diverged or measured a short window is counted so) and throughput mean ± std of the admitted;
+    a cell of an environment in `not_started` (it could not start) with nothing stored says so."""
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
     df = frame(rows)
     for rec in df.to_dict("records"):
@@ -78,14 +79,16 @@ def summary_table(cells: Sequence[Cell], rows: Sequence[StoredRepeat]) -> Table:
         unsteady = sum(1 for r in good if r["steady"] is False)
         if unsteady and not note:
             note = f"{unsteady} warm-up{_s(unsteady)} not steady (stopped at a ceiling)"
-        shown = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
+        shown = (", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+                 or ("not started" if cell.env_name in not_started else "none"))
         rate = fmt_rate(rates)
         mine_units = {str(r["unit_throughput"]) for r in good}
         if one_unit is None and rates:
             rate += " " + "/".join(sorted(mine_units))
         worst = next((s for s in (Status.DIVERGED.value, Status.REFUSED.value) if s in statuses), "status")
         table.add(cell.env_name, *(str(cell.params.get(k, "")) for k in varying),
-                  TableCell(shown, "" if set(statuses) <= {Status.OK.value} else worst),
+                  TableCell(shown, "" if statuses and set(statuses) <= {Status.OK.value} or shown == "none"
+                            else worst),
                   rate, TableCell(_cut(note), "muted"))
     return table
 
@@ -107,6 +110,7 @@ class RunPrinter(RunListener):
         self.waited: set[str] = set()
         self.machine_waited: set[str] = set()
         self.taken: set[str] = set()
+        self.not_started: Counter[str] = Counter()
 
     def watching(self) -> Progress:
         return self.progress
@@ -193,9 +197,22 @@ class RunPrinter(RunListener):
             self.progress.console.print(f"[yellow]not stored[/] {escape(task.cell.label())} repeat {task.repeat + 1}: "
                                         "another run stored this repeat meanwhile (one result per repeat)")
 
+    def cannot_start(self, env_name: str, reason: str, tasks: Sequence[Task]) -> None:
+        """Said once per environment, in one line: why it could not start and how many repeats it leaves."""
+        self.progress.advance(self.bar, len(tasks))
+        n = len(tasks)
+        if env_name not in self.not_started:
+            self.progress.console.print(
+                f"[{consoles.status_style(Status.NOT_STARTED.value)}]not started[/] {escape(env_name)}: "
+                f"{escape(reason.rstrip('.'))}; {n} repeat{_s(n)} not run, nothing stored (`matrix run` tries "
+                f"{'it' if n == 1 else 'them'} again)", soft_wrap=True)
+        self.not_started[env_name] += n
+
     def task_started(self, task: Task) -> None:
-        # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal.
-        shown = " ".join(f"{task.cell.params[k]}" for k in self.varying if k in task.cell.params)
+        # Only what tells this cell apart, so the bar keeps its room on an 80-column terminal; a number or a switch
+        # named by its axis (`batch_size=32`), a name as it is (`mnist_cnn bf16`: it says what it is).
+        shown = " ".join(f"{v}" if isinstance(v, str) else f"{k}={v}"
+                         for k in self.varying if k in task.cell.params for v in (task.cell.params[k],))
         rule = task.cell.run.adaptive
         most = f"{rule.max} at most" if rule else str(task.cell.run.repeats)
         self.progress.update(self.bar, description=f"{escape(task.cell.env_name)} {escape(shown)} [dim]repeat "
@@ -241,7 +258,7 @@ class RunPrinter(RunListener):
 
     def summary(self, cells: Sequence[Cell], rows: Sequence[StoredRepeat], report: RunReport,
                 held: Held | None = None) -> None:
-        consoles.print_table(self.out, summary_table(cells, rows), "matrix run summary")
+        consoles.print_table(self.out, summary_table(cells, rows, report.not_started), "matrix run summary")
         if report.pending:
             self.out.print(f"{report.pending} repeats were submitted and are not finished yet: "
                            "`matrix collect` (same -m and --db) gathers them.")
@@ -253,6 +270,11 @@ class RunPrinter(RunListener):
         for run_id, n in by_run.items():
             self.out.print(f"{n} repeat{_s(n)} {_are(n)} being measured by {escape(report.busy[run_id].describe())}; "
                            "this command did not wait for them (exit status 7): `matrix run` without --no-wait does.")
+        for env_name, n in report.not_started.items():
+            self.out.print(f"Not started: {n} repeat{_s(n)} of {escape(env_name)}, which could not start "
+                           f"({escape(_cut(report.cannot_start.get(env_name, ''), 90))}); nothing was stored for "
+                           f"{'it' if n == 1 else 'them'}, so the run is incomplete: the next `matrix run` tries "
+                           f"{'it' if n == 1 else 'them'} again.", soft_wrap=True)
         if report.unsuccessful:
             counts = ", ".join(f"{n} {s}" for s, n in sorted(report.unsuccessful.items()))
             self.out.print(f"Not measured: {counts} (`matrix show` has the reasons and log tails; "

@@ -20,7 +20,7 @@ from runner.store.db import StoreFull
 from runner.store.jobs import BatchJob, BatchJobs
 from runner.store.liveness import HEARTBEAT_S, LEASE_S, MACHINE, Holder, Process, this_process
 from runner.store.runclaims import ClaimProtocol, RunClaims, Taken
-from runner.store.runs import RunInfo, new_run_id
+from runner.store.runs import RunInfo, new_run_id, run_status
 from runner.store.schema import COLUMNS as _COLUMNS
 from runner.store.schema import DEFAULT_DB, JSON_COLUMNS, SCHEMA, STORE_SCHEMA
 
@@ -31,4 +31,4 @@ class Store(ClaimProtocol, BatchJobs, Bisects):
 
 __all__ = ["DEFAULT_DB", "HEARTBEAT_S", "JSON_COLUMNS", "LEASE_S", "MACHINE", "SCHEMA", "STORE_SCHEMA", "_COLUMNS",
            "BatchJob", "BatchJobs", "Capture", "Claim", "Holder", "Process", "RunClaims", "RunInfo", "Store", "StoreFull",
-           "Taken", "new_run_id", "split_capture", "this_process"]
+           "Taken", "new_run_id", "run_status", "split_capture", "this_process"]

@@ -77,8 +77,13 @@ class RunClaims:
         """The measured iterations calibrated for these cells (`iterations: auto`); a cell without is not named."""
         return self.store.calibrations(keys)
 
+    def release(self, tasks: Sequence[Task]) -> None:
+        """Give back the claims of tasks this run will not measure (their environment could not start)."""
+        self.store.release(self.run_id, tasks)
+
     def end(self, status: str) -> None:
-        """Close the run with its status (complete, submitted, interrupted) and release every claim it holds."""
+        """Close the run with its status (complete, incomplete, submitted, interrupted: runner/store/runs.py's
+        `run_status`) and release every claim it holds."""
         self.store.finish_run(self.run_id, status)
 
     def abandon(self) -> None:

@@ -6,10 +6,12 @@ import hashlib
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runner.base.errors import StoreError
+from runner.base.errors import ConfigError, StoreError
+from runner.spec.outcomes import Status
 from runner.store.db import StoreFull
 from runner.store.holders import Holders
 from runner.store.liveness import Heartbeat, this_process
@@ -24,10 +26,25 @@ class RunInfo:
     matrix_name: str | None
     matrix_path: str | None
     host: str | None
-    status: str
+    status: str  # as `run_status` says it
     counts: dict[str, int]
 
 
+# A repeat stored with one of these was planned and never ended: its run is not complete.
+UNENDED = (Status.NOT_STARTED.value, Status.CANCELLED.value)
+
+
+def run_status(stored: str, counts: Mapping[str, int], *, alive: bool | None = None, left: int = 0) -> str:
+    """A run's status, the one answer `matrix ls`, the report and the site give: `complete` only when every repeat it
+    planned ended (none stored `not_started` or `cancelled`, none `left` without a row: an environment that could
+    not start, a repeat still waiting for its cell's calibration), else `incomplete`; `killed` when its process
+    ended without closing it (`alive` False); otherwise as the run closed it (running, submitted, interrupted,
+    failed). `matrix run` closes a run with this function's answer; every view asks it again of what is stored."""
+    if stored == "running" and alive is False:
+        return "killed"  # its process ended without closing the run (SIGKILL, a crash)
+    if stored == "complete" and (left or any(counts.get(s) for s in UNENDED)):
+        return "incomplete"
+    return stored
 
 
 def own_store_id(db: Any) -> str | None:
@@ -95,18 +112,17 @@ class Runs(Holders):
             holders = self._holders()
             found = []
             for r in self.db.execute("SELECT * FROM runs ORDER BY started_at"):
-                status = r["status"]
                 h = holders.get(r["run_id"])
-                if status == "running" and h is not None and not h.alive():
-                    status = "killed"  # its process ended without closing the run (SIGKILL, a crash)
+                alive = h.alive() if h is not None and r["status"] == "running" else None
+                mine = counts.get(r["run_id"], {})
                 found.append(RunInfo(r["run_id"], r["started_at"], r["finished_at"], r["matrix_name"],
-                                     r["matrix_path"], r["host"], status, counts.get(r["run_id"], {})))
+                                     r["matrix_path"], r["host"], run_status(r["status"], mine, alive=alive), mine))
             return found
 
     def resolve_run(self, ref: str | None) -> str:
         """A run id from a prefix, or 'latest'/None for the newest run measured in this store: an imported run
         (`id@store`) started later on another machine's clock is not this store's latest; only when every run
-        was imported is the newest import the latest."""
+        was imported is the newest import the latest. A prefix that names no run, or several, is a ConfigError."""
         runs = [r.run_id for r in self.runs()]
         if not runs:
             raise StoreError(f"no runs in {self.path} yet: run `matrix run` first")
@@ -116,8 +132,8 @@ class Runs(Holders):
         # A whole id is that run, even where it is the prefix of another (`id@store`, the same id imported back from
         # a store that shares it): otherwise no reference could name it.
         hits = [r for r in runs if r == ref] or [r for r in runs if r.startswith(ref or "")]
-        if len(hits) != 1:
+        if len(hits) != 1:  # a typo on the command line (exit 2), not a broken store
             shown = ", ".join(runs[-5:])
-            raise StoreError(f"run {ref!r} {'is ambiguous' if hits else 'not found'}; recent runs: {shown}")
+            raise ConfigError(f"run {ref!r} {'is ambiguous' if hits else 'not found'}; recent runs: {shown}")
         return hits[0]
 

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from dockertools import IMAGE, cli, cli_env, rows, write_matrix
 
+from runner.store import Store
+
 pytestmark = pytest.mark.docker
 
 AXES = "axes: {model: [mnist_cnn], precision: [fp32], batch_size: [16], device: [cpu]}"
@@ -181,7 +183,7 @@ def test_container_killed_from_outside_fails_that_repeat_and_the_rest_runs(tmp_p
     assert {r["status"] for r in rows(tmp_path / "r.db")} == {"ok"}
 
 
-def test_missing_image_and_gpus_without_runtime_are_not_started_and_tried_again(
+def test_missing_image_and_gpus_without_runtime_do_not_start_store_nothing_and_the_rest_runs(
         tmp_path: Path, docker_client: Any, run_label_gone: Any, engine_kind: str) -> None:
     # Docker needs its NVIDIA runtime; Podman takes CDI devices, which its 4.3 API cannot resolve at all.
     has_nvidia = engine_kind == "docker" and "nvidia" in (docker_client.info().get("Runtimes") or {})
@@ -196,28 +198,33 @@ def test_missing_image_and_gpus_without_runtime_are_not_started_and_tried_again(
         run: {{iterations: 2, warmup: 1, repeats: 2, timeout: 120}}
         """)
     out = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
-    assert out.returncode == 3, out.stdout + out.stderr
+    said = out.stdout + out.stderr
+    assert out.returncode == 3, said
     by_env: dict[str, list[dict[str, Any]]] = {}
     for r in rows(tmp_path / "r.db"):
         by_env.setdefault(str(r["environment"]), []).append(r)
-    ghost = by_env["ghost"]
-    assert [r["status"] for r in ghost] == ["not_started", "not_started"], out.stdout + out.stderr
-    assert all("matrix/no-such-image:0.0" in r["reason"] and "pulling it failed" in r["reason"] for r in ghost)
+    assert set(by_env) == {"box"}, said  # nothing stored for the environments that could not start
+    (ghost,) = [ln for ln in out.stderr.splitlines() if ln.startswith("not started ghost: ")]
+    assert "matrix/no-such-image:0.0" in ghost and "pulling it failed" in ghost and "2 repeats not run" in ghost
     if not has_nvidia:
-        gpu = by_env["gpu"]
-        assert [r["status"] for r in gpu] == ["not_started", "not_started"]
+        (gpu,) = [ln for ln in out.stderr.splitlines() if ln.startswith("not started gpu: ")]
         want = (("as CDI devices (nvidia.com/gpu=all)", "nvidia-ctk cdi generate") if engine_kind == "podman"
                 else ("no NVIDIA runtime", "NVIDIA Container Toolkit"))
-        assert all(w in r["reason"] for w in want for r in gpu), gpu[0]["reason"]
+        assert all(w in gpu for w in want), gpu
     assert [r["status"] for r in by_env["box"]] == ["ok", "ok"]  # the rest of the matrix went on
     assert "Traceback" not in out.stderr
     (run_id,) = run_ids(tmp_path / "r.db")
     assert run_label_gone(run_id) == []
+    with Store(tmp_path / "r.db", create=False) as store:
+        assert [r.status for r in store.runs()] == ["incomplete"]
     # Nothing was measured: the next run tries the environments that could not start, and only those.
     again = cli("run", "-m", str(m), "--db", "r.db", cwd=tmp_path, check=False)
-    retried = [r for r in rows(tmp_path / "r.db", latest_only=False) if r["run_id"] != run_id]
-    assert {r["environment"] for r in retried} == {"ghost"} | ({"gpu"} if gpu_env else set()), again.stderr
-    assert "pulling it failed" in again.stdout + again.stderr
+    assert again.returncode == 3, again.stderr
+    tried = {ln.split(":")[0].removeprefix("not started ") for ln in again.stderr.splitlines()
+             if ln.startswith("not started ")}
+    assert tried == {"ghost"} | ({"gpu"} if gpu_env else set()), again.stderr
+    assert f"{2 * len(tried)} of {2 * len(tried) + 2} repeats to run (2 already stored)" in again.stderr
+    assert "pulling it failed" in again.stderr
 
 
 def test_matrix_clean_reaps_the_container_of_a_killed_run(tmp_path: Path, docker_client: Any,

@@ -159,7 +159,7 @@ def test_ctrl_c_while_the_others_run_says_the_submitted_jobs_keep_running(
     assert "4 repeats this run submitted to a batch scheduler were not waited for" in err
 
 
-def test_an_environment_that_cannot_start_is_not_started_retried_and_fails_the_exit_code(
+def test_an_environment_that_cannot_start_stores_nothing_is_retried_and_fails_the_exit_code(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from runner.base.errors import BackendError
 
@@ -177,14 +177,19 @@ def test_an_environment_that_cannot_start_is_not_started_retried_and_fails_the_e
     m = matrix_mod.parse(MATRIX.replace("backend: slurm", "backend: local"), tmp_path / "m.yaml")
     with Store(tmp_path / "r.db") as store:
         report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
-        assert {r.status for r in store.rows()} == {"not_started"}
-        assert report.exit_code == execute.EXIT_NOT_MEASURED and report.unsuccessful == {"not_started": 6}
-        # Nothing was measured: the next run tries every repeat again without --rerun-failed.
+        # Nothing was tried, so nothing is stored as if it had been; the run says so and is not complete.
+        assert list(store.rows(latest_only=False)) == [] and store.claims({c.key for c in m.cells()}) == {}
+        assert report.exit_code == execute.EXIT_NOT_MEASURED and report.unsuccessful == {}
+        assert report.not_started == {"cluster-a": 2, "here": 2, "cluster-b": 2}
+        assert "is not on this engine" in report.cannot_start["here"]
+        assert [r.status for r in store.runs()] == ["incomplete"]
+        # The next run tries every repeat again without --rerun-failed.
         assert len(execute.todo(m.cells(), store)) == 6
         events: list[tuple[str, str]] = []
         monkeypatch.setattr(execute.backends, "get", lambda kind: fakes(events, elsewhere=False)["local"])
         report = execute.run_matrix(m, m.cells(), store, workdir=tmp_path, console=Console(quiet=True))
         assert report.exit_code == execute.EXIT_OK and {r.status for r in store.rows()} == {"ok"}
+        assert [r.status for r in store.runs()] == ["incomplete", "complete"]
 
 
 def test_a_failed_repeat_fails_the_exit_code_even_when_nothing_is_left_to_run(
@@ -262,8 +267,8 @@ run: {iterations: 1, warmup: 0, repeats: 3, interleave: true}
         stored = [(r.environment, r.repeat, r.status) for r in store.rows()]
     assert events == [("run", "a"), ("run", "b")] * 3
     assert opened == ["a", "b", "broken", "a", "b", "a", "b"]  # broken: tried in the first round only
-    assert stored == [(e, r, "ok" if e != "broken" else "not_started") for r in range(3) for e in ("a", "b", "broken")]
-    assert report.unsuccessful == {"not_started": 3}
+    assert stored == [(e, r, "ok") for r in range(3) for e in ("a", "b")]
+    assert report.not_started == {"broken": 3} and report.exit_code == execute.EXIT_NOT_MEASURED
 
 
 def test_batch_tasks_another_run_holds_are_neither_submitted_nor_collected(

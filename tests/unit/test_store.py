@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
-from runner.base.errors import StoreError
+from runner.base.errors import ConfigError, StoreError
 from runner.execution import execute
 from runner.spec.cells import Task
 from runner.spec.outcomes import Outcome, Status
@@ -90,7 +90,7 @@ def test_missing_store_and_runs(tmp_path: Path) -> None:
         store.start_run("20260102-bbb", None, None, [])
         assert store.resolve_run(None) == "20260102-bbb"
         assert store.resolve_run("20260101") == "20260101-aaa"
-        with pytest.raises(StoreError, match="is ambiguous"):
+        with pytest.raises(ConfigError, match="is ambiguous"):
             store.resolve_run("2026")
 
 
@@ -104,7 +104,7 @@ def test_a_whole_run_id_names_that_run_even_when_an_import_extends_it(tmp_path: 
                              "('20260101-aaa@0123456789ab', 1, 5.0, '[]', 'complete')")
         assert store.resolve_run("20260101-aaa") == "20260101-aaa"
         assert store.resolve_run("20260101-aaa@0") == "20260101-aaa@0123456789ab"
-        with pytest.raises(StoreError, match="is ambiguous"):
+        with pytest.raises(ConfigError, match="is ambiguous"):
             store.resolve_run("20260101")
 
 

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from runner.backends import ranks, register
-from runner.backends.base import Interrupted, NotStarted, SequentialBackend, not_started
+from runner.backends.base import Interrupted, NotStarted, SequentialBackend
 from runner.backends.context import RunContext
 from runner.backends.docker import engine, host, payload
 from runner.backends.docker.config import DockerEnvironment
@@ -41,6 +41,7 @@ class DockerBackend(SequentialBackend):
     kind = "docker"
     config = DockerEnvironment
     doctor = staticmethod(host.doctor)
+    probes = "the Docker SDK, each engine (Docker, Podman), their GPU support, the test image"
     clean = staticmethod(host.clean)
 
     def __init__(self, env: EnvironmentBase, ctx: RunContext) -> None:
@@ -195,9 +196,7 @@ class DockerBackend(SequentialBackend):
         if task.cell.workload is not None:  # one workload per environment: its files go in with the benchmark
             self.files = tuple(task.cell.workload.files)
         try:
-            box = self._ensure_container()
-        except NotStarted as e:
-            return not_started(str(e), self.extra())
+            box = self._ensure_container()  # NotStarted: the environment cannot start, its tasks are not run
         except KeyboardInterrupt:
             raise Interrupted(ranks.cancelled(Outcome(Status.CANCELLED, extra=self.extra()),
                                               "interrupted (Ctrl-C) while preparing the container")) from None

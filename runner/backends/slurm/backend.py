@@ -60,6 +60,7 @@ class SlurmBackend(BatchBackend):
     cancel_tool = "scancel"
     config = SlurmEnvironment
     doctor = staticmethod(host.doctor)
+    probes = "sbatch, sinfo, sacct, the container runtimes (Apptainer, Podman, Charliecloud, Pyxis)"
     clean = staticmethod(host.clean)
     env: SlurmEnvironment
 
