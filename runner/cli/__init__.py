@@ -81,7 +81,7 @@ def run(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, on
         until_decided: Annotated[bool, typer.Option("--until-decided", help="add repeats to the cells whose checks "
                                                     "(the file's gate: and references:) are undecided, until "
                                                     "each is decided or --max-repeats")] = False,
-        max_repeats: Annotated[int | None, typer.Option("--max-repeats", min=2, help="with --until-decided: the "
+        max_repeats: Annotated[int | None, typer.Option("--max-repeats", min=2, metavar="N", help="with --until-decided: the "
                                                         "most repeats a cell gets (default: the file's "
                                                         "repeats.max, else 20)")] = None,
         no_wait: Annotated[bool, typer.Option("--no-wait", help="batch backends: submit and return")] = False,
