@@ -67,9 +67,13 @@ def stop(window):
 
 
 def loss_record(losses, loss):
-    """metrics.loss_seen of what the script reported: each of `losses`, then `loss` (the final one)."""
+    """metrics.loss_seen of what the script reported: each of `losses`, then `loss` (the final one) unless it is the
+    last of them already."""
+    values = list(losses or ())
+    if loss is not None and not (values and bool(values[-1] == loss)):
+        values.append(loss)
     kept = LossSeen("measure: the losses the script reported")
-    for value in list(losses or ()) + ([loss] if loss is not None else []):
+    for value in values:
         kept.add(value)
     return kept.record()
 
