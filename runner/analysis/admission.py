@@ -83,9 +83,8 @@ class Check:
 
 
 # The checks' common results, made once: admission reads every repeat a site plots (100,000 of them).
-_PLAIN = {(name, passed): Check(name, passed) for name in ("finite", "growth", "figure", "window", "scaler",
-                                                                         "bounds")
-          for passed in (True, None)}
+_PLAIN = {(name, passed): Check(name, passed)
+          for name in ("finite", "growth", "figure", "window", "scaler", "bounds") for passed in (True, None)}
 
 
 @dataclass(frozen=True)
@@ -153,10 +152,8 @@ def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:
     bad = _num(seen.get("nonfinite")) if seen else None
     if bad is not None and bad > 0:
         what = seen.get("first_nonfinite")
-        at = _num(seen.get("first_nonfinite_at"))
-        where = f" at {_read_at(seen, at)}" if at is not None else ""
-        return Check("finite", False, f"diverged: the loss became {what if isinstance(what, str) and what else 'NaN or infinite'}"
-                     f"{where}")
+        what = what[:20] if isinstance(what, str) and what else "NaN or infinite"
+        return Check("finite", False, f"diverged: the loss became {what} at {_read_at(seen, seen.get('first_nonfinite_at'))}")
     if stored == DIVERGED:
         return Check("finite", False, "diverged: a loss became NaN or infinite")
     if any(type(metrics.get(k)) is float and not math.isfinite(metrics[k]) for k in ("loss_start", "loss_end")):
@@ -187,39 +184,61 @@ def _step(key: Any) -> int:
         return 1 << 62
 
 
-def _read_at(seen: Mapping[str, Any], at: float | None) -> str:
+def _place(value: Any) -> int | None:
+    """A count or a place in a record (a whole number from 0 up), else None: a record read from a file may hold
+    anything."""
+    n = _num(value)
+    return int(n) if n is not None and math.isfinite(n) and 0 <= n < 1 << 62 else None
+
+
+def _read_at(seen: Mapping[str, Any], at: Any) -> str:
     """Where a loss of a parser's record was: "the 2nd of the 4 losses read (mllog: tracked_stats loss)"."""
-    count, source = _num(seen.get("count")), seen.get("from")
-    of = f" of the {int(count)} loss{'' if count == 1 else 'es'} read" if count is not None else " loss read"
-    return (f"the {ordinal(int(at)) if at is not None else '?'}{of}"
-            f"{f' ({source})' if isinstance(source, str) and source else ''}")
+    count, source = _place(seen.get("count")), seen.get("from")
+    of = f" of the {count} loss{'' if count == 1 else 'es'} read" if count is not None else " loss read"
+    return f"{_nth(at, 'a')}{of}{f' ({source})' if isinstance(source, str) and source else ''}"
 
 
-def _nth(at: float | None) -> str:
-    return f"the {ordinal(int(at))}" if at is not None else "a later one"
+def _nth(at: Any, unknown: str) -> str:
+    place = _place(at)
+    return f"the {ordinal(place)}" if place is not None else unknown
 
 
 def _bench_losses(metrics: Mapping[str, Any]) -> tuple[str, float, str, float] | None:
     """bench's kept losses (the loss ladder from step 1, the first loss, every loss of the window): where and what the
-    first finite one in training order was, and where and what the largest in magnitude was (None: no loss kept)."""
-    ladder = sorted((_step(k), float(v)) for k, v in _mapping(metrics.get("loss_at")).items() if _finite(v))
-    found = metrics.get("losses")
-    window = [float(v) if _finite(v) else math.nan for v in found] if isinstance(found, list) else []
-    begin = _num(metrics.get("steps"))
-    begin = begin - len(window) if begin is not None and begin >= len(window) else None  # steps before the window
+    first one in training order was, and where and what the largest in magnitude was (None: no loss kept). Asked only
+    once the finite check passed (every kept loss a finite number); the window is read in C (max, min): admission
+    reads every repeat a site plots."""
+    kept = sorted((_step(k), float(v)) for k, v in _mapping(metrics.get("loss_at")).items() if _finite(v))
     start = _num(metrics.get("loss_start"))
-    kept = list(ladder)
-    if start is not None and math.isfinite(start) and not (ladder and ladder[0][0] == 1):
+    if start is not None and math.isfinite(start) and not (kept and kept[0][0] == 1):
         kept.insert(0, (1, start))
-    kept += [(int(begin) + i + 1 if begin is not None else (1 << 62) + i, v) for i, v in enumerate(window) if v == v]
-    if not kept:
-        return None
-    first = min(kept, key=lambda p: p[0])
-    top = max(kept, key=lambda p: abs(p[1]))
+    found = metrics.get("losses")
+    window = every = found if isinstance(found, list) else []
+    try:
+        high, low = (max(window), min(window)) if window else (0.0, 0.0)
+        clean = math.isfinite(high) and math.isfinite(low) and type(high) is not bool and type(low) is not bool
+    except (TypeError, ValueError):
+        clean = False
+    if not clean:  # asked before the finite check, or of a hand-made record: the finite losses only
+        window = [v for v in window if _finite(v)]
+        high, low = (max(window), min(window)) if window else (0.0, 0.0)
+    steps = _num(metrics.get("steps"))
+    begin = int(steps) - len(every) if steps is not None and steps >= len(every) else None
 
-    def where(step: int) -> str:
-        return f"training step {step}" if step < 1 << 62 else f"the window's loss {step - (1 << 62) + 1}"
-    return where(first[0]), first[1], where(top[0]), top[1]
+    def at(i: int) -> str:  # the window's i-th loss (from 0)
+        return f"training step {begin + i + 1}" if begin is not None else f"the window's loss {i + 1}"
+    if kept:
+        first = (f"training step {kept[0][0]}", kept[0][1])
+    elif window:
+        first = (at(every.index(window[0])), float(window[0]))
+    else:
+        return None
+    top_at, top = max(((f"training step {step}", v) for step, v in kept), key=lambda p: abs(p[1]), default=first)
+    if window:
+        extreme = high if abs(high) >= abs(low) else low
+        if abs(extreme) > abs(top):
+            top_at, top = at(every.index(extreme)), float(extreme)
+    return first[0], first[1], top_at, top
 
 
 def growth_check(metrics: Mapping[str, Any]) -> Check:
@@ -231,7 +250,7 @@ def growth_check(metrics: Mapping[str, Any]) -> Check:
         first, top = _num(seen.get("first")), _num(seen.get("largest"))
         if first is None or top is None:
             return _PLAIN["growth", None]
-        first_at, top_at = _read_at(seen, _num(seen.get("first_at"))), _nth(_num(seen.get("largest_at")))
+        first_at, top_at = _read_at(seen, seen.get("first_at")), _nth(seen.get("largest_at"), "a later one")
     else:
         found = _bench_losses(metrics)
         if found is None:

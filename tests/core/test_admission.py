@@ -434,3 +434,18 @@ def _rows(db: Path) -> list[StoredRepeat]:
 
     with Store(db, readonly=True) as store:
         return list(store.rows())
+
+
+@pytest.mark.parametrize(("record", "status"), [
+    ({"count": math.inf, "nonfinite": 1, "first_nonfinite_at": math.nan, "first_nonfinite": "nan"}, "diverged"),
+    ({"count": "x", "nonfinite": 2}, "diverged"),
+    ({"first": 1.0, "largest": 1e9, "largest_at": -3, "first_at": 1e300}, "diverged"),
+    ({"first": "2.3", "largest": None, "nonfinite": None}, "ok"),
+    ({"nonfinite": 0, "first": 2.3, "largest": 2.3}, "ok"),
+    ("not a record", "ok"),
+], ids=["inf-count", "text-count", "odd-places", "text-values", "healthy", "not-a-mapping"])
+def test_a_loss_record_read_from_a_file_is_judged_without_a_crash(record: Any, status: str) -> None:
+    """An imported file's `metrics.loss_seen` may hold anything: admission judges what it can, in one line."""
+    rep = Repeat.of(StoredRepeat.of(program_row({"throughput": 50.0, "loss_seen": record})))
+    assert rep.status == status, rep.reason
+    assert "\n" not in rep.reason
