@@ -3,11 +3,13 @@ decides (compare, the gate, check, bisect, history, the report, publish, the GPU
 repeat however it arrived (run, collect, import, an older store read today): the long frame (runner/analysis/frame.py)
 calls `admit` on each row, so the decision core sees a repeat as `ok` only when it was admitted.
 
-A stored `ok` repeat is admitted when the training stayed finite (every loss kept, warm-up and window), it holds a
-figure (bench's throughput, items and window; a program's parsed figure), its measured window is what the run settings promised, its loss scaler did not skip most of its window's steps, and each of its
-figures is finite and inside what a machine can reach (each Metric's `reach`, runner/analysis/metrics.py). Otherwise it is `diverged` (a loss was NaN or
-infinite: an outcome, like oom, that comparisons count as a failure) or `refused` (no figure to rank, and no
-outcome either: the repeat is set aside as a cancelled one is). docs/admission.md says what each check means.
+A stored `ok` repeat is admitted when the training stayed finite (every loss kept, warm-up and window, whichever parser
+read it), its loss did not grow by orders of magnitude, it holds a figure (bench's throughput, items and window; a
+program's parsed figure) that counts at least one item in its window, its measured window is what the run settings
+promised, its loss scaler did not skip most of its window's steps, and each of its figures is finite and inside what a
+machine can reach (each Metric's `reach`, runner/analysis/metrics.py). Otherwise it is `diverged` (a loss was NaN or
+infinite, or exploded: an outcome, like oom, that comparisons count as a failure) or `refused` (no figure to rank, and
+no outcome either: the repeat is set aside as a cancelled one is). docs/admission.md says what each check means.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.analysis.metrics import METRICS
+from runner.bench.readings import ordinal
 from runner.spec.bench_contract import WINDOW_REDO_BELOW
 from runner.spec.outcomes import Status
 
@@ -29,6 +32,15 @@ MOST_SKIPPED = 0.5
 # How closely a result's throughput must equal its own images over its window (bench computes it so; a
 # figure edited in a file, or imported from one, does not): relative.
 CONSISTENT = 1e-6
+# An exploding loss: one whose magnitude grew to more than this many times its first kept loss's (a finite loss from 2.3
+# to 2.3e30 trains nothing, and its steps are not the steps of training). Magnitudes, so a negative objective that runs
+# away to -1e30 is caught too; a first loss nearer zero than LOSS_FLOOR counts as LOSS_FLOOR, so a fine-tuned model's
+# 0.001 that rises to 5 is not called exploding (docs/admission.md).
+EXPLODED = 1000.0
+LOSS_FLOOR = 1.0
+# A figure must count at least this many items (images, tokens, samples) over its window: a throughput of 1e-300 img/s
+# over a 2 s window measured nothing, and a ratio built on it is none.
+LEAST_ITEMS = 1.0
 
 
 def bound_rows() -> tuple[tuple[str, float, float, bool, bool, str], ...]:
@@ -71,8 +83,8 @@ class Check:
 
 
 # The checks' common results, made once: admission reads every repeat a site plots (100,000 of them).
-_PLAIN = {(name, passed): Check(name, passed) for name in ("finite", "figure", "window", "scaler", "bounds")
-          for passed in (True, None)}
+_PLAIN = {(name, passed): Check(name, passed)
+          for name in ("finite", "growth", "figure", "window", "scaler", "bounds") for passed in (True, None)}
 
 
 @dataclass(frozen=True)
@@ -126,22 +138,31 @@ def _program(raw: Mapping[str, Any]) -> bool:
 
 def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:
     """Every loss the repeat kept is finite. bench's own record (`metrics.finite`, every step checked) names where a
-    loss first was not; the losses it kept (a NaN or an infinity is written as null in bench's result line, so a
-    null among the window's losses or the loss ladder is one) are read as well, so that a record saying `all: true`
-    (or anything but a plain false) beside a kept NaN is not believed."""
+    loss first was not; a program's parser records every loss it read (`metrics.loss_seen`: how many were not finite,
+    and where the first was); the losses bench kept (a NaN or an infinity is written as null in bench's result line,
+    so a null among the window's losses or the loss ladder is one) are read as well, so that a record saying `all:
+    true` (or anything but a plain false) beside a kept NaN is not believed."""
     record = _mapping(metrics.get("finite"))
     if record.get("all") is False:
         step, phase = record.get("first_nonfinite_step"), record.get("phase")
         where = f" at training step {step}" if isinstance(step, int) else ""
         return Check("finite", False, f"diverged: a loss became NaN or infinite{where}"
                      f"{f' ({phase})' if isinstance(phase, str) and phase else ''}")
+    seen = _mapping(metrics.get("loss_seen"))
+    bad = _num(seen.get("nonfinite")) if seen else None
+    if bad is not None and bad > 0:
+        what = seen.get("first_nonfinite")
+        what = what[:20] if isinstance(what, str) and what else "NaN or infinite"
+        return Check("finite", False, f"diverged: the loss became {what} at {_read_at(seen, seen.get('first_nonfinite_at'))}")
     if stored == DIVERGED:
         return Check("finite", False, "diverged: a loss became NaN or infinite")
+    if any(type(metrics.get(k)) is float and not math.isfinite(metrics[k]) for k in ("loss_start", "loss_end")):
+        return Check("finite", False, "diverged: the loss became NaN or infinite (the first or the final loss)")
     losses = metrics.get("losses")
     window = losses if isinstance(losses, list) else []
     ladder = _mapping(metrics.get("loss_at"))
     if not window and not ladder:
-        return _PLAIN["finite", True if record.get("all") is True else None]
+        return _PLAIN["finite", True if record.get("all") is True or seen else None]
     bad_window = sum(1 for v in window if not _finite(v))
     bad_ladder = sorted(_step(k) for k, v in ladder.items() if not _finite(v))
     if not (bad_window or bad_ladder):
@@ -161,6 +182,87 @@ def _step(key: Any) -> int:
         return int(key)
     except (TypeError, ValueError):
         return 1 << 62
+
+
+def _place(value: Any) -> int | None:
+    """A count or a place in a record (a whole number from 0 up), else None: a record read from a file may hold
+    anything."""
+    n = _num(value)
+    return int(n) if n is not None and math.isfinite(n) and 0 <= n < 1 << 62 else None
+
+
+def _read_at(seen: Mapping[str, Any], at: Any) -> str:
+    """Where a loss of a parser's record was: "the 2nd of the 4 losses read (mllog: tracked_stats loss)"."""
+    count, source = _place(seen.get("count")), seen.get("from")
+    of = f" of the {count} loss{'' if count == 1 else 'es'} read" if count is not None else " loss read"
+    return f"{_nth(at, 'a')}{of}{f' ({source})' if isinstance(source, str) and source else ''}"
+
+
+def _nth(at: Any, unknown: str) -> str:
+    place = _place(at)
+    return f"the {ordinal(place)}" if place is not None else unknown
+
+
+def _bench_losses(metrics: Mapping[str, Any]) -> tuple[str, float, str, float] | None:
+    """bench's kept losses (the loss ladder from step 1, the first loss, every loss of the window): where and what the
+    first one in training order was, and where and what the largest in magnitude was (None: no loss kept). Asked only
+    once the finite check passed (every kept loss a finite number); the window is read in C (max, min): admission
+    reads every repeat a site plots."""
+    kept = sorted((_step(k), float(v)) for k, v in _mapping(metrics.get("loss_at")).items() if _finite(v))
+    start = _num(metrics.get("loss_start"))
+    if start is not None and math.isfinite(start) and not (kept and kept[0][0] == 1):
+        kept.insert(0, (1, start))
+    found = metrics.get("losses")
+    window = every = found if isinstance(found, list) else []
+    try:
+        high, low = (max(window), min(window)) if window else (0.0, 0.0)
+        clean = math.isfinite(high) and math.isfinite(low) and type(high) is not bool and type(low) is not bool
+    except (TypeError, ValueError):
+        clean = False
+    if not clean:  # asked before the finite check, or of a hand-made record: the finite losses only
+        window = [v for v in window if _finite(v)]
+        high, low = (max(window), min(window)) if window else (0.0, 0.0)
+    steps = _num(metrics.get("steps"))
+    begin = int(steps) - len(every) if steps is not None and steps >= len(every) else None
+
+    def at(i: int) -> str:  # the window's i-th loss (from 0)
+        return f"training step {begin + i + 1}" if begin is not None else f"the window's loss {i + 1}"
+    if kept:
+        first = (f"training step {kept[0][0]}", kept[0][1])
+    elif window:
+        first = (at(every.index(window[0])), float(window[0]))
+    else:
+        return None
+    top_at, top = max(((f"training step {step}", v) for step, v in kept), key=lambda p: abs(p[1]), default=first)
+    if window:
+        extreme = high if abs(high) >= abs(low) else low
+        if abs(extreme) > abs(top):
+            top_at, top = at(every.index(extreme)), float(extreme)
+    return first[0], first[1], top_at, top
+
+
+def growth_check(metrics: Mapping[str, Any]) -> Check:
+    """The loss did not explode: its largest kept magnitude is at most EXPLODED times its first kept loss's (a first
+    loss nearer zero than LOSS_FLOOR counts as LOSS_FLOOR). Read from a parser's record (`metrics.loss_seen`) or from
+    bench's kept losses; a repeat without a finite loss kept has nothing to judge."""
+    seen = _mapping(metrics.get("loss_seen"))
+    if seen:
+        first, top = _num(seen.get("first")), _num(seen.get("largest"))
+        if first is None or top is None:
+            return _PLAIN["growth", None]
+        first_at, top_at = _read_at(seen, seen.get("first_at")), _nth(seen.get("largest_at"), "a later one")
+    else:
+        found = _bench_losses(metrics)
+        if found is None:
+            return _PLAIN["growth", None]
+        first_at, first, top_at, top = found
+    factor = abs(top) / max(abs(first), LOSS_FLOOR)
+    if not factor > EXPLODED:
+        return _PLAIN["growth", True]
+    grew = "the loss grew" if top > 0 else "the loss's magnitude grew"
+    counted = "" if abs(first) >= LOSS_FLOOR else f", counted as {LOSS_FLOOR:g}"
+    return Check("growth", False, f"diverged: {grew} {factor:.3g}-fold, from {first:.4g}{counted} ({first_at}) to "
+                 f"{top:.4g} ({top_at}); more than {EXPLODED:,.0f}-fold is an exploding training")
 
 
 def window_check(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
@@ -208,15 +310,36 @@ def figure_check(metrics: Mapping[str, Any], raw: Mapping[str, Any], figures: Ma
     if _program(raw):
         if figures is None:
             return _PLAIN["figure", None]
-        if any(v == v for v in figures.values()):
-            return _PLAIN["figure", True]
-        return Check("figure", False, "no figure: the program's output held none its parser reads")
+        if not any(v == v for v in figures.values()):
+            return Check("figure", False, "no figure: the program's output held none its parser reads")
+        return least_items(metrics, raw)
     throughput, window = _num(metrics.get("throughput")), _num(metrics.get("window_s"))
     if throughput is None or not (math.isfinite(throughput) and throughput > 0):
         return Check("figure", False, "no figure: the result holds no throughput (nothing measured to rank)")
     if window is not None and not (math.isfinite(window) and window > 0):
         return Check("figure", False, f"no figure: a window of {window:g} s measured nothing")
-    return _PLAIN["figure", True]
+    return least_items(metrics, raw)
+
+
+def least_items(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
+    """A throughput counts at least LEAST_ITEMS items over its window (a program that says no window of its own: over
+    the program's whole run, the longest its window can have been). 1e-300 img/s over 2 s is no measurement: the rate
+    of less than one image is an extrapolation, and a ratio built on it says nothing."""
+    throughput = _num(metrics.get("throughput"))
+    if throughput is None or not math.isfinite(throughput) or throughput <= 0:
+        return _PLAIN["figure", True]  # a program's other figures; bench's throughput is checked above
+    window, over = _num(metrics.get("window_s")), "its"
+    if (window is None or not window > 0) and _program(raw):
+        window, over = _num(_mapping(raw.get("workload")).get("program_s")), "the program's whole"
+    if window is None or not (math.isfinite(window) and window > 0):
+        return _PLAIN["figure", True]
+    items = throughput * window
+    if items >= LEAST_ITEMS:
+        return _PLAIN["figure", True]
+    unit = _mapping(_mapping(metrics.get("definitions")).get("throughput")).get("unit")
+    return Check("figure", False, f"less than one item measured: {throughput:.3g} "
+                 f"{unit if isinstance(unit, str) and unit else 'items/s'} over {over} {window:.3g} s window is "
+                 f"{items:.3g} items")
 
 
 def scaler_check(metrics: Mapping[str, Any]) -> Check:
@@ -282,16 +405,17 @@ def admit(stored: str, metrics: Mapping[str, Any], raw: Mapping[str, Any] | None
     metrics = _mapping(metrics)
     raw = _mapping(raw)
     finite = finite_check(metrics, stored)
+    growth = growth_check(metrics) if finite.passed is not False else _PLAIN["growth", None]
     bounds, dropped = bounds_check(figures or {}, metrics, raw)
-    if stored == DIVERGED or finite.passed is False:
+    if stored == DIVERGED or finite.passed is False or growth.passed is False:
         # Diverged whatever else: its bounds are still judged (an import refuses a figure no machine produces,
         # whatever the loss did).
-        return Admission(DIVERGED, stored, (finite, bounds))
+        return Admission(DIVERGED, stored, (finite, growth, bounds))
     figure = figure_check(metrics, raw, figures)
     window = window_check(metrics, raw)
     scaler = scaler_check(metrics)
-    checks = (finite, figure, window, scaler, bounds)
-    status = REFUSED if any(c.passed is False for c in checks[1:]) else OK
+    checks = (finite, growth, figure, window, scaler, bounds)
+    status = REFUSED if any(c.passed is False for c in checks[2:]) else OK
     return Admission(status, stored, checks, dropped)
 
 

@@ -12,10 +12,13 @@ launcher puts the zipapp on PYTHONPATH):
         loss = train_step()
     measure.stop(window)                     # once the device has finished its queued work
     measure.report(window, items=iterations * batch_size, iterations=iterations, loss=float(loss),
+                   losses=kept_losses,       # every loss the script kept (each step's, or every Nth), in order
                    accuracy=evaluate())      # outside the window
 
 `report` prints the one result line (rank 0) with the window's seconds, throughput (items over the window, all ranks), peak memory, telemetry
-and the environment capture. Python 3.6 syntax, standard library and torch only, like bench.
+and the environment capture. A loss that was NaN or infinite (`loss` or any of `losses`) makes the repeat `diverged`,
+and admission checks that none grew by orders of magnitude (docs/admission.md). Python 3.6 syntax, standard library
+and torch only, like bench.
 """
 
 import os
@@ -24,6 +27,7 @@ import sys
 from . import envinfo, telemetry, timing
 from .compat import torch
 from .contract import SCHEMA
+from .readings import LossSeen, loss_words
 from .result import empty_metrics, result_line
 
 
@@ -62,11 +66,25 @@ def stop(window):
     return window["seconds"]
 
 
+def loss_record(losses, loss):
+    """metrics.loss_seen of what the script reported: each of `losses`, then `loss` (the final one) unless it is the
+    last of them already."""
+    values = list(losses or ())
+    if loss is not None and not (values and bool(values[-1] == loss)):
+        values.append(loss)
+    kept = LossSeen("measure: the losses the script reported")
+    for value in values:
+        kept.add(value)
+    return kept.record()
+
+
 def report(window, items, iterations=None, loss=None, accuracy=None, status="ok", reason=None, unit="items",
-           **extra):
+           losses=None, **extra):
     """Print the result line (rank 0) of a window stop() closed (or close it now). `items`: samples this
     process trained in the window (summed over the ranks here), counted in `unit` (images, samples, tokens:
-    the throughput is shown in unit/s). Returns the result."""
+    the throughput is shown in unit/s). `loss`: the final loss; `losses`: the losses the script kept over its
+    training, in order (each is checked: a NaN or an infinity among them makes the repeat `diverged`). Returns
+    the result."""
     device, dist = window["device"], window["dist"]
     stop(window)
     window_s, seen = window["seconds"], window["telemetry"]
@@ -83,6 +101,10 @@ def report(window, items, iterations=None, loss=None, accuracy=None, status="ok"
                     "window_s": window_s, "images": int(total), "loss_end": loss, "accuracy": accuracy})
     metrics["definitions"] = {"throughput": {"how": "measure: items over the script's synchronised window",
                                              "unit": "%s/s" % unit}}
+    metrics["loss_seen"] = loss_record(losses, loss)
+    diverged = loss_words(metrics["loss_seen"])
+    if diverged and status == "ok":  # as bench says of its own training
+        status, reason = "diverged", diverged
     if iterations:
         metrics["iter_times"] = [window_s / iterations]  # their mean: one value, not a made-up series
     if seen is not None:

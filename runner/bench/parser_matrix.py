@@ -35,6 +35,7 @@ class MatrixParser(Parser):
             return {}, {}, {}, ("found no MATRIX_RESULT line in the program's output (%d lines): does the script "
                                 "call matrix_bench.measure's report()?" % self.lines)
         metrics = dict(self.result.get("metrics") or {})
+        metrics.pop("loss_seen", None)  # the script's own record of its losses: seen_losses
         own = metrics.pop("definitions", None)
         if isinstance(own, dict):
             self.definitions.update(own)
@@ -42,3 +43,10 @@ class MatrixParser(Parser):
             self.definitions["throughput"] = {"how": "measure: items over the script's synchronised window",
                                               "unit": "items/s"}
         return metrics, {}, {}, None
+
+    def seen_losses(self, metrics):
+        """The losses the script reported through measure.report (its record), else its final loss."""
+        own = (self.result or {}).get("metrics") or {}
+        if isinstance(own, dict) and isinstance(own.get("loss_seen"), dict):
+            return own["loss_seen"]
+        return Parser.seen_losses(self, metrics)

@@ -5,7 +5,9 @@ Each parser takes the configuration the controller normalised (runner/backends/w
 line the program printed (stdout and stderr, as one stream) and, when the program wrote its log to a
 file, that file's lines after it ended. `outcome()` returns the metrics in the store's own names and
 units, the figures of the user's own naming, what was found, and the problem when a required figure
-is missing: a result without its figure is `failed`, never a zero.
+is missing: a result without its figure is `failed`, never a zero. Every loss a parser reads goes to `loss()`:
+the result carries their summary (`metrics.loss_seen`), a non-finite one makes the repeat `diverged`, and admission
+judges them again (docs/admission.md).
 
   mllog     MLPerf logging lines `:::MLLOG {json}` (mlperf-logging's mllog)
   dllogger  DLLogger JSON lines `DLLL {json}` (NVIDIA DeepLearningExamples)
@@ -13,10 +15,10 @@ is missing: a result without its figure is `failed`, never a zero.
   matrix    the `MATRIX_RESULT` line a script prints through matrix_bench.measure
 """
 
-import importlib
 import math
 import re
 
+from .parsing import KIND_RE, PARSERS, Parser, known_kinds, make, register  # noqa: F401  (the kinds' one door)
 from .readings import (
     DLLOG_TIME_UNITS,
     DLLOGGER_KEYS,
@@ -24,7 +26,6 @@ from .readings import (
     json_after,
     mean,
     number,
-    out_of_domain,
     quantum,
     read_number,
     reading,
@@ -42,67 +43,6 @@ STORE_FIELDS = {"throughput": "throughput", "window_s": "window_s", "iter_time":
 # The unit a store metric other than throughput is shown in, whatever the program printed (converted).
 SHOWN_UNITS = {"window_s": "s", "iter_time": "ms", "peak_mem": "MiB", "accuracy": "", "loss_end": "",
                "images_per_joule": "img/J"}
-
-# Kind -> parser class, filled by @register (the built-ins below, and each parser_KIND.py module).
-PARSERS = {}  # type: dict
-KIND_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def register(cls):
-    """Make a Parser subclass the parser of its `kind` (the kind of its settings model in runner/backends/workloads/)."""
-    if not KIND_RE.match(cls.kind or ""):
-        raise TypeError("%s: kind %r is not a name (letters, digits, _)" % (cls.__name__, cls.kind))
-    if cls.kind in PARSERS and PARSERS[cls.kind] is not cls:
-        raise TypeError("workload parser %r is registered twice: by %s and by %s"
-                        % (cls.kind, PARSERS[cls.kind].__name__, cls.__name__))
-    PARSERS[cls.kind] = cls
-    return cls
-
-
-class Parser(object):
-    """Fed line by line; `outcome()` says what was found. A parser of a new kind subclasses it, sets `kind`,
-    implements `feed` (calling Parser.feed) and `measured`, and is decorated with @register."""
-
-    kind = ""
-
-    def __init__(self, config):
-        self.config = config
-        self.lines = 0
-        self.records = 0
-        self.definitions = {}  # metric -> {how, unit}: how this parser obtained each figure it gives
-        # metric -> the resolution its figure was printed at, in the store's unit (a mean of printed values, a
-        # scale, a figure derived from another carry it along): the controller counts it as uncertainty
-        self.resolution = {}
-
-    def feed(self, line):
-        self.lines += 1
-
-    def measured(self):
-        """(metrics in the store's names, figures of the user's naming, notes, problem or None)."""
-        raise NotImplementedError
-
-    def outcome(self):
-        metrics, figures, notes, problem = self.measured()
-        if problem is None:
-            problem = out_of_domain(metrics, figures)
-        if problem is None:
-            missing = [name for name in self.config.get("require", ()) if metrics.get(name) is None
-                       and (figures.get(name) or {}).get("value") is None]
-            if missing:
-                problem = "found no %s in %s" % (" or ".join(missing), self.where())
-        notes = dict(notes, records=self.records, lines=self.lines)
-        definitions = dict((k, v) for k, v in self.definitions.items() if metrics.get(k) is not None
-                           or (figures.get(k) or {}).get("value") is not None)
-        resolution = dict((k, q) for k, q in self.resolution.items() if q and metrics.get(k) is not None)
-        return {"metrics": metrics, "figures": figures, "notes": notes, "problem": problem,
-                "definitions": definitions, "resolution": resolution}
-
-    def where(self):
-        source = self.config.get("file")
-        what = "%d %s lines" % (self.records, self.kind) if self.records else "no %s line" % self.kind
-        return "%s (%s among %d lines)" % ("the log file %s" % source if source else "the program's output",
-                                          what, self.lines)
-
 
 @register
 class MllogParser(Parser):
@@ -151,7 +91,12 @@ class MllogParser(Parser):
                 if reading(value.get(name)) is not None:
                     self.losses.append(reading(value.get(name)))
                     self.loss_quantum = quantum(value.get(name))
+                    self.loss(value.get(name), "mllog: tracked_stats %s" % name)
                     break
+        elif key in MLLOG_LOSS_KEYS and reading(value) is not None:  # a loss logged as its own event
+            self.losses.append(reading(value))
+            self.loss_quantum = quantum(value)
+            self.loss(value, "mllog: %s events" % key)
         elif key == "eval_accuracy" and reading(value) is not None:
             self.accuracy = reading(value)
             self.accuracy_quantum = quantum(value)
@@ -261,10 +206,25 @@ class DlloggerParser(Parser):
                     return key, DLLOGGER_KEYS[metric]
         return None, DLLOGGER_KEYS.get(metric, ())
 
+    def keep_losses(self):
+        """Every value of the loss key (the one `keys` names, else the first of the usual ones logged per step, else
+        in the summary record): each step's, then the summary's."""
+        keys = self.config.get("keys") or {}
+        names = (keys["loss_end"],) if "loss_end" in keys else DLLOGGER_KEYS["loss_end"]
+        key = next((k for k in names if k in self.series), None) or next((k for k in names if k in self.summary), None)
+        if key is None:
+            return
+        where = "dllogger: %s" % key
+        for value in self.series.get(key, ()):
+            self.loss(value, where)
+        if reading(self.summary.get(key)) is not None:
+            self.loss(reading(self.summary[key]), where)
+
     def measured(self):
         skip = int(self.config.get("skip", 1))
         metrics = {}
         notes = {"keys": {}, "parameters": self.parameters}
+        self.keep_losses()
         problem = None
         for metric in ("throughput", "accuracy", "loss_end", "window_s"):
             key, _ = self._key(metric)
@@ -347,6 +307,8 @@ class PatternParser(Parser):
                         self.ambiguous.setdefault(fig["name"], why)
                     continue
                 self.records += 1
+                if fig.get("metric") == "loss_end":
+                    self.loss(value * float(fig.get("scale", 1.0)), "pattern: figure %s" % fig["name"])
                 self.found[fig["name"]].append(value)
                 self.quanta[fig["name"]].append(text_quantum(text or "", fig.get("decimal", ".")))
 
@@ -379,7 +341,7 @@ class PatternParser(Parser):
             if value is not None:
                 printed, value = value, value * float(fig.get("scale", 1.0))
                 q = q * abs(float(fig.get("scale", 1.0)))
-                if not math.isfinite(value) and problem is None:
+                if not math.isfinite(value) and problem is None and fig.get("metric") != "loss_end":
                     problem = ("figure %s: the program printed %r, not a finite number (never skipped for an earlier "
                                "value)" % (name, printed) if not math.isfinite(printed) else
                                "figure %s: %s x %s is not a finite number" % (name, printed, fig.get("scale")))
@@ -415,29 +377,3 @@ class PatternParser(Parser):
                     self.config.get("items_per_step_text") or per_step, self.definitions["iter_time"]["how"]),
                 "unit": "%s/s" % (self.config.get("items") or "items")}
         return metrics, figures, notes, problem
-
-
-def make(config):
-    """The parser a normalised configuration names: a built-in one, or the one the module parser_KIND.py of
-    this package registers (imported the first time the kind is asked for)."""
-    kind = config["kind"]
-    if kind not in PARSERS and KIND_RE.match(kind):
-        try:
-            importlib.import_module(".parser_" + kind, __package__)
-        except ImportError as e:
-            if getattr(e, "name", None) != "%s.parser_%s" % (__package__, kind):
-                raise ValueError("the workload parser module parser_%s.py cannot be imported here: %s" % (kind, e))
-    if kind not in PARSERS:
-        raise ValueError("no workload parser %r in this benchmark (it has %s)" % (kind, ", ".join(known_kinds())))
-    return PARSERS[kind](config)
-
-
-def known_kinds():
-    """Every kind this benchmark has: registered, or in a parser_KIND.py module of this package (a zipapp too)."""
-    import pkgutil
-    package = importlib.import_module(__package__)
-    found = set(PARSERS)
-    for _, name, _ in pkgutil.iter_modules(getattr(package, "__path__", [])):
-        if name.startswith("parser_"):
-            found.add(name[len("parser_"):])
-    return sorted(found)

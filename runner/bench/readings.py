@@ -154,6 +154,73 @@ DLLOG_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "seconds": 1.0, "ms": 1e-3, "
                     "min": 60.0, "minutes": 60.0, "h": 3600.0, "hours": 3600.0}
 
 
+class LossSeen(object):
+    """Every loss a program's output gave, in the order given, summarised for admission (docs/admission.md): how many,
+    the first that was not finite (its place among them, and what it was: the result's strict JSON cannot hold a NaN),
+    the first and the last finite one and the largest in magnitude. A long run logs a loss per step: the summary, not
+    the list, travels in the result (`metrics.loss_seen`)."""
+
+    def __init__(self, source=""):
+        self.source = source   # where the losses were read, in words: "mllog: tracked_stats loss"
+        self.count = 0
+        self.nonfinite = 0
+        self.first_nonfinite_at = None
+        self.first_nonfinite = None
+        self.finite_before = None  # the last finite loss before the first that was not
+        self.first = self.first_at = self.last = self.largest = self.largest_at = None
+
+    def add(self, value):
+        """One more loss (a number, a numeric string or a 0-d tensor; anything else is no loss)."""
+        if value is None or isinstance(value, bool):
+            return
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return
+        self.count += 1
+        if not math.isfinite(value):
+            self.nonfinite += 1
+            if self.first_nonfinite_at is None:
+                self.first_nonfinite_at, self.first_nonfinite = self.count, repr(value)
+                self.finite_before = self.last
+            return
+        if self.first is None:
+            self.first, self.first_at = value, self.count
+        self.last = value
+        if self.largest is None or abs(value) > abs(self.largest):
+            self.largest, self.largest_at = value, self.count
+
+    def record(self):
+        """metrics.loss_seen, or None when no loss was seen."""
+        if not self.count:
+            return None
+        return {"count": self.count, "from": self.source, "nonfinite": self.nonfinite,
+                "first_nonfinite_at": self.first_nonfinite_at, "first_nonfinite": self.first_nonfinite,
+                "finite_before": self.finite_before, "first": self.first, "first_at": self.first_at, "last": self.last, "largest": self.largest,
+                "largest_at": self.largest_at}
+
+
+def ordinal(n):
+    """1st, 2nd, 3rd, 4th, 11th, 22nd."""
+    if 10 <= n % 100 <= 20:
+        return "%dth" % n
+    return "%d%s" % (n, {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th"))
+
+
+def loss_words(record):
+    """A loss record's non-finite loss in words, bench's reason for a diverged training ("loss became nan at the 2nd
+    of the 4 losses read (mllog: tracked_stats loss); last finite loss 1.9"), or None when every loss was finite."""
+    if not record or not record.get("nonfinite"):
+        return None
+    at, count = record["first_nonfinite_at"], record["count"]
+    text = "loss became %s at the %s of the %d loss%s read%s" % (
+        record.get("first_nonfinite") or "NaN or infinite", ordinal(at), count, "" if count == 1 else "es",
+        " (%s)" % record["from"] if record.get("from") else "")
+    before = record.get("finite_before")
+    return text + ("; last finite loss %.4g before it" % before if isinstance(before, (int, float)) else
+                   "; no finite loss before it")
+
+
 def text_quantum(text, decimal="."):
     """The resolution of a number as the program printed it, by the figure's decimal mark (1.234,5 with ",")."""
     t = text.strip()

@@ -7,7 +7,8 @@ environment knows ({python}: this interpreter; {output}: a fresh folder for this
 with its argv as a list (no shell: every value reaches it verbatim), passes all of its output through to
 stderr while the parser reads it, and prints the one MATRIX_RESULT line bench prints: the parser's figures
 in the store's names, the program's exit status, the environment capture. Like bench: rank 0 prints the
-line, stdout carries nothing else, and the exit status is bench's (0 ok, 1 failed, 3 oom, 4 unsupported).
+line, stdout carries nothing else, and the exit status is bench's (0 ok, 1 failed, 3 oom, 4 unsupported, 5 diverged:
+a loss the parser read was NaN or infinite).
 """
 
 import collections
@@ -23,8 +24,9 @@ import time
 
 from . import parsers
 from .bounded import BoundedFeed, Updates
-from .contract import EXIT_BAD_ARGS, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, SCHEMA
+from .contract import EXIT_BAD_ARGS, EXIT_DIVERGED, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, SCHEMA
 from .parser_matrix import MatrixParser
+from .readings import loss_words
 
 SPEC_VERSION = 1
 MAX_LINE = 1 << 20  # a line longer than this (a progress bar without newlines) is read in pieces
@@ -32,7 +34,8 @@ TAIL_LINES = 40
 # What an out-of-memory failure prints: PyTorch's CUDA and CPU allocators, cuBLAS, Python, HIP.
 OOM_TEXT = re.compile(r"CUDA out of memory|OutOfMemoryError|HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
                       r"can't allocate memory|\bMemoryError\b|out of memory", re.IGNORECASE)
-STATUS_EXIT = {"ok": EXIT_OK, "failed": EXIT_FAILED, "oom": EXIT_OOM, "unsupported": EXIT_UNSUPPORTED}
+STATUS_EXIT = {"ok": EXIT_OK, "failed": EXIT_FAILED, "oom": EXIT_OOM, "unsupported": EXIT_UNSUPPORTED,
+               "diverged": EXIT_DIVERGED}
 
 
 def say(text):
@@ -274,19 +277,26 @@ def capture(values):
 
 
 def judge(returncode, found, tail, parser):
-    """(status, reason) of the repeat from the program's exit status and what the parser found."""
+    """(status, reason) of the repeat from the program's exit status and what the parser found. A loss the parser
+    read that was NaN or infinite makes it `diverged`, as bench's own training would be, whatever else went wrong
+    after it (a program that stops on a NaN loss), out of memory excepted."""
     child = parser.result if isinstance(parser, MatrixParser) else None
+    diverged = loss_words(found.get("losses"))
     if returncode != 0:
         oom = oom_reason(returncode, tail)
         if oom:
             return "oom", oom
-        if child and child.get("status") in ("oom", "unsupported", "failed"):
+        if diverged:
+            return "diverged", "%s; the program then exited with status %d" % (diverged, returncode)
+        if child and child.get("status") in ("oom", "unsupported", "failed", "diverged"):
             return child["status"], child.get("reason") or "exit status %d" % returncode
         if returncode < 0:
             return "failed", "the program was killed by signal %d: %s" % (-returncode, last_line(tail))
         return "failed", "the program exited with status %d: %s" % (returncode, last_line(tail))
     if child and child.get("status") not in (None, "ok"):
         return str(child["status"]), child.get("reason") or ""
+    if diverged:
+        return "diverged", "%s parser: %s" % (parser.kind, diverged)
     if found["problem"]:
         return "failed", "%s parser: %s; last line: %s" % (parser.kind, found["problem"], last_line(tail))
     return "ok", None
@@ -310,6 +320,8 @@ def build_result(spec, parser, found, status, reason, returncode, argv, seconds,
         metrics["definitions"] = found["definitions"]
     if found.get("resolution"):  # the printed resolution of each figure (docs/admission.md)
         metrics["resolution"] = found["resolution"]
+    if found.get("losses"):  # every loss the parser read, summarised: admission judges them (docs/admission.md)
+        metrics["loss_seen"] = found["losses"]
     try:
         import resource
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

@@ -291,3 +291,161 @@ def test_a_finite_record_is_not_believed_beside_a_kept_nan(said: Any) -> None:
     fine = gpu_row(finite={"all": said}, window_s=2.3, images=4533.74 * 2.3, losses=[7.08, 7.05, 7.0, 6.9, 6.8],
                    loss_at={"1": 7.03, "2": 7.08, "5": 6.8})
     assert Repeat.of(StoredRepeat.of(fine)).ok
+
+
+def program_row(metrics: dict[str, Any], program_s: float = 30.0) -> dict[str, Any]:
+    """A user's program's repeat as the launcher stores it (its parser named in raw.workload)."""
+    row = rows_for("k", [1.0])[0]
+    row["metrics"] = {"window_s": None, **metrics}
+    row["raw"] = {"params": {}, "workload": {"parser": "pattern", "program_s": program_s}}
+    return row
+
+
+def seen(losses: list[float], source: str = "pattern: figure loss") -> dict[str, Any]:
+    """metrics.loss_seen as the launcher records it (runner/bench/readings.py LossSeen)."""
+    from runner.bench.readings import LossSeen
+
+    kept = LossSeen(source)
+    for v in losses:
+        kept.add(v)
+    record = kept.record()
+    assert record is not None
+    return record
+
+
+@pytest.mark.parametrize(("losses", "exploded", "words"), [
+    ([2.3, 2.3e30], True, "the loss grew 1e+30-fold, from 2.3 (the 1st of the 2 losses read (pattern: figure loss)) "
+                          "to 2.3e+30 (the 2nd); "),
+    ([2.5, 2500.0], False, ""),                       # exactly 1,000-fold: the rule is "more than"
+    ([2.5, 2500.1], True, "1e+03-fold"),
+    ([0.001, 5.0], False, ""),                        # near zero: held to 1, so 5,000x of 0.001 is not exploding
+    ([0.001, 1500.0], True, "1.5e+03-fold, from 0.001, counted as 1 (the 1st"),
+    ([0.0, 0.5, 999.0], False, ""),                   # a first loss of exactly 0
+    ([-5.0, -40.0], False, ""),                       # a negative objective falling as it should
+    ([-5.0, -6000.0], True, "the loss's magnitude grew 1.2e+03-fold, from -5 "),
+    ([-5.0, 5001.0], True, "the loss grew 1e+03-fold, from -5 "),
+    ([1e6, 3.0, 9e8], False, ""),                     # a large first loss: judged on its own scale
+    ([10.0, 0.001], False, ""),                       # a falling loss
+], ids=["issue", "at-1000x", "over-1000x", "near-zero", "near-zero-far", "zero", "negative", "negative-runaway",
+        "sign-flip", "large-start", "falling"])
+def test_an_exploding_loss_is_diverged_by_one_documented_rule(losses: list[float], exploded: bool, words: str) -> None:
+    rep = Repeat.of(StoredRepeat.of(program_row({"throughput": 50.0, "loss_seen": seen(losses)})))
+    if exploded:
+        assert rep.status == "diverged" and rep.reason.startswith("diverged: ") and words in rep.reason, rep.reason
+        assert rep.reason.endswith("more than 1,000-fold is an exploding training")
+    else:
+        assert rep.ok, rep.reason
+        assert next(c for c in rep.checks if c.name == "growth").passed is True
+
+
+def test_an_exploding_loss_in_benchs_own_record_is_diverged_with_the_step_it_reached() -> None:
+    """bench keeps the ladder from step 1 and every window loss; the window's loss i is at step steps - n + i + 1."""
+    row = rows_for("k", [100.0])[0]
+    row["metrics"].update(images=100.0, steps=8, iterations=5, loss_start=2.28, loss_at={"1": 2.28, "2": 5.0},
+                          losses=[40.0, 900.0, 2.0e5, 3.1e7, 2.9e9])
+    rep = Repeat.of(StoredRepeat.of(row))
+    assert rep.status == "diverged"
+    assert rep.reason == ("diverged: the loss grew 1.27e+09-fold, from 2.28 (training step 1) to 2.9e+09 (training "
+                          "step 8); more than 1,000-fold is an exploding training")
+    row["metrics"]["losses"] = [2.2, 2.1, 2.0, 1.9, 1.8]
+    assert Repeat.of(StoredRepeat.of(row)).ok
+
+
+def test_a_parsers_record_of_a_non_finite_loss_is_diverged_on_an_ok() -> None:
+    """The launcher says diverged itself; a stored ok carrying the record (an older launcher, an import) is too."""
+    rep = Repeat.of(StoredRepeat.of(program_row({"throughput": 50.0, "loss_end": 1.8,
+                                                 "loss_seen": seen([2.3, math.nan, 1.9, 1.8], "mllog: tracked_stats loss")})))
+    assert rep.status == "diverged"
+    assert rep.reason == ("diverged: the loss became nan at the 2nd of the 4 losses read (mllog: tracked_stats "
+                          "loss)")
+    broken = program_row({"throughput": 50.0, "loss_seen": {"count": 3, "nonfinite": 1}})
+    assert Repeat.of(StoredRepeat.of(broken)).status == "diverged"
+
+
+@pytest.mark.parametrize(("row", "admitted", "words"), [
+    ({"throughput": 1e-300, "window_s": 2.0, "images": 2e-300}, False,
+     "less than one item measured: 1e-300 items/s over its 2 s window is 2e-300 items"),
+    ({"throughput": 0.4, "window_s": 2.0, "images": 0.8}, False, "0.4 items/s over its 2 s window is 0.8 items"),
+    ({"throughput": 0.5, "window_s": 2.0, "images": 1.0}, True, ""),
+], ids=["1e-300", "0.8-items", "one-item"])
+def test_a_figure_of_less_than_one_item_in_its_window_is_refused(row: dict[str, Any], admitted: bool,
+                                                                 words: str) -> None:
+    base = rows_for("k", [1.0])[0]
+    base["metrics"] = row
+    rep = Repeat.of(StoredRepeat.of(base))
+    assert rep.ok is admitted and words in rep.reason, rep.reason
+    if not admitted:
+        assert rep.status == "refused"
+
+
+def test_a_programs_figure_is_held_to_one_item_over_its_window_or_its_whole_run() -> None:
+    """A program's own window when it says one; else the program's whole run, the longest its window can have been
+    (a rate of 5 samples/s from a program that ran 0.05 s counted a quarter of a sample)."""
+    unit = {"definitions": {"throughput": {"how": "pattern", "unit": "samples/s"}}}
+    short = Repeat.of(StoredRepeat.of(program_row({"throughput": 5.0, **unit}, program_s=0.05)))
+    assert short.status == "refused"
+    assert short.reason == "less than one item measured: 5 samples/s over the program's whole 0.05 s window is 0.25 items"
+    assert Repeat.of(StoredRepeat.of(program_row({"throughput": 5.0}, program_s=1.0))).ok
+    own = Repeat.of(StoredRepeat.of(program_row({"throughput": 5.0, "window_s": 0.1}, program_s=60.0)))
+    assert own.status == "refused" and "over its 0.1 s window is 0.5 items" in own.reason
+    # A window a log's milliseconds wrote as 0: the program's run bounds it.
+    assert Repeat.of(StoredRepeat.of(program_row({"throughput": 5.0, "window_s": 0.0}, program_s=2.0))).ok
+
+
+def test_a_real_training_whose_loss_explodes_is_diverged_everywhere_admission_shows(tmp_path: Path) -> None:
+    """The benchmark's own tiny training at a huge learning rate (AdamW at lr 1e4: its loss climbs from 2.28 to about
+    2e30 in 5 steps, every value finite, the repeat stored ok) beside the same training at its usual rate: `matrix
+    run` counts it diverged, `matrix show` says what grew by how much, the report's JSON lists it not admitted, and
+    compare calls the pair a regression of outcome, never a speed."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from runner import cli
+
+    m = tmp_path / "m.yaml"
+    m.write_text("environments: [{name: cpu, backend: local, env: {OMP_NUM_THREADS: '1'}}]\n"
+                 "axes: {model: [mlp], precision: [fp32], batch_size: [16], dataset: [synthetic], device: [cpu],\n"
+                 "       optimizer: [adamw], lr: [0.0006, 10000.0], threads: [1]}\n"
+                 "run: {iterations: 5, warmup: 0, repeats: 1}\n")
+    db = tmp_path / "r.db"
+    run = CliRunner().invoke(cli.app, ["run", "-m", str(m), "--db", str(db)], terminal_width=250)
+    assert run.exit_code == 3, run.output  # not everything measured counts
+    assert "1 diverged" in run.output and "the loss grew" in run.output
+    stored = {r["params"]["lr"]: r for r in (s.columns() for s in _rows(db))}
+    assert stored[10000.0]["status"] == "ok" and stored[0.0006]["status"] == "ok"  # the benchmark said ok
+    losses = stored[10000.0]["metrics"]["losses"]
+    assert all(math.isfinite(v) for v in losses) and losses[-1] > 1e20 * losses[0]
+    show = CliRunner().invoke(cli.app, ["show", "--db", str(db)], terminal_width=250)
+    assert show.exit_code == 0, show.output
+    line = next(ln for ln in show.output.splitlines() if "diverged" in ln)
+    assert "the loss grew" in line and "-fold" in line
+    out = tmp_path / "report"
+    report = CliRunner().invoke(cli.app, ["report", "--db", str(db), "--format", "json", "--out", str(out)])
+    assert report.exit_code == 0, report.output
+    (bad,) = json.loads((out / "report.json").read_text())["not_admitted"]
+    assert bad["status"] == "diverged" and bad["stored_status"] == "ok"
+    assert bad["admission"].startswith("diverged: the loss grew ") and "(training step 1) to " in bad["admission"]
+    assert bad["admission"].endswith("(training step 5); more than 1,000-fold is an exploding training")
+
+
+def _rows(db: Path) -> list[StoredRepeat]:
+    from runner.store import Store
+
+    with Store(db, readonly=True) as store:
+        return list(store.rows())
+
+
+@pytest.mark.parametrize(("record", "status"), [
+    ({"count": math.inf, "nonfinite": 1, "first_nonfinite_at": math.nan, "first_nonfinite": "nan"}, "diverged"),
+    ({"count": "x", "nonfinite": 2}, "diverged"),
+    ({"first": 1.0, "largest": 1e9, "largest_at": -3, "first_at": 1e300}, "diverged"),
+    ({"first": "2.3", "largest": None, "nonfinite": None}, "ok"),
+    ({"nonfinite": 0, "first": 2.3, "largest": 2.3}, "ok"),
+    ("not a record", "ok"),
+], ids=["inf-count", "text-count", "odd-places", "text-values", "healthy", "not-a-mapping"])
+def test_a_loss_record_read_from_a_file_is_judged_without_a_crash(record: Any, status: str) -> None:
+    """An imported file's `metrics.loss_seen` may hold anything: admission judges what it can, in one line."""
+    rep = Repeat.of(StoredRepeat.of(program_row({"throughput": 50.0, "loss_seen": record})))
+    assert rep.status == status, rep.reason
+    assert "\n" not in rep.reason

@@ -50,5 +50,15 @@ class EraBox:
         result = json.loads(lines[-1][len("MATRIX_RESULT "):]) if lines else {}
         return BenchRun(code, text, result)
 
+    def workload(self, argv: list[str], parser: dict[str, Any]) -> BenchRun:
+        """The workload launcher (`bench.pyz workload SPEC`) running `argv` (its {python} this era's interpreter)."""
+        spec = {"v": 1, "name": "t", "argv": argv, "values": {}, "files": None, "params": {}, "parser": parser}
+        code, (out, err) = self.container.exec_run([self.recipe.interpreter, "/tmp/matrix-bench.pyz", "workload",
+                                                    json.dumps(spec)], demux=True)
+        stdout = (out or b"").decode(errors="replace")
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("MATRIX_RESULT ")]
+        result = json.loads(lines[-1][len("MATRIX_RESULT "):]) if lines else {}
+        return BenchRun(code, stdout + (err or b"").decode(errors="replace"), result)
+
     def remove(self) -> None:
         self.container.remove(force=True)

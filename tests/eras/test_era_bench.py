@@ -125,3 +125,33 @@ def test_warm_up_until_steady_calibration_and_cpu_facts_in_old_releases(era: str
     feats = r["env"]["cpu_features"]
     assert feats["flags_read"] and "avx2" in feats["flags"] and feats["cpus_granted"] >= 1
     assert r["precision"]["cpu_math"]["native"] is True and r["precision"]["cpu_math"]["unit"].startswith("fp32")
+
+
+# A program's losses, as each parser reads them in this era (json.dumps writes NaN and -Infinity): the braces doubled,
+# as argv's placeholders want.
+LOSS_PROGRAMS = {
+    "pattern": ("print('step 0: loss 2.3, 500 samples/s'); print('step 1: loss nan, 500 samples/s'); "
+                "print('step 2: loss 1.9, 500 samples/s')",
+                {"kind": "pattern", "figures": {"loss": {"regex": r"loss (\S+),"},
+                                                "throughput": {"regex": r"(\S+) samples/s", "unit": "samples/s"}}},
+                "pattern parser: loss became nan at the 2nd of the 3 losses read (pattern: figure loss)"),
+    "mllog": ("import json\nfor i, l in enumerate([2.3, float('-inf'), 1.9]): print(':::MLLOG ' + json.dumps("
+              "{{'key': 'tracked_stats', 'time_ms': i, 'value': {{'throughput': 500.0, 'loss': l}}}}))",
+              {"kind": "mllog", "skip": 0}, "mllog parser: loss became -inf at the 2nd of the 3 losses read"),
+    "measure": ("import time\nfrom matrix_bench import measure\nw = measure.start('cpu')\ntime.sleep(0.05)\n"
+                "measure.report(w, items=64, loss=1.9, losses=[2.3, float('inf'), 1.9])",
+                {"kind": "matrix"}, "loss became inf at the 2nd of the 3 losses read (measure: the losses the script"),
+}
+
+
+@pytest.mark.parametrize("kind", list(LOSS_PROGRAMS))
+def test_2018_a_programs_non_finite_loss_makes_the_launcher_say_diverged(box_2018: EraBox, kind: str) -> None:
+    """Python 3.6 and PyTorch 1.0: every parser keeps every loss it reads (LossSeen), the launcher and
+    matrix_bench.measure say diverged (exit 5) for a NaN or an infinity at step 2 of 3, finite after it."""
+    from tests.workloads.test_repeat_output import config
+
+    program, parser, words = LOSS_PROGRAMS[kind]
+    run = box_2018.workload([box_2018.recipe.interpreter, "-c", program], config(parser))
+    assert run.code == 5 and run.result["status"] == "diverged", run.output
+    assert run.result["reason"].startswith(words), run.result["reason"]
+    assert run.result["metrics"]["loss_seen"]["nonfinite"] == 1 and "Traceback" not in run.output

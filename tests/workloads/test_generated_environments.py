@@ -83,9 +83,9 @@ environments:
   - name: b
     backend: local
     env: {TORCH_SHOW_CPP_STACKTRACES: "1"}
-    workload: {argv: ["{python}", "-c", "print('speed 5 img/s')", "--fast", "{batch_size}"]}
+    workload: {argv: ["{python}", "-c", "print('speed 500 img/s')", "--fast", "{batch_size}"]}
 workload:
-  argv: ["{python}", "-c", "print('speed 5 img/s')", "{batch_size}"]
+  argv: ["{python}", "-c", "print('speed 500 img/s')", "{batch_size}"]
   parser: {kind: pattern, figures: {throughput: {regex: 'speed ([0-9]+)', unit: img/s}}}
 axes: {batch_size: [8]}
 run: {repeats: 1, timeout: 120}

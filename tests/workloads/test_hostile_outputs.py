@@ -1,5 +1,5 @@
 """A figure the repeat did not produce, or one outside its metric's domain, is never stored `ok`: a NaN the
-program logged is not skipped for an earlier value, a rate at or below zero is refused, a DLLogger summary wins
+program logged is not skipped for an earlier value (a loss makes the repeat diverged, another figure fails it), a rate at or below zero is refused, a DLLogger summary wins
 over per-step keys as documented and its time unit is converted, and a log file that is a FIFO, a device or
 another user's file is refused without hanging the launcher."""
 
@@ -16,6 +16,7 @@ import pytest
 
 from runner.bench import parsers
 from runner.bench import workload as launcher
+from runner.bench.workload import judge
 from tests.workloads.test_repeat_output import config, repeat
 
 
@@ -34,21 +35,30 @@ PATTERN = {"kind": "pattern", "figures": {"loss": {"regex": r"loss (\S+)"},
 def test_a_nan_the_program_printed_last_is_never_skipped_for_an_earlier_value(reduce: str) -> None:
     cfg = config({"kind": "pattern", "figures": {"loss": {"regex": r"loss (\S+)", "reduce": reduce},
                                                  "throughput": {"regex": r"(\S+) img/s", "unit": "img/s"}}})
-    found = feed(cfg, ["loss 2.0", "100 img/s", "loss nan"])
-    assert found["problem"] and "nan" in found["problem"], found
+    parser = parsers.make(cfg)
+    for line in ["loss 2.0", "100 img/s", "loss nan"]:
+        parser.feed(line)
+    found = parser.outcome()
+    assert found["losses"]["nonfinite"] == 1, found  # a loss: the training diverged
+    assert judge(0, found, [], parser) == ("diverged", "pattern parser: loss became nan at the 2nd of the 2 losses "
+                                                       "read (pattern: figure loss); last finite loss 2 before it")
+    own = config({"kind": "pattern", "figures": {"ppl": {"regex": r"ppl (\S+)", "reduce": reduce, "better": "lower"},
+                                                 "throughput": {"regex": r"(\S+) img/s", "unit": "img/s"}}})
+    found = feed(own, ["ppl 2.0", "100 img/s", "ppl nan"])
+    assert found["problem"] and "nan" in found["problem"], found  # a figure of the user's own: a broken figure
 
 
 def mllog(*events: dict[str, Any]) -> list[str]:
     return [":::MLLOG " + json.dumps(e) for e in events]
 
 
-def test_an_mllog_nan_accuracy_or_loss_fails_the_repeat_rather_than_keeping_the_earlier_one() -> None:
+def test_an_mllog_nan_accuracy_fails_and_a_nan_loss_diverges_rather_than_keeping_the_earlier_one() -> None:
     base = [{"key": "run_start", "time_ms": 0}, {"key": "tracked_stats", "value": {"throughput": 100.0, "loss": 2.0}},
             {"key": "tracked_stats", "value": {"throughput": 110.0, "loss": 1.0}}]
     stop = {"key": "run_stop", "time_ms": 1000, "metadata": {"status": "success"}}
     diverged = feed(config({"kind": "mllog"}), mllog(*base, {"key": "tracked_stats", "value": {"throughput": 120.0,
                                                                                               "loss": float("nan")}}, stop))
-    assert diverged["problem"] and "loss_end" in diverged["problem"]
+    assert diverged["losses"]["nonfinite"] == 1 and diverged["losses"]["first_nonfinite_at"] == 3
     eval_nan = feed(config({"kind": "mllog"}), mllog(*base, {"key": "eval_accuracy", "value": 0.7},
                                                      {"key": "eval_accuracy", "value": float("nan")}, stop))
     assert eval_nan["problem"] and "accuracy" in eval_nan["problem"]

@@ -5,6 +5,7 @@ benchmark and run end to end by `matrix run` on this host; the two registries na
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,6 +64,22 @@ def test_a_toy_parser_runs_a_real_workload_end_to_end(keyvalue: None, tmp_path: 
     assert row["metrics"]["definitions"]["throughput"] == {"how": "keyvalue: the last line throughput=VALUE",
                                                            "unit": "samples/s"}
     assert row["raw"]["workload"]["found"]["names"] == ["loss_end", "throughput"]
+
+
+def test_a_toy_parsers_nan_loss_makes_the_repeat_diverged(keyvalue: None, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parser of a new kind hands its losses to `loss()`: a NaN among them (its last loss finite) is diverged."""
+    printed = "print('throughput=40.5'); print('loss_end=2.3'); print('loss_end=nan'); print('loss_end=1.0')"
+    (tmp_path / "m.yaml").write_text(MATRIX.replace(
+        "\"print('warming up'); print('throughput={batch_size}0.5'); print('loss_end=0.25')\"", json.dumps(printed)))
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(app, ["run", "-m", "m.yaml", "--db", "r.db", "--workdir", "w"])
+    assert done.exit_code == 3, done.output
+    (row,) = rows(tmp_path / "r.db")
+    assert row["status"] == "diverged", row["reason"] + row["log_tail"]
+    assert row["reason"] == ("keyvalue parser: loss became nan at the 2nd of the 3 losses read (keyvalue: loss_end "
+                             "lines); last finite loss 2.3 before it")
+    assert "diverged" in done.output
 
 
 def test_the_toy_kind_owns_its_settings_and_is_known_only_while_registered(keyvalue: None, tmp_path: Path) -> None:

@@ -3,10 +3,11 @@ the launcher's side. Shipped in the benchmark as parser_keyvalue.py beside parse
 a matrix names the kind `keyvalue`. Standard library only, Python 3.6 syntax.
 
 It reads lines `name=value` (the last value of a name wins); the names its settings list under `metrics` are
-the store's metrics (throughput, loss_end, ...), each required."""
+the store's metrics (throughput, loss_end, ...), each required. Every `loss_end=` line is a loss the training
+reported, handed to `loss()` as printed (NaN included): a NaN among them makes the repeat diverged."""
 
 from .parsers import Parser, register
-from .readings import number
+from .readings import number, reading
 
 
 @register
@@ -21,6 +22,8 @@ class KeyvalueParser(Parser):
     def feed(self, line):
         Parser.feed(self, line)
         name, sep, value = line.strip().partition("=")
+        if sep and name.strip() == "loss_end" and reading(value) is not None:
+            self.loss(reading(value), "keyvalue: loss_end lines")
         if sep and number(value) is not None:
             self.records += 1
             self.values[name.strip()] = number(value)
