@@ -195,7 +195,7 @@ def span_words(change: Change, metric: Metric) -> str:
     (95%)'; for a metric without speed words, "B's peak memory is 2.0%-6.1% higher (95%)". '' without an interval."""
     if not change.has_interval or change.low <= 0 or math.isinf(change.high):
         return ""
-    level = f"{change.confidence:.0%}"
+    level = f"{change.confidence * 100:.3g}%"
     subject = "B is" if metric.better == "faster" else f"B's {metric.label} is"
     (wl, sl), (wh, sh) = _side_words(change.low, metric), _side_words(change.high, metric)
     if wl == wh:

@@ -48,11 +48,11 @@ def verdict(value: float | None, goal: float, n: int, std: float | None = None) 
             + (f"; about {t.needed} repeats would decide" if t.needed else ""))
 
 
-def ratio_verdict(row: Mapping[str, Any] | None, goal: float) -> str:
+def ratio_verdict(fp8: Mapping[str, Any] | None, goal: float) -> str:
     """FP8 over BF16 against its goal: met only where the ratio's interval lies at or above it."""
-    if row is None:
+    if fp8 is None:
         return "not measured yet"
-    ratio, low, high = (float(row.get(k) or math.nan) for k in ("ratio_to_bf16", "ratio_low", "ratio_high"))
+    ratio, low, high = (float(fp8.get(k) or math.nan) for k in ("ratio_to_bf16", "ratio_low", "ratio_high"))
     if not all(math.isfinite(x) for x in (ratio, low, high)):
         return f"undecided: {ratio:.2f}x without an interval (at least {LEAST} repeats a side needed)"
     if low >= goal:

@@ -97,7 +97,7 @@ def test_compare_the_gate_and_the_rule_change_read_one_ratio() -> None:
     assert math.isnan(rule.change(100.0, 0.0)) and math.isnan(rule.change(1e-300, 1e10))
 
 
-@pytest.mark.parametrize("values", [[1.0, 50.0, 400.0], [0.5, 0.6, 900.0], [3.0, 3000.0]])
+@pytest.mark.parametrize("values", [[1.0, 50.0, 400.0], [1.5, 1.6, 900.0], [3.0, 3000.0]])
 def test_every_interval_of_a_positive_figure_stays_above_zero(values: list[float]) -> None:
     st = an.describe(values, True)
     assert 0 < st.ci_low < st.mean < st.ci_high

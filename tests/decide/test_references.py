@@ -189,7 +189,7 @@ def test_verdict_json_is_stable_and_has_no_nan() -> None:
     assert doc["counts"] == {"pass": 1, "fail": 0, "undecided": 0}
     assert list(doc["verdicts"][0]) == ["reference", "cell_key", "cell", "metric", "unit", "expected", "verdict",
                                         "measured", "n", "ci_low", "ci_high", "margin", "statuses", "reason",
-                                        "undecided_policy", "p_value", "p_adjusted", "needed"]
+                                        "undecided_policy", "p_value", "p_adjusted", "needed", "confidence"]
     # One repeat is a value, not an interval: it rules nothing out, so it is undecided, never passed.
     m, df = cells_and_frame([110.0])
     one = json.loads(ref.to_json(ref.judge(m.references, m.cells(), df)))
