@@ -50,7 +50,8 @@ from runner.analysis.verdict import Verdict
 # `series`: the definition on its machine a point belongs to (runner/analysis/identity.py); `machine`: the store that
 # measured it ("" for this store); `boundary`: what changed from the name's previous point, when its definition did.
 COLUMNS = ["cell_key", "series", "machine", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "outcomes", "mean", "std",
-           "ci_low", "ci_high", "unit", "ratio", "p_value", "step", "change", "undecided", "boundary"]
+           "ci_low", "ci_high", "unit", "ratio", "ratio_low", "ratio_high", "p_value", "step", "direction", "change",
+           "undecided", "boundary"]
 
 
 def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
@@ -126,14 +127,17 @@ def _name_rows(timeline: list[tuple[int, str, list[str], pd.DataFrame]], m: Metr
         st = describe(ok[metric].to_numpy(dtype=float))
         ratio, p, step, change, why = (math.nan, math.nan, False, "", "") if prev is None else \
             versus(prev, g, m, metric, min_effect, alpha, test)
+        low, high = interval(prev, g, metric) if prev is not None else (math.nan, math.nan)
         boundary = what_changed(before[1], g) if before is not None and before[0] != series else ""
         first = g.iloc[0]
         rows.append({"cell_key": first["cell_key"], "series": series, "machine": first["_machine"],
                      **{k: first[k] for k in CELL_KEYS}, "point": count.get(series, 0), "run_id": runs[0],
                      "runs": ", ".join(runs), "date": float(g["started_at"].min()), "n": st.n,
                      "outcomes": Outcomes.of(g["status"]).words, "mean": st.mean, "std": st.std,
-                     "ci_low": st.ci_low, "ci_high": st.ci_high, "unit": unit_of(g, m), "ratio": ratio, "p_value": p,
-                     "step": step, "change": change, "undecided": why, "boundary": boundary})
+                     "ci_low": st.ci_low, "ci_high": st.ci_high, "unit": unit_of(g, m), "ratio": ratio, "ratio_low": low,
+                     "ratio_high": high, "p_value": p, "step": step,
+                     "direction": direction(prev, g, m, ratio) if step and prev is not None else "", "change": change,
+                     "undecided": why, "boundary": boundary})
         last[series], count[series], before = g, count.get(series, 0) + 1, (series, g)
     return rows
 
@@ -175,6 +179,26 @@ def versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, min
     if significant and outcomes is not None:
         change += f"; {before_here(outcomes.why)}"
     return ratio, diff.p_value, significant, change, before_here(diff.why) if not significant else ""
+
+
+def direction(before: pd.DataFrame, here: pd.DataFrame, m: Metric, ratio: float) -> str:
+    """Which way a step went, as a typed field for every view's colour and sign: 'better' or 'worse' by the ratio
+    and the metric's direction; for a change of outcomes (no ratio), the core's direction (comparable.outcome_change);
+    '' when neither says (one failure mode for another)."""
+    if ratio == ratio and ratio > 0:
+        return "better" if (ratio > 1) == m.higher_is_better else "worse"
+    oc = outcome_change(Outcomes.of(before["status"]), Outcomes.of(here["status"]))
+    return oc.direction if oc is not None else ""
+
+
+def interval(before: pd.DataFrame, here: pd.DataFrame, metric: str) -> tuple[float, float]:
+    """The 95% interval of a point's ratio over the previous one (significance.ratio_interval, the core's), over the
+    ok repeats of each; NaN where a side has fewer than two."""
+    a, b = (g[(g["status"] == "ok") & g[metric].notna()] for g in (before, here))
+    if len(a) < 2 or len(b) < 2:
+        return math.nan, math.nan
+    q = resolution.pair(_quanta(a, metric), _quanta(b, metric))
+    return significance.ratio_interval(a[metric].to_numpy(dtype=float), b[metric].to_numpy(dtype=float), quanta=(q, q))
 
 
 def _quanta(g: pd.DataFrame, metric: str) -> resolution.Quanta:

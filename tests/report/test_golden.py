@@ -43,7 +43,7 @@ def test_report_markdown_golden(report_dir: Path) -> None:
 def test_report_json_golden(report_dir: Path) -> None:
     text = (report_dir / "report.json").read_text()
     doc = json.loads(text)
-    assert doc["schema"] == 2 and doc["kind"] == "matrix-report"
+    assert doc["schema"] == 3 and doc["kind"] == "matrix-report"
     check_golden("report.json", text)
 
 
