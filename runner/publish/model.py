@@ -42,7 +42,7 @@ class Site:
     tables: list[dict[str, Any]] = field(default_factory=list)  # per machine, precision x batch size (tables.py)
     headline: str = ""                                           # the index's first sentence
     said: list[tuple[str, str]] = field(default_factory=list)    # each change against the run before: (sentence, tone)
-    charts: dict[str, Any] = field(default_factory=dict)         # the index's charts (runner/report/charts.py)
+    charts: dict[str, Any] = field(default_factory=lambda: {"latest": None, "changed": None})  # the index's charts
 
 
 def slug(*parts: Any) -> str:

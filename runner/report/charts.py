@@ -155,7 +155,7 @@ def ratios(rows: pd.DataFrame, metric: an.Metric, name: str = "answer", title: s
         return None
     alt = _alt()
     data["verdict"] = data["tone"].map(legend(metric))
-    base = alt.Chart(alt.Data(values=values(data[["label", "ratio", "ratio_low", "ratio_high", "verdict",
+    base = alt.Chart(alt.Data(values=values(data[["label", "ratio", "ratio_low", "ratio_high", "tone", "verdict",
                                                   "sentence"]])))
     y = alt.Y("label:N", sort=None, title=None, axis=alt.Axis(labelLimit=420))
     scale = alt.Scale(type="log", nice=False, padding=12)
@@ -185,7 +185,7 @@ def history(points: pd.DataFrame, metric: an.Metric, unit: str, name: str = "his
         return None
     alt = _alt()
     data["verdict"] = data["tone"].map(legend(metric))
-    cols = ["series", "when", "seq", "mean", "ci_low", "ci_high", "verdict", "step", "tip"]
+    cols = ["series", "when", "seq", "mean", "ci_low", "ci_high", "tone", "verdict", "step", "tip"]
     base = alt.Chart(alt.Data(values=values(data[cols])))
     pick = alt.selection_point(fields=["series"], bind="legend", name="pick_series")
     zoom = alt.selection_interval(bind="scales", name="zoom")
@@ -223,8 +223,8 @@ def latest(cells: pd.DataFrame, metric: an.Metric, unit: str, name: str = "lates
         return None
     alt = _alt()
     data["verdict"] = data["tone"].map(legend(metric))
-    base = alt.Chart(alt.Data(values=values(data[["label", "machine", "mean", "ci_low", "ci_high", "verdict",
-                                                  "tip"]])))
+    base = alt.Chart(alt.Data(values=values(data[["label", "machine", "mean", "ci_low", "ci_high", "tone",
+                                                  "verdict", "tip"]])))
     pick = alt.selection_point(fields=["machine"], bind="legend", name="pick_machine")
     zoom = alt.selection_interval(bind="scales", encodings=["x"], name="zoom")
     seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
