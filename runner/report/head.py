@@ -41,7 +41,7 @@ def totals(runs: list[dict[str, Any]], stored: int, shown: pd.DataFrame, n_cells
              f"{an.status_summary(counts)}")
     if stored == len(shown):
         return f"{plural(len(runs), 'run')}, {shows}"
-    text += f"; the tables show each repeat's newest row: {shows}"
+    text += f"; the tables show {len(shown)} of them (each repeat's newest row, each cell's newest definition): {shows}"
     if hidden_names:
         text += f" (older definitions of {plural(hidden_names, 'cell')} are listed, not averaged in)"
     return text
