@@ -159,14 +159,14 @@ def ratios(rows: pd.DataFrame, metric: an.Metric, name: str = "answer", title: s
                                                   "sentence"]])))
     y = alt.Y("label:N", sort=None, title=None, axis=alt.Axis(labelLimit=420))
     scale = alt.Scale(type="log", nice=False, padding=12)
-    x = alt.X("ratio:Q", scale=scale, title=f"B/A, {metric.label} (log scale; bars: {BAR})")
+    x = alt.X("ratio:Q", scale=scale, title=f"B/A of {metric.label}, log scale, with {BAR} bars")
     colour = alt.Color("verdict:N", scale=tone_scale(data["tone"], metric), title="verdict")
     bars = base.mark_rule(strokeWidth=2).encode(y=y, x=alt.X("ratio_low:Q", scale=scale), x2="ratio_high:Q",
                                                 color=colour).properties(name=MARKS["bars"])
     one = alt.Chart(alt.Data(values=[{"one": 1}])).mark_rule(strokeDash=[4, 3], color="#98a2b3").encode(x="one:Q")
     dots = base.mark_point(filled=True, size=90, opacity=1).encode(
         y=y, x=x, color=colour,
-        tooltip=[alt.Tooltip("sentence:N", title="verdict"), alt.Tooltip("ratio:Q", format=".3f", title="B/A"),
+        tooltip=[alt.Tooltip("sentence:N", title="in words"), alt.Tooltip("ratio:Q", format=".3f", title="B/A"),
                  alt.Tooltip("ratio_low:Q", format=".3f", title="95% low"),
                  alt.Tooltip("ratio_high:Q", format=".3f", title="95% high")]).properties(name=MARKS["points"])
     shown = [one, bars, dots] if data["ratio_low"].map(lambda v: v is not None and v == v).any() else [one, dots]
@@ -192,7 +192,7 @@ def history(points: pd.DataFrame, metric: an.Metric, unit: str, name: str = "his
     seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
     x = alt.X("when:T", title="run started (UTC)", scale=alt.Scale(padding=16),
               axis=alt.Axis(format="%Y-%m-%d %H:%M", labelAngle=-30))
-    y = alt.Y("mean:Q", title=f"{metric.label} ({unit}); bars: {BAR}", scale=alt.Scale(zero=False))
+    y = alt.Y("mean:Q", title=f"{metric.label} ({unit}), with {BAR} bars", scale=alt.Scale(zero=False))
     colour = alt.Color("series:N", title=None, legend=alt.Legend(labelLimit=600, columns=1, symbolLimit=40))
     line = base.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, order="seq:Q", opacity=seen)
     bars = base.mark_rule().encode(x=x, y="ci_low:Q", y2="ci_high:Q", color=colour, opacity=seen).properties(
@@ -229,7 +229,7 @@ def latest(cells: pd.DataFrame, metric: an.Metric, unit: str, name: str = "lates
     zoom = alt.selection_interval(bind="scales", encodings=["x"], name="zoom")
     seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
     y = alt.Y("label:N", sort=None, title=None, axis=alt.Axis(labelLimit=420))
-    x = alt.X("mean:Q", title=f"latest {metric.label} ({unit}); bars: {BAR}", scale=alt.Scale(zero=False))
+    x = alt.X("mean:Q", title=f"latest {metric.label} ({unit}), with {BAR} bars", scale=alt.Scale(zero=False))
     colour = alt.Color("verdict:N", scale=tone_scale(data["tone"], metric), title="against the run before")
     bars = base.mark_rule(strokeWidth=2).encode(y=y, x="ci_low:Q", x2="ci_high:Q", color=colour,
                                                 opacity=seen).properties(name=MARKS["bars"])
@@ -264,7 +264,7 @@ def by_batch(summary: pd.DataFrame, metric: an.Metric, unit: str) -> Chart | Non
     pick = alt.selection_point(fields=["series"], bind="legend", name="pick_series")
     seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
     x = alt.X("batch_size:O", title="batch size")
-    y = alt.Y("mean:Q", title=f"{metric.label} ({unit})")
+    y = alt.Y("mean:Q", title=f"{metric.label} ({unit}), with {BAR} bars")
     colour = alt.Color("series:N", title=None)
     line = base.mark_line().encode(x=x, y=y, color=colour, opacity=seen)
     bars = base.mark_rule().encode(x=x, y="ci_low:Q", y2="ci_high:Q", color=colour, opacity=seen).properties(
