@@ -281,6 +281,15 @@ def by_batch(summary: pd.DataFrame, metric: an.Metric, unit: str) -> Chart | Non
                    width=False)
 
 
+def ideal_lines(scale: pd.DataFrame) -> list[dict[str, float]]:
+    """The ideal speed-up lines' ends: a line's speed-up is over its own smallest layout, which need not be one
+    process, so ideal is processes / base; one line per distinct base, up to the largest layout."""
+    group = ["environment", "model", "precision", "batch_size", "dataset", "options"]
+    bases = sorted({int(b) for b in scale.groupby(group, sort=False, dropna=False)["processes"].min()})
+    top = int(scale["processes"].max())
+    return [{"base": b, "processes": p, "speedup": p / b} for b in bases for p in (b, top)]
+
+
 def speedup(scale: pd.DataFrame) -> Chart | None:
     """Speed-up against the processes (per node × nodes), with the ideal line; made only with two layouts or more."""
     if scale.empty or scale["processes"].nunique() < 2:
@@ -295,11 +304,8 @@ def speedup(scale: pd.DataFrame) -> Chart | None:
     seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
     x = alt.X("processes:Q", title="processes (per node × nodes)")
     colour = alt.Color("series:N", title=None, legend=alt.Legend(labelLimit=420, columns=1))
-    top = int(data["processes"].max())
-    bases = sorted({int(b) for b in data.groupby("series")["processes"].min()})  # a line's base need not be 1
-    ideal = alt.Chart(alt.Data(values=[{"base": b, "processes": p, "speedup": p / b} for b in bases for p in (b, top)])
-                      ).mark_line(strokeDash=[5, 4], color="#98a2b3").encode(x="processes:Q", y="speedup:Q",
-                                                                              detail="base:N")
+    ideal = alt.Chart(alt.Data(values=ideal_lines(data))).mark_line(strokeDash=[5, 4], color="#98a2b3").encode(
+        x="processes:Q", y="speedup:Q", detail="base:N")
     line = base.mark_line().encode(x=x, y=alt.Y("speedup:Q", title="speed-up"), color=colour, opacity=seen)
     bars = base.mark_rule().encode(x=x, y="low:Q", y2="high:Q", color=colour, opacity=seen).properties(name=MARKS["bars"])
     dots = base.mark_point(filled=True, size=45).encode(
