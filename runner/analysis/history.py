@@ -67,11 +67,12 @@ def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
     parts: list[pd.DataFrame] = []
 
     def newest(parts: list[pd.DataFrame]) -> pd.DataFrame:
-        rows = pd.concat(parts)
+        rows = pd.concat(parts) if len(parts) > 1 else parts[0]
         return rows.sort_values(["seq", "id"], kind="stable").drop_duplicates("repeat", keep="last")
 
+    by_run = dict(iter(cell.groupby("run_id", sort=False)))  # once: a mask per run costs a copy of the cell per run
     for run_id in first_id.index:
-        g = cell[cell["run_id"] == run_id]
+        g = by_run[run_id]
         repeats = set(g["repeat"].astype(int))
         if parts and (repeats & have_ok or (not have_ok and repeats & have)):
             yield runs, newest(parts)
@@ -119,6 +120,7 @@ def _name_rows(timeline: list[tuple[int, str, list[str], pd.DataFrame]], m: Metr
     """The points of one name on one machine, oldest first, each tested against its own series' previous point."""
     rows: list[dict[str, object]] = []
     last: dict[str, pd.DataFrame] = {}
+    last_ok: dict[str, pd.DataFrame] = {}
     count: dict[str, int] = {}
     before: tuple[str, pd.DataFrame] | None = None
     for _, series, runs, g in timeline:
@@ -127,7 +129,7 @@ def _name_rows(timeline: list[tuple[int, str, list[str], pd.DataFrame]], m: Metr
         st = describe(ok[metric].to_numpy(dtype=float))
         ratio, p, step, change, why = (math.nan, math.nan, False, "", "") if prev is None else \
             versus(prev, g, m, metric, min_effect, alpha, test)
-        low, high = interval(prev, g, metric) if prev is not None else (math.nan, math.nan)
+        low, high = interval(last_ok[series], ok, metric) if prev is not None else (math.nan, math.nan)
         boundary = what_changed(before[1], g) if before is not None and before[0] != series else ""
         first = g.iloc[0]
         rows.append({"cell_key": first["cell_key"], "series": series, "machine": first["_machine"],
@@ -138,7 +140,7 @@ def _name_rows(timeline: list[tuple[int, str, list[str], pd.DataFrame]], m: Metr
                      "ratio_high": high, "p_value": p, "step": step,
                      "direction": direction(prev, g, m, ratio) if step and prev is not None else "", "change": change,
                      "undecided": why, "boundary": boundary})
-        last[series], count[series], before = g, count.get(series, 0) + 1, (series, g)
+        last[series], last_ok[series], count[series], before = g, ok, count.get(series, 0) + 1, (series, g)
     return rows
 
 
@@ -191,10 +193,9 @@ def direction(before: pd.DataFrame, here: pd.DataFrame, m: Metric, ratio: float)
     return oc.direction if oc is not None else ""
 
 
-def interval(before: pd.DataFrame, here: pd.DataFrame, metric: str) -> tuple[float, float]:
+def interval(a: pd.DataFrame, b: pd.DataFrame, metric: str) -> tuple[float, float]:
     """The 95% interval of a point's ratio over the previous one (significance.ratio_interval, the core's), over the
-    ok repeats of each; NaN where a side has fewer than two."""
-    a, b = (g[(g["status"] == "ok") & g[metric].notna()] for g in (before, here))
+    ok repeats with a figure of each (`a`, `b`); NaN where a side has fewer than two."""
     if len(a) < 2 or len(b) < 2:
         return math.nan, math.nan
     q = resolution.pair(_quanta(a, metric), _quanta(b, metric))

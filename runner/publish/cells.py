@@ -29,9 +29,15 @@ def when(t: Any) -> str:
 def site_history(df: pd.DataFrame, metric: an.Metric) -> pd.DataFrame:
     """runner/analysis/history.py over the site's rows: every name on every machine, one run included (its point
     has nothing to be tested against). The store's order is each row's store and id."""
-    frame = df.assign(**{metric.name: df["value"], f"unit_{metric.name}": df["unit"]}, run_id=df["run"],
-                      seq=df["store"].astype("int64") * 10**9 + df["id"].astype("int64"),
-                      cell_key=df["key"].astype(str) + "@" + df["origin"].astype(str))
+    keep = ["id", "repeat", "status", "started_at", "origin", "hardware", "settings", *NAME_KEYS,
+            *(c for c in df.columns if c.startswith("env_"))]  # what the rule and a boundary's words read, only
+    frame = df[keep].assign(**{metric.name: df["value"], f"unit_{metric.name}": df["unit"]}, run_id=df["run"],
+                            seq=df["store"].astype("int64") * 10**9 + df["id"].astype("int64"),
+                            cell_key=df["key"].astype(str) + "@" + df["origin"].astype(str))
+    # Plain object columns: the rule reads small slices of them thousands of times, where pandas' string arrays
+    # cost more than the comparison they make.
+    frame = frame.astype({c: object for c in frame.columns if frame[c].dtype != object and not
+                          pd.api.types.is_numeric_dtype(frame[c])})
     return history(frame, metric.name, min_points=1)
 
 

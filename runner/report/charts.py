@@ -26,6 +26,7 @@ from runner.report.tone import COLOURS, ORDER, legend
 
 WIDTH, HEIGHT = 640, 300   # the PNG's size; an HTML page stretches a chart to its column
 BAR = "95% interval"       # what every error bar is, said on every chart that has one
+DATA = "points"     # the name of a chart's main dataset (its points), in the spec's `datasets`
 VALIDATE = False  # the specs' shapes are checked against Vega-Lite's schema by the tests, not at every publish
 MARKS = {"points": "points", "bars": "bars", "rings": "rings"}  # Vega's mark names: tests find the points by them
 
@@ -137,14 +138,17 @@ def tone_scale(tones: Sequence[str], metric: an.Metric) -> Any:
     return alt.Scale(domain=[words[t.value] for t in present], range=[COLOURS[t] for t in present])
 
 
-def _finish(chart: Any, name: str, title: str, points: int, caption: str, width: bool = True) -> Chart:
+def _finish(chart: Any, name: str, title: str, rows: list[dict[str, Any]], caption: str, width: bool = True) -> Chart:
+    """The chart's spec with its points as the named dataset DATA (set after Altair wrote the spec: Altair copies and
+    walks inline values, which costs seconds for a long history)."""
     props: dict[str, Any] = {"title": title}
     if width:
         props["width"] = WIDTH
     spec = chart.properties(**props).configure_view(stroke="#dde").configure_axis(
         labelFontSize=11, titleFontSize=12, gridColor="#eef0f4").configure_legend(labelFontSize=11, titleFontSize=11,
                                                                                  orient="bottom").to_dict(validate=VALIDATE)
-    return Chart(name, title, spec, points, caption)
+    spec["datasets"] = {**spec.get("datasets", {}), DATA: rows}
+    return Chart(name, title, spec, len(rows), caption)
 
 
 def ratios(rows: pd.DataFrame, metric: an.Metric, name: str = "answer", title: str = "") -> Chart | None:
@@ -155,8 +159,8 @@ def ratios(rows: pd.DataFrame, metric: an.Metric, name: str = "answer", title: s
         return None
     alt = _alt()
     data["verdict"] = data["tone"].map(legend(metric))
-    base = alt.Chart(alt.Data(values=values(data[["label", "ratio", "ratio_low", "ratio_high", "tone", "verdict",
-                                                  "sentence"]])))
+    rows = values(data[["label", "ratio", "ratio_low", "ratio_high", "tone", "verdict", "sentence"]])
+    base = alt.Chart(alt.Data(name=DATA))
     y = alt.Y("label:N", sort=None, title=None, axis=alt.Axis(labelLimit=420))
     scale = alt.Scale(type="log", nice=False, padding=12)
     x = alt.X("ratio:Q", scale=scale, title=f"B/A of {metric.label}, log scale, with {BAR} bars")
@@ -171,7 +175,7 @@ def ratios(rows: pd.DataFrame, metric: an.Metric, name: str = "answer", title: s
                  alt.Tooltip("ratio_high:Q", format=".3f", title="95% high")]).properties(name=MARKS["points"])
     shown = [one, bars, dots] if data["ratio_low"].map(lambda v: v is not None and v == v).any() else [one, dots]
     chart = alt.layer(*shown).properties(height=max(60, 26 * len(data)))
-    return _finish(chart, name, title or f"Each comparison: B/A of {metric.label}, with its {BAR}", len(data),
+    return _finish(chart, name, title or f"Each comparison: B/A of {metric.label}, with its {BAR}", rows,
                    f"Each dot is a ratio B/A (>1: B has the higher {metric.label}), its bar the {BAR} of the ratio; "
                    "the colour is the verdict.")
 
@@ -186,7 +190,8 @@ def history(points: pd.DataFrame, metric: an.Metric, unit: str, name: str = "his
     alt = _alt()
     data["verdict"] = data["tone"].map(legend(metric))
     cols = ["series", "when", "seq", "mean", "ci_low", "ci_high", "tone", "verdict", "step", "tip"]
-    base = alt.Chart(alt.Data(values=values(data[cols])))
+    rows = values(data[cols])
+    base = alt.Chart(alt.Data(name=DATA))
     pick = alt.selection_point(fields=["series"], bind="legend", name="pick_series")
     zoom = alt.selection_interval(bind="scales", name="zoom")
     seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
@@ -208,7 +213,7 @@ def history(points: pd.DataFrame, metric: an.Metric, unit: str, name: str = "his
                                         title="step against the run before"),
             tooltip=[alt.Tooltip("tip:N", title="step")]).properties(name=MARKS["rings"]))
     chart = alt.layer(*layers).properties(height=HEIGHT)
-    return _finish(chart, name, title or f"History of {metric.label}", len(data),
+    return _finish(chart, name, title or f"History of {metric.label}", rows,
                    f"Each point is one run's mean {metric.label}, its bar the {BAR} of the mean; a ring marks a step "
                    "against the run before, in its verdict's colour. Drag to pan, scroll to zoom, click a legend "
                    "entry to show one series.")
@@ -223,8 +228,8 @@ def latest(cells: pd.DataFrame, metric: an.Metric, unit: str, name: str = "lates
         return None
     alt = _alt()
     data["verdict"] = data["tone"].map(legend(metric))
-    base = alt.Chart(alt.Data(values=values(data[["label", "machine", "mean", "ci_low", "ci_high", "tone",
-                                                  "verdict", "tip"]])))
+    rows = values(data[["label", "machine", "mean", "ci_low", "ci_high", "tone", "verdict", "tip"]])
+    base = alt.Chart(alt.Data(name=DATA))
     pick = alt.selection_point(fields=["machine"], bind="legend", name="pick_machine")
     zoom = alt.selection_interval(bind="scales", encodings=["x"], name="zoom")
     seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
@@ -237,7 +242,7 @@ def latest(cells: pd.DataFrame, metric: an.Metric, unit: str, name: str = "lates
         y=y, x=x, color=colour, shape=alt.Shape("machine:N", title="machine"), opacity=seen,
         tooltip=[alt.Tooltip("tip:N", title=metric.label)]).add_params(pick, zoom).properties(name=MARKS["points"])
     chart = alt.layer(bars, dots).properties(height=max(60, 22 * data["label"].nunique()))
-    return _finish(chart, name, title or f"Latest {metric.label} of each cell", len(data),
+    return _finish(chart, name, title or f"Latest {metric.label} of each cell", rows,
                    f"Each point is a cell's latest run on one machine, its bar the {BAR} of the mean; the colour is "
                    "its verdict against the run before. Click a machine in the legend to show it alone.")
 
@@ -274,10 +279,11 @@ def by_batch(summary: pd.DataFrame, metric: an.Metric, unit: str) -> Chart | Non
         tooltip=["series:N", "batch_size:O", alt.Tooltip("mean:Q", format=".4g"), alt.Tooltip("ci_low:Q", format=".4g"),
                  alt.Tooltip("ci_high:Q", format=".4g"), "n:Q"]).add_params(pick).properties(name=MARKS["points"])
     cols = ["panel", "series", "batch_size", "mean", "ci_low", "ci_high", "n"]
-    chart = alt.layer(line, bars, dots, data=alt.Data(values=values(data[cols]))).properties(
+    rows = values(data[cols])
+    chart = alt.layer(line, bars, dots, data=alt.Data(name=DATA)).properties(
         width=300, height=220).facet(facet=alt.Facet("panel:N", title=None), columns=2).resolve_scale(x="independent")
     title = f"{metric.label.capitalize()} against batch size"
-    return _finish(chart, m, title, len(data), f"Each point is a cell's mean, its bar the {BAR} of the mean.",
+    return _finish(chart, m, title, rows, f"Each point is a cell's mean, its bar the {BAR} of the mean.",
                    width=False)
 
 
@@ -299,7 +305,8 @@ def speedup(scale: pd.DataFrame) -> Chart | None:
                         scale["precision"].astype(str) + " · batch " + scale["batch_size"].astype(str))
     ratio = data["speedup"] / data["throughput_mean"]
     data = data.assign(low=data["throughput_ci_low"] * ratio, high=data["throughput_ci_high"] * ratio)
-    base = alt.Chart(alt.Data(values=values(data[["series", "processes", "speedup", "low", "high", "efficiency"]])))
+    rows = values(data[["series", "processes", "speedup", "low", "high", "efficiency"]])
+    base = alt.Chart(alt.Data(name=DATA))
     pick = alt.selection_point(fields=["series"], bind="legend", name="pick_series")
     seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
     x = alt.X("processes:Q", title="processes (per node × nodes)")
@@ -313,6 +320,6 @@ def speedup(scale: pd.DataFrame) -> Chart | None:
         tooltip=["series:N", "processes:Q", alt.Tooltip("speedup:Q", format=".2f"),
                  alt.Tooltip("efficiency:Q", format=".0%")]).add_params(pick).properties(name=MARKS["points"])
     chart = alt.layer(ideal, line, bars, dots).properties(height=HEIGHT)
-    return _finish(chart, "scaling", "Speed-up against processes", len(data),
+    return _finish(chart, "scaling", "Speed-up against processes", rows,
                    f"Speed-up over each line's smallest layout, its bar the {BAR} of the throughput carried over; "
                    "dashed: ideal.")

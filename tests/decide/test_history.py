@@ -205,7 +205,7 @@ def test_the_plot_names_the_rings_when_only_a_later_line_has_a_step() -> None:
     assert chart is not None
     (rings,) = [layer for layer in chart.spec["layer"] if layer.get("name") == "rings"]
     assert rings["encoding"]["stroke"]["title"] == "step against the run before"   # the legend names the rings
-    assert [v["tone"] for v in chart.spec["data"]["values"] if v["step"]] == ["worse"]
+    assert [v["tone"] for v in chart.spec["datasets"][charts.DATA] if v["step"]] == ["worse"]
 
 
 def test_a_point_stored_without_a_start_is_listed_with_a_dash_not_a_traceback() -> None:

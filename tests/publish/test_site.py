@@ -25,9 +25,10 @@ def specs(page: str) -> dict[str, dict]:
 
 
 def values(spec: dict) -> list[dict]:
-    """The rows of a chart's main data (the points it draws)."""
-    return spec["data"]["values"] if "data" in spec else next(
-        layer["data"]["values"] for layer in spec["layer"] if len(layer.get("data", {}).get("values", [])) > 1)
+    """The rows of a chart's main data (the points it draws: runner/report/charts.py's dataset DATA)."""
+    from runner.report.charts import DATA
+
+    return spec["datasets"][DATA]
 
 
 def row_of(page: str, text: str) -> str:
