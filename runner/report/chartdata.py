@@ -47,9 +47,10 @@ def point_words(r: dict[str, Any], metric: an.Metric) -> str:
     if r.get("undecided"):
         return f"undecided: {r['undecided']}"
     if tone.value == "same":
-        p = f", p={fmt.p_value(r['p_value'])}" if _f(r.get("p_value")) == _f(r.get("p_value")) else ""
-        return f"no change (ratio {float(r['ratio']):.2f}{p})" if _f(r.get("ratio")) == _f(r.get("ratio")) else \
-            "no change"
+        said = [x for x in (interval(r.get("ratio"), r.get("ratio_low"), r.get("ratio_high"), metric, as_ratio=True),
+                            p_text(r.get("p_value"))) if x]
+        return f"within the noise (B/A {float(r['ratio']):.2f}{''.join(', ' + x for x in said)})" \
+            if _f(r.get("ratio")) == _f(r.get("ratio")) else "within the noise"
     return "first run" if int(r.get("point", 0) or 0) == 0 else ""
 
 

@@ -161,7 +161,8 @@ def ratios(rows: pd.DataFrame, metric: an.Metric, name: str = "answer", title: s
     data["verdict"] = data["tone"].map(legend(metric))
     rows = values(data[["label", "ratio", "ratio_low", "ratio_high", "tone", "verdict", "sentence"]])
     base = alt.Chart(alt.Data(name=DATA))
-    y = alt.Y("label:N", sort=None, title=None, axis=alt.Axis(labelLimit=420))
+    # The largest changes first, as the rows come: a layer that leaves some out (no interval) must not reorder them.
+    y = alt.Y("label:N", sort=list(dict.fromkeys(data["label"])), title=None, axis=alt.Axis(labelLimit=420))
     scale = alt.Scale(type="log", nice=False, padding=12)
     x = alt.X("ratio:Q", scale=scale, title=f"B/A of {metric.label}, log scale, with {BAR} bars")
     colour = alt.Color("verdict:N", scale=tone_scale(data["tone"], metric), title="verdict")
@@ -233,7 +234,7 @@ def latest(cells: pd.DataFrame, metric: an.Metric, unit: str, name: str = "lates
     pick = alt.selection_point(fields=["machine"], bind="legend", name="pick_machine")
     zoom = alt.selection_interval(bind="scales", encodings=["x"], name="zoom")
     seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
-    y = alt.Y("label:N", sort=None, title=None, axis=alt.Axis(labelLimit=420))
+    y = alt.Y("label:N", sort=list(dict.fromkeys(data["label"])), title=None, axis=alt.Axis(labelLimit=420))
     x = alt.X("mean:Q", title=f"latest {metric.label} ({unit}), with {BAR} bars", scale=alt.Scale(zero=False))
     colour = alt.Color("verdict:N", scale=tone_scale(data["tone"], metric), title="against the run before")
     bars = base.mark_rule(strokeWidth=2).encode(y=y, x="ci_low:Q", x2="ci_high:Q", color=colour,

@@ -79,12 +79,14 @@ def of_point(row: Any) -> Tone:
     return Tone.SAME if _finite(row.get("ratio")) or _finite(row.get("p_value")) else Tone.NONE
 
 
-def interval(ratio: Any, low: Any, high: Any, metric: an.Metric) -> str:
+def interval(ratio: Any, low: Any, high: Any, metric: an.Metric, as_ratio: bool = False) -> str:
     """The 95% interval of a change in the orientation its words take ('1.41x faster (1.32–1.50)': the interval of
-    the gain; '1.20x slower': of its inverse); '' without one."""
+    the gain; '1.20x slower': of its inverse), or of B/A itself (`as_ratio`); '' without one."""
     if not (_finite(ratio) and _finite(low) and _finite(high)) or float(low) <= 0 or float(ratio) <= 0:
         return ""
     r, lo, hi = float(ratio), float(low), float(high)
+    if as_ratio:
+        return f"{lo:.2f}–{hi:.2f}"
     if not metric.higher_is_better:
         r, lo, hi = 1 / r, 1 / hi, 1 / lo
     if r < 1 and f"{r:.2f}" != "1.00":
@@ -131,14 +133,14 @@ def say(tone: Tone, ratio: Any, low: Any, high: Any, p: Any, metric: an.Metric, 
     (1.32–1.50, p<0.001)'; 'no change' or 'undecided' with the core's reason and, where the core says it, the repeats
     a side that would decide it."""
     words = an.change_words(float(ratio), metric) if _finite(ratio) else ""
-    iv, pt = interval(ratio, low, high, metric), p_text(p)
+    iv, pt = interval(ratio, low, high, metric, as_ratio=tone is not Tone.BETTER and tone is not Tone.WORSE), p_text(p)
     at = f" {where}" if where else ""
     if tone in (Tone.BETTER, Tone.WORSE) and words:
         text = f"{b} is {words.replace(' (same)', '')} than {a}{at}{brackets(iv, pt)}."
     elif tone in (Tone.BETTER, Tone.WORSE, Tone.CHANGED):
         text = f"{b} against {a}{at}: {sides(why, a, b) or 'the outcomes changed'}."
     elif tone is Tone.SAME:
-        text = f"{b} and {a} do not differ{at}{brackets(f'B/A {float(ratio):.2f}' if words else '', iv, pt)}."
+        text = f"{b} against {a}{at}: within the noise{brackets(f'B/A {float(ratio):.2f}' if words else '', iv, pt)}."
     elif tone is Tone.UNDECIDED:
         more = f"; about {int(needed)} repeats a side would decide it" if _finite(needed) and float(needed) > 0 else ""
         text = f"{b} against {a}{at} is undecided: {sides(why.removeprefix('undecided: '), a, b) or 'the data cannot tell'}{more}."
