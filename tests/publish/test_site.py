@@ -344,3 +344,34 @@ def test_a_bisect_change_is_shown_as_bisect_printed_it(tmp_path: Path) -> None:
     cells = re.findall(r'<td class="n">([^<]*)</td>', (tmp_path / "site" / "bisects.html").read_text())
     assert "+100.0% (2.00x faster)" in cells and "-20.0% (1.25x slower)" in cells, cells
     assert "1" not in cells
+
+
+def test_after_a_clock_set_back_the_newest_run_is_the_stores(tmp_path: Path) -> None:
+    """Publish named the older run "latest" when the newer one's clock read earlier; compare and the report take the
+    store's order. A run stored last, with a start before every other, is still the cell's latest on every page."""
+    import sqlite3
+
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "c.db", "box", "AMD EPYC", runs=3, repeats=3, cells=1, seed=4)
+    con = sqlite3.connect(db)
+    last = con.execute("SELECT run_id FROM runs ORDER BY started_at DESC").fetchone()[0]
+    cols = [r[1] for r in con.execute("PRAGMA table_info(results)") if r[1] != "id"]
+    con.execute("INSERT INTO runs (run_id, schema, started_at, finished_at, matrix_path, matrix_name, argv, host, "
+                "status) SELECT '20250101-000000-c10ck0', schema, 1.0e9, 1.0e9 + 60, matrix_path, matrix_name, argv, "
+                "host, status FROM runs WHERE run_id=?", (last,))
+    for row in con.execute(f"SELECT {', '.join(cols)} FROM results WHERE run_id=?", (last,)).fetchall():
+        r = dict(zip(cols, row, strict=True))
+        r.update(run_id="20250101-000000-c10ck0", started_at=1.0e9 + r["repeat"],
+                 metrics=json.dumps({**json.loads(r["metrics"]), "throughput": 50.0 + r["repeat"], "images": 50.0 + r["repeat"]}))
+        con.execute(f"INSERT INTO results ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                    [r[c] for c in cols])
+    con.commit()
+    con.close()
+    publish([db], tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert '<td class="n">52.0 ± 1.0 img/s (n=3;' in index and re.search(r'<td class="worse">step: 1.9\dx slower', index)
+    runs = re.findall(r'<a href="runs/[^"]+">([^<]+)</a>', index)
+    assert runs[0] == "20250101-000000-c10ck0"                     # newest first, by the store
+    (page,) = [p.read_text() for p in (tmp_path / "site" / "cells").glob("*.html")]
+    assert "20250101-000000-c10ck0" in re.findall(r"<tr><td>.*?</tr>", page, re.S)[-1]
