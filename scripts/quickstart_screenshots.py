@@ -11,7 +11,8 @@ other cells as they are; the second
 measurement is `matrix run --force` of all eight as they are: that one cell is faster, the others the same (within
 what a shared machine's noise lets them be). About 8 minutes on 2 cores. `--pages-only` skips the measuring and remakes the pages and screenshots from the store (after a
 change to the report or the site); `--from FILE` does so from the measured repeats exported beside the pages
-(`quickstart-twice.jsonl.gz`, imported into a new store). Needs headless Chromium (scripts/browser-setup.sh)."""
+(`quickstart-twice.jsonl.gz`, imported into a new store). `--two-hosts` publishes reports/published-site-cpu/site
+again from that folder's two exported stores, with its screenshots. Needs headless Chromium (scripts/browser-setup.sh)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,10 @@ def main() -> int:
     ap.add_argument("--db", type=Path, default=ROOT / "results" / "quickstart-twice.db")
     ap.add_argument("--pages-only", action="store_true", help="remake the pages and screenshots from --db")
     ap.add_argument("--from", dest="source", type=Path, help="remake them from this results file (matrix export)")
+    ap.add_argument("--two-hosts", action="store_true", help="publish reports/published-site-cpu/ again instead")
     args = ap.parse_args()
+    if args.two_hosts:
+        return two_hosts(args.db.parent / "two-hosts.db")
     db = str(args.db)
     if args.source:
         if args.db.exists():
@@ -93,6 +97,28 @@ def main() -> int:
     else:
         print("no cell is faster than the run before on the index: no screenshot of its page", flush=True)
     shutil.rmtree(profile, ignore_errors=True)
+    return 0
+
+
+def two_hosts(db: Path) -> int:
+    """reports/published-site-cpu/: its two hosts' exported stores imported into a new store, published, and its
+    screenshots: the index, the first cell's history, the machines compared, the first run."""
+    folder = ROOT / "reports" / "published-site-cpu"
+    if db.exists():
+        sys.exit(f"{db} exists: remove it first (it is made anew from {folder}'s two files)")
+    matrix("import", str(folder / "host.jsonl.gz"), str(folder / "container.jsonl.gz"), "--db", str(db))
+    matrix("publish", "--db", str(db), "-o", str(folder / "site"))
+    shots = folder / "screenshots"
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir()
+    profile = db.parent / "two-hosts-screenshots-profile"
+    site = folder / "site"
+    shoot(site / "index.html", shots / "index.png", "1300,1500", profile)
+    shoot(sorted((site / "cells").glob("*.html"))[0], shots / "cell.png", "1300,1100", profile)
+    shoot(site / "machines.html", shots / "machines.png", "1300,700", profile)
+    shoot(sorted((site / "runs").glob("*.html"))[0], shots / "run.png", "1300,700", profile)
+    shutil.rmtree(profile, ignore_errors=True)
+    db.unlink()
     return 0
 
 

@@ -102,6 +102,8 @@ def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
         reasons = [f"{n - with_ratio - apart} not measured on both sides" if n - with_ratio - apart else "",
                    f"{apart} not comparable" if apart else ""]
         over = f"{with_ratio} of {n} pairs ({', '.join(r for r in reasons if r)})"
+        if not with_ratio:
+            return f"No geometric mean of {b}/{a}: none of the {n} pairs has a ratio ({', '.join(r for r in reasons if r)})"
     return f"Geometric mean of {b}/{a} over {over}: {fmt.ratio_words(c.geomean, c.geomean_words)}"
 
 
