@@ -138,7 +138,7 @@ def tone_scale(tones: Sequence[str], metric: an.Metric) -> Any:
     return alt.Scale(domain=[words[t.value] for t in present], range=[COLOURS[t] for t in present])
 
 
-def _finish(chart: Any, name: str, title: str, rows: list[dict[str, Any]], caption: str, width: bool = True) -> Chart:
+def _finish(chart: Any, name: str, title: str, drawn: list[dict[str, Any]], caption: str, width: bool = True) -> Chart:
     """The chart's spec with its points as the named dataset DATA (set after Altair wrote the spec: Altair copies and
     walks inline values, which costs seconds for a long history)."""
     props: dict[str, Any] = {"title": title}
@@ -147,8 +147,8 @@ def _finish(chart: Any, name: str, title: str, rows: list[dict[str, Any]], capti
     spec = chart.properties(**props).configure_view(stroke="#dde").configure_axis(
         labelFontSize=11, titleFontSize=12, gridColor="#eef0f4").configure_legend(labelFontSize=11, titleFontSize=11,
                                                                                  orient="bottom").to_dict(validate=VALIDATE)
-    spec["datasets"] = {**spec.get("datasets", {}), DATA: rows}
-    return Chart(name, title, spec, len(rows), caption)
+    spec["datasets"] = {**spec.get("datasets", {}), DATA: drawn}
+    return Chart(name, title, spec, len(drawn), caption)
 
 
 def ratios(rows: pd.DataFrame, metric: an.Metric, name: str = "answer", title: str = "") -> Chart | None:
