@@ -51,7 +51,8 @@ from runner.analysis.verdict import Verdict
 # `series`: the definition on its machine a point belongs to (runner/analysis/identity.py); `machine`: the store that
 # measured it ("" for this store); `boundary`: what changed from the name's previous point, when its definition did.
 COLUMNS = ["cell_key", "series", "machine", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "outcomes", "mean", "std",
-           "ci_low", "ci_high", "unit", "ratio", "p_value", "step", "change", "undecided", "boundary"]
+           "ci_low", "ci_high", "unit", "ratio", "ratio_low", "ratio_high", "p_value", "step", "direction", "change",
+           "undecided", "boundary"]
 
 
 def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
@@ -67,11 +68,12 @@ def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
     parts: list[pd.DataFrame] = []
 
     def newest(parts: list[pd.DataFrame]) -> pd.DataFrame:
-        rows = pd.concat(parts)
+        rows = pd.concat(parts) if len(parts) > 1 else parts[0]
         return rows.sort_values(["seq", "id"], kind="stable").drop_duplicates("repeat", keep="last")
 
+    by_run = dict(iter(cell.groupby("run_id", sort=False)))  # once: a mask per run costs a copy of the cell per run
     for run_id in first_id.index:
-        g = cell[cell["run_id"] == run_id]
+        g = by_run[run_id]
         repeats = set(g["repeat"].astype(int))
         if parts and (repeats & have_ok or (not have_ok and repeats & have)):
             yield runs, newest(parts)
@@ -119,6 +121,7 @@ def _name_rows(timeline: list[tuple[int, str, list[str], pd.DataFrame]], m: Metr
     """The points of one name on one machine, oldest first, each tested against its own series' previous point."""
     rows: list[dict[str, object]] = []
     last: dict[str, pd.DataFrame] = {}
+    last_ok: dict[str, pd.DataFrame] = {}
     count: dict[str, int] = {}
     before: tuple[str, pd.DataFrame] | None = None
     for _, series, runs, g in timeline:
@@ -127,15 +130,18 @@ def _name_rows(timeline: list[tuple[int, str, list[str], pd.DataFrame]], m: Metr
         st = describe(ok[metric].to_numpy(dtype=float), positive(metric))
         ratio, p, step, change, why = (math.nan, math.nan, False, "", "") if prev is None else \
             versus(prev, g, m, metric, min_effect, alpha, test)
+        low, high = interval(last_ok[series], ok, metric) if prev is not None else (math.nan, math.nan)
         boundary = what_changed(before[1], g) if before is not None and before[0] != series else ""
         first = g.iloc[0]
         rows.append({"cell_key": first["cell_key"], "series": series, "machine": first["_machine"],
                      **{k: first[k] for k in CELL_KEYS}, "point": count.get(series, 0), "run_id": runs[0],
                      "runs": ", ".join(runs), "date": float(g["started_at"].min()), "n": st.n,
                      "outcomes": Outcomes.of(g["status"]).words, "mean": st.mean, "std": st.std,
-                     "ci_low": st.ci_low, "ci_high": st.ci_high, "unit": unit_of(g, m), "ratio": ratio, "p_value": p,
-                     "step": step, "change": change, "undecided": why, "boundary": boundary})
-        last[series], count[series], before = g, count.get(series, 0) + 1, (series, g)
+                     "ci_low": st.ci_low, "ci_high": st.ci_high, "unit": unit_of(g, m), "ratio": ratio, "ratio_low": low,
+                     "ratio_high": high, "p_value": p, "step": step,
+                     "direction": direction(prev, g, m, ratio) if step and prev is not None else "", "change": change,
+                     "undecided": why, "boundary": boundary})
+        last[series], last_ok[series], count[series], before = g, ok, count.get(series, 0) + 1, (series, g)
     return rows
 
 
@@ -176,6 +182,25 @@ def versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, min
     if significant and outcomes is not None:
         change += f"; {before_here(outcomes.why)}"
     return ratio, diff.p_value, significant, change, before_here(diff.why) if not significant else ""
+
+
+def direction(before: pd.DataFrame, here: pd.DataFrame, m: Metric, ratio: float) -> str:
+    """Which way a step went, as a typed field for every view's colour and sign: 'better' or 'worse' by the ratio
+    and the metric's direction; for a change of outcomes (no ratio), the core's direction (comparable.outcome_change);
+    '' when neither says (one failure mode for another)."""
+    if ratio == ratio and ratio > 0:
+        return "better" if (ratio > 1) == m.higher_is_better else "worse"
+    oc = outcome_change(Outcomes.of(before["status"]), Outcomes.of(here["status"]))
+    return oc.direction if oc is not None else ""
+
+
+def interval(a: pd.DataFrame, b: pd.DataFrame, metric: str) -> tuple[float, float]:
+    """The 95% interval of a point's ratio over the previous one (significance.ratio_interval, the core's), over the
+    ok repeats with a figure of each (`a`, `b`); NaN where a side has fewer than two."""
+    if len(a) < 2 or len(b) < 2:
+        return math.nan, math.nan
+    q = resolution.pair(_quanta(a, metric), _quanta(b, metric))
+    return significance.ratio_interval(a[metric].to_numpy(dtype=float), b[metric].to_numpy(dtype=float), quanta=(q, q))
 
 
 def _quanta(g: pd.DataFrame, metric: str) -> resolution.Quanta:

@@ -13,7 +13,7 @@ import pandas as pd
 def scaling(summary: pd.DataFrame) -> pd.DataFrame:
     """Throughput against processes (gpus x nodes): speedup over the smallest layout and efficiency."""
     cols = ["environment", "model", "precision", "batch_size", "dataset", "options", "gpus", "nodes",
-            "processes", "throughput_n", "throughput_mean", "throughput_std",
+            "processes", "throughput_n", "throughput_mean", "throughput_std", "throughput_ci_low", "throughput_ci_high",
             "fwd_throughput_n", "fwd_throughput_mean", "fwd_throughput_std",
             "bwd_throughput_n", "bwd_throughput_mean", "bwd_throughput_std", "speedup", "efficiency"]
     units = [f"unit_{m}" for m in ("throughput", "fwd_throughput", "bwd_throughput") if f"unit_{m}" in summary]

@@ -19,7 +19,10 @@ from runner.base.table import Table
 
 PIPED_WIDTH = 240  # columns when not a terminal: tables are written whole, not wrapped at 80
 STYLES = {"good": "bold green", "bad": "bold red", "muted": "dim", "status": "yellow", "key": "bold",
-          "num partial": "yellow", "diverged": "bold red", "refused": "magenta"}
+          "num partial": "yellow", "diverged": "bold red", "refused": "magenta",
+          # a verdict's tone (runner/report/tone.py): better, worse, no change, undecided, changed, not compared
+          "better": "bold green", "worse": "bold red", "same": "dim", "undecided": "yellow", "changed": "magenta",
+          "none": "dim"}
 # How an outcome is coloured wherever it is printed: a diverged training is red (it is an outcome, as a crash is);
 # a repeat admission refused is magenta (set aside, neither a figure nor a failure); the others yellow.
 STATUS_STYLES = {"ok": "green", "diverged": "bold red", "refused": "magenta"}

@@ -17,10 +17,14 @@ import pandas as pd
 import runner.analysis as an
 from runner.analysis.identity import definition_ids
 from runner.publish import cells as cells_
+from runner.publish import index
 from runner.publish import tables as tables_
 from runner.publish.cells import NAME_KEYS, when
 from runner.publish.load import Loaded
+from runner.report import fmt, tone
+from runner.report import pairs as pair_views
 from runner.report.bisect import change_percent
+from runner.report.head import run_status
 from runner.store.exchange import strip
 
 
@@ -36,6 +40,9 @@ class Site:
     stores: dict[str, str] = field(default_factory=dict)
     bisects: list[dict[str, Any]] = field(default_factory=list)
     tables: list[dict[str, Any]] = field(default_factory=list)  # per machine, precision x batch size (tables.py)
+    headline: str = ""                                           # the index's first sentence
+    said: list[tuple[str, str]] = field(default_factory=list)    # each change against the run before: (sentence, tone)
+    charts: dict[str, Any] = field(default_factory=lambda: {"latest": None, "changed": None})  # the index's charts
 
 
 def slug(*parts: Any) -> str:
@@ -61,13 +68,14 @@ def build(data: Loaded, metric: an.Metric) -> Site:
     # A series is one definition on one machine (runner/analysis/identity.py): the cell key as its store wrote it,
     # the store, and the device where one key was measured on more than one.
     df["series"] = definition_ids(df.assign(cell_key=df["key"] + "@" + df["origin"].astype(str)))
-    runs = _runs(df, data.runs, label)
-    cells = cells_.cells(df, metric, label)
+    runs = _runs(df, data.runs, label, metric)
+    cells, hist = cells_.cells(df, metric, label)
     envs = [{"name": env, "machines": sorted({label[o] for o in g["origin"].unique()}),
              "torch": ", ".join(sorted({str(t) for t in g["env_torch"].unique() if t == t and str(t)})),
              "runs": int(g["run_slug"].nunique()), "repeats": len(g)}
             for env, g in sorted(df.groupby("environment", sort=False), key=lambda kv: str(kv[0]))]
     site = Site(metric, unit, machines, envs, runs, cells, stores=data.stores)
+    index.fill(site, hist, label)
     site.comparisons = _comparisons(data, machines, metric)
     site.tables = tables_.tables(newest(data), machines, metric)
     site.bisects = bisects(data.bisects, df, label)
@@ -166,7 +174,7 @@ def _joined(values: pd.Series) -> str:
     return ", ".join(sorted({str(v) for v in values if v is not None and v == v and str(v)}))
 
 
-def _runs(df: pd.DataFrame, runs: pd.DataFrame, label: dict[str, str]) -> list[dict[str, Any]]:
+def _runs(df: pd.DataFrame, runs: pd.DataFrame, label: dict[str, str], metric: an.Metric) -> list[dict[str, Any]]:
     info = {(str(r["origin"]), str(r["run_id"])): r for r in runs.to_dict("records")} if not runs.empty else {}
     keys = ["run_slug", "cell_slug"]
     cells = df.groupby(keys, sort=False).agg(n=("status", "size")).reset_index()
@@ -176,7 +184,7 @@ def _runs(df: pd.DataFrame, runs: pd.DataFrame, label: dict[str, str]) -> list[d
     cells["hardware"] = [joined["hardware"].get((a, b), "") for a, b in zip(cells["run_slug"], cells["cell_slug"],
                                                                              strict=True)]
     finite = (df["status"] == "ok") & np.isfinite(df["value"].astype(float))
-    ok = df[finite].groupby(keys, sort=False)["value"].agg(["mean", "std"])
+    ok = df[finite].groupby(keys, sort=False)["value"].agg(["mean", "std", "size"])
     statuses = df.groupby([*keys, "status"], sort=True).size()
     counts: dict[tuple[str, str], list[str]] = {}
     for (run_slug, cell_slug, status), k in statuses.items():
@@ -188,21 +196,27 @@ def _runs(df: pd.DataFrame, runs: pd.DataFrame, label: dict[str, str]) -> list[d
         per_run.setdefault(c["run_slug"], []).append({
             "name": names[c["cell_slug"]], "slug": c["cell_slug"], "n": int(c["n"]),
             "statuses": ", ".join(counts[(c["run_slug"], c["cell_slug"])]),
-            "mean": _num(stats["mean"]) if stats is not None else "",
-            "std": _num(stats["std"]) if stats is not None else "", "torch": c["torch"], "hardware": c["hardware"]})
-    head = df.assign(_ok=df["status"] == "ok").groupby("run_slug", sort=False).agg(
+            "figure": fmt.mean_std(stats["mean"] * metric.scale, stats["std"] * metric.scale, int(stats["size"]))
+            if stats is not None else "", "torch": c["torch"], "hardware": c["hardware"]})
+    by_run: dict[str, dict[str, int]] = {}
+    for (run_slug, _, status), k in statuses.items():
+        by_run.setdefault(run_slug, {})[status] = by_run.setdefault(run_slug, {}).get(status, 0) + int(k)
+    head = df.assign(_ok=df["status"] == "ok", _seq=df["store"].astype("int64") * 10**9 + df["id"].astype("int64")
+                     ).groupby("run_slug", sort=False).agg(
         run=("run", "first"), origin=("origin", "first"), t=("started_at", "min"), repeats=("status", "size"),
-        ok=("_ok", "sum"))
+        ok=("_ok", "sum"), seq=("_seq", "min"))
     out = []
     for run_slug, r in head.iterrows():
         meta = info.get((str(r["origin"]), str(r["run"])), {})
         cells_of = sorted(per_run[str(run_slug)], key=lambda c: tuple(str(c["name"][k]) for k in NAME_KEYS))
         out.append({"id": str(r["run"]), "origin": str(r["origin"]), "machine": label[str(r["origin"])],
                     "slug": str(run_slug), "started": when(r["t"]), "_t": float(r["t"]),
-                    "matrix": str(meta.get("matrix_name") or ""), "status": str(meta.get("status") or ""),
+                    "matrix": str(meta.get("matrix_name") or ""),
+                    "status": run_status(str(meta.get("status") or ""), by_run.get(str(run_slug), {})),
                     "host": str(meta.get("host") or ""), "repeats": int(r["repeats"]), "cells": cells_of,
-                    "ok": int(r["ok"])})
-    out.sort(key=lambda r: (r["_t"], r["id"], r["origin"]))
+                    "ok": int(r["ok"]), "_seq": int(r["seq"])})
+    # Each machine's runs newest first, in its store's order (never by the clocks, which may have been set back).
+    out.sort(key=lambda r: (str(r["machine"]), -int(str(r["_seq"]))))
     return out
 
 
@@ -234,8 +248,9 @@ def newest(data: Loaded) -> pd.DataFrame:
 
 
 def _comparisons(data: Loaded, machines: list[dict[str, Any]], metric: an.Metric) -> list[dict[str, Any]]:
-    """Every pair of machines through `compare`: their newest repeats of each cell, paired on the params, with
-    the compare core's ratio, p-value (adjusted over the pairs) and verdict."""
+    """Every pair of machines through `compare`: their newest repeats of each cell, paired on the environment and the
+    params, with the compare core's ratio, p-value (adjusted over the pairs), verdict and tone; where nothing pairs,
+    one sentence says why."""
     df = newest(data)
     if df.empty or len(machines) < 2:
         return []
@@ -244,17 +259,22 @@ def _comparisons(data: Loaded, machines: list[dict[str, Any]], metric: an.Metric
         for b in machines[i + 1:]:
             sa, sb = an.select_side(df, f"machine:{a['id']}"), an.select_side(df, f"machine:{b['id']}")
             c = an.compare(sa, sb, metric)
-            rows = [{"environment": r["environment"], "model": r["model"], "precision": r["precision"],
-                     "batch": r["batch_size"],
-                     "options": r["options"], "a": _ms(r["a_mean"], r["a_std"], metric),
-                     "b": _ms(r["b_mean"], r["b_std"], metric), "ratio": _num(r["ratio"]),
-                     "change": str(r["change"]), "p": _num(r["p_adjusted"]), "verdict": str(r["verdict"])}
-                    for r in c.pairs.to_dict("records")]
-            out.append({"a": a["label"], "b": b["label"], "pairs": rows,
-                        "geomean": _num(c.geomean), "unpaired": len(c.unpaired)})
+            rows = []
+            for r in c.pairs.to_dict("records"):
+                said = tone.pair_said(r, metric, "B", "A")
+                rows.append({"environment": r["environment"], "model": r["model"], "precision": r["precision"],
+                             "batch": r["batch_size"], "options": r["options"],
+                             "a": fmt.mean_std(r["a_mean"] * metric.scale, r["a_std"] * metric.scale, int(r["a_n"])),
+                             "b": fmt.mean_std(r["b_mean"] * metric.scale, r["b_std"] * metric.scale, int(r["b_n"])),
+                             "ratio": fmt.number(r["ratio"], 3), "change": r["change"] or "",
+                             "interval": said.interval, "p": fmt.p_value(r["p_adjusted"]), "verdict": str(r["verdict"]),
+                             "tone": said.tone.value})
+            n_a = int((c.unpaired["side"] == "A").sum()) if len(c.unpaired) else 0
+            n_b = len(c.unpaired) - n_a
+            summary = f"{pair_views.geomean_sentence(c, 'A', 'B')}. {pair_views.decisions_sentence(c)}" if rows else (
+                f"No cell was measured on both machines: pairs need the same environment and params on each, and "
+                f"{a['label']} has {n_a} cell{'s' if n_a != 1 else ''} that {b['label']} lacks, {b['label']} "
+                f"{n_b} that {a['label']} lacks.")
+            out.append({"a": a["label"], "b": b["label"], "pairs": rows, "summary": summary,
+                        "unpaired": len(c.unpaired)})
     return out
-
-
-def _ms(mean: Any, std: Any, metric: an.Metric) -> str:
-    m, s = _num(mean * metric.scale if mean is not None else None), _num(std * metric.scale if std is not None else None)
-    return f"{m} ± {s}" if s else m

@@ -45,7 +45,7 @@ def write(site: Site, out: Path) -> list[Path]:
     pages = _render(site)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for name in (MARK, "site.css", "cells", "runs", *pages, "machines.html", "bisects.html", "tables.html"):
+        for name in (MARK, *ASSETS, "cells", "runs", *pages, "machines.html", "bisects.html", "tables.html"):
             if "/" not in name:  # before anything is written: a planted name stops the whole publish
                 safewrite.check(out / name, folder=name in ("cells", "runs"))
         # The mark first: a publish into the same folder at the same moment sees a site from here on, never a
@@ -61,6 +61,18 @@ def write(site: Site, out: Path) -> list[Path]:
     except OSError as e:
         raise StoreError(f"cannot write the site in {out} ({e.strerror or e}): pass -o with a folder you can "
                          "write") from e
+
+
+ASSETS = ("site.css", "vega.js", "charts.js")  # what every page loads, beside index.html
+
+
+def assets() -> dict[str, bytes]:
+    """The stylesheet (with the verdicts' colours, runner/report/tone.py), the Vega bundle (vl-convert's: nothing is
+    fetched from a network) and the script that draws each page's charts."""
+    from runner.report import charts, tone
+
+    css = (_TEMPLATES / "site.css").read_text() + tone.css()
+    return {"site.css": css.encode(), "vega.js": charts.bundle().encode(), "charts.js": charts.EMBED.encode()}
 
 
 def _others(out: Path) -> bool:
@@ -106,8 +118,9 @@ def _write_pages(pages: dict[str, str], out: Path, staging: Path) -> list[Path]:
         if page not in pages:
             safewrite.check(out / page)
             (out / page).unlink(missing_ok=True)
-    safewrite.write_bytes(out / "site.css", (_TEMPLATES / "site.css").read_bytes(), mode=PAGE_MODE)
-    written = [out / "site.css"]
+    written = []
+    for name, data in assets().items():
+        written.append(safewrite.write_bytes(out / name, data, mode=PAGE_MODE))
     for name, text in sorted(pages.items()):
         if "/" not in name:
             safewrite.write_text(out / name, text, mode=PAGE_MODE)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 import runner.analysis as an
+from runner.report import fmt
 
 GROUP = ["environment", "model", "dataset", "options", "gpus", "nodes"]
 
@@ -42,8 +43,7 @@ def _block(key: Any, g: pd.DataFrame, metric: an.Metric) -> dict[str, Any]:
             vals = vals[np.isfinite(vals)]
             if vals.size:
                 std = float(vals.std(ddof=1)) if vals.size > 1 else math.nan
-                cells.append({"text": f"{vals.mean():.4g} ± {std:.2g}" if std == std else f"{vals.mean():.4g}",
-                              "n": int(vals.size), "bad": ""})
+                cells.append({"text": fmt.mean_std(vals.mean(), std, int(vals.size)), "n": int(vals.size), "bad": ""})
             elif len(cell):
                 cells.append({"text": an.status_summary(cell["status"].value_counts().to_dict()), "n": 0, "bad": "bad"})
             else:

@@ -59,16 +59,23 @@ def newest(rows: list[StoredRepeat]) -> list[StoredRepeat]:
     return sorted(kept.values(), key=lambda r: r.id)
 
 
-def _frame(infos: list[Any], run_ids: list[str] | None, rows: list[StoredRepeat], db: Path
-           ) -> tuple[Any, list[dict[str, Any]], str]:
+def _frame(infos: list[Any], run_ids: list[str] | None, rows: list[StoredRepeat], db: Path,
+           every: list[StoredRepeat] | None = None) -> tuple[Any, list[dict[str, Any]], str]:
+    """The frame of `rows` (each repeat's newest), and the run records of every run that stored one of `every` (all
+    the rows read: a run whose repeats a later run measured again is still a run of the report), each with its
+    repeats counted as admission sees them."""
     if not rows:
         scope = f"runs {', '.join(run_ids)}" if run_ids else str(db)
         raise StoreError(f"no results in {scope}: run `matrix run` first (or pick runs with --run)")
     df = an.frame(rows)
-    present = set(df["run_id"])
+    counts: dict[str, dict[str, int]] = {}
+    for r in every if every is not None else rows:
+        c = counts.setdefault(r.run_id, {})
+        status = r.admission.status
+        c[status] = c.get(status, 0) + 1
     records: list[dict[str, Any]] = [{"run_id": r.run_id, "matrix_name": r.matrix_name, "started_at": r.started_at,
-                "finished_at": r.finished_at, "host": r.host, "status": r.status, "counts": r.counts}
-               for r in infos if r.run_id in present]
+                "finished_at": r.finished_at, "host": r.host, "status": r.status,
+                "counts": dict(sorted(counts[r.run_id].items())), "admitted": True} for r in infos if r.run_id in counts]
     names = {str(r["matrix_name"]) for r in records if r["matrix_name"]}
     name = names.pop() if len(names) == 1 else "matrix"
     return df, records, name
@@ -109,10 +116,10 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
 
     fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, tuple(FORMATS.names()), "report")
     infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
-    df, records, name = _frame(infos, run_ids, newest(rows), db)
+    df, records, name = _frame(infos, run_ids, newest(rows), db, rows)
     with _open(db) as store:
         provenance = store_exchange.provenance(store)
-    model = views.build(df, records, name, history=_history(rows), provenance=provenance)
+    model = views.build(df, records, name, history=_history(rows), provenance=provenance, stored=len(rows))
     return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name))
 
 

@@ -14,7 +14,8 @@ import pandas as pd
 from runner.analysis import gate, references, shown_unit
 from runner.analysis.adaptive import CellState, Stop
 from runner.analysis.verdict import Verdict
-from runner.report.fmt import Table, TableCell, number, p_value
+from runner.report.fmt import Table, TableCell, mean_std, p_value
+from runner.report.tone import interval, of_point
 
 VERDICT_CLS = {Verdict.PASS.value: "good", Verdict.FAIL.value: "bad", Verdict.UNDECIDED.value: "status"}
 
@@ -98,15 +99,24 @@ def history_table(hist: pd.DataFrame, unit: str | None = None) -> Table:
         first = s != last
         last = s
         ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
-        mean = number(r.mean) if math.isnan(r.std) else f"{number(r.mean, 1)} ± {number(r.std, 1)}"
+        mean = mean_std(r.mean, r.std, int(r.n)) if r.n else "—"  # the one format of a figure and its spread
         outcomes = getattr(r, "outcomes", "")
         repeats = str(r.n) if not isinstance(outcomes, str) or outcomes in ("", f"{r.n} ok") else outcomes
         t.add(label if first else "", _date(r.date), r.runs, repeats, TableCell(mean, "num"), TableCell(ratio, "num"),
               TableCell(p_value(r.p_value), "num"),
-              TableCell(f"step: {r.change}" if r.step else f"undecided: {why}" if why else "",
-                   "bad" if r.step else "status" if why else ""),
+              TableCell(f"step: {r.change}{_interval(r)}" if r.step else f"undecided: {why}" if why else "",
+                        of_point(r._asdict()).value if r.step or why else ""),  # the step's direction, not its words
               row_class="group" if first and not boundary else "")
     return t
+
+
+def _interval(r: Any) -> str:
+    """' (1.05–1.18)': a step's 95% interval, in the orientation of its words; '' without one."""
+    from runner import analysis as an
+
+    iv = interval(r.ratio, getattr(r, "ratio_low", math.nan), getattr(r, "ratio_high", math.nan),
+                  an.METRICS["throughput"])
+    return f" ({iv})" if iv else ""
 
 
 def terminal(*parts: Table | str, titles: Sequence[str] = ()) -> str:

@@ -82,6 +82,17 @@ def p_value(p: Any) -> str:
     return "<0.001" if float(p) < 0.001 else f"{float(p):.3f}"
 
 
+def iso8601(ts: Any) -> str | None:
+    """A stored epoch time as ISO 8601 in UTC ('2026-11-23T18:28:05Z') for CSV and JSON; None for none."""
+    import time
+
+    try:
+        t = float(ts)
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) if math.isfinite(t) else None
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
 def short_digest(value: str, keep: int = 12) -> str:
     """'repo@sha256:5f0c1b2a3d4e…' → the algorithm and the first hex digits, enough to tell images apart."""
     if not value:

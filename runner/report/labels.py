@@ -89,7 +89,7 @@ def cell_label(row: Any, keys: Sequence[str] = an.CELL_KEYS) -> str:
     parts = []
     for k in keys:
         v = row[k]
-        if k in LAYOUT_AXES and v == 1:
+        if k in LAYOUT_AXES and (v == 1 or v in ("", None)):  # one process (or none recorded): not worth a word
             continue
         if k in ("options", "dataset") and not v:  # a workload's cells have no dataset: no empty segment
             continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -14,7 +14,7 @@ import pandas as pd
 from runner import analysis as an
 from runner.analysis.comparable import unit_of
 from runner.analysis.verdict import Verdict
-from runner.report import fmt
+from runner.report import fmt, tone
 from runner.report.fmt import DASH, Section, Table, TableCell, records
 from runner.report.labels import (
     KEY_LABELS,
@@ -24,39 +24,86 @@ from runner.report.labels import (
 )
 
 
-def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame
-                        ) -> tuple[list[Section], list[tuple[str, str, an.Comparison]]]:
-    """Environment comparison: on each machine, every environment against its first (never one machine's against
-    another's: the machines side by side is another view), plus each one's FP16/FP32 ratios. Each side is the one
-    `compare` takes (runner/analysis/sides.py)."""
-    envs = list(dict.fromkeys(summary["environment"]))
-    if len(envs) < 2:
-        return [], []
+@dataclass(frozen=True)
+class Families:
+    """Every family of pairs a report judges, computed once: on each machine, every environment against its first
+    (`environments`: A, B, the comparison), and in each environment every precision against fp32 (`precisions`:
+    environment, fp32, the precision, compare's pairs). Each side is the one `compare` takes (runner/analysis/sides.py)."""
+
+    sides: dict[str, an.Side]
+    environments: list[tuple[str, str, an.Comparison]]
+    precisions: list[tuple[str, str, str, pd.DataFrame]]
+
+
+def families(df: pd.DataFrame, summary: pd.DataFrame, metric: an.Metric | None = None) -> Families:
+    m = metric or an.METRICS["throughput"]
+    envs = list(dict.fromkeys(summary["environment"])) if len(summary) else []
     machine = df.drop_duplicates("environment").set_index("environment")["machine"] if "machine" in df else None
     on: dict[str, list[str]] = {}
     for e in envs:
         on.setdefault(str(machine.get(e, "")) if machine is not None else "", []).append(e)
-    sides = {e: replace(an.select_side(df, f"env:{e}"), ref=e) for e in envs}
-    comparisons = [(group[0], e, an.compare(sides[group[0]], sides[e])) for group in on.values() for e in group[1:]]
+    sides = {e: replace(an.select_side(df, f"env:{e}"), ref=e) for e in envs} if len(envs) > 1 else {}
+    comparisons = [(group[0], e, an.compare(sides[group[0]], sides[e], m)) for group in on.values() for e in group[1:]]
+    return Families(sides, comparisons, precision_pairs(df, envs, m))
+
+
+def precision_pairs(df: pd.DataFrame, envs: Sequence[str], metric: an.Metric) -> list[tuple[str, str, str, pd.DataFrame]]:
+    """In each environment, every precision against fp32, paired on the other params and judged by the decision core
+    (side_stats, pair_stats: Welch's test, the p-values adjusted over the environment's pairs of that precision)."""
+    keys = tuple(k for k in an.PARAM_KEYS if k != "precision")
+    out = []
+    for env in envs:
+        rows = df[df["environment"] == env]
+        base = rows[rows["precision"] == an.BASELINE_PRECISION]
+        if base.empty:
+            continue
+        others = rows[rows["precision"] != an.BASELINE_PRECISION].sort_values("precision", key=an.precision_rank,
+                                                                              kind="stable")
+        for precision, g in others.groupby("precision", sort=False):
+            pairs, _ = an.pair_stats(an.side_stats(base, metric.name, keys), an.side_stats(g, metric.name, keys),
+                                     metric, keys=keys)
+            if len(pairs):
+                out.append((str(env), an.BASELINE_PRECISION, str(precision), pairs))
+    return out
+
+
+def comparison_sections(df: pd.DataFrame, summary: pd.DataFrame, fam: Families | None = None
+                        ) -> tuple[list[Section], list[tuple[str, str, an.Comparison]]]:
+    """Environment comparison: on each machine, every environment against its first (never one machine's against
+    another's: the machines side by side is another view), plus each one's FP16/FP32 ratios."""
+    fam = fam or families(df, summary)
+    if not fam.environments:
+        return [], []
+    envs = list(fam.sides)
     sections = []
     m = an.METRICS["throughput"]
-    for a, b, c in comparisons:
+    for a, b, c in fam.environments:
         sections.append(Section(f"{b} vs {a}", pairs_table(c, a, b), comparison_note(c, a, b)))
-    ratios = pd.concat([sides[e].precision_ratios(e) for e in envs], ignore_index=True)
+    ratios = pd.concat([fam.sides[e].precision_ratios(e) for e in envs], ignore_index=True)
     if not ratios.empty:
         sections.append(Section("Precision speed-up per environment (throughput ÷ fp32)",
                                 precision_ratio_table(ratios, envs),
                                 f"The {m.label} of each precision over fp32's, in the same environment and "
                                 "configuration."))
-    return sections, comparisons
+    return sections, fam.environments
 
 
 def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
-    """'Geometric mean of B/A over 2 of 11 pairs (9 not measured on both sides): 1.10x faster'."""
+    """'Geometric mean of B/A over 2 of 11 pairs (7 not measured on both sides, 2 not comparable): 1.10x faster':
+    every pair without a ratio counted under its reason (a side without an ok repeat, or sides the core would not
+    compare), as the rows say it."""
     n, with_ratio = len(c.pairs), c.n_ratios
     over = f"{with_ratio} pair{'s' if with_ratio != 1 else ''}"
     if with_ratio != n:
-        over = f"{with_ratio} of {n} pairs ({n - with_ratio} not measured on both sides)"
+        p = c.pairs
+        measured = (p["a_n"] > 0) & (p["b_n"] > 0)
+        ratio = p["ratio"].to_numpy(dtype=float)
+        apart = int((measured & ~((ratio == ratio) & (ratio > 0))).sum())
+        reasons = [f"{n - with_ratio - apart} not measured on both sides" if n - with_ratio - apart else "",
+                   f"{apart} not comparable" if apart else ""]
+        over = f"{with_ratio} of {n} pairs ({', '.join(r for r in reasons if r)})"
+        if not with_ratio:
+            return f"No geometric mean of {b}/{a}: none of the {n} pairs has a ratio ({', '.join(r for r in reasons if r)})"
     text = f"Geometric mean of {b}/{a} over {over}: {fmt.ratio_words(c.geomean, c.geomean_words)}"
     if c.geomean_low == c.geomean_low and c.geomean_high == c.geomean_high:
         text += f", 95% interval {c.geomean_low:.3f}-{c.geomean_high:.3f}"
@@ -135,27 +182,15 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
                    "change", p_head,
                    "verdict"], align=["l"] * len(keys) + ["r", "r", "r", "l", "r", "l"])
     for r in p.to_dict("records"):
-        if r["decision"] == Verdict.UNDECIDED.value:
-            cls = "status"
-        elif r["significant"]:
-            cls = "good" if r["verdict"] == m.better or str(r["verdict"]).startswith("fixed") else "bad"
-        else:
-            cls = "muted"
+        cls = tone.of_pair(r, m).value  # the colour of the decision core's verdict, never of its words
         words = str(r["verdict"]) + (f" ({r['throttling']})" if r.get("throttling") else "")
+        iv = tone.interval(r["ratio"], r.get("ratio_low"), r.get("ratio_high"), m)
         table.add(*(key_text(k, r[k]) for k in keys),
                   side_cell(r, "a", m), side_cell(r, "b", m),
-                  TableCell(ratio_text(r), "num"), TableCell(r["change"] or DASH),
+                  TableCell(fmt.number(r["ratio"], 3), "num"),
+                  TableCell(f"{r['change']} ({iv})" if r["change"] and iv else r["change"] or DASH, cls),
                   TableCell(fmt.p_value(r["p_adjusted"]), "num"), TableCell(words, cls))
     return table
-
-
-def ratio_text(r: Any) -> str:
-    """B/A with its 95% interval, '0.960 (0.921-1.001)'; the ratio alone where there is no interval."""
-    text = fmt.number(r["ratio"], 3)
-    low, high = r.get("ratio_low"), r.get("ratio_high")
-    if text != DASH and low is not None and high is not None and low == low and high == high:
-        text += f" ({fmt.number(low, 3)}–{fmt.number(high, 3)})"
-    return text
 
 
 def side_cell(r: Any, side: str, m: an.Metric) -> TableCell:
@@ -192,7 +227,7 @@ def comparison_doc(c: an.Comparison) -> dict[str, Any]:
         "b": {"ref": c.b.ref, "kind": c.b.kind, "environments": c.b.environments},
         "test": {"name": "welch-t", "alpha": c.alpha, "min_effect": c.min_effect, "correction": c.correction,
                  "tested": c.n_tested},
-        "pairs": records(c.pairs),
+        "pairs": records(with_tone(c.pairs, c.metric)),
         "geomean_ratio": None if math.isnan(c.geomean) else round(c.geomean, 10),
         "geomean_low": None if math.isnan(c.geomean_low) else round(c.geomean_low, 10),
         "geomean_high": None if math.isnan(c.geomean_high) else round(c.geomean_high, 10),
@@ -210,6 +245,12 @@ def comparison_doc(c: an.Comparison) -> dict[str, Any]:
         "machines": {"a": [m.as_json() for m in c.a.machines], "b": [m.as_json() for m in c.b.machines]},
         "across_machines": c.across_machines,
     }
+
+
+def with_tone(pairs: pd.DataFrame, metric: an.Metric) -> pd.DataFrame:
+    """Compare's pairs with each one's tone (better, worse, same, changed, undecided: runner/report/tone.py), the one
+    word every page, chart, CSV and JSON colours a verdict by."""
+    return pairs.assign(tone=[tone.of_pair(r, metric).value for r in pairs.to_dict("records")])
 
 
 def _ratio_cell(r: dict[str, Any] | None) -> TableCell:

@@ -21,12 +21,13 @@ from runner.report import pairs as pair_views
 from runner.report.fmt import MdSafe, Table, TableCell, records
 from runner.report.pairs import comparison_doc
 
-if TYPE_CHECKING:  # matplotlib loads only when a format needs plots
-    from runner.report.plots import Plot
+if TYPE_CHECKING:  # Altair and vl-convert load only when a format draws charts
+    from runner.report.charts import Chart
 
 JSON_SCHEMA = 3  # of report.json and `compare --format json`; bump when a field changes meaning
 # 2: cells carry their definition (cell_key, run settings); names with more than one definition are listed;
 # pairs carry a decision (pass/fail/undecided) and p adjusted for the false discovery rate.
+# 3: times in ISO 8601 (runs, history); pairs carry their tone; report.json opens with the answer (its findings).
 
 
 # --- Jinja ------------------------------------------------------------------------------------
@@ -46,6 +47,7 @@ def jinja(kind: str) -> jinja2.Environment:
         env = jinja2.Environment(autoescape=False, finalize=_md_finalize, **common)  # noqa: S701 (Markdown)
         env.filters["md_table"] = fmt.md_table
         env.filters["code"] = fmt.md_code_block
+        env.filters["md_link"] = lambda text, anchor: MdSafe(f"[{fmt.md_escape(text)}](#{anchor})")
     else:
         env = jinja2.Environment(autoescape=True, **common)
     return env
@@ -67,6 +69,10 @@ def repeats_frame(df: pd.DataFrame) -> pd.DataFrame:
     failed ones' words (`admission` beside them) and the printed resolution as JSON, never a Python repr."""
     out = df.drop(columns=[c for c in ("log_tail", "loss_at", "checks") if c in df]).copy()
     out["tags"] = out["tags"].map(lambda t: " ".join(t))
+    out["repeat"] = out["repeat"].astype(int) + 1  # numbered from 1, as `matrix show` and every page number them
+    for c in ("started_at", "finished_at"):
+        if c in out:
+            out[c] = out[c].map(fmt.iso8601)
     if "resolution" in out:
         out["resolution"] = out["resolution"].map(lambda d: json.dumps(d, sort_keys=True) if d else "")
     return out
@@ -80,7 +86,9 @@ def report_json(model: views.ReportModel) -> str:
         "name": model.name,
         "units": {m.name: m.stored_unit for m in an.METRICS.values() if m.stored_unit},
         "statuses": {k: int(v) for k, v in sorted(counts.items())},
-        "runs": [{k: v for k, v in r.items()} for r in model.run_records],
+        "runs": [run_doc(r) for r in model.run_records],
+        "answer": {"headline": model.answer.headline if model.answer else "",
+                   "findings": records(model.answer.findings) if model.answer else []},
         "environments": records(an.environment_info(model.shown).drop(columns="side")),
         "cells": records(model.summary),
         "recipes": records(model.recipes_df.drop(columns="side")),
@@ -90,6 +98,16 @@ def report_json(model: views.ReportModel) -> str:
         "definitions": records(model.definitions_df),
     }
     return dumps(doc)
+
+
+def run_doc(r: dict[str, Any]) -> dict[str, Any]:
+    """A run as report.json writes it: its times in ISO 8601, its status as its repeats hold it (and as stored)."""
+    from runner.report.head import run_status
+
+    counts = dict(r.get("counts") or {})
+    return {"run_id": r["run_id"], "matrix_name": r.get("matrix_name"), "started_at": fmt.iso8601(r.get("started_at")),
+            "finished_at": fmt.iso8601(r.get("finished_at")), "host": r.get("host"),
+            "status": run_status(str(r.get("status") or ""), counts), "stored_status": r.get("status"), "counts": counts}
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -108,21 +126,46 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) ->
 
     out.mkdir(parents=True, exist_ok=True)
     chosen = [FORMATS.get(name) for name in formats]
-    kinds = {k for f in chosen for k in f.plots}
-    plots: list[Plot] = []
-    if kinds:
-        from runner.report.plots import make_plots
-
-        plots = make_plots(model.summary, model.scaling_df, svg="svg" in kinds, png="png" in kinds,
-                           history=model.history_df)
-    return [path for f in chosen for path in f.write(model, out, plots)]
+    made = report_charts(model) if any(f.plots for f in chosen) else {}
+    return [path for f in chosen for path in f.write(model, out, made)]
 
 
-def trusted_svg(p: Plot) -> Any:
-    """matplotlib's SVG, trusted as markup: it escapes the text it draws (checked by the hostile test)."""
+def report_charts(model: views.ReportModel) -> dict[str, list[Chart]]:
+    """Every chart of a report, by the section it sits in: 'answer' (the ratios with their intervals), 'grid' (each
+    plotted metric against batch size), 'scaling' and 'history'. A chart that would carry one point is not made."""
+    from runner.report import answer, chartdata, charts
+
+    m = an.METRICS["throughput"]
+    made: dict[str, list[Any]] = {}
+    if model.answer is not None:
+        made["answer"] = [charts.ratios(answer.charted(model.answer), m)]
+    summary = model.summary
+    made["grid"] = [charts.by_batch(summary, x, an.shown_unit(summary.get(f"unit_{x.name}", pd.Series(dtype=object))
+                                                                 .unique(), x.name))
+                    for x in an.METRICS.shown("plot")]
+    made["scaling"] = [charts.speedup(model.scaling_df)]
+    hist = model.history_df
+    if not hist.empty:
+        unit = an.shown_unit(hist["unit"].unique(), m.name)
+        made["history"] = [charts.history(chartdata.history_points(hist, m, unit), m, unit)]
+    return {k: [c for c in v if c is not None] for k, v in made.items()}
+
+
+def chart_script(c: Chart) -> Any:
+    """A chart's spec, escaped for a <script type="application/json"> element (runner/report/charts.py)."""
     from markupsafe import Markup
 
-    return Markup(p.svg or "")
+    return Markup(c.script())
+
+
+def page_scripts() -> tuple[Any, Any]:
+    """The Vega bundle and the script that draws a page's charts, for inline <script> elements: a report is one file
+    that opens offline. (The bundle holds no '</script'; one is broken in two if a later one does.)"""
+    from markupsafe import Markup
+
+    from runner.report import charts
+
+    return Markup(re.sub(r"</(script)", r"<\\/\1", charts.bundle(), flags=re.I)), Markup(charts.EMBED)
 
 
 # --- compare ----------------------------------------------------------------------------------
@@ -206,7 +249,7 @@ def compare_markdown(c: an.Comparison) -> str:
 
 
 def compare_csv(c: an.Comparison) -> str:
-    return fmt.csv_text(c.pairs.assign(a=c.a.ref, b=c.b.ref, metric=c.metric.name))
+    return fmt.csv_text(pair_views.with_tone(c.pairs, c.metric).assign(a=c.a.ref, b=c.b.ref, metric=c.metric.name))
 
 
 def compare_json(c: an.Comparison) -> str:

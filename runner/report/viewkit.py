@@ -23,6 +23,7 @@ class Context:
     info: pd.DataFrame
     run_records: list[dict[str, Any]]
     history: pd.DataFrame
+    families: Any = None   # runner/report/pairs.py Families: every pair the report judges, computed once
 
 
 @dataclass

@@ -16,7 +16,8 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.analysis.identity import origins
-from runner.report import fmt, viewset
+from runner.report import answer, fmt, head, viewset
+from runner.report import pairs as pair_views
 from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.grid import grid_sections
 from runner.report.labels import (
@@ -57,7 +58,7 @@ class ReportModel:
     name: str
     totals: str
     hardware: list[str]
-    warnings: list[str]
+    warnings: list[head.Caution]
     runs: Table
     environments: Table
     recipes: Section | None
@@ -73,6 +74,8 @@ class ReportModel:
     definitions: Section | None = None          # names measured under more than one definition
     definitions_df: pd.DataFrame = field(default_factory=pd.DataFrame)
     shown: pd.DataFrame = field(default_factory=pd.DataFrame)  # the rows the tables show (`frame`: every row)
+    answer: answer.Answer | None = None         # the first section: what differs, by how much, how sure
+    flags: list[str] = field(default_factory=list)  # each warning in full, naming its cells
 
     def built(self, name: str) -> Built | None:
         return next((b for b in self.views if b.view.name == name), None)
@@ -257,18 +260,23 @@ def hardware_lines(info: pd.DataFrame) -> list[str]:
 
 def admitted_counts(records: list[dict[str, Any]], df: pd.DataFrame) -> list[dict[str, Any]]:
     """Each run's repeats counted as admission sees them (runner/analysis/admission.py): the store counts a stored
-    ok, the report the admitted ones (a diverged or refused repeat by its word)."""
+    ok, the report the admitted ones (a diverged or refused repeat by its word). A record that already carries its
+    counts of every row it stored (runner/report/__init__.py reads them) keeps them."""
     if df.empty or "run_id" not in df:
         return records
     by_run = {r: dict(sorted(g.value_counts().items())) for r, g in df.groupby("run_id", sort=False)["status"]}
-    return [dict(r, counts=by_run[r["run_id"]]) if r.get("run_id") in by_run else r for r in records]
+    return [r if r.get("counts") and r.get("admitted") else dict(r, counts=by_run[r["run_id"]])
+            if r.get("run_id") in by_run else r for r in records]
 
 
 def runs_table(records: list[dict[str, Any]]) -> Table:
     table = Table(["run", "matrix", "started", "host", "status", "results"], align=["l"] * 5 + ["l"])
     for r in records:
+        counts = r.get("counts") or {}
+        status = head.run_status(str(r.get("status") or ""), counts)
         table.add(r["run_id"], r.get("matrix_name") or DASH, iso(r.get("started_at")), r.get("host") or DASH,
-                  r.get("status") or DASH, an.status_summary(r.get("counts") or {}) or DASH)
+                  TableCell(status, "" if status in ("complete", "done") else "status"),
+                  an.status_summary(counts) or DASH)
     return table
 
 
@@ -334,9 +342,11 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
 
 
 def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
-          history: pd.DataFrame | None = None, provenance: Mapping[str, an.Provenance] | None = None) -> ReportModel:
+          history: pd.DataFrame | None = None, provenance: Mapping[str, an.Provenance] | None = None,
+          stored: int | None = None) -> ReportModel:
     """All views of one report from the long frame and the runs it came from; `history` is
-    runner.analysis.history over every stored row (not only each repeat's newest).
+    runner.analysis.history over every stored row (not only each repeat's newest); `stored`: how many rows the runs
+    stored (default: the frame's).
 
     A name (environment and params) measured under more than one definition shows its newest definition in
     every table; the others are listed in their own section and counted in the totals, never averaged in."""
@@ -350,28 +360,38 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     if several_machines:
         info = with_machines(info, shown)
 
-    ctx = Context(shown, summary, info, run_records, hist)
+    fam = pair_views.families(shown, summary)
+    ctx = Context(shown, summary, info, run_records, hist, fam)
     built = [v.build(ctx) for v in viewset.VIEWS]
     recipes = an.precision_recipes(shown)
     meas = an.measurement(shown)
-    counts = shown["status"].value_counts().to_dict()
-    n_cells = len(summary)
-    totals = (f"{len(shown)} repeat{'s' if len(shown) != 1 else ''} in {n_cells} cell{'s' if n_cells != 1 else ''}, "
-              f"{len(info)} environment{'s' if len(info) != 1 else ''}: {an.status_summary(counts)}")
-    if len(shown) != len(df):
-        hidden = len(df) - len(shown)
-        totals += (f"; {hidden} more repeat{'s' if hidden != 1 else ''} of older definitions of "
-                   f"{defs.n_names} of these cells, not in the tables")
-    notes = warnings(an.quality_flags(summary))
+    totals = head.totals(run_records, len(df) if stored is None else stored, shown, len(summary), len(info),
+                         defs.n_names if len(shown) != len(df) else 0)
+    details = warnings(an.quality_flags(summary))
     definitions = definitions_section(defs)
-    if definitions is not None:
-        notes.insert(0, definitions.note)
+    cautions = head.cautions(an.quality_flags(summary), details, definitions.note if definitions else "",
+                             defs.n_names)
+    metric = an.METRICS["throughput"]
+    found = answer.build(answer.families(fam, several=len(info) > 1), hist, metric, nothing_sentence(summary, hist))
     return ReportModel(
-        name=name, totals=totals, hardware=hardware_lines(info), warnings=notes,
+        name=name, totals=totals, hardware=hardware_lines(info), warnings=cautions,
         runs=runs_table(run_records),
         environments=environments_table(info), recipes=recipes_section(recipes),
         grid=grid_sections(summary, shown), failures=failures(summary), frame=df, summary=summary, views=built,
         recipes_df=recipes, run_records=run_records,
         definitions=definitions, definitions_df=defs.several, shown=shown,
-        measurement=measurement_section(meas), measurement_df=meas,
+        measurement=measurement_section(meas), measurement_df=meas, answer=found, flags=details,
     )
+
+
+def nothing_sentence(summary: pd.DataFrame, hist: pd.DataFrame) -> str:
+    """Why a report has no comparison, in one sentence, with what would give it one."""
+    envs = summary["environment"].nunique() if len(summary) else 0
+    precisions = set(summary["precision"]) if len(summary) else set()
+    lacks = ["one environment" if envs < 2 else "",
+             "no fp32 to compare the other precisions with" if precisions and an.BASELINE_PRECISION not in precisions
+             else "one precision" if len(precisions) < 2 else "",
+             "every cell measured by one run" if hist.empty else ""]
+    said = ", ".join(w for w in lacks if w) or "no two cells that pair"
+    return (f"Nothing here is compared: {said}. Add an environment or a precision (with fp32) to the matrix, or run "
+            "it again to see each cell's history.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from runner import analysis as an
 from runner.analysis.history import history, steps
 from tests.decide.helpers import long_frame, rows_for
 
@@ -83,7 +84,7 @@ def test_the_report_has_a_history_section_table_plot_and_json(tmp_path: object) 
     assert "## History" in md and "step: 1.11x slower" in md and "1 significant step" in md
     assert (out / "plots" / "history.png") in written
     html = (out / "report.html").read_text()
-    assert 'id="history"' in html and 'id="plot-history"' in html
+    assert 'id="history"' in html and 'id="chart-history"' in html
     doc = json.loads((out / "report.json").read_text())
     assert [p["step"] for p in doc["history"]] == [False, True]
     plain = views.build(df[df["run_id"] == "night-1"], [], "one run", history=history(df[df["run_id"] == "night-1"]))
@@ -191,23 +192,27 @@ def test_ok_repeats_without_a_figure_are_refused_not_counted_ok() -> None:
 def test_the_plot_names_the_rings_when_only_a_later_line_has_a_step() -> None:
     """The legend's 'significant step' was given to the first line's rings only: a step on any other line was a
     red ring the legend did not explain."""
-    from runner.report.plots import history_plot
+    from runner.report import chartdata, charts
 
+    m = an.METRICS["throughput"]
     df = long_frame(rows_for("flat", list(100 + NOISE), run_id="a", start=1000.0),
                     rows_for("flat", list(100.2 + NOISE), run_id="b", start=2000.0),
                     rows_for("fell", list(100 + NOISE), run_id="a", start=1000.0, batch_size=64),
                     rows_for("fell", list(80 + NOISE), run_id="b", start=2000.0, batch_size=64))
     h = history(df)
     assert list(h["step"]) == [False, False, False, True]
-    plot = history_plot(h, svg=True, png=False)
-    assert plot is not None and "significant step" in (plot.svg or "")
+    chart = charts.history(chartdata.history_points(h, m, "img/s"), m, "img/s")
+    assert chart is not None
+    (rings,) = [layer for layer in chart.spec["layer"] if layer.get("name") == "rings"]
+    assert rings["encoding"]["stroke"]["title"] == "step against the run before"   # the legend names the rings
+    assert [v["tone"] for v in chart.spec["datasets"][charts.DATA] if v["step"]] == ["worse"]
 
 
 def test_a_point_stored_without_a_start_is_listed_with_a_dash_not_a_traceback() -> None:
     """A result row without started_at (the column allows NULL), or with one past any date, made the report's
     history table a ValueError or OverflowError traceback and its plot a matplotlib conversion error."""
+    from runner.report import chartdata, charts
     from runner.report.decisions import history_table
-    from runner.report.plots import history_plot
 
     for bad in (None, float("nan"), 1e30):
         later = rows_for("k", [90.0, 91.0], run_id="b", start=10.0)
@@ -215,4 +220,6 @@ def test_a_point_stored_without_a_start_is_listed_with_a_dash_not_a_traceback() 
             r["started_at"] = bad
         h = history(long_frame(rows_for("k", [100.0, 101.0], run_id="a", start=1.0), later))
         assert history_table(h).rows[1][1].text == "—"
-        assert history_plot(h, svg=True, png=False) is not None
+        m = an.METRICS["throughput"]
+        points = chartdata.history_points(h, m, "img/s")
+        assert charts.history(points, m, "img/s") is not None and not isinstance(points["when"].iloc[1], str)

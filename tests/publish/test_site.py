@@ -1,22 +1,39 @@
-"""`matrix publish`: a deterministic, escaped static site with histories, change points and cross-machine
-verdicts from the compare core."""
+"""`matrix publish`: a deterministic, escaped static site with histories judged by the history's rule, charts whose
+only script ships with the site, and cross-machine verdicts from the compare core."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-import runner.analysis as an
 from runner.base.errors import ConfigError
 from runner.publish import publish
-from runner.publish.changes import changes
 
 
 def pages(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def specs(page: str) -> dict[str, dict]:
+    """Each chart's Vega-Lite spec in a page, by its name (the JSON beside its <div class="vega">)."""
+    return {name: json.loads(text) for name, text in
+            re.findall(r'<script type="application/json" id="spec-([^"]+)">(.*?)</script>', page, re.S)}
+
+
+def values(spec: dict) -> list[dict]:
+    """The rows of a chart's main data (the points it draws: runner/report/charts.py's dataset DATA)."""
+    from runner.report.charts import DATA
+
+    return spec["datasets"][DATA]
+
+
+def row_of(page: str, text: str) -> str:
+    """The table row of `page` that holds `text`."""
+    return next(r for r in re.findall(r"<tr>.*?</tr>", page, re.S) if text in r)
 
 
 def test_same_stores_same_bytes(pooled_db: Path, tmp_path: Path) -> None:
@@ -47,40 +64,60 @@ def test_a_folder_that_is_not_a_site_is_never_emptied(pooled_db: Path, tmp_path:
 
 
 def test_everything_is_escaped_and_nothing_is_fetched(pooled_db: Path, tmp_path: Path) -> None:
+    """The only scripts are the site's own (vega.js, charts.js) and each chart's spec as JSON, in which no value can
+    end its element; nothing is fetched from a network."""
     publish([pooled_db], tmp_path / "site")
     for name, data in pages(tmp_path / "site").items():
+        if not name.endswith(".html"):
+            continue
         text = data.decode()
-        assert "<script" not in text, name
+        scripts = re.findall(r"<script[^>]*>", text, re.I)
+        assert all(re.fullmatch(r'<script (src="(\.\./)?(vega|charts)\.js"|type="application/json" id="spec-[a-z]+")>', t)
+                   for t in scripts), (name, scripts)
+        for body in re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', text, re.S):
+            assert "<" not in body and ">" not in body and "&" not in body
         assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text, re.I), name
     index = (tmp_path / "site" / "index.html").read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in index and "Intel &lt;Xeon&gt; &amp; &#34;co&#34;" in index
+    assert "\\u003cscript\\u003ealert(1)" in index  # in the charts' data too, escaped
 
 
 def test_links_resolve(pooled_db: Path, tmp_path: Path) -> None:
     publish([pooled_db], tmp_path / "site")
     for page in (tmp_path / "site").rglob("*.html"):
-        for href in re.findall(r'href="([^"#]+)"', page.read_text()):
+        for href in re.findall(r'(?:href|src)="([^"#]+)"', page.read_text()):
             assert (page.parent / href).resolve().exists(), (page, href)
 
 
 def test_the_step_is_found_where_it_is_and_nowhere_else(pooled_db: Path, tmp_path: Path) -> None:
+    """alpha's cells fell by 25% at its 5th run: by the history's rule (each run against the run before), each of its
+    pages has one step there, in the slower colour; beta's histories have none."""
     publish([pooled_db], tmp_path / "site")
     cells = [p.read_text() for p in (tmp_path / "site" / "cells").glob("*.html")]
     stepped = [c for c in cells if "alpha" in c]
     assert len(stepped) == 3
     for c in stepped:
-        assert c.count("<td>slower</td>") == 1 and "<td>20260004-" in c     # the 5th run, the first after the step
-        assert c.count('class="change"') == 1
-    assert all("No change found" in c for c in cells if "alpha" not in c)
+        assert c.count('<td class="worse">step: 1.3') == 1 and "1 step along this history" in c
+        assert "20260004-" in row_of(c, '<td class="worse">step:')     # the 5th run, the first after the step
+        rings = [v for v in values(specs(c)["history"]) if v["step"]]
+        assert len(rings) == 1 and rings[0]["tone"] == "worse"
+    assert all("No step along this history" in c and 'class="worse"' not in c for c in cells if "alpha" not in c)
 
 
-def test_changes_of_a_flat_history_and_a_step() -> None:
-    m = an.get_metric("throughput")
-    assert changes([100, 101, 99, 100, 101, 100], m) == []
-    found = changes([100, 101, 99, 100, 80, 81, 79, 80], m)
-    assert [(c.index, c.words) for c in found] == [(4, "slower")]
-    assert found[0].p < 0.05 and 0.79 < found[0].ratio < 0.81
-    assert changes([100, float("nan"), 101, 99, 100, 120, 121, 119, 120], m)[0].index == 5
+def test_the_index_and_each_cell_page_say_the_same(pooled_db: Path, tmp_path: Path) -> None:
+    """The index's verdict against the run before, its colour and the latest figure are the cell page's last row:
+    one rule for "changed", one for "newest"."""
+    publish([pooled_db], tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text()
+    rows = re.findall(r'<tr[^>]*><td><a href="(cells/[^"]+)">.*?<td>([^<]+)</td><td class="n">([^<]+)</td>'
+                      r'<td class="(\w+)">([^<]+)</td>', index, re.S)
+    assert len(rows) == 6
+    for href, machine, latest, tone, words in rows:
+        page = (tmp_path / "site" / href).read_text()
+        table = page.split(f"<h2>{machine}</h2>", 1)[1]
+        last = re.findall(r"<tr><td>.*?</tr>", table, re.S)[-1]
+        assert f'<td class="{tone}">{words}</td>' in last, (href, last)
+        assert latest.split(" img/s")[0] in last and latest in page
 
 
 def test_machines_are_compared_by_the_compare_core(pooled_db: Path, tmp_path: Path) -> None:
@@ -89,8 +126,9 @@ def test_machines_are_compared_by_the_compare_core(pooled_db: Path, tmp_path: Pa
     tests/exchange/test_identity.py has two machines that share their environments."""
     publish([pooled_db], tmp_path / "site")
     html = (tmp_path / "site" / "machines.html").read_text()
-    assert html.count("<td>not significant</td>") + html.count("<td>faster</td>") + html.count("<td>slower</td>") == 0
-    assert "6 cells without a partner" in html
+    assert "<table>" not in html and "<h2>A: beta (ce65dd) · B: alpha (d28535)</h2>" in html   # A named first
+    assert ("No cell was measured on both machines: pairs need the same environment and params on each, and beta "
+            "(ce65dd) has 3 cells that alpha (d28535) lacks, alpha (d28535) 3 that beta (ce65dd) lacks.") in html
 
 
 def test_a_metric_the_history_cannot_plot_is_refused(pooled_db: Path, tmp_path: Path) -> None:
@@ -120,9 +158,11 @@ def test_an_empty_store_publishes_an_empty_index(tmp_path: Path) -> None:
     from runner.store import Store
     Store(tmp_path / "empty.db").close()
     files = publish([tmp_path / "empty.db"], tmp_path / "site")
-    assert [f.name for f in files] == ["site.css", "index.html"]
+    assert [f.name for f in files] == ["site.css", "vega.js", "charts.js", "index.html"]
     assert (tmp_path / "site" / ".matrix-site").is_file()
-    assert "0 machines" in (tmp_path / "site" / "index.html").read_text()
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "These stores hold no repeat yet: run <code>matrix run</code>, then publish again." in index
+    assert "<figure" not in index
 
 
 def test_a_diverged_value_never_stops_the_site(tmp_path: Path) -> None:
@@ -141,8 +181,8 @@ def test_a_diverged_value_never_stops_the_site(tmp_path: Path) -> None:
                              f"({', '.join('?' * (len(row) - 1))})", [v for k, v in row.items() if k != "id"])
     publish([db], tmp_path / "site")
     cell = next((tmp_path / "site" / "cells").glob("*.html")).read_text()
-    assert cell.count("<circle") == 4 and "nan" not in cell.lower().replace("nano", "")
-    assert "inf" not in re.sub(r"<title>.*?</title>", "", cell)
+    assert len([v for v in values(specs(cell)["history"]) if v["mean"] is not None]) == 4
+    assert "nan" not in cell.lower().replace("nano", "") and "inf" not in re.sub(r"<title>.*?</title>", "", cell)
 
 
 def test_stored_bisect_answers_are_published_escaped_and_linked_to_their_cells(tmp_path: Path) -> None:
@@ -201,7 +241,7 @@ def test_a_run_that_ran_out_of_memory_is_on_the_cells_history_as_a_change(tmp_pa
     index = (tmp_path / "site" / "index.html").read_text()
     assert re.search(r'<td class="n">4</td><td class="n">2</td></tr>', index)  # 4 runs, 2 changes
     # The index says the last run against the one before in the core's words: it came back from out of memory.
-    assert re.search(r'<td class="good">fixed: before 3 oom \(here 3 ok\)', index)
+    assert re.search(r'<td class="better">step: fixed: before 3 oom \(here 3 ok\)', index)
 
 
 def _damaged_bisect(db: Path, **cols: str) -> None:
@@ -262,7 +302,7 @@ def test_each_cell_is_labelled_in_its_own_unit(tmp_path: Path) -> None:
         text = page.read_text()
         heads[re.findall(r"<h1>(\S+) ·", text)[0]] = re.findall(r"History of throughput \(([^)]*)\)", text)
     assert heads == {"local-cpu": ["img/s"], "llm": ["tok/s"]}
-    assert "histories plot throughput (img/s | tok/s)" in (tmp_path / "site" / "index.html").read_text()
+    assert "figures are throughput (img/s | tok/s)" in (tmp_path / "site" / "index.html").read_text()
 
 
 def test_two_copies_of_a_store_keep_each_ones_later_bisect_answers(tmp_path: Path) -> None:
@@ -304,3 +344,34 @@ def test_a_bisect_change_is_shown_as_bisect_printed_it(tmp_path: Path) -> None:
     cells = re.findall(r'<td class="n">([^<]*)</td>', (tmp_path / "site" / "bisects.html").read_text())
     assert "+100.0% (2.00x faster)" in cells and "-20.0% (1.25x slower)" in cells, cells
     assert "1" not in cells
+
+
+def test_after_a_clock_set_back_the_newest_run_is_the_stores(tmp_path: Path) -> None:
+    """Publish named the older run "latest" when the newer one's clock read earlier; compare and the report take the
+    store's order. A run stored last, with a start before every other, is still the cell's latest on every page."""
+    import sqlite3
+
+    from tests.exchange.synthetic import fill_history
+
+    db = fill_history(tmp_path / "c.db", "box", "AMD EPYC", runs=3, repeats=3, cells=1, seed=4)
+    con = sqlite3.connect(db)
+    last = con.execute("SELECT run_id FROM runs ORDER BY started_at DESC").fetchone()[0]
+    cols = [r[1] for r in con.execute("PRAGMA table_info(results)") if r[1] != "id"]
+    con.execute("INSERT INTO runs (run_id, schema, started_at, finished_at, matrix_path, matrix_name, argv, host, "
+                "status) SELECT '20250101-000000-c10ck0', schema, 1.0e9, 1.0e9 + 60, matrix_path, matrix_name, argv, "
+                "host, status FROM runs WHERE run_id=?", (last,))
+    for row in con.execute(f"SELECT {', '.join(cols)} FROM results WHERE run_id=?", (last,)).fetchall():
+        r = dict(zip(cols, row, strict=True))
+        r.update(run_id="20250101-000000-c10ck0", started_at=1.0e9 + r["repeat"],
+                 metrics=json.dumps({**json.loads(r["metrics"]), "throughput": 50.0 + r["repeat"], "images": 50.0 + r["repeat"]}))
+        con.execute(f"INSERT INTO results ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                    [r[c] for c in cols])
+    con.commit()
+    con.close()
+    publish([db], tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert '<td class="n">52.0 ± 1.0 img/s (n=3;' in index and re.search(r'<td class="worse">step: 1.9\dx slower', index)
+    runs = re.findall(r'<a href="runs/[^"]+">([^<]+)</a>', index)
+    assert runs[0] == "20250101-000000-c10ck0"                     # newest first, by the store
+    (page,) = [p.read_text() for p in (tmp_path / "site" / "cells").glob("*.html")]
+    assert "20250101-000000-c10ck0" in re.findall(r"<tr><td>.*?</tr>", page, re.S)[-1]

@@ -286,14 +286,14 @@ def test_recipes_per_environment_and_the_precisions_that_ran_differently() -> No
 
 
 def test_ideal_scaling_line_starts_at_the_smallest_layout() -> None:
-    from runner.report.plots import ideal_lines
+    from runner.report.charts import ideal_lines
 
     base = {"environment": "e", "model": "m", "precision": "fp32", "batch_size": 8, "dataset": "s", "options": ""}
     scale = pd.DataFrame([{**base, "processes": p} for p in (2, 4)])
-    [(xs, ys)] = ideal_lines(scale)
-    assert list(xs) == [2, 3, 4] and list(ys) == [1.0, 1.5, 2.0]  # not y = x from one process
+    assert [(e["processes"], e["speedup"]) for e in ideal_lines(scale)] == [(2, 1.0), (4, 2.0)]  # not y = x from 1
     one = pd.DataFrame([{**base, "model": "n", "processes": p} for p in (1, 2)])
-    assert [list(x) for x, _ in ideal_lines(pd.concat([scale, one]))] == [[1, 2, 3, 4], [2, 3, 4]]
+    ends = ideal_lines(pd.concat([scale, one]))
+    assert [(e["base"], e["processes"]) for e in ends] == [(1, 1), (1, 4), (2, 2), (2, 4)]
 
 
 def test_ok_on_one_side_and_failed_on_the_other_is_a_regression_not_no_result() -> None:

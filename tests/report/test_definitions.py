@@ -73,7 +73,8 @@ def test_a_report_shows_the_newest_definition_and_lists_both(redefined: Path, tm
     assert "## Cells measured under more than one definition" in md
     assert "1 cell was measured under more than one definition" in md and "never a mix" in md
     assert "150" not in md and "n=6" not in md
-    assert "9 repeats in 2 cells" not in md and "6 repeats in 2 cells" in md and "3 more repeats" in md
+    assert "2 runs stored 9 repeats; the tables show 6 of them" in md and ": 6 repeats in 2 cells" in md
+    assert "older definitions of 1 cell are listed, not averaged in" in md
 
 
 def test_compare_pairs_the_newest_definition_and_pools_only_when_asked(redefined: Path) -> None:

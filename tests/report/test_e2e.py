@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ def test_run_then_report_and_compare(tmp_path: Path) -> None:
     assert str(out / "report.md") in listed and str(out / "report.html") in listed
     md = (out / "report.md").read_text()
     assert md.startswith("# Benchmark report: e2e-report")
-    for heading in ("## Precision grid", "## Environment comparison", "## Precision summary", "## Plots"):
+    for heading in ("## The answer", "## Precision grid", "## Environment comparison", "## Precision summary"):
         assert heading in md
     assert "cpu-1thread" in md and "cpu-2threads" in md and "bf16/fp32" in md
     assert "torch 2." in md                        # the versions the environment turned out to have
@@ -51,7 +52,8 @@ def test_run_then_report_and_compare(tmp_path: Path) -> None:
     assert "nan" not in md.lower()
     assert (out / "plots" / "throughput.png").stat().st_size > 10_000
     html = (out / "report.html").read_text()
-    assert html.count("<svg") >= 2 and "<script" not in html   # throughput, time (no device memory on CPU)
+    # the answer, throughput and time (no device memory on CPU), each a Vega-Lite spec drawn in the page
+    assert {"answer", "throughput", "iter_time"} <= set(re.findall(r'id="spec-([a-z_]+)"', html))
 
     compare = cli("compare", "one", "two", "--db", str(db), "--format", "md", cwd=tmp_path).stdout
     assert "# Comparison: one (tag) vs two (tag)" in compare

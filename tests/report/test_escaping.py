@@ -56,7 +56,17 @@ def md_tables(text: str) -> list[list[str]]:
 
 
 def test_html_never_contains_raw_markup_from_data(evil_report: tuple[Path, Path]) -> None:
+    from runner.report import charts
+
     html = (evil_report[1] / "report.html").read_text()
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", html, re.S | re.I)
+    assert len(scripts) >= 3 and html.lower().count("<script") == len(scripts)
+    for attrs, body in scripts:   # only the Vega bundle, the page's own script, and charts' specs with < > & escaped
+        if attrs.startswith(' type="application/json"'):
+            assert not re.search("[<>&]", body) and "\\u003cscript\\u003e" in html
+        else:
+            assert attrs == "" and body.strip() in (charts.bundle().strip(), charts.EMBED.strip())
+    html = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.S)
     assert "<script" not in html.lower()
     assert "<img" not in html and "<b>bold</b>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html      # shown, as text

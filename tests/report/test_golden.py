@@ -43,7 +43,7 @@ def test_report_markdown_golden(report_dir: Path) -> None:
 def test_report_json_golden(report_dir: Path) -> None:
     text = (report_dir / "report.json").read_text()
     doc = json.loads(text)
-    assert doc["schema"] == 2 and doc["kind"] == "matrix-report"
+    assert doc["schema"] == 3 and doc["kind"] == "matrix-report"
     check_golden("report.json", text)
 
 
@@ -69,14 +69,14 @@ def test_compare_by_tags_golden(db: Path) -> None:
 
 def test_report_shows_every_view_the_fixture_has_axes_for(report_dir: Path) -> None:
     md = (report_dir / "report.md").read_text()
-    for heading in ("## Precision grid", "## Environment comparison", "## Precision summary", "## Scaling",
-                    "## Plots", "## Cells that did not end ok"):
+    for heading in ("## The answer", "## Precision grid", "## Environment comparison", "## Precision summary",
+                    "## Scaling", "## Cells that did not end ok"):
         assert heading in md
     assert "373.7 (n=1)" in md                 # the single-repeat cell: a value, said to be one repeat
     assert "nan" not in md.lower()
     assert "3 oom" in md and "1 unsupported" in md and "(1 failed)" in md
     assert "Tesla V100-SXM2-16GB" in md and "driver 410.48" in md   # the hardware is named
-    for png in ("throughput", "iter_time", "peak_mem", "scaling"):
+    for png in ("answer", "throughput", "iter_time", "peak_mem", "scaling"):
         assert (report_dir / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -10,14 +10,14 @@ from runner.report.formats import register
 from runner.report.formats.base import Format, write_text
 
 if TYPE_CHECKING:
-    from runner.report.plots import Plot
+    from runner.report.charts import Chart
     from runner.report.views import ReportModel
 
 
 class Csv(Format):
     name = "csv"
 
-    def write(self, model: ReportModel, out: Path, plots: list[Plot]) -> list[Path]:
+    def write(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]]) -> list[Path]:
         from runner.report.render import repeats_frame
 
         return [write_text(out / "summary.csv", fmt.csv_text(model.summary)),

@@ -9,14 +9,14 @@ from runner.report.formats import register
 from runner.report.formats.base import Format, write_text
 
 if TYPE_CHECKING:
-    from runner.report.plots import Plot
+    from runner.report.charts import Chart
     from runner.report.views import ReportModel
 
 
 class Json(Format):
     name = "json"
 
-    def write(self, model: ReportModel, out: Path, plots: list[Plot]) -> list[Path]:
+    def write(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]]) -> list[Path]:
         from runner.report.render import report_json
 
         return [write_text(out / "report.json", report_json(model))]

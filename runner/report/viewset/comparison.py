@@ -14,7 +14,7 @@ class Comparison(View):
     heading = "Environment comparison"
 
     def build(self, ctx: Context) -> Built:
-        sections, comparisons = comparison_sections(ctx.shown, ctx.summary)
+        sections, comparisons = comparison_sections(ctx.shown, ctx.summary, ctx.families)
         return Built(self, sections, extra=comparisons)
 
     def json(self, built: Built) -> dict[str, Any]:

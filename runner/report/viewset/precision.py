@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
-from runner.report import fmt
+from runner.report import fmt, tone
 from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.labels import KEY_LABELS, cell_value, constants_note, key_text, varying
 from runner.report.viewkit import Built, Context, View
@@ -22,7 +22,7 @@ class Precision(View):
 
     def build(self, ctx: Context) -> Built:
         prec = an.precision_summary(ctx.summary)
-        return Built(self, precision_sections(ctx.info, prec, ctx.summary), prec)
+        return Built(self, precision_sections(ctx.info, prec, ctx.summary, tones(ctx.families)), prec)
 
     def json(self, built: Built) -> dict[str, Any]:
         return {"precision_summary": fmt.records(built.frame)}
@@ -35,7 +35,21 @@ def hardware_of(info: pd.DataFrame, env: str) -> str:
 
 
 
-def precision_sections(info: pd.DataFrame, prec: pd.DataFrame, summary: pd.DataFrame | None = None) -> list[Section]:
+KEYS = ("model", "batch_size", "dataset", "gpus", "nodes", "options")
+
+
+def tones(families: Any) -> dict[tuple[Any, ...], str]:
+    """Each precision's throughput against fp32 as the decision core judged the pair (runner/report/pairs.py's
+    families): the ÷ fp32 column takes its verdict's colour, by environment, precision and configuration."""
+    if families is None:
+        return {}
+    m = an.METRICS["throughput"]
+    return {(env, b, *(r[k] for k in KEYS)): tone.of_pair(r, m).value
+            for env, _, b, pairs in families.precisions for r in pairs.to_dict("records")}
+
+
+def precision_sections(info: pd.DataFrame, prec: pd.DataFrame, summary: pd.DataFrame | None = None,
+                       judged: dict[tuple[Any, ...], str] | None = None) -> list[Section]:
     """Precision summary: per environment, time, throughput, memory and accuracy with ratios to fp32; each metric
     headed with the units of the environment's cells (`summary`'s unit_<m>: a transformer's throughput is tok/s)."""
     if prec.empty:
@@ -59,7 +73,10 @@ def precision_sections(info: pd.DataFrame, prec: pd.DataFrame, summary: pd.DataF
                 metric = an.METRICS[m]
                 cells.append(cell_value(r, metric))
                 if with_ratio:
-                    cells.append(TableCell(fmt.ratio(r[f"{m}_vs_fp32"]) if r["precision"] != "fp32" else DASH, "num"))
+                    verdict = (judged or {}).get((env, r["precision"], *(r[k] for k in KEYS)), "") \
+                        if m == "throughput" else ""
+                    cells.append(TableCell(fmt.ratio(r[f"{m}_vs_fp32"]) if r["precision"] != "fp32" else DASH,
+                                           f"num {verdict}".strip()))
             table.add(*cells)
         hardware = hardware_of(info, str(env))
         same = constants_note(g, ["dataset", "gpus", "nodes", "options"])

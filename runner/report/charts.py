@@ -1,0 +1,326 @@
+"""Every chart of the report and the site, each one Vega-Lite spec built with Vega-Altair. An HTML page draws it in the
+browser with the Vega bundle shipped inside the page or the site (hover for the figure, zoom, a legend that shows or
+hides a series; nothing fetched); the Markdown report gets the same spec as a PNG from vl-convert, without a
+browser. Numbers in, specs out: the values are computed in runner/analysis, the colours of a verdict come from
+runner/report/tone.py, and every error bar is the 95% interval of the analysis (`ci_low`, `ci_high`), labelled.
+
+A chart that would carry one point is not made: one dot says nothing a sentence does not."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from runner import analysis as an
+from runner.report.tone import COLOURS, ORDER, legend
+
+WIDTH, HEIGHT = 640, 300   # the PNG's size; an HTML page stretches a chart to its column
+BAR = "95% interval"       # what every error bar is, said on every chart that has one
+DATA = "points"     # the name of a chart's main dataset (its points), in the spec's `datasets`
+VALIDATE = False  # the specs' shapes are checked against Vega-Lite's schema by the tests, not at every publish
+MARKS = {"points": "points", "bars": "bars", "rings": "rings"}  # Vega's mark names: tests find the points by them
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart: its name (an anchor, a PNG's file name), its title, its Vega-Lite spec with the data inline, how
+    many points it carries, and a caption that says what its bars and colours are."""
+
+    name: str
+    title: str
+    spec: dict[str, Any]
+    points: int
+    caption: str = ""
+
+    def script(self) -> str:
+        """The spec as JSON that may sit inside an HTML <script type="application/json"> element: '<', '>' and '&'
+        escaped, so no value written into it can end the element. In a page a chart takes its column's width (a PNG
+        keeps WIDTH); a faceted chart keeps its panels' own."""
+        spec = dict(self.spec)
+        if isinstance(spec.get("width"), int):
+            spec.update(width="container", autosize={"type": "fit-x", "contains": "padding"})
+        text = json.dumps(spec, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+    def png(self) -> bytes:
+        import vl_convert
+
+        return bytes(vl_convert.vegalite_to_png(self.spec, vl_version=vl_version(), scale=1.5))
+
+
+@cache
+def vl_version() -> str:
+    """The Vega-Lite version Altair writes, as vl-convert names it (else vl-convert's newest)."""
+    import altair as alt
+    import vl_convert
+
+    wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    known = vl_convert.get_vegalite_versions()
+    return wanted if wanted in known else known[-1]
+
+
+@cache
+def bundle() -> str:
+    """Vega, Vega-Lite and Vega-Embed as one script (vl-convert's, no network). Bundling takes seconds, so the script
+    is kept in the user's cache (`$XDG_CACHE_HOME/matrix`, by vl-convert's and Vega-Lite's versions) and made once
+    per process where that cache cannot be read or written."""
+    import vl_convert
+
+    from runner.base import safewrite
+
+    cached = cache_dir() / f"vega-{getattr(vl_convert, '__version__', 'x')}-{vl_version()}.js"
+    try:
+        st = os.lstat(cached)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_size > 100_000:
+            return cached.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    text = str(vl_convert.javascript_bundle(vl_version=vl_version()))  # type: ignore[call-arg]  # (its stub)
+    with contextlib.suppress(OSError, safewrite.UnsafePath):
+        safewrite.write_text(safewrite.folder(cached.parent, 0o700) / cached.name, text)
+    return text
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "matrix"
+
+
+# The script that draws every chart of a page: each <div class="vega" data-spec=ID> from its JSON; a chart that
+# cannot be drawn says so in the page and on the console (a test reads both).
+EMBED = """(function () {
+  function draw() {
+    document.querySelectorAll("div.vega[data-spec]").forEach(function (el) {
+      var spec = JSON.parse(document.getElementById(el.getAttribute("data-spec")).textContent);
+      vegaEmbed(el, spec, {actions: false, renderer: "svg", tooltip: {theme: "light"}})
+        .then(function () { el.setAttribute("data-drawn", "yes"); })
+        .catch(function (e) { el.textContent = "This chart could not be drawn: " + e; console.error(e); });
+    });
+  }
+  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", draw); } else { draw(); }
+})();
+"""
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if hasattr(v, "item"):
+        return _clean(v.item())
+    return v
+
+
+def values(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame as Vega-Lite's inline values: plain numbers, no NaN (a missing value is null)."""
+    return [{k: _clean(v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def _alt() -> Any:
+    import altair as alt
+
+    return alt
+
+
+def tone_scale(tones: Sequence[str], metric: an.Metric) -> Any:
+    """The verdict colours for the tones present, in the one order, each named in the metric's words."""
+    alt = _alt()
+    words = legend(metric)
+    present = [t for t in ORDER if t.value in set(tones)]
+    return alt.Scale(domain=[words[t.value] for t in present], range=[COLOURS[t] for t in present])
+
+
+def _finish(chart: Any, name: str, title: str, drawn: list[dict[str, Any]], caption: str, width: bool = True) -> Chart:
+    """The chart's spec with its points as the named dataset DATA (set after Altair wrote the spec: Altair copies and
+    walks inline values, which costs seconds for a long history)."""
+    props: dict[str, Any] = {"title": title}
+    if width:
+        props["width"] = WIDTH
+    spec = chart.properties(**props).configure_view(stroke="#dde").configure_axis(
+        labelFontSize=11, titleFontSize=12, gridColor="#eef0f4").configure_legend(labelFontSize=11, titleFontSize=11,
+                                                                                 orient="bottom").to_dict(validate=VALIDATE)
+    spec["datasets"] = {**spec.get("datasets", {}), DATA: drawn}
+    return Chart(name, title, spec, len(drawn), caption)
+
+
+def ratios(rows: pd.DataFrame, metric: an.Metric, name: str = "answer", title: str = "") -> Chart | None:
+    """The answer: each comparison's ratio B/A with its 95% interval, on a log scale around 1, coloured by its
+    verdict. `rows`: label, ratio, ratio_low, ratio_high, tone (runner/report/tone.py), sentence."""
+    data = rows[rows["ratio"].map(lambda r: r is not None and r == r and r > 0)].copy()
+    if len(data) < 2:
+        return None
+    alt = _alt()
+    data["verdict"] = data["tone"].map(legend(metric))
+    rows = values(data[["label", "ratio", "ratio_low", "ratio_high", "tone", "verdict", "sentence"]])
+    base = alt.Chart(alt.Data(name=DATA))
+    # The largest changes first, as the rows come: a layer that leaves some out (no interval) must not reorder them.
+    y = alt.Y("label:N", sort=list(dict.fromkeys(data["label"])), title=None, axis=alt.Axis(labelLimit=420))
+    scale = alt.Scale(type="log", nice=False, padding=12)
+    x = alt.X("ratio:Q", scale=scale, title=f"B/A of {metric.label}, log scale, with {BAR} bars")
+    colour = alt.Color("verdict:N", scale=tone_scale(data["tone"], metric), title="verdict")
+    bars = base.mark_rule(strokeWidth=2).encode(y=y, x=alt.X("ratio_low:Q", scale=scale), x2="ratio_high:Q",
+                                                color=colour).properties(name=MARKS["bars"])
+    one = alt.Chart(alt.Data(values=[{"one": 1}])).mark_rule(strokeDash=[4, 3], color="#98a2b3").encode(x="one:Q")
+    dots = base.mark_point(filled=True, size=90, opacity=1).encode(
+        y=y, x=x, color=colour,
+        tooltip=[alt.Tooltip("sentence:N", title="in words"), alt.Tooltip("ratio:Q", format=".3f", title="B/A"),
+                 alt.Tooltip("ratio_low:Q", format=".3f", title="95% low"),
+                 alt.Tooltip("ratio_high:Q", format=".3f", title="95% high")]).properties(name=MARKS["points"])
+    shown = [one, bars, dots] if data["ratio_low"].map(lambda v: v is not None and v == v).any() else [one, dots]
+    chart = alt.layer(*shown).properties(height=max(60, 26 * len(data)))
+    return _finish(chart, name, title or f"Each comparison: B/A of {metric.label}, with its {BAR}", rows,
+                   f"Each dot is a ratio B/A (>1: B has the higher {metric.label}), its bar the {BAR} of the ratio; "
+                   "the colour is the verdict.")
+
+
+def history(points: pd.DataFrame, metric: an.Metric, unit: str, name: str = "history", title: str = "") -> Chart | None:
+    """Each series' figure per point over time (the history's mean, its 95% interval as a bar), one colour per series
+    (the legend shows or hides one), a ring in the verdict's colour around each point the history called a step.
+    `points`: series, when (ISO 8601), seq (the store's order), mean, ci_low, ci_high, tone, step, tip."""
+    data = points[points["mean"].notna()].copy()
+    if len(data) < 2:
+        return None
+    alt = _alt()
+    data["verdict"] = data["tone"].map(legend(metric))
+    cols = ["series", "when", "seq", "mean", "ci_low", "ci_high", "tone", "verdict", "step", "tip"]
+    rows = values(data[cols])
+    base = alt.Chart(alt.Data(name=DATA))
+    pick = alt.selection_point(fields=["series"], bind="legend", name="pick_series")
+    zoom = alt.selection_interval(bind="scales", name="zoom")
+    seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
+    x = alt.X("when:T", title="run started (UTC)", scale=alt.Scale(padding=16),
+              axis=alt.Axis(format="%Y-%m-%d %H:%M", labelAngle=-30))
+    y = alt.Y("mean:Q", title=f"{metric.label} ({unit}), with {BAR} bars", scale=alt.Scale(zero=False))
+    colour = alt.Color("series:N", title=None, legend=alt.Legend(labelLimit=600, columns=1, symbolLimit=40))
+    line = base.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, order="seq:Q", opacity=seen)
+    bars = base.mark_rule().encode(x=x, y="ci_low:Q", y2="ci_high:Q", color=colour, opacity=seen).properties(
+        name=MARKS["bars"])
+    dots = base.mark_point(filled=True, size=45).encode(
+        x=x, y=y, color=colour, opacity=seen, tooltip=[alt.Tooltip("tip:N", title=metric.label)]).add_params(
+        pick, zoom).properties(name=MARKS["points"])
+    steps = data[data["step"].astype(bool)]
+    layers = [line, bars, dots]
+    if len(steps):
+        layers.append(base.transform_filter("datum.step").mark_point(size=260, strokeWidth=2.5, filled=False).encode(
+            x=x, y=y, stroke=alt.Stroke("verdict:N", scale=tone_scale(steps["tone"], metric),
+                                        title="step against the run before"),
+            tooltip=[alt.Tooltip("tip:N", title="step")]).properties(name=MARKS["rings"]))
+    chart = alt.layer(*layers).properties(height=HEIGHT)
+    return _finish(chart, name, title or f"History of {metric.label}", rows,
+                   f"Each point is one run's mean {metric.label}, its bar the {BAR} of the mean; a ring marks a step "
+                   "against the run before, in its verdict's colour. Drag to pan, scroll to zoom, click a legend "
+                   "entry to show one series.")
+
+
+def latest(cells: pd.DataFrame, metric: an.Metric, unit: str, name: str = "latest", title: str = "") -> Chart | None:
+    """Each machine's cells with their latest figure and its 95% interval, coloured by the verdict against the run
+    before, one shape per machine (the legend shows or hides a machine). `cells`: label, machine, mean, ci_low,
+    ci_high, tone, tip."""
+    data = cells[cells["mean"].notna()].copy()
+    if len(data) < 2:
+        return None
+    alt = _alt()
+    data["verdict"] = data["tone"].map(legend(metric))
+    rows = values(data[["label", "machine", "mean", "ci_low", "ci_high", "tone", "verdict", "tip"]])
+    base = alt.Chart(alt.Data(name=DATA))
+    pick = alt.selection_point(fields=["machine"], bind="legend", name="pick_machine")
+    zoom = alt.selection_interval(bind="scales", encodings=["x"], name="zoom")
+    seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
+    y = alt.Y("label:N", sort=list(dict.fromkeys(data["label"])), title=None, axis=alt.Axis(labelLimit=420))
+    x = alt.X("mean:Q", title=f"latest {metric.label} ({unit}), with {BAR} bars", scale=alt.Scale(zero=False))
+    colour = alt.Color("verdict:N", scale=tone_scale(data["tone"], metric), title="against the run before")
+    bars = base.mark_rule(strokeWidth=2).encode(y=y, x="ci_low:Q", x2="ci_high:Q", color=colour,
+                                                opacity=seen).properties(name=MARKS["bars"])
+    dots = base.mark_point(filled=True, size=80).encode(
+        y=y, x=x, color=colour, shape=alt.Shape("machine:N", title="machine"), opacity=seen,
+        tooltip=[alt.Tooltip("tip:N", title=metric.label)]).add_params(pick, zoom).properties(name=MARKS["points"])
+    chart = alt.layer(bars, dots).properties(height=max(60, 22 * data["label"].nunique()))
+    return _finish(chart, name, title or f"Latest {metric.label} of each cell", rows,
+                   f"Each point is a cell's latest run on one machine, its bar the {BAR} of the mean; the colour is "
+                   "its verdict against the run before. Click a machine in the legend to show it alone.")
+
+
+def by_batch(summary: pd.DataFrame, metric: an.Metric, unit: str) -> Chart | None:
+    """The metric against batch size (its mean, the 95% interval as a bar), one line per environment and precision,
+    one panel per model; made only where a panel has two batch sizes or more."""
+    m = metric.name
+    data = summary[summary[f"{m}_n"] > 0].copy()
+    if data.empty:
+        return None
+    panel = data["model"].astype(str) + data["dataset"].map(lambda d: f" · {d}" if d else "") + \
+        data["options"].map(lambda o: f" · {o}" if o else "")
+    procs = data["gpus"] * data["nodes"]  # at each panel's smallest layout: more processes are the scaling chart's
+    data = data.assign(panel=panel)[procs == procs.groupby(panel).transform("min")]
+    if data.groupby("panel")["batch_size"].nunique().max() < 2:
+        return None
+    alt = _alt()
+    several = data["environment"].nunique() > 1
+    data = data.assign(series=(data["environment"].astype(str) + " · " if several else "") + data["precision"].astype(str),
+                       mean=data[f"{m}_mean"] * metric.scale, ci_low=data[f"{m}_ci_low"] * metric.scale,
+                       ci_high=data[f"{m}_ci_high"] * metric.scale, n=data[f"{m}_n"])
+    base = alt.Chart()
+    pick = alt.selection_point(fields=["series"], bind="legend", name="pick_series")
+    seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
+    x = alt.X("batch_size:O", title="batch size")
+    y = alt.Y("mean:Q", title=f"{metric.label} ({unit}), with {BAR} bars")
+    colour = alt.Color("series:N", title=None)
+    line = base.mark_line().encode(x=x, y=y, color=colour, opacity=seen)
+    bars = base.mark_rule().encode(x=x, y="ci_low:Q", y2="ci_high:Q", color=colour, opacity=seen).properties(
+        name=MARKS["bars"])
+    dots = base.mark_point(filled=True, size=45).encode(
+        x=x, y=y, color=colour, opacity=seen,
+        tooltip=["series:N", "batch_size:O", alt.Tooltip("mean:Q", format=".4g"), alt.Tooltip("ci_low:Q", format=".4g"),
+                 alt.Tooltip("ci_high:Q", format=".4g"), "n:Q"]).add_params(pick).properties(name=MARKS["points"])
+    cols = ["panel", "series", "batch_size", "mean", "ci_low", "ci_high", "n"]
+    rows = values(data[cols])
+    chart = alt.layer(line, bars, dots, data=alt.Data(name=DATA)).properties(
+        width=300, height=220).facet(facet=alt.Facet("panel:N", title=None), columns=2).resolve_scale(x="independent")
+    title = f"{metric.label.capitalize()} against batch size"
+    return _finish(chart, m, title, rows, f"Each point is a cell's mean, its bar the {BAR} of the mean.",
+                   width=False)
+
+
+def ideal_lines(scale: pd.DataFrame) -> list[dict[str, float]]:
+    """The ideal speed-up lines' ends: a line's speed-up is over its own smallest layout, which need not be one
+    process, so ideal is processes / base; one line per distinct base, up to the largest layout."""
+    group = ["environment", "model", "precision", "batch_size", "dataset", "options"]
+    bases = sorted({int(b) for b in scale.groupby(group, sort=False, dropna=False)["processes"].min()})
+    top = int(scale["processes"].max())
+    return [{"base": b, "processes": p, "speedup": p / b} for b in bases for p in (b, top)]
+
+
+def speedup(scale: pd.DataFrame) -> Chart | None:
+    """Speed-up against the processes (per node × nodes), with the ideal line; made only with two layouts or more."""
+    if scale.empty or scale["processes"].nunique() < 2:
+        return None
+    alt = _alt()
+    data = scale.assign(series=scale["environment"].astype(str) + " · " + scale["model"].astype(str) + " · " +
+                        scale["precision"].astype(str) + " · batch " + scale["batch_size"].astype(str))
+    ratio = data["speedup"] / data["throughput_mean"]
+    data = data.assign(low=data["throughput_ci_low"] * ratio, high=data["throughput_ci_high"] * ratio)
+    rows = values(data[["series", "processes", "speedup", "low", "high", "efficiency"]])
+    base = alt.Chart(alt.Data(name=DATA))
+    pick = alt.selection_point(fields=["series"], bind="legend", name="pick_series")
+    seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
+    x = alt.X("processes:Q", title="processes (per node × nodes)")
+    colour = alt.Color("series:N", title=None, legend=alt.Legend(labelLimit=420, columns=1))
+    ideal = alt.Chart(alt.Data(values=ideal_lines(data))).mark_line(strokeDash=[5, 4], color="#98a2b3").encode(
+        x="processes:Q", y="speedup:Q", detail="base:N")
+    line = base.mark_line().encode(x=x, y=alt.Y("speedup:Q", title="speed-up"), color=colour, opacity=seen)
+    bars = base.mark_rule().encode(x=x, y="low:Q", y2="high:Q", color=colour, opacity=seen).properties(name=MARKS["bars"])
+    dots = base.mark_point(filled=True, size=45).encode(
+        x=x, y="speedup:Q", color=colour, opacity=seen,
+        tooltip=["series:N", "processes:Q", alt.Tooltip("speedup:Q", format=".2f"),
+                 alt.Tooltip("efficiency:Q", format=".0%")]).add_params(pick).properties(name=MARKS["points"])
+    chart = alt.layer(ideal, line, bars, dots).properties(height=HEIGHT)
+    return _finish(chart, "scaling", "Speed-up against processes", rows,
+                   f"Speed-up over each line's smallest layout, its bar the {BAR} of the throughput carried over; "
+                   "dashed: ideal.")
