@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
 
 import pandas as pd
 
@@ -36,14 +35,12 @@ from runner.analysis import (
 )
 from runner.analysis.comparable import (
     NOT_OUTCOMES,
-    Outcomes,
-    definition_text,
     no_ratio,
     outcome_change,
-    unit_of,
     why_not,
     with_outcomes,
 )
+from runner.analysis.history_points import Name, Point, points
 from runner.analysis.identity import definition_ids, origins, what_changed
 from runner.analysis.metrics import Metric
 from runner.analysis.verdict import Verdict
@@ -53,37 +50,6 @@ from runner.analysis.verdict import Verdict
 COLUMNS = ["cell_key", "series", "machine", *CELL_KEYS, "point", "run_id", "runs", "date", "n", "outcomes", "mean", "std",
            "ci_low", "ci_high", "unit", "ratio", "ratio_low", "ratio_high", "p_value", "step", "direction", "change",
            "undecided", "boundary"]
-
-
-def points(cell: pd.DataFrame) -> Iterator[tuple[list[str], pd.DataFrame]]:
-    """One cell's rows split into measurements: (the runs in it, each repeat's newest row), oldest first. Runs in
-    the order of their first stored row; a run continues the current point unless it stores a repeat whose
-    number the point already has ok (a re-measurement, as `--force` does), or the point has no ok repeat at all
-    and the run stores one of its numbers again (a night that failed whole is a measurement too); otherwise a
-    repeat that did not end ok is filled in (`--rerun-failed`, a resume), its newest row standing for it."""
-    first_id = cell.groupby("run_id", sort=False)["seq"].min().sort_values(kind="stable")
-    runs: list[str] = []
-    have_ok: set[int] = set()
-    have: set[int] = set()
-    parts: list[pd.DataFrame] = []
-
-    def newest(parts: list[pd.DataFrame]) -> pd.DataFrame:
-        rows = pd.concat(parts) if len(parts) > 1 else parts[0]
-        return rows.sort_values(["seq", "id"], kind="stable").drop_duplicates("repeat", keep="last")
-
-    by_run = dict(iter(cell.groupby("run_id", sort=False)))  # once: a mask per run costs a copy of the cell per run
-    for run_id in first_id.index:
-        g = by_run[run_id]
-        repeats = set(g["repeat"].astype(int))
-        if parts and (repeats & have_ok or (not have_ok and repeats & have)):
-            yield runs, newest(parts)
-            runs, have_ok, have, parts = [], set(), set(), []
-        runs.append(str(run_id))
-        have |= repeats
-        have_ok |= set(g.loc[g["status"] == "ok", "repeat"].astype(int))
-        parts.append(g)
-    if parts:
-        yield runs, newest(parts)
 
 
 def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float = MIN_EFFECT,
@@ -105,67 +71,63 @@ def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float =
         return pd.DataFrame(columns=COLUMNS)
     work = measured_rows.assign(_series=definition_ids(measured_rows), _machine=origins(measured_rows))
     rows: list[dict[str, object]] = []
-    for _, name in work.groupby([*CELL_KEYS, "_machine"], sort=False, dropna=False):
-        if name["run_id"].nunique() < min_points:  # each point takes a run of its own
+    for _, frame_of_name in work.groupby([*CELL_KEYS, "_machine"], sort=False, dropna=False):
+        if frame_of_name["run_id"].nunique() < min_points:  # each point takes a run of its own
             continue
-        timeline = sorted(((int(g["id"].min()), series, runs, g) for series, cell in name.groupby("_series", sort=False)
-                           for runs, g in points(cell)), key=lambda t: t[0])
+        name = Name.of(frame_of_name, metric, frame_of_name["_series"])
+        timeline = sorted((p for s in dict.fromkeys(name.series) for p in points(name, str(s))), key=lambda p: p.first)
         if len(timeline) < min_points:
             continue
         rows += _name_rows(timeline, m, metric, min_effect, alpha, test)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _name_rows(timeline: list[tuple[int, str, list[str], pd.DataFrame]], m: Metric, metric: str, min_effect: float,
-               alpha: float, test: significance.PValue) -> list[dict[str, object]]:
+def _name_rows(timeline: list[Point], m: Metric, metric: str, min_effect: float, alpha: float,
+               test: significance.PValue) -> list[dict[str, object]]:
     """The points of one name on one machine, oldest first, each tested against its own series' previous point."""
     rows: list[dict[str, object]] = []
-    last: dict[str, pd.DataFrame] = {}
-    last_ok: dict[str, pd.DataFrame] = {}
+    last: dict[str, Point] = {}
     count: dict[str, int] = {}
-    before: tuple[str, pd.DataFrame] | None = None
-    for _, series, runs, g in timeline:
-        prev = last.get(series)
-        ok = g[(g["status"] == "ok") & g[metric].notna()]
-        st = describe(ok[metric].to_numpy(dtype=float), positive(metric))
-        ratio, p, step, change, why = (math.nan, math.nan, False, "", "") if prev is None else \
-            versus(prev, g, m, metric, min_effect, alpha, test)
-        low, high = interval(last_ok[series], ok, metric) if prev is not None else (math.nan, math.nan)
-        boundary = what_changed(before[1], g) if before is not None and before[0] != series else ""
-        first = g.iloc[0]
-        rows.append({"cell_key": first["cell_key"], "series": series, "machine": first["_machine"],
-                     **{k: first[k] for k in CELL_KEYS}, "point": count.get(series, 0), "run_id": runs[0],
-                     "runs": ", ".join(runs), "date": float(g["started_at"].min()), "n": st.n,
-                     "outcomes": Outcomes.of(g["status"]).words, "mean": st.mean, "std": st.std,
-                     "ci_low": st.ci_low, "ci_high": st.ci_high, "unit": unit_of(g, m), "ratio": ratio, "ratio_low": low,
-                     "ratio_high": high, "p_value": p, "step": step,
-                     "direction": direction(prev, g, m, ratio) if step and prev is not None else "", "change": change,
+    before: Point | None = None
+    for p in timeline:
+        prev = last.get(p.series)
+        st = describe(p.values, positive(metric))
+        ratio, pv, step, change, why = (math.nan, math.nan, False, "", "") if prev is None else \
+            versus(prev, p, m, min_effect, alpha, test)
+        low, high = interval(prev, p) if prev is not None else (math.nan, math.nan)
+        boundary = what_changed(before.frame(), p.frame()) if before is not None and before.series != p.series else ""
+        head = p.name.head
+        rows.append({"cell_key": p.cell_key, "series": p.series, "machine": head["_machine"],
+                     **{k: head[k] for k in CELL_KEYS}, "point": count.get(p.series, 0), "run_id": p.runs[0],
+                     "runs": ", ".join(p.runs), "date": p.date, "n": st.n,
+                     "outcomes": p.outcomes.words, "mean": st.mean, "std": st.std,
+                     "ci_low": st.ci_low, "ci_high": st.ci_high, "unit": p.unit(m.unit), "ratio": ratio, "ratio_low": low,
+                     "ratio_high": high, "p_value": pv, "step": step,
+                     "direction": direction(prev, p, m, ratio) if step and prev is not None else "", "change": change,
                      "undecided": why, "boundary": boundary})
-        last[series], last_ok[series], count[series], before = g, ok, count.get(series, 0) + 1, (series, g)
+        last[p.series], count[p.series], before = p, count.get(p.series, 0) + 1, p
     return rows
 
 
-def versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, min_effect: float, alpha: float,
-            test: significance.PValue) -> tuple[float, float, bool, str, str]:
+def versus(before: Point, here: Point, m: Metric, min_effect: float, alpha: float,
+           test: significance.PValue) -> tuple[float, float, bool, str, str]:
     """(ratio, p, step, change, undecided) of a point against the previous one: their outcomes as rates first
     (the decision core's rule, as compare and the gate judge a pair), then the metric over the ok repeats."""
-    outcomes = outcome_change(Outcomes.of(before["status"]), Outcomes.of(here["status"]), alpha)
+    outcomes = outcome_change(before.outcomes, here.outcomes, alpha)
     if outcomes is not None and outcomes.verdict is not Verdict.UNDECIDED:
         if outcomes.verdict is Verdict.FAIL:  # the outcomes changed: a step, in the core's words
             p = math.nan if outcomes.p_value is None else outcomes.p_value
             return math.nan, p, True, before_here(outcomes.why), ""
         return math.nan, math.nan, False, "", ""  # e.g. unsupported both times: nothing to compare
-    a = before[(before["status"] == "ok") & before[metric].notna()]
-    b = here[(here["status"] == "ok") & here[metric].notna()]
-    x, y = a[metric].to_numpy(dtype=float), b[metric].to_numpy(dtype=float)
-    apart = why_not(m, ("", ""), (_definition(a, metric), _definition(b, metric)), (_steps(a), _steps(b)))
+    x, y = before.values, here.values
+    apart = why_not(m, ("", ""), (before.definition, here.definition), (before.steps, here.steps))
     unsized = no_ratio(m, float(x.mean()), float(y.mean())) if len(x) and len(y) else \
         f"no ok repeat with a {m.label} {'here' if len(x) else 'before'}"
     if apart or unsized:  # apart quotes each point's definition as its results wrote it: never rewritten
         return math.nan, math.nan, False, "", before_here(outcomes.why) if outcomes is not None else \
             apart or before_here(unsized)
     ratio = float(y.mean()) / float(x.mean())
-    q = resolution.pair(_quanta(a, metric), _quanta(b, metric))
+    q = resolution.pair(before.quanta, here.quanta)
     quanta = (q, q)
     diff = significance.difference(x, y, test, quanta)
     gain = ratio if m.higher_is_better else 1 / ratio
@@ -184,52 +146,30 @@ def versus(before: pd.DataFrame, here: pd.DataFrame, m: Metric, metric: str, min
     return ratio, diff.p_value, significant, change, before_here(diff.why) if not significant else ""
 
 
-def direction(before: pd.DataFrame, here: pd.DataFrame, m: Metric, ratio: float) -> str:
+def direction(before: Point, here: Point, m: Metric, ratio: float) -> str:
     """Which way a step went, as a typed field for every view's colour and sign: 'better' or 'worse' by the ratio
     and the metric's direction; for a change of outcomes (no ratio), the core's direction (comparable.outcome_change);
     '' when neither says (one failure mode for another)."""
     if ratio == ratio and ratio > 0:
         return "better" if (ratio > 1) == m.higher_is_better else "worse"
-    oc = outcome_change(Outcomes.of(before["status"]), Outcomes.of(here["status"]))
+    oc = outcome_change(before.outcomes, here.outcomes)
     return oc.direction if oc is not None else ""
 
 
-def interval(a: pd.DataFrame, b: pd.DataFrame, metric: str) -> tuple[float, float]:
+def interval(before: Point, here: Point) -> tuple[float, float]:
     """The 95% interval of a point's ratio over the previous one (significance.ratio_interval, the core's), over the
-    ok repeats with a figure of each (`a`, `b`); NaN where a side has fewer than two."""
-    if len(a) < 2 or len(b) < 2:
+    ok repeats with a figure of each; NaN where a side has fewer than two."""
+    x, y = before.values, here.values
+    if len(x) < 2 or len(y) < 2:
         return math.nan, math.nan
-    q = resolution.pair(_quanta(a, metric), _quanta(b, metric))
-    return significance.ratio_interval(a[metric].to_numpy(dtype=float), b[metric].to_numpy(dtype=float), quanta=(q, q))
-
-
-def _quanta(g: pd.DataFrame, metric: str) -> resolution.Quanta:
-    """A point's printed resolution of the metric (runner/analysis/resolution.py); none for a frame made by hand."""
-    if "resolution" not in g or "printed" not in g:
-        return resolution.Quanta()
-    return resolution.of_rows(g[metric].to_numpy(dtype=float), list(g["resolution"]), list(g["printed"]), metric)
+    q = resolution.pair(before.quanta, here.quanta)
+    return significance.ratio_interval(x, y, quanta=(q, q))
 
 
 def before_here(why: str) -> str:
     """The core's words for a pair (A, B) said of two points in time: the previous one and this one."""
     why = why.replace(" on A", " before").replace(" on B", " here")
     return re.sub(r"\bB\b", "here", re.sub(r"\bA\b", "before", why))
-
-
-def _steps(g: pd.DataFrame) -> str:
-    """The training steps a point's repeats took before their loss (joined when they differ; '' unknown)."""
-    if "steps" not in g:
-        return ""
-    return ", ".join(dict.fromkeys(str(int(s)) for s in g["steps"] if isinstance(s, int | float) and s == s))
-
-
-def _definition(g: pd.DataFrame, metric: str) -> str:
-    """How a point's repeats obtained the metric (joined when they differ): two points defined differently are
-    never a step (runner/analysis/comparable.py)."""
-    how, unit = f"how_{metric}", f"unit_{metric}"
-    if how not in g or unit not in g:
-        return ""
-    return ", ".join(dict.fromkeys(definition_text(h, u) for h, u in zip(g[how], g[unit], strict=True)))
 
 
 def steps(hist: pd.DataFrame) -> pd.DataFrame:
