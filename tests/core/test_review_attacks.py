@@ -361,3 +361,23 @@ def test_a_gate_entry_whose_side_stored_nothing_is_undecided_not_dropped(tmp_pat
         text, status = decide.run_decisions(m, cells, store)
     assert "two against one" in text, text
     assert int(status) == 5, (text, status)
+
+
+# 16. compare's footer: "about 8 repeats a side would decide them all", of pairs no repeats can decide ---------------
+
+def test_the_footer_does_not_promise_that_repeats_decide_pairs_without_an_estimate() -> None:
+    """Two undecided pairs: one 2.8x slower at p 0.58 (estimate 8), one out of memory on both sides (no estimate:
+    nothing was measured). The footer read "2 undecided (about 8 repeats a side would decide them all)": the
+    maximum over the pairs that have an estimate, said of every undecided pair."""
+    from runner.report.pairs import decisions_sentence
+
+    df = long_frame(rows_for("a5", [600.0, 80.0], environment="A", batch_size=5),
+                    rows_for("b5", [60.0, 180.0], environment="B", run_id="r2", start=2000.0, batch_size=5),
+                    rows_for("a4", [math.nan] * 2, environment="A", status="oom", start=1300.0, batch_size=4),
+                    rows_for("b4", [math.nan] * 2, environment="B", run_id="r2", start=2300.0, status="oom",
+                             batch_size=4))
+    comparison = an.compare(an.select_side(df, "A"), an.select_side(df, "B"), min_effect=0.03)
+    assert list(comparison.pairs["decision"]) == ["undecided", "undecided"]
+    assert comparison.pairs["needed"].isna().sum() == 1
+    sentence = decisions_sentence(comparison)
+    assert "decide them all" not in sentence, sentence
