@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from scipy import special
 
-from runner.analysis import significance
+from runner.analysis import resolution, significance
 from runner.analysis.metrics import Metric
 from runner.analysis.significance import CONFIDENCE, t_quantile
 from runner.analysis.verdict import Verdict
@@ -89,8 +89,15 @@ def of_stats(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float,
         return Change(r, math.nan, math.nan, n_a, n_b, cv_a, cv_b, confidence)
     low, high = significance.ratio_interval_stats(mean_a, std_a, n_a, mean_b, std_b, n_b, confidence, quanta)
     exact = n_a >= 2 and n_b >= 2 and std_a == 0 and std_b == 0
-    se, dof = significance.log_ratio_se(mean_a, std_a, n_a, mean_b, std_b, n_b) if n_a >= 2 and n_b >= 2 else (
-        math.nan, math.nan)
+    se, dof = math.nan, math.nan
+    if n_a >= 2 and n_b >= 2:
+        sx, sy = std_a, std_b
+        if resolution.half_width(quanta[0], quanta[1], mean_a):  # spreads at least the rounding's own, as the interval
+            sx, sy = resolution.floor_std(sx, quanta[0]), resolution.floor_std(sy, quanta[1])
+        se, dof = significance.log_ratio_se(mean_a, sx, n_a, mean_b, sy, n_b)
+        if 0 < low and math.isfinite(high) and high > low and dof == dof:
+            # As uncertain as the interval a reader sees: rounding moves the means too (a geometric mean reads this).
+            se = max(se, math.log(high / low) / (2 * float(t_quantile(dof, confidence))))
     return Change(r, low, high, n_a, n_b, cv_a, cv_b, confidence, exact, se, dof)
 
 
@@ -136,11 +143,15 @@ def _half(cv_a: float, cv_b: float, n: int, confidence: float) -> float:
     return float(t_quantile(dof, confidence)) * se
 
 
-def needed(change: Change, threshold: float, sense: int | None) -> int | None:
+def needed(change: Change, threshold: float, sense: int | None, coarse: float = 0.0,
+           fail_alpha: float | None = None) -> int | None:
     """The repeats a side at which the decision would be reached if the means and spreads stayed as measured: a
     significant change beyond the threshold, or an interval inside it (`sense`: the rule's feared direction, +1 or
-    -1; None for both ways, compare's "same"). None when the spread is unknown (fewer than two values on both
-    sides) or the change sits so near the threshold that MOST_REPEATS would not do."""
+    -1; None for both ways, compare's "same"). `coarse`: what the printed resolution alone may move the change by,
+    which no number of repeats shrinks; `fail_alpha`: the level a fail must reach once adjusted over its family (its
+    Bonferroni bound, alpha over the tests; default the interval's). None when the spread is unknown (fewer than two
+    values on both sides), when rounding alone leaves no room, or when the change sits so near the threshold that
+    MOST_REPEATS would not do."""
     if not change.sized:
         return None
     cvs = [c for c in (change.cv_a, change.cv_b) if not math.isnan(c)]
@@ -151,13 +162,17 @@ def needed(change: Change, threshold: float, sense: int | None) -> int | None:
     f = math.log(change.ratio) * (sense if sense else 1)
     f = abs(f) if sense is None else f
     t = _log_threshold(threshold)
-    # Beyond the threshold: decided when significant (the interval clears 0); inside: when the interval clears it.
-    room = f if f > t else t - f
+    r = math.log1p(coarse) if coarse else 0.0
+    # Beyond the threshold (beyond what rounding could make up): decided when significant at the family's level, the
+    # change less its rounding clearing the interval; inside: when the interval and the rounding clear the threshold.
+    beyond = f - r > t
+    room = f - r if beyond else t - f - r
     if room <= 0:
         return None
+    level = 1 - fail_alpha if beyond and fail_alpha is not None else change.confidence
 
     def decides(n: int) -> bool:
-        return _half(cv_a, cv_b, n, change.confidence) < room
+        return _half(cv_a, cv_b, n, level) < room
 
     start = max(2, change.n_a + 1, change.n_b + 1)  # asked of an undecided change: more than it has
     if decides(start):
@@ -214,12 +229,14 @@ def needed_words(n: int | None) -> str:
 
 
 def judge(change: Change, threshold: float, sense: int | None, p_adjusted: float, alpha: float,
-          metric: Metric, coarse: float = 0.0) -> Decision:
+          metric: Metric, coarse: float = 0.0, p_value: float | None = None, family: int = 1) -> Decision:
     """The verdict on a tested change: fail when it is beyond `threshold` and significant (`p_adjusted`, the
-    caller's p-value adjusted over its family, below `alpha`), pass only when its interval lies inside the threshold,
-    undecided otherwise with the interval and the repeats that would decide. `sense`: the direction a one-sided rule
-    fears (+1 a higher B, -1 a lower B); None asks "is B the same as A?" both ways (compare). `coarse`: how far the
-    printed resolution alone may move the change (its interval already spans it)."""
+    caller's p-value adjusted over its `family` of tests, below `alpha`, and the interval leaving no change out),
+    pass only when its interval lies inside the threshold, undecided otherwise with the interval and the repeats that
+    would decide. `sense`: the direction a one-sided rule fears (+1 a higher B, -1 a lower B); None asks "is B the
+    same as A?" both ways (compare). `coarse`: how far the printed resolution alone may move the change (its interval
+    already spans it). `p_value`: the p before the adjustment, to say why a change that is significant alone is not
+    once adjusted."""
     if not change.sized:
         return Decision(Verdict.UNDECIDED, "no ratio of the means to size")
     if sense is None:
@@ -233,7 +250,10 @@ def judge(change: Change, threshold: float, sense: int | None, p_adjusted: float
         point, _, hi = change.toward(sense)
         big = point - coarse > threshold
         inside = change.has_interval and hi <= threshold
-    significant = p_adjusted < alpha
+    # Significant by the test after the adjustment, and by the interval the reader sees: where rounding widens the
+    # interval to reach no change, the test's shift of the difference is not enough to call it.
+    clear = not change.has_interval or change.low > 1 or change.high < 1
+    significant = p_adjusted < alpha and clear
     p_text = "no spread on either side" if change.exact else f"p={p_adjusted:.3g}"
     if big and significant:
         return Decision(Verdict.FAIL, f"{pct(abs(point)) if sense is None else pct(point)} beyond "
@@ -244,13 +264,22 @@ def judge(change: Change, threshold: float, sense: int | None, p_adjusted: float
         if change.exact or not span:
             return Decision(Verdict.PASS, f"{point:+.1%} is {within} ({p_text})")
         return Decision(Verdict.PASS, f"{span}: {within}")
-    n = needed(change, threshold, sense)
+    n = needed(change, threshold, sense, coarse, alpha / max(family, 1))
     why = [span or f"{point:+.1%}"]
     if big:
-        why.append(f"beyond {pct(threshold)} but not significant ({p_text})")
+        raw = p_value if p_value is not None else p_adjusted
+        edge = f"{'±' if sense is None else ''}{pct(threshold)}"
+        if raw < alpha <= p_adjusted and family > 1:
+            why.append(f"beyond {edge}, significant alone (p={raw:.3g}) but not once adjusted over the {family} tests "
+                       f"(p={p_adjusted:.3g})")
+        elif p_adjusted < alpha and not clear:
+            why.append(f"beyond {edge}, but rounding alone may make up the change (its interval reaches no change)")
+        else:
+            why.append(f"beyond {edge} but not significant ({p_text})")
     elif coarse:
         why.append(f"printed too coarsely to rule it out (rounding alone may move it by {pct(coarse)})")
-    why.append(needed_words(n))
+    why.append(needed_words(n) if n is not None or not coarse else
+               "more repeats would not decide it: the figures are printed too coarsely")
     return Decision(Verdict.UNDECIDED, "; ".join(why), n)
 
 
@@ -267,17 +296,18 @@ class BoundTest:
 
 
 def bound_test(mean: float, std: float, n: int, low: float, high: float, ci: tuple[float, float],
-               positive: bool, confidence: float = CONFIDENCE) -> BoundTest:
-    """The mean of n values (std ddof=1, `ci` its interval as runner/analysis/stats.py makes it) against the bound
-    [low, high]: the test is made on the log scale where the figure is `positive` (an edge at or below 0 is then no
-    edge), else on the values."""
+               positive: bool, confidence: float = CONFIDENCE, fail_alpha: float | None = None) -> BoundTest:
+    """The mean of n values (std ddof=1, `ci` its interval as the report shows it) against the bound [low, high]: the
+    test is made on the log scale where the figure is `positive` (an edge at or below 0 is then beyond every value it
+    can take: a positive figure is always above `>= 0` and never inside `<= 0`), else on the values. `fail_alpha`: the
+    level a fail must reach once adjusted over the references (sizes the repeats estimate on that side)."""
     inside = low <= mean <= high
     if n < 2 or math.isnan(std):
         return BoundTest(Verdict.UNDECIDED, math.nan, None, "one ok repeat has no interval (a test needs 2+)")
     log = positive and mean > 0
     edges = [e for e in (low, high) if math.isfinite(e) and (e > 0 or not log)]
-    if not edges:
-        return BoundTest(Verdict.PASS, math.nan, None)
+    if not edges:  # every edge at or below 0 on a positive figure: certain either way
+        return BoundTest(Verdict.PASS if inside else Verdict.FAIL, math.nan if inside else 0.0, None)
 
     def at(x: float) -> float:
         return math.log(x) if log else x
@@ -290,18 +320,26 @@ def bound_test(mean: float, std: float, n: int, low: float, high: float, ci: tup
     if inside and ci[0] >= low and ci[1] <= high:
         return BoundTest(Verdict.PASS, math.nan, None)
     p = 2 * float(special.stdtr(n - 1, -room / se)) if not inside else math.nan
+    level = 1 - fail_alpha if fail_alpha is not None and not inside else confidence
+    return BoundTest(Verdict.FAIL if not inside else Verdict.UNDECIDED, p, repeats_for(spread, n, room, level))
+
+
+def repeats_for(spread: float, n: int, room: float, level: float) -> int | None:
+    """The fewest repeats (more than n) whose t interval of a mean, at `level`, is narrower than `room`, with this
+    spread per repeat; None past MOST_REPEATS or without room."""
+    if room <= 0 or not spread > 0:
+        return None
 
     def decides(k: int) -> bool:
-        return float(t_quantile(k - 1, confidence)) * spread / math.sqrt(k) < room
+        return float(t_quantile(k - 1, level)) * spread / math.sqrt(k) < room
 
-    k = n + 1
-    while not decides(k) and k < MOST_REPEATS:
-        k = min(MOST_REPEATS, k * 2)
-    needed_n = k if decides(k) else None
-    if needed_n is not None and needed_n > n + 1:  # the smallest k in (k/2, k] that decides
-        lo_k, hi_k = max(n + 1, needed_n // 2), needed_n
-        while hi_k - lo_k > 1:
-            mid = (lo_k + hi_k) // 2
-            lo_k, hi_k = (lo_k, mid) if decides(mid) else (mid, hi_k)
-        needed_n = hi_k if not decides(lo_k) else lo_k
-    return BoundTest(Verdict.FAIL if not inside else Verdict.UNDECIDED, p, needed_n)
+    hi = n + 1
+    while not decides(hi):
+        if hi >= MOST_REPEATS:
+            return None
+        hi = min(MOST_REPEATS, hi * 2)
+    lo = max(n, hi // 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
+    return hi

@@ -118,8 +118,8 @@ def change_words(ratio: float, metric: Metric) -> str:
 
 
 def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha: float = significance.ALPHA,
-               min_effect: float = MIN_EFFECT, coarse: float = 0.0, delta: change.Change | None = None
-               ) -> tuple[bool, str, Verdict]:
+               min_effect: float = MIN_EFFECT, coarse: float = 0.0, delta: change.Change | None = None,
+               p_raw: float | None = None, family: int = 1) -> tuple[bool, str, Verdict]:
     """(significant, words, decision) for a pair measured on both sides. The decision answers "is B the same as A?"
     (runner/analysis/change.py `judge`, both ways): fail when the change is at least `min_effect` and significant
     (either way), pass only when the interval of B/A (`delta`) lies inside ±`min_effect`, undecided otherwise (with
@@ -136,7 +136,7 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
     if math.isnan(p):
         return False, "undecided: no p-value", Verdict.UNDECIDED
     d = change.judge(delta or change.Change(ratio, math.nan, math.nan, n_a, n_b), min_effect, None, p, alpha,
-                     metric, coarse)
+                     metric, coarse, p_raw, family)
     if d.verdict is Verdict.FAIL:
         gain = ratio if metric.higher_is_better else 1 / ratio
         return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
@@ -145,10 +145,10 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
     if coarse and coarse >= min_effect:
         return False, (f"undecided: the figures are printed too coarsely to tell (rounding alone may move the change "
                        f"by {coarse:.1%}; {min_effect:.0%} is looked for)"), Verdict.UNDECIDED
-    beyond = "beyond" if abs(math.log(ratio)) > math.log1p(min_effect) else "reaches beyond"
-    what = (f"{beyond} ±{min_effect:.0%} but not significant" if beyond == "beyond"
-            else f"the interval reaches beyond ±{min_effect:.0%}")
-    return False, f"undecided: {what}; {change.needed_words(d.needed)}", Verdict.UNDECIDED
+    said = d.reason.split("; ")[1:]  # the interval itself is the table's (and the JSON's) own column
+    if abs(math.log(ratio)) <= math.log1p(min_effect):
+        said.insert(0, f"the interval reaches beyond ±{min_effect:.0%}")
+    return False, "undecided: " + "; ".join(said), Verdict.UNDECIDED
 
 
 def geometric_mean(ratios: Iterable[float]) -> float:
@@ -308,17 +308,20 @@ def _judged(both: pd.DataFrame, metric: Metric, alpha: float, min_effect: float,
     coarse = [resolution.half_width(x, x, m) / abs(m) if m and math.isfinite(m) else 0.0 for x, m in zip(q, am, strict=True)]
     deltas = [change.of_stats(ma, sx, x, mb, sy, y, (qq, qq)) if not why else change.Change(math.nan, math.nan, math.nan)
               for ma, sx, x, mb, sy, y, qq, why in zip(am, sda, an_, bm, sdb, bn_, q, apart, strict=True)]
-    judged = [_verdict(d, padj, x, y, sa_, sb_, why, ma, mb, c, metric, alpha, min_effect)
-              for d, padj, x, y, sa_, sb_, why, ma, mb, c in zip(deltas, p_adj, an_, bn_, both["a_statuses"],
-                                                                 both["b_statuses"], apart, am, bm, coarse, strict=True)]
+    family = int(np.isfinite(p).sum())
+    judged = [_verdict(d, (padj, praw, family), x, y, sa_, sb_, why, ma, mb, c, metric, alpha, min_effect)
+              for d, padj, praw, x, y, sa_, sb_, why, ma, mb, c in zip(
+                  deltas, p_adj, p, an_, bn_, both["a_statuses"], both["b_statuses"], apart, am, bm, coarse,
+                  strict=True)]
     both["a_n"], both["b_n"] = an_, bn_
     both["ratio"] = np.where([bool(w) for w in apart], math.nan, ratio)
     both["_se"] = [d.se for d in deltas]
     both["_dof"] = [d.dof for d in deltas]
     both["ratio_low"] = [d.low for d in deltas]
     both["ratio_high"] = [d.high for d in deltas]
-    both["needed"] = [change.needed(d, min_effect, None) if j[2] is Verdict.UNDECIDED and d.has_interval else None
-                      for d, j in zip(deltas, judged, strict=True)]
+    both["needed"] = [change.needed(d, min_effect, None, c, alpha / max(family, 1))
+                      if j[2] is Verdict.UNDECIDED and d.has_interval else None
+                      for d, j, c in zip(deltas, judged, coarse, strict=True)]
     both["p_value"], both["p_adjusted"] = p, p_adj
     both["change"] = [change_words(r, metric) for r in both["ratio"]]
     both["significant"] = [j[0] for j in judged]
@@ -330,8 +333,8 @@ def _judged(both: pd.DataFrame, metric: Metric, alpha: float, min_effect: float,
     return both
 
 
-def _verdict(d: change.Change, p: float, x: int, y: int, sa_: str, sb_: str, why: str, ma: float, mb: float,
-             coarse: float, metric: Metric, alpha: float, min_effect: float) -> tuple[bool, str, Verdict]:
+def _verdict(d: change.Change, ps: tuple[float, float, int], x: int, y: int, sa_: str, sb_: str, why: str, ma: float,
+             mb: float, coarse: float, metric: Metric, alpha: float, min_effect: float) -> tuple[bool, str, Verdict]:
     """(significant, words, decision) of one pair: not comparable, a change of outcome, or the metric's test."""
     if why:
         return False, why, Verdict.UNDECIDED
@@ -340,8 +343,9 @@ def _verdict(d: change.Change, p: float, x: int, y: int, sa_: str, sb_: str, why
         said = for_the_metric(outcomes)  # oom on both: nothing measured, undecided as the gate says
         return said.verdict is Verdict.FAIL, said.why, said.verdict
     unsized = no_ratio(metric, ma, mb) if x and y else ""
+    p, p_raw, family = ps
     significant, words, decision = (False, unsized, Verdict.UNDECIDED) if unsized else judge_pair(
-        d.ratio, p, x, y, metric, alpha, min_effect, coarse, d)
+        d.ratio, p, x, y, metric, alpha, min_effect, coarse, d, p_raw, family)
     decision, words = with_outcomes(decision, words, outcomes)
     return significant, words, decision
 

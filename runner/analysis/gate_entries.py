@@ -102,6 +102,24 @@ def parse(raw: Any, locate: Locate, environments: Sequence[Mapping[str, Any]]) -
     return tuple(out)
 
 
+def environments(entry: GateEntry, envs: Sequence[Any]) -> tuple[set[str], set[str]]:
+    """The environments (of the matrix) each side names."""
+    as_dicts = [{"name": e.name, "tags": list(getattr(e, "tags", []) or []), "backend": getattr(e, "backend", "")}
+                for e in envs]
+    return set(_names(entry.a, as_dicts)), set(_names(entry.b, as_dicts))
+
+
+def empty_side(entry: GateEntry, frame: pd.DataFrame) -> str:
+    """Which side holds no repeat in the frame, in words."""
+    out = []
+    for label, side in (("A", entry.a), ("B", entry.b)):
+        try:
+            select_side(frame, side)
+        except ConfigError:
+            out.append(f"{label}: {side}")
+    return ", ".join(out) or "no pair of cells"
+
+
 def evaluate(entry: GateEntry, frame: pd.DataFrame, alpha: float = significance.ALPHA) -> list[gate.Check]:
     """The entry's checks over a frame of this store's repeats (the sides `matrix compare` takes), at `alpha`."""
     if frame.empty:

@@ -26,10 +26,10 @@ from runner.analysis import (
     CELL_KEYS,
     METRICS,
     MIN_EFFECT,
+    change,
     change_words,
     describe,
     judge_pair,
-    positive,
     resolution,
     significance,
 )
@@ -91,7 +91,7 @@ def _name_rows(timeline: list[Point], m: Metric, metric: str, min_effect: float,
     before: Point | None = None
     for p in timeline:
         prev = last.get(p.series)
-        st = describe(p.values, positive(metric))
+        st = describe(p.values, metric=metric)
         ratio, pv, step, change, why = (math.nan, math.nan, False, "", "") if prev is None else \
             versus(prev, p, m, min_effect, alpha, test)
         low, high = interval(prev, p) if prev is not None else (math.nan, math.nan)
@@ -137,13 +137,20 @@ def versus(before: Point, here: Point, m: Metric, min_effect: float, alpha: floa
         if decision is Verdict.UNDECIDED:
             return ratio, diff.p_value, False, "", before_here(words.removeprefix("undecided: "))
     significant = bool(diff.decided and diff.p_value < alpha and abs(gain - 1) - coarse >= min_effect)
+    # The one rule of compare and the gate: a step is a change beyond min_effect, significant and with an interval
+    # that leaves no change out; the same only where the interval lies inside ±min_effect; else undecided, said so.
+    judged = change.judge(change.of_samples(x, y, quanta), min_effect, None, diff.p_value, alpha, m, coarse) \
+        if diff.decided else None
+    significant = significant and (judged is None or judged.verdict is Verdict.FAIL)
     verdict, why = with_outcomes(Verdict.FAIL if significant else Verdict.PASS, diff.why, outcomes)
     if verdict is Verdict.UNDECIDED:  # a failure on one side that these repeats cannot tell from chance
         return ratio, diff.p_value, False, "", before_here(why)
-    change = change_words(ratio, m) if significant else ""
+    if not significant and judged is not None and judged.verdict is Verdict.UNDECIDED:
+        return ratio, diff.p_value, False, "", before_here(judged.reason)
+    words = change_words(ratio, m) if significant else ""
     if significant and outcomes is not None:
-        change += f"; {before_here(outcomes.why)}"
-    return ratio, diff.p_value, significant, change, before_here(diff.why) if not significant else ""
+        words += f"; {before_here(outcomes.why)}"
+    return ratio, diff.p_value, significant, words, before_here(diff.why) if not significant else ""
 
 
 def direction(before: Point, here: Point, m: Metric, ratio: float) -> str:

@@ -44,6 +44,7 @@ from runner.analysis import verdict as verdicts_
 from runner.analysis.bounds import Bound, parse_bound
 from runner.analysis.comparable import no_one_figure
 from runner.analysis.sides import select
+from runner.analysis.stats import widened
 from runner.analysis.verdict import UNDECIDED_POLICIES, Verdict
 from runner.base.errors import ConfigError
 from runner.base.exitcodes import Exit
@@ -208,15 +209,19 @@ def judge(refs: Sequence[Reference], cells: Sequence[Cell], frame: pd.DataFrame,
     looks again after adding repeats splits alpha over its looks: runner/execution/decided_rounds.py)."""
     varying = varying_keys([c for c in cells if any(r.matches(c) for r in refs)])
     sides_: dict[str, tuple[dict[str, pd.DataFrame], str]] = {}
-    out = []
+    work = []
     for ref in refs:
         for cell in cells:
             if not ref.matches(cell):
                 continue
             by_key, refused = _side(frame, cell.env_name, sides_)
             rows = by_key.get(cell.key, frame.iloc[0:0])
-            for name, bound in ref.bounds.items():
-                out.append(_judgement(ref, cell, rows, METRICS[name], bound, varying, refused, 1 - alpha))
+            work += [(ref, cell, rows, METRICS[name], bound, refused) for name, bound in ref.bounds.items()]
+    out = [_judgement(r, c, rows, m, b, varying, refused, 1 - alpha) for r, c, rows, m, b, refused in work]
+    family = sum(not math.isnan(j.p_value) for j in out)
+    if family > 1:  # a fail is judged adjusted over the family: the repeats it would take are sized at that level
+        out = [_judgement(r, c, rows, m, b, varying, refused, 1 - alpha, alpha / family)
+               for r, c, rows, m, b, refused in work]
     return _adjusted(out, alpha)
 
 
@@ -269,10 +274,14 @@ DID_NOT_DELIVER = frozenset({"failed", "oom", "diverged", "timeout", "unsupporte
 
 
 def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, bound: Bound,
-               keys: Sequence[str], refused: str = "", confidence: float = significance.CONFIDENCE) -> Judgement:
+               keys: Sequence[str], refused: str = "", confidence: float = significance.CONFIDENCE,
+               fail_alpha: float | None = None) -> Judgement:
     ok = rows[rows["status"] == "ok"] if len(rows) else rows
     values = ok[metric.name].to_numpy(dtype=float) * metric.scale if len(ok) else np.array([])
     st = describe(values, positive(metric.name), confidence)
+    if st.n:  # the interval the report shows for the cell: widened by rounding, inside what the metric can be
+        low, high = widened(st.ci_low, st.ci_high, st.mean, _rounding(ok, metric, st.mean), metric.name, metric.scale)
+        st = replace(st, ci_low=float(low), ci_high=float(high))
     tested = change.BoundTest(Verdict.UNDECIDED, math.nan, None)
     counts = rows["status"].value_counts() if len(rows) else pd.Series(dtype=int)
     statuses = ", ".join(f"{n} {s}" for s, n in counts.items()) or "nothing stored"
@@ -298,11 +307,13 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
         # Pass only where the interval of the mean lies inside the bound; a mean outside fails once the test
         # against the bound is significant over the references' family (judge); else undecided.
         tested = change.bound_test(st.mean, st.std, st.n, bound.low, bound.high, (st.ci_low, st.ci_high),
-                                   positive(metric.name), confidence)
+                                   positive(metric.name), confidence, fail_alpha)
         verdict = tested.verdict
         failed = set(counts.index) & (DID_NOT_DELIVER - {"unsupported"})
         half = _rounding(ok, metric, st.mean)
-        if half and any(st.mean - half <= edge <= st.mean + half for edge in (bound.low, bound.high)):
+        if verdict is Verdict.PASS:
+            pass  # the widened interval lies inside the bound: rounding cannot take the mean across it
+        elif half and any(st.mean - half <= edge <= st.mean + half for edge in (bound.low, bound.high)):
             verdict, reason = Verdict.UNDECIDED, (f"the figures are printed too coarsely to tell: rounding alone may "
                                                   f"move the mean by {half:g}, across the bound")
         elif inside and failed:

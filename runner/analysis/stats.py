@@ -52,11 +52,36 @@ def positive(metric: str) -> bool:
     return m is not None and m.reach is not None and m.reach.low >= 0
 
 
+is_positive = positive  # `describe` names its argument so
+
+
+def widened(low: Any, high: Any, mean: Any, rounding: Any, metric: str | None, scale: float = 1.0
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """An interval of a mean widened by what the printed resolution alone may move the mean (`rounding`, half a
+    quantum; 0 where it does not matter) and kept inside what the metric can be: for a figure above 0 by nature the
+    lower end moves by the ratio (mean - rounding) / mean, so it never goes below 0 (it reaches 0 only where the
+    figure is printed more coarsely than its mean); a share's upper end stays at most 1 (an accuracy of 1.8 is no
+    accuracy). `scale`: the figures are in the metric's displayed unit (stored x scale), its bounds too."""
+    lo, hi, m, r = (np.asarray(x, dtype=float) for x in (low, high, mean, rounding))
+    m_info = METRICS.get(metric) if metric else None
+    if metric and positive(metric):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lo = np.where(r > 0, lo * np.clip((m - r) / np.where(m > 0, m, 1.0), 0.0, 1.0), lo)
+    else:
+        lo = lo - r
+    hi = hi + r
+    reach = m_info.reach if m_info is not None else None
+    if reach is not None:
+        lo, hi = np.maximum(lo, reach.low * scale), np.minimum(hi, reach.high * scale)
+    return lo, hi
+
+
 def describe(values: Sequence[float] | np.ndarray, positive: bool | None = None,
-             confidence: float = CONFIDENCE) -> Stats:
+             confidence: float = CONFIDENCE, metric: str | None = None) -> Stats:
     """Statistics of one sample (NaNs ignored): std with ddof=1, the 95% interval of the mean
-    (runner/analysis/significance.py `mean_interval`): on the log scale where the figure is `positive` (None: where
-    every value is above 0), so it never reaches 0; else the t interval."""
+    (runner/analysis/significance.py `mean_interval`): on the log scale where the figure is `positive` (None: the
+    metric's nature where `metric` is given, else where every value is above 0), so it never reaches 0; else the t
+    interval; kept inside what the `metric` can be (a share at most 1)."""
     x = np.asarray(values, dtype=float)
     x = x[~np.isnan(x)]
     n = int(x.size)
@@ -65,8 +90,10 @@ def describe(values: Sequence[float] | np.ndarray, positive: bool | None = None,
         return Stats(0, nan, nan, nan, nan, nan, nan, nan, nan)
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n >= 2 else math.nan
-    pos = bool((x > 0).all()) if positive is None else positive
+    pos = (is_positive(metric) if metric else bool((x > 0).all())) if positive is None else positive
     low, high = mean_interval(mean, std, n, pos, confidence)
+    if metric:
+        low, high = widened(low, high, mean, 0.0, metric)
     cv = std / mean if mean != 0 else math.nan
     return Stats(n, mean, std, cv, float(x.min()), float(x.max()), float(np.median(x)), float(low), float(high))
 
@@ -177,13 +204,11 @@ def metric_stats(df: pd.DataFrame, gid: np.ndarray, ngroups: int, metrics: Seque
         inferred, recorded = _quanta(df, ok, gid, ngroups, m)
         res = np.maximum(inferred, recorded)
         rounding = np.where(res > NEGLIGIBLE * np.abs(np.nan_to_num(mean)), res / 2, 0.0)
-        low = low - rounding
-        if positive(m):  # a figure printed more coarsely than its mean cannot be told from 0, never below it
-            low = np.maximum(low, 0.0)
+        low, high = widened(low, high, mean, rounding, m)
         cols.update({f"{m}_n": n, f"{m}_mean": mean, f"{m}_std": std, f"{m}_cv": cv,
                      f"{m}_min": get(f"{m}_min"), f"{m}_max": get(f"{m}_max"),
                      f"{m}_median": get(f"{m}_median"), f"{m}_ci_low": low,
-                     f"{m}_ci_high": high + rounding, f"{m}_res": res, f"{m}_resi": inferred,
+                     f"{m}_ci_high": high, f"{m}_res": res, f"{m}_resi": inferred,
                      f"{m}_resr": recorded})
     return pd.DataFrame(cols, index=index)
 

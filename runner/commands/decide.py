@@ -33,7 +33,7 @@ def _frame(store: Store) -> pd.DataFrame:
 
 def verdicts(m: Matrix, cells: Sequence[Cell], store: Store) -> list[references.Judgement]:
     """The verdicts of the matrix's references over the selected cells, from what the store holds."""
-    return references.judge(m.references, cells, _frame(store))
+    return references.judge(m.references, cells, _frame(store), decided_rounds.alpha_for(cells))
 
 
 def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, Exit]:
@@ -61,9 +61,16 @@ def run_decisions(m: Matrix, cells: Sequence[Cell], store: Store) -> tuple[str, 
             decided = references.exit_status(js)
             status = Exit.REFERENCE_FAILED if decided is Exit.FAILED else decided
     mine = frame[frame["cell_key"].isin({c.key for c in cells})] if len(frame) else frame
+    envs = {c.env_name for c in cells}
     for entry in m.gates:
         checks = gate_entries.evaluate(entry, mine, alpha)
-        if not checks:  # a selection (--only) that leaves a side empty decides nothing
+        if not checks:
+            named = gate_entries.environments(entry, m.environments)
+            if not (named[0] & envs and named[1] & envs):  # a selection (--only) that leaves a side out decides nothing
+                continue
+            parts.append(f"{entry.b} against {entry.a}: Gate undecided ({', '.join(entry.specs)}): nothing to check, "
+                         f"a side has no repeat stored ({gate_entries.empty_side(entry, mine)}).")
+            status = status if status is Exit.REFERENCE_FAILED else Exit.UNDECIDED
             continue
         if gate.rows(checks):
             parts.append(present.gate_table(checks))
@@ -82,6 +89,7 @@ def until_decided_line(m: Matrix, cells: Sequence[Cell], frame: pd.DataFrame) ->
     repeats: gate ...: about 45 repeats a side would decide.'"""
     aiming = decided_rounds.aiming(cells)
     left, total, decided = decided_rounds.pending(m, aiming, frame)
+    stored = frame["cell_key"].value_counts() if len(frame) else pd.Series(dtype=int)
     most = max(c.run.adaptive.max for c in aiming if c.run.adaptive)
     looks = decided_rounds.looks(aiming)
     alpha = decided_rounds.alpha_for(aiming)
@@ -90,10 +98,23 @@ def until_decided_line(m: Matrix, cells: Sequence[Cell], frame: pd.DataFrame) ->
             f"{(1 - alpha) * 100:.4g}%)")
     if not left:
         return text + "."
-    items = "; ".join(f"{p.what}: {'about ' + str(p.needed) + ' repeats a side would decide' if p.needed else p.why}"
-                      for p in left[:5])
-    return (f"{text}; {len(left)} still undecided at the most repeats ({most}, `max`): {items}"
-            f"{' ...' if len(left) > 5 else ''}. Raise `max` (or --max-repeats) to decide them.")
+    at_max = [p for p in left if all(int(stored.get(k, 0)) >= most for k in p.keys)]
+    short = [p for p in left if p not in at_max]
+
+    def items(ps: list[decided_rounds.Pending]) -> str:
+        return "; ".join(f"{p.what}: {_would(p)}" for p in ps[:5]) + (" ..." if len(ps) > 5 else "")
+    said = [f"{len(at_max)} still undecided at the most repeats ({most}, `max`): {items(at_max)}. Raise `max` (or "
+            "--max-repeats) to decide them" if at_max else "",
+            f"{len(short)} undecided with fewer repeats than `max` ({items(short)}): run again (`matrix run` adds them)"
+            if short else ""]
+    return f"{text}; " + "; ".join(x for x in said if x) + "."
+
+
+def _would(p: decided_rounds.Pending) -> str:
+    """What would decide one pending check: the repeats (a side, for a pair), or why no number is known."""
+    if not p.needed:
+        return p.why
+    return f"about {p.needed} repeats {'a side ' if p.what.startswith('gate') else ''}would decide"
 
 
 def one_threshold(metric: str, min_effect: float | None, specs: Sequence[str]) -> float:

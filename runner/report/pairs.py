@@ -136,8 +136,14 @@ def decisions_sentence(c: an.Comparison) -> str:
     und = c.n_decision(Verdict.UNDECIDED)
     if und:
         needed = [int(x) for x in c.pairs["needed"] if x is not None and x == x] if "needed" in c.pairs else []
-        text += f", {und} undecided" + (f" (about {max(needed)} repeats a side would decide them all)"
-                                        if needed else "")
+        if needed and len(needed) == und:
+            more = f" (about {max(needed)} repeats a side would decide them all)"
+        elif needed:
+            more = (f" (about {max(needed)} repeats a side would decide {len(needed)} of them; more repeats are not "
+                    f"known to decide the other {und - len(needed)})")
+        else:
+            more = ""
+        text += f", {und} undecided{more}"
     if tested > 1:
         how = (f"Welch's p < {c.alpha:g} adjusted by {c.correction.replace('-', '–').title()} over the {tested} "
                f"tested pairs, and a change of at least {c.min_effect:.0%}")

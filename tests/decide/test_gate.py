@@ -207,7 +207,7 @@ def test_many_pairs_are_adjusted_for_the_false_discovery_rate() -> None:
     checks = gate.evaluate(many_a, many_b, rules)
     assert len(checks) == 20 and not gate.tripped(checks)
     assert checks[0].p_value == pytest.approx(p) and checks[0].p_adjusted == pytest.approx(min(1.0, p * 20))
-    assert "not significant" in checks[0].reason
+    assert "significant alone (p=0.0196) but not once adjusted over the 20 tests" in checks[0].reason
 
 
 def test_a_name_with_two_definitions_is_judged_by_its_newest_not_a_mix() -> None:
