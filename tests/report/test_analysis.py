@@ -49,9 +49,12 @@ def test_describe_matches_hand_computed_values() -> None:
     assert s.std == pytest.approx(10.0)           # sqrt(((-10)^2 + 0 + 10^2) / (3 - 1))
     assert s.cv == pytest.approx(10.0 / 110.0)
     assert (s.min, s.max, s.median) == (100.0, 120.0, 110.0)
-    # t(0.975, df=2) = 4.302652729..., half width = 4.3026527 * 10 / sqrt(3) = 24.84137712
-    assert s.ci_low == pytest.approx(110.0 - 24.8413771175, abs=1e-6)
-    assert s.ci_high == pytest.approx(110.0 + 24.8413771175, abs=1e-6)
+    # Positive values: the interval on the log scale, log(110) +- t(0.975, df=2) * CV / sqrt(3), CV = 10/110:
+    # 4.3026527 * 0.0909091 / 1.7320508 = 0.2258307; exp(-+0.2258307) * 110 = 87.79..., 137.86...
+    assert s.ci_low == pytest.approx(110.0 * math.exp(-0.22583070107), rel=1e-8)
+    assert s.ci_high == pytest.approx(110.0 * math.exp(0.22583070107), rel=1e-8)
+    t = an.describe([-10.0, 0.0, 10.0])  # a figure that may be negative keeps the t interval
+    assert (t.ci_low, t.ci_high) == pytest.approx((-24.8413771175, 24.8413771175), abs=1e-6)
 
 
 def test_single_value_has_no_std_or_interval() -> None:
