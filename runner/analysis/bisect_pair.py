@@ -21,8 +21,8 @@ from runner.analysis.comparable import (
     why_not,
     with_outcomes,
 )
-from runner.analysis.metrics import METRICS, Metric
 from runner.analysis.verdict import Verdict
+from runner.record.metrics import METRICS, Metric
 
 STATUS = "status"  # the metric that only looks at how each environment's repeats ended
 OK = "ok"

@@ -8,14 +8,14 @@ from typing import Any
 
 import pandas as pd
 
-from runner.analysis.figures import number as _num
-from runner.analysis.figures import ran_program
-from runner.analysis.metrics import METRICS, definition_fields, definitions
-from runner.analysis.metrics import (
+from runner.analysis.recipes import RECIPE_FIELDS, recipe, recipe_text
+from runner.record.figures import number as _num
+from runner.record.figures import ran_program
+from runner.record.metrics import METRICS, definition_fields, definitions
+from runner.record.metrics import (
     get_metric as get_metric,  # where runner/commands/bisect.py imports it from
 )
-from runner.analysis.recipes import RECIPE_FIELDS, recipe, recipe_text
-from runner.analysis.stored import StoredRepeat
+from runner.record.stored import StoredRepeat
 from runner.spec.cells import PRECISIONS
 
 # What identifies a cell in a report (besides the environment) and what pairs cells across sides.
@@ -69,24 +69,24 @@ RUN_SETTINGS = ("iterations", "warmup", "seed")
 #   cpu_math      that in words ("bf16 emulated on AVX2"); cpu_why: why not native; load: 1-min load average
 MEASURE_COLUMNS = ("warmup_iters", "steady", "warmup_how", "window_iters", "steps", "calibrated", "cpu_native",
                    "cpu_math", "cpu_why", "load", "loss_at")
-# How each metric was obtained and its displayed unit (`how_<m>`, `unit_<m>`: runner/analysis/metrics.py
+# How each metric was obtained and its displayed unit (`how_<m>`, `unit_<m>`: runner/record/metrics.py
 # `definitions`, from a result's metrics.definitions = {metric: {"how": ..., "unit": ...}}, else the built-in
 # benchmark's own). Two repeats whose (how, unit) differ for a metric are never paired or pooled on it.
 
-# Admission (runner/analysis/admission.py): `status` is what the decision core sees (a stored ok that is not
+# Admission (runner/record/admission.py): `status` is what the decision core sees (a stored ok that is not
 # admitted is diverged or refused), `stored_status` what the store holds, `admission` the failed checks in words
 # (or, for an admitted repeat, what deserves a word), `checks` every check; `resolution` the figures' printed
 # resolution as the result recorded it ({metric: quantum in stored units}; runner/analysis/resolution.py).
 # `printed`: the figures were read from a program's printed output (a workload), so their digits may be all there is.
 ADMISSION_COLUMNS = ("stored_status", "admission", "checks", "resolution", "printed")
 # `seq`: the repeat's row in the store that measured it (its own id here; an imported one's row there): the order in
-# which a re-run supersedes, whatever order files were imported in (runner/analysis/stored.py StoredRepeat.seq).
+# which a re-run supersedes, whatever order files were imported in (runner/record/stored.py StoredRepeat.seq).
 # `origin`: the id of the store that measured the repeat, from an imported run id `<run>@<store>`; "" for this store's
 # own (runner/analysis/identity.py: a cell's identity is its definition and its machine).
 
 
 def frame_columns() -> list[str]:
-    """The frame's columns: one per metric of the table (runner/analysis/metrics.py) and its definition's two."""
+    """The frame's columns: one per metric of the table (runner/record/metrics.py) and its definition's two."""
     return ["id", "seq", "run_id", "origin", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS, "settings",
             "status", *ADMISSION_COLUMNS, "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
             "hardware", *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe", *MEASURE_COLUMNS,
@@ -236,7 +236,7 @@ def record(r: StoredRepeat) -> dict[str, Any]:
 
 def _admit(r: StoredRepeat, rec: dict[str, Any]) -> None:
     """The frame's record of one repeat as admission sees it: the status the decision core uses, the checks, and the
-    figures left out on their own (runner/analysis/admission.py)."""
+    figures left out on their own (runner/record/admission.py)."""
     verdict = r.admission
     rec["stored_status"] = rec["status"]
     if verdict.changed:

@@ -44,8 +44,8 @@ from runner.analysis.comparable import (
     with_outcomes,
 )
 from runner.analysis.identity import definition_ids, origins, what_changed
-from runner.analysis.metrics import Metric
 from runner.analysis.verdict import Verdict
+from runner.record.metrics import Metric
 
 # `series`: the definition on its machine a point belongs to (runner/analysis/identity.py); `machine`: the store that
 # measured it ("" for this store); `boundary`: what changed from the name's previous point, when its definition did.

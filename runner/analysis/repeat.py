@@ -1,4 +1,4 @@
-"""A stored repeat as admission sees it: the typed record (runner/analysis/stored.py) with the status the decision
+"""A stored repeat as admission sees it: the typed record (runner/record/stored.py) with the status the decision
 core uses, admission's checks and words, and its figures with their definitions. The long frame
 (runner/analysis/frame.py) is the same data for whole stores; this is for code that walks a few repeats (the kit's
 page, `matrix show` and `ls`, adaptive rounds, bisect's measuring, the printer)."""
@@ -10,11 +10,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.analysis.admission import Check
 from runner.analysis.comparable import definition_text
 from runner.analysis.frame import measured, record
-from runner.analysis.metrics import METRICS, definitions
-from runner.analysis.stored import StoredRepeat, document
+from runner.record.admission import Check
+from runner.record.metrics import METRICS, definitions
+from runner.record.stored import StoredRepeat, document
 from runner.spec.outcomes import Status
 
 
@@ -24,7 +24,7 @@ class Repeat:
     admission decided for it."""
 
     stored: StoredRepeat = field(repr=False)
-    status: str           # as admission sees it (runner/analysis/admission.py): a stored ok may be diverged or refused
+    status: str           # as admission sees it (runner/record/admission.py): a stored ok may be diverged or refused
     reason: str = ""
     stored_status: str = ""
     admission: str = ""   # the failed checks in words, or for an admitted repeat what deserves a word

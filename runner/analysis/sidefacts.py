@@ -19,8 +19,8 @@ from runner.analysis.frame import (
     environment_rank,
     precision_rank,
 )
-from runner.analysis.metrics import get_metric
 from runner.analysis.stats import _join_unique, cell_attributes
+from runner.record.metrics import get_metric
 from runner.spec.outcomes import Status
 
 

@@ -19,9 +19,9 @@ from runner.analysis.frame import (
     environment_rank,
     precision_rank,
 )
-from runner.analysis.metrics import METRICS
 from runner.analysis.resolution import NEGLIGIBLE
 from runner.analysis.significance import t_half_width
+from runner.record.metrics import METRICS
 from runner.spec.outcomes import Status
 
 NOISY_CV = 0.10    # throughput that varies more than this between repeats is flagged
@@ -236,7 +236,7 @@ def precision_summary(summary: pd.DataFrame) -> pd.DataFrame:
     """Per configuration and precision: time, throughput, memory, accuracy and the ratio to fp32."""
     keys = ["environment", "model", "batch_size", "dataset", "gpus", "nodes", "options"]
     cols = [*keys, "precision", "n", "n_ok", "statuses"]
-    shown = METRICS.shown("precision")  # the metric table's (runner/analysis/metrics.py), in its order
+    shown = METRICS.shown("precision")  # the metric table's (runner/record/metrics.py), in its order
     ratio_metrics = [m.name for m in shown if m.vs_fp32]
     for m in shown:
         cols += [f"{m.name}_n", f"{m.name}_mean", f"{m.name}_std"]

@@ -19,7 +19,7 @@ def list_runs(db: Path) -> int:
     """`matrix ls`: one row per run, its repeats counted by how they ended."""
     with Store(db, readonly=True) as store:
         runs = store.runs()
-        # Each run's stored ok repeats as admission sees them (runner/analysis/admission.py): a diverged or refused
+        # Each run's stored ok repeats as admission sees them (runner/record/admission.py): a diverged or refused
         # one is counted by its word, as every other command counts it.
         admitted: dict[str, Counter[str]] = defaultdict(Counter)
         for rep in admitted_repeats(store.rows(latest_only=False)):

@@ -40,7 +40,7 @@ class Loaded:
 
 
 def history_metric(name: str) -> an.Metric:
-    """The metric a site's histories plot: one the metric table places on the site (runner/analysis/metrics.py)."""
+    """The metric a site's histories plot: one the metric table places on the site (runner/record/metrics.py)."""
     metric = an.get_metric(name)
     plotted = an.METRICS.shown("site")
     if metric not in plotted:
@@ -95,7 +95,7 @@ def _one_machine_an_id(frames: list[pd.DataFrame], ids: list[str], dbs: list[Pat
 def _lean(store: Store, metric: an.Metric, sid: str, n: int) -> pd.DataFrame:
     """Every stored row, superseded ones included (a history shows what each run measured when it ran; a later run
     that measured the repeat again supersedes it for `compare`, not for the history), with its status as admission
-    sees it (runner/analysis/admission.py, the frame's own step: a diverged or refused repeat is never plotted or
+    sees it (runner/record/admission.py, the frame's own step: a diverged or refused repeat is never plotted or
     tested as ok), the figure plotted, the definition it belongs to and where it ran."""
     # SQLite's JSON functions refuse the NaN and Infinity that Python's json writes (a diverged loss): such a row's
     # fields are read in Python instead, so that one of them never stops the site.
@@ -168,7 +168,7 @@ def _admitted(store: Store, row: Any, metric: an.Metric) -> tuple[Any, ...]:
     status = str(row[6])
     if status in (OK, DIVERGED):
         status = an.admission_of(status, metrics, raw).status
-    value = metric.read(metrics, raw)  # the table's reader (runner/analysis/metrics.py); NaN: not measured
+    value = metric.read(metrics, raw)  # the table's reader (runner/record/metrics.py); NaN: not measured
     definitions = metrics.get("definitions")
     unit = definitions.get(metric.name, {}).get("unit") if isinstance(definitions, dict) and isinstance(
         definitions.get(metric.name), dict) else None

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from runner import analysis as an
-from runner.analysis.stored import StoredRepeat
 from runner.base.errors import ConfigError, StoreError
+from runner.record.stored import StoredRepeat
 from runner.report.formats import FORMATS
 from runner.store import Store
 from runner.store import exchange as store_exchange

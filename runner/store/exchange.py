@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from runner.analysis.sides import Provenance
 from runner.base.errors import StoreError
+from runner.record.provenance import Provenance
 from runner.store import Store
 from runner.store.exchange_file import CONTENT_FIELDS, Bundle, digest
 from runner.store.runs import own_store_id

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from typing import Any
 
-from runner.analysis.stored import HERE, Origin, StoredRepeat, document, origin_of
 from runner.base.errors import StoreError
+from runner.record.stored import HERE, Origin, StoredRepeat, document, origin_of
 from runner.spec.cells import Task
 from runner.spec.outcomes import Outcome, Status
 from runner.store.captures import Capture, split_capture
@@ -95,7 +95,7 @@ class Results(Claims):
     def rows(self, run_ids: Iterable[str] | None = None, latest_only: bool = True, *,
              keys: Iterable[str] | None = None, environments: Iterable[str] | None = None
              ) -> Iterator[StoredRepeat]:
-        """The stored repeats, typed (runner/analysis/stored.py), each with its origin (an imported one's from the
+        """The stored repeats, typed (runner/record/stored.py), each with its origin (an imported one's from the
         `imported` table); by default only each repeat's newest row. `keys`, `environments`: only the rows of these
         cells, of these environment names."""
         for d in self.decoded(run_ids, latest_only, keys=keys, environments=environments):

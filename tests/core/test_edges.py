@@ -70,7 +70,7 @@ def test_bisect_says_what_compare_says_of_a_figure_no_machine_produces(va: list[
                                                                        side: str) -> None:
     """bisect reads each stored row as a Repeat (runner/bisect/measure.py), so admission has spoken there too."""
     from runner.analysis.repeat import Repeat
-    from runner.analysis.stored import StoredRepeat
+    from runner.record.stored import StoredRepeat
 
     check, _ = decide(va, vb)
 

@@ -1,4 +1,4 @@
-"""One metric table (runner/analysis/metrics.py): a new metric is an entry there and its producer, nothing else. A toy
+"""One metric table (runner/record/metrics.py): a new metric is an entry there and its producer, nothing else. A toy
 metric added at run time (a result's metrics.toy, read by its reader) shows in the frame, `compare --metric toy`, the
 report's grid and JSON, the gate (its own rule word), `check` (a reference on it), the history and the site; and
 what the table says of the built-in metrics (units for an image model, a transformer, a workload; admission's reach;
@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 from runner import analysis as an
 from runner import cli, matrix
 from runner.analysis import gate
-from runner.analysis.figures import number
 from runner.analysis.history import history
-from runner.analysis.metrics import METRICS, Metric, Reach
 from runner.publish import load as site_load
+from runner.record.figures import number
+from runner.record.metrics import METRICS, Metric, Reach
 from runner.store import Store
 from tests.decide.helpers import rows_for, store_of
 

@@ -6,6 +6,7 @@ placed on purpose."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,9 +24,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("execution", ("runner.execution",)),
     ("report", ("runner.report",)),
     ("matrix", ("runner.matrix",)),
+    ("analysis", ("runner.analysis",)),
     ("backends", ("runner.backends",)),
     ("store", ("runner.store",)),
-    ("analysis", ("runner.analysis",)),
+    ("record", ("runner.record",)),
     ("spec", ("runner.spec",)),
     ("base", ("runner.base", "runner")),
     ("bench", ("runner.bench",)),
@@ -87,15 +89,45 @@ def test_every_module_has_a_floor() -> None:
     assert [n for n in modules() if floor_of(n) < 0] == []
 
 
-def test_no_import_climbs_a_floor() -> None:
+def climbing(g: dict[str, set[str]]) -> list[str]:
+    """Each import of `g` that runs up a floor, in words."""
     upward = []
-    for name, targets in graph().items():
+    for name, targets in g.items():
         if name == "runner":
             continue
         for t in targets:
             if t != "runner" and floor_of(t) < floor_of(name):
                 upward.append(f"{name} ({FLOORS[floor_of(name)][0]}) imports {t} ({FLOORS[floor_of(t)][0]})")
-    assert upward == []
+    return upward
+
+
+def test_no_import_climbs_a_floor() -> None:
+    assert climbing(graph()) == []
+
+
+def test_the_store_stands_on_the_record_not_on_the_statistics() -> None:
+    """The record is below the store and the statistics above it: the store importing the frame, or the record
+    importing the store or the statistics, is a climb the test names."""
+    g = {"runner.store.results": {"runner.record.stored", "runner.analysis.frame"},
+         "runner.record.stored": {"runner.record.admission", "runner.store.db"},
+         "runner.analysis.frame": {"runner.record.stored", "runner.store"}}
+    assert sorted(climbing(g)) == ["runner.record.stored (record) imports runner.store.db (store)",
+                                   "runner.store.results (store) imports runner.analysis.frame (analysis)"]
+
+
+def test_the_record_needs_the_standard_library_only() -> None:
+    """runner/record/ is read by every command, the store included: no third-party package (pandas, scipy, numpy,
+    pydantic) is imported there, lazily or not."""
+    third = []
+    for name, path in modules().items():
+        if not name.startswith("runner.record"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            found = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            third += [f"{name} imports {m}" for m in found
+                      if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] != "runner"]
+    assert third == []
 
 
 def test_the_command_line_imports_only_the_commands_and_the_base() -> None:

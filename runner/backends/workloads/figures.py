@@ -12,13 +12,13 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from runner.analysis.metrics import METRICS
+from runner.record.metrics import METRICS
 from runner.spec.cells import Strict
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # The store's own metrics a figure may be, with the stored unit its figure converts to (below): their direction is
-# the metric table's (runner/analysis/metrics.py). Anything else is a figure of the user's own naming.
+# the metric table's (runner/record/metrics.py). Anything else is a figure of the user's own naming.
 STORE_METRICS: dict[str, str] = {  # name -> stored unit
     "throughput": "per second", "window_s": "s", "iter_time": "s", "peak_mem": "bytes", "loss_end": "",
     "accuracy": "fraction", "images_per_joule": "per joule",

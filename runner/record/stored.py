@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from runner.analysis.admission import Admission, admit
-from runner.analysis.metrics import figures
+from runner.record.admission import Admission, admit
+from runner.record.metrics import figures
 
 if TYPE_CHECKING:
     from runner.spec.cells import Task
@@ -145,12 +145,12 @@ class StoredRepeat:
 
     @cached_property
     def figures(self) -> dict[str, float]:
-        """One figure per metric of the table (runner/analysis/metrics.py), in stored units (NaN: not measured)."""
+        """One figure per metric of the table (runner/record/metrics.py), in stored units (NaN: not measured)."""
         return figures(self.metrics, self.raw)
 
     @cached_property
     def admission(self) -> Admission:
-        """What admission decides for it (runner/analysis/admission.py): a stored ok may be diverged or refused."""
+        """What admission decides for it (runner/record/admission.py): a stored ok may be diverged or refused."""
         return admit(self.status, self.metrics, self.raw, self.figures)
 
     @property

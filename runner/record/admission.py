@@ -5,7 +5,7 @@ calls `admit` on each row, so the decision core sees a repeat as `ok` only when 
 
 A stored `ok` repeat is admitted when the training stayed finite (every loss kept, warm-up and window), it holds a
 figure (bench's throughput, items and window; a program's parsed figure), its measured window is what the run settings promised, its loss scaler did not skip most of its window's steps, and each of its
-figures is finite and inside what a machine can reach (each Metric's `reach`, runner/analysis/metrics.py). Otherwise it is `diverged` (a loss was NaN or
+figures is finite and inside what a machine can reach (each Metric's `reach`, runner/record/metrics.py). Otherwise it is `diverged` (a loss was NaN or
 infinite: an outcome, like oom, that comparisons count as a failure) or `refused` (no figure to rank, and no
 outcome either: the repeat is set aside as a cancelled one is). docs/admission.md says what each check means.
 """
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.analysis.metrics import METRICS
+from runner.record.metrics import METRICS
 from runner.spec.bench_contract import WINDOW_REDO_BELOW
 from runner.spec.outcomes import Status
 
@@ -32,7 +32,7 @@ CONSISTENT = 1e-6
 
 
 def bound_rows() -> tuple[tuple[str, float, float, bool, bool, str], ...]:
-    """Each bounded metric of the table (runner/analysis/metrics.py `Metric.reach`, decided there once and documented
+    """Each bounded metric of the table (runner/record/metrics.py `Metric.reach`, decided there once and documented
     in docs/admission.md): (name, low, high, low_open, refuses, why), made again when the table changes."""
     if _ROWS[0] != METRICS.version:
         _ROWS[:] = [METRICS.version, tuple((m.name, m.reach.low, m.reach.high, m.reach.low_open, m.reach.refuses,
@@ -274,7 +274,7 @@ def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: 
 
 def admit(stored: str, metrics: Mapping[str, Any], raw: Mapping[str, Any] | None,
           figures: Mapping[str, float] | None = None) -> Admission:
-    """Admission of one stored repeat from its stored status and its result's documents (runner/analysis/stored.py
+    """Admission of one stored repeat from its stored status and its result's documents (runner/record/stored.py
     `StoredRepeat.admission` asks). `figures`: the repeat's figures (stored units), for the bounds. Only a stored
     `ok` (or a bench `diverged`) is judged; every other status is what it was."""
     if stored not in (OK, DIVERGED):

@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from runner.analysis import figures as fig
-from runner.analysis.figures import Reader
 from runner.base.errors import ConfigError
+from runner.record import figures as fig
+from runner.record.figures import Reader
 
 # The views that show a chosen list of metrics, each in its own order (a Metric's place in it; 0: not shown there).
 VIEWS = ("grid", "precision", "precision_table", "machines", "plot", "site")
@@ -21,7 +21,7 @@ VIEWS = ("grid", "precision", "precision_table", "machines", "plot", "site")
 
 @dataclass(frozen=True)
 class Reach:
-    """What a machine can reach for one figure, in stored units (runner/analysis/admission.py, docs/admission.md).
+    """What a machine can reach for one figure, in stored units (runner/record/admission.py, docs/admission.md).
     `refuses`: a figure outside refuses the repeat (it is what a repeat is ranked on); else only the figure is left
     out. `low_open`: the low end itself is outside (a throughput of 0 is no measurement)."""
 

@@ -1,5 +1,5 @@
 """How a figure is read from a stored result (its metrics and raw documents), in stored units (NaN: not measured).
-Each metric of runner/analysis/metrics.py names its reader here, or reads its own field with `number`. Read for every
+Each metric of runner/record/metrics.py names its reader here, or reads its own field with `number`. Read for every
 repeat a site plots, so the common cases come first."""
 
 from __future__ import annotations
