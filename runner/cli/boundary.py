@@ -4,7 +4,6 @@ checks of option values that name paths or runs (runner/cli/__init__.py declares
 from __future__ import annotations
 
 import errno
-import sqlite3
 import traceback
 from pathlib import Path
 from typing import Any, NoReturn
@@ -15,13 +14,13 @@ from typer.core import TyperGroup
 from typer.exceptions import Abort, TyperException
 
 from runner.base import console as consoles
-from runner.base.errors import ConfigError, MatrixError
+from runner.base.errors import DATABASE_ERRORS, ConfigError, MatrixError
 from runner.base.exitcodes import Exit
 from runner.commands import DEFAULT_DB
 
 
 class Boundary(TyperGroup):
-    """The one error boundary: a MatrixError exits with its class's status, a filesystem or SQLite error with 6,
+    """The one error boundary: a MatrixError exits with its class's status, a filesystem or database error with 6,
     anything else with 70, each as one line on stderr (`--verbose`: the traceback first). Usage errors stay
     Typer's (2). Messages are printed as text, never as console markup."""
 
@@ -38,7 +37,7 @@ class Boundary(TyperGroup):
             if e.errno == errno.EPIPE:
                 raise
             _fail(os_error_line(e), Exit.STORE)
-        except sqlite3.Error as e:
+        except tuple(DATABASE_ERRORS) as e:
             _fail(f"{state['db'] or 'the result store'}: cannot be read or written ({e}); the file may be damaged: "
                   "restore it from a copy, or pass another --db", Exit.STORE)
         except Exception as e:  # noqa: BLE001 (the boundary: a bug is one line and exit 70, not a traceback)

@@ -44,7 +44,8 @@ class Imported:
 
 def store_id(store: Store) -> str | None:
     """This store's id: meta.store_id, else one made from its first own run (None: no run yet); runner/store/runs.py."""
-    return own_store_id(store.db)
+    with store._guard():
+        return own_store_id(store.db)
 
 
 def _ensure_id(store: Store) -> str:

@@ -6,6 +6,7 @@ placed on purpose."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -128,6 +129,41 @@ def test_the_record_needs_the_standard_library_only() -> None:
             third += [f"{name} imports {m}" for m in found
                       if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] != "runner"]
     assert third == []
+
+
+# SQL in a string: a query, a write, a schema change or a pragma (a word in a sentence is none of these).
+SQL = re.compile(r"\b(SELECT\b[\s\S]*\bFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|"
+                 r"CREATE\s+(TABLE|INDEX|VIEW)|DROP\s+TABLE|PRAGMA\s+\w+)\b")
+
+
+def speaks_sql(name: str, source: str) -> list[str]:
+    """Where a module imports the database driver or holds SQL in a string, in words."""
+    found = []
+    tree = ast.parse(source)
+    parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        found += [f"{name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "sqlite3"]
+        if isinstance(node, ast.JoinedStr):  # an f-string: its text with each field as {}
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts:
+            text = node.value
+        else:
+            continue
+        if SQL.search(str(text)):
+            found.append(f"{name}:{node.lineno} holds SQL {text[:60]!r}")
+    return found
+
+
+def test_only_the_store_speaks_sql() -> None:
+    """runner/store/ is the one way into the database: every other module reads and writes through its methods,
+    never with the driver or a query of its own (positional columns that the next schema breaks)."""
+    assert [f for name, path in modules().items() if not name.startswith("runner.store")
+            for f in speaks_sql(name, path.read_text())] == []
+    assert speaks_sql("load", 'import sqlite3\nq = f"SELECT id, {x} FROM results"\nw = "INSERT INTO runs VALUES (?)"') \
+        == ["load:1 imports sqlite3", "load:2 holds SQL 'SELECT id, {} FROM results'", "load:3 holds SQL 'INSERT INTO runs VALUES (?)'"]
+    assert speaks_sql("words", '"select the rows from a run, then update the table"') == []
 
 
 def test_the_command_line_imports_only_the_commands_and_the_base() -> None:
