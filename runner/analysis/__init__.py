@@ -45,7 +45,6 @@ from runner.analysis.frame import (
 )
 from runner.analysis.identity import DEFINITION_COLUMNS, Definitions, choose
 from runner.analysis.recipes import DASH_WORD, RECIPE_FIELDS, recipe, recipe_text
-from runner.analysis.repeat import Repeat, admitted
 from runner.analysis.scaling import scaling
 from runner.analysis.sidefacts import (
     environment_info,
@@ -79,6 +78,7 @@ from runner.record.metrics import (
     metric_heading,
     shown_unit,
 )
+from runner.record.repeat import Repeat, admitted
 from runner.record.stored import Origin, StoredRepeat, admission_of
 
 __all__ = [

@@ -11,6 +11,7 @@ import pandas as pd
 from runner.analysis.recipes import RECIPE_FIELDS, recipe, recipe_text
 from runner.record.figures import number as _num
 from runner.record.figures import ran_program
+from runner.record.measured import measured, resolution
 from runner.record.metrics import METRICS, definition_fields, definitions
 from runner.record.metrics import (
     get_metric as get_metric,  # where runner/commands/bisect.py imports it from
@@ -132,60 +133,6 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def measured(r: StoredRepeat) -> dict[str, Any]:
-    """The MEASURE_COLUMNS of one stored repeat: how its warm-up ended, its window, what its CPU did natively."""
-    metrics = r.metrics
-    raw = _mapping(r.raw)
-    params = _mapping(raw.get("params"))
-    warm = _mapping(metrics.get("warmup"))
-    warmup_iters = _int_or_none(warm.get("iterations"))
-    program = ran_program(raw)  # a workload: only what the program itself reported
-    if warmup_iters is None and params.get("warmup_max") is None and not program:
-        warmup_iters = _int_or_none(params.get("warmup"))  # a result from before warm-up was recorded: fixed
-    window = _int_or_none(metrics.get("iterations"))
-    if window is None and not program:
-        window = _int_or_none(params.get("iterations"))
-    steps = _int_or_none(metrics.get("steps"))
-    if steps is None and warmup_iters is not None and window is not None and params.get("warmup_max") is None:
-        steps = warmup_iters + window
-    steady = warm.get("steady")
-    record = raw.get("precision")
-    found = record.get("cpu_math") if isinstance(record, Mapping) else None
-    cpu: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-    native = cpu.get("native")
-    return {"warmup_iters": warmup_iters, "steady": steady if isinstance(steady, bool) else None,
-            "warmup_how": str(warm.get("how") or ("fixed" if warmup_iters is not None else "")),
-            "window_iters": window, "steps": steps, "calibrated": _calibrated(metrics.get("calibration")),
-            "cpu_native": native if isinstance(native, bool) else None, "cpu_math": str(cpu.get("unit") or ""),
-            "cpu_why": str(cpu.get("why") or ""), "load": _num(metrics.get("load_avg")),
-            "loss_at": _loss_at(metrics.get("loss_at"))}
-
-
-def _calibrated(record: Any) -> bool:
-    """This repeat chose its cell's count (bench's calibration record without `given`: a later repeat, run with the
-    count a first one chose, carries the record too, `given` set)."""
-    return isinstance(record, Mapping) and record.get("given") is None
-
-
-def _loss_at(value: Any) -> dict[int, float] | None:
-    """bench's {"step": loss} as {step: loss} (steps as integers, losses that are numbers); None without it."""
-    if not isinstance(value, Mapping):
-        return None
-    out: dict[int, float] = {}
-    for k, v in value.items():
-        try:
-            step = int(k)
-        except (TypeError, ValueError):
-            continue
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-            out[step] = float(v)
-    return out
-
-
 def _hardware(env: Mapping[str, Any]) -> str:
     """The device a repeat ran on, in words: the GPU's name, else the CPU's."""
     device = str(env.get("device") or "")
@@ -246,10 +193,7 @@ def _admit(r: StoredRepeat, rec: dict[str, Any]) -> None:
     rec["checks"] = verdict.checks
     for name in verdict.dropped:
         rec[name] = math.nan
-    rec["_dropped"] = verdict.dropped  # not a frame column: for runner/analysis/repeat.py's admitted metrics
-    given = r.metrics.get("resolution")
-    rec["resolution"] = {str(k): float(v) for k, v in _mapping(given).items()
-                         if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0}
+    rec["resolution"] = resolution(r.metrics)
     rec["printed"] = ran_program(r.raw)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from runner import backends
 from runner.base.table import Table, TableCell
 from runner.commands.base import Command, register
 
@@ -13,6 +12,7 @@ class Doctor(Command):
     help = "What this host offers: Docker engine and GPU runtime, Slurm, GPUs, Python and torch."
 
     def run(self) -> int:
+        from runner import backends
         table = Table(["backend", "check", "", "detail"])
         marks = {True: TableCell("ok", "good"), False: TableCell("missing", "bad"), None: TableCell("n/a", "muted")}
         for kind in backends.kinds():

@@ -8,14 +8,15 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runner import matrix as matrix_mod
 from runner.base import console as consoles
 from runner.base.errors import ConfigError
 from runner.commands import load, sigterm
 from runner.commands.base import Command, register
-from runner.execution import execute
-from runner.store import Store
+
+if TYPE_CHECKING:
+    from runner import matrix as matrix_mod
 
 
 @register
@@ -56,9 +57,12 @@ def run_and_decide(m: matrix_mod.Matrix, db: Path, env: Sequence[str], only: Seq
                    verbose: bool, *, rerun_failed: bool = False, force: bool = False, wait: bool = True,
                    submit: bool = True) -> int:
     """Run (or collect) the selected cells, then decide the matrix file's references on what is stored."""
+    from runner import matrix as matrix_mod
+    from runner.commands import decide
+    from runner.execution import execute
+    from runner.store import Store
     cells = matrix_mod.select(m.cells(), env, only)
     signal.signal(signal.SIGTERM, sigterm)
-    from runner.commands import decide
     decided = 0
     with Store(db) as store:
         report = execute.run_matrix(m, cells, store, workdir=workdir, argv=sys.argv[1:], console=consoles.stdout(),

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.analysis import Repeat, admitted, definition, shown_unit
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
 from runner.commands.base import Command, register
-from runner.spec.cells import shown_params
-from runner.store import Store
+from runner.record.metrics import definition, shown_unit
+from runner.record.repeat import Repeat, admitted
+from runner.spec.defaults import shown_params
 
 
 def show_run(run_ref: str | None, db: Path) -> int:
     """`matrix show`: one row per stored repeat of the run, as admission sees it."""
+    from runner.store import Store
     with Store(db, readonly=True) as store:
         run_id = store.resolve_run(run_ref)
         rows = admitted(store.rows([run_id], latest_only=False))  # a stored ok may be diverged or refused

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from runner.analysis.adaptive import CellState, assess
-from runner.analysis.repeat import admitted
+from runner.record.repeat import admitted
 from runner.spec.cells import Cell, Task
 from runner.spec.outcomes import Status
 from runner.store import Store

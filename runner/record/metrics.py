@@ -304,6 +304,12 @@ def definition(metrics: Mapping[str, Any], name: str, model: Any = None) -> tupl
     return got[f"how_{name}"], got[f"unit_{name}"]
 
 
+def definition_text(how: Any, unit: Any) -> str:
+    """One repeat's definition of a metric in words: 'mllog: mean of tracked_stats [samples/s]'."""
+    how_s, unit_s = str(how or "").replace(", ", "; "), str(unit or "").replace(", ", "; ")
+    return f"{how_s} [{unit_s}]" if unit_s else how_s
+
+
 def shown_unit(units: Iterable[Any], name: str) -> str:
     """The unit to label a column of metric `name` with, from its rows' units (`unit_<m>` values, or ', '-joined
     ones of a summary): the one they share, else each of them ('img/s | tok/s'); the Metric's own when none."""

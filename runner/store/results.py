@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.base.errors import StoreError
 from runner.record.stored import HERE, Origin, StoredRepeat, document, origin_of
-from runner.spec.cells import Task
 from runner.spec.outcomes import Outcome, Status
 from runner.store.captures import Capture, split_capture
 from runner.store.claims import Claims
 from runner.store.db import StoreFull, schema_refused
 from runner.store.schema import COLUMNS, INSERT_RESULT, JSON_COLUMNS, SCHEMA
+
+if TYPE_CHECKING:
+    from runner.spec.cells import Task
 
 
 class Results(Claims):

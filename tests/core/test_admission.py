@@ -12,9 +12,9 @@ import pytest
 
 from runner import analysis as an
 from runner.analysis import gate
-from runner.analysis.repeat import Repeat
 from runner.analysis.verdict import Verdict
 from runner.record import admission
+from runner.record.repeat import Repeat
 from runner.record.stored import StoredRepeat
 from tests.decide.helpers import long_frame, rows_for, store_of
 

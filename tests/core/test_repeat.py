@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.analysis.repeat import Repeat
+from runner.record.repeat import Repeat
 from runner.record.stored import StoredRepeat
 
 

@@ -72,7 +72,7 @@ def loose_annotations(trees: dict[str, ast.Module]) -> dict[str, str]:
 def handles_repeats(tree: ast.Module) -> bool:
     """A module that reads the store's repeats (`store.rows(...)`) or takes the typed record."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module in ("runner.record.stored", "runner.analysis.repeat")
+        if isinstance(node, ast.ImportFrom) and (node.module in ("runner.record.stored", "runner.record.repeat")
                                                  or any(a.name in ("StoredRepeat", "Repeat", "admitted")
                                                         for a in node.names)):
             return True
