@@ -13,7 +13,22 @@ import typer
 
 from runner.cli import boundary
 from runner.cli.boundary import Boundary, state
-from runner.commands import DEFAULT_DB, MAX_CELLS, RERUN_FAILED_TEXT, sigterm
+from runner.commands import (
+    COMPARE_FORMATS,
+    DEFAULT_DB,
+    DIFF_FORMATS,
+    HEADLINE,
+    MAX_CELLS,
+    RERUN_FAILED_TEXT,
+    metric_help,
+    one_of,
+    report_format_help,
+    rules_help,
+    sigterm,
+    site_metric_help,
+)
+from runner.commands import bisect as bisect_command
+from runner.commands import check as check_command
 from runner.commands.base import COMMANDS, call
 
 app = typer.Typer(cls=Boundary, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -111,16 +126,13 @@ def show(run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="run 
 def compare(a: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="A"))],
             b: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="B"))],
             db: DbOpt = DEFAULT_DB,
-            fmt: Annotated[str | None, typer.Option("--format", help="md, csv or json "
+            fmt: Annotated[str | None, typer.Option("--format", help=f"{one_of(COMPARE_FORMATS)} "
                                                        "(default: a table)")] = None,
-            metric: Annotated[str, typer.Option("--metric", help="throughput, iter_time, time, memory, loss, "
-                                                "accuracy, energy (images per joule)")] = "throughput",
+            metric: Annotated[str, typer.Option("--metric", help=metric_help())] = HEADLINE,
             min_effect: Annotated[float | None, typer.Option("--min-effect", help="smallest change that counts as "
                                                              "significant (0.02 = 2%; with --fail-on on the same "
                                                              "metric: the gate's threshold)")] = None,
-            fail_on: Annotated[list[str] | None, typer.Option("--fail-on", help="exit 1 when B is slower:X%, "
-                                                             "faster:X%, uses memory:X% more or energy:X% more per "
-                                                             "image than A, beyond X and significant (repeatable)")] = None,
+            fail_on: Annotated[list[str] | None, typer.Option("--fail-on", help=rules_help())] = None,
             undecided: UndecidedOpt = None,
             pool: Annotated[bool, typer.Option("--pool", help="pool every definition a side holds for a cell "
                                                "(default: the newest, the others listed)")] = False) -> None:
@@ -130,7 +142,8 @@ def compare(a: Annotated[str, typer.Argument(help=SIDE_HELP.format(side="A"))],
 
 @command("check")
 def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
-          fmt: Annotated[str | None, typer.Option("--format", help="json (default: a table)")] = None,
+          fmt: Annotated[str | None, typer.Option("--format", help=f"{one_of(check_command.FORMATS)} "
+                                                     "(default: a table)")] = None,
           undecided: UndecidedOpt = None, max_cells: MaxCellsOpt = MAX_CELLS) -> None:
     _done(call("check", matrix=matrix, db=db, env=env, only=only, fmt=fmt, undecided=undecided,
                max_cells=max_cells))
@@ -149,13 +162,14 @@ def bisect(environments: Annotated[list[str] | None, typer.Argument(
                                                         "`run --image`")] = None,
            gpus: Annotated[str | None, typer.Option("--gpus", help="with --images and no template: all, N or 0,1")
                            ] = None,
-           metric: Annotated[str, typer.Option("--metric", help="throughput, iter_time, time, memory, loss, accuracy, "
-                                               "or status (only how the repeats ended)")] = "throughput",
+           metric: Annotated[str, typer.Option("--metric", help=metric_help(
+               f", or {bisect_command.STATUS} (only how the repeats ended)"))] = HEADLINE,
            threshold: Annotated[str, typer.Option("--threshold", help="smallest change that counts, e.g. 10%")
                                 ] = "5%",
            max_repeats: Annotated[int | None, typer.Option("--max-repeats", help="most repeats an environment gets "
                                                            "while a pair is undecided (default 10)")] = None,
-           fmt: Annotated[str | None, typer.Option("--format", help="md or json (default: tables)")] = None,
+           fmt: Annotated[str | None, typer.Option("--format", help=f"{one_of(bisect_command.FORMATS)} "
+                                                      "(default: tables)")] = None,
            workdir: Annotated[Path, typer.Option("--workdir", help="logs and batch job files",
                                                  callback=boundary.workdir_path)] = Path("results"),
            max_cells: MaxCellsOpt = MAX_CELLS) -> None:
@@ -168,7 +182,8 @@ def bisect(environments: Annotated[list[str] | None, typer.Argument(
 def diff(a: Annotated[str, typer.Argument(help="environment A (a name in the store)")],
          b: Annotated[str, typer.Argument(help="environment B")],
          db: DbOpt = DEFAULT_DB,
-         fmt: Annotated[str | None, typer.Option("--format", help="md or json (default: tables)")] = None,
+         fmt: Annotated[str | None, typer.Option("--format", help=f"{one_of(DIFF_FORMATS)} (default: tables)")
+                        ] = None,
          everything: Annotated[bool, typer.Option("--all", help="also what is the same, and every package")
                                ] = False) -> None:
     _done(call("diff", a=a, b=b, db=db, fmt=fmt, everything=everything))
@@ -178,8 +193,7 @@ def diff(a: Annotated[str, typer.Argument(help="environment A (a name in the sto
 def report(db: DbOpt = DEFAULT_DB,
            run_refs: Annotated[list[str] | None, typer.Option("--run", help="only these runs",
                                                               callback=boundary.run_refs)] = None,
-           fmt: Annotated[list[str] | None, typer.Option("--format", help="md, html, csv, json "
-                                                            "(repeatable; default: md and html)")] = None,
+           fmt: Annotated[list[str] | None, typer.Option("--format", help=report_format_help())] = None,
            out: Annotated[Path | None, typer.Option("--out", help="output folder (default: results/reports/<name>/, "
                                                        "untracked)", callback=boundary.out_path)
                           ] = None) -> None:
@@ -207,7 +221,7 @@ def publish(out: Annotated[Path, typer.Option("--out", "-o", help="the site's fo
             db: Annotated[list[Path] | None, typer.Option("--db", help="result stores (repeatable; default "
                                                            "results/matrix.db)", callback=boundary.store_paths)
                           ] = None,
-            metric: Annotated[str, typer.Option("--metric", help="the metric the histories plot")] = "throughput"
+            metric: Annotated[str, typer.Option("--metric", help=site_metric_help())] = HEADLINE
             ) -> None:
     _done(call("publish", out=out, db=db, metric=metric))
 

@@ -20,6 +20,7 @@ from runner.base import console as consoles
 from runner.base.errors import ConfigError
 from runner.commands import load, sigterm
 from runner.commands.base import Command, register
+from runner.record.metrics import STATUS_METRIC as STATUS
 from runner.record.metrics import get_metric
 
 if TYPE_CHECKING:
@@ -78,11 +79,11 @@ class Bisect(Command):
         signal.signal(signal.SIGTERM, sigterm)
         if fmt is not None and fmt not in FORMATS:
             raise ConfigError(f"unknown bisect format {fmt!r}; allowed: {', '.join(FORMATS)} (default: tables)")
-        metric_ = None if metric == search.STATUS else get_metric(metric)
+        metric_ = None if metric == STATUS else get_metric(metric)
         plan = envlist.plan(m, environments or (), images or (), template, gpus, only or ())
         run = plan.cells[0].run
         first = run.adaptive.min if run.adaptive else run.repeats
-        settings = settings_for(first, max_repeats, threshold, metric_.name if metric_ else search.STATUS)
+        settings = settings_for(first, max_repeats, threshold, metric_.name if metric_ else STATUS)
         err = consoles.stderr()
         argv, started = sys.argv[1:], time.time()
         with Store(db) as store:

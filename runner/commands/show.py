@@ -1,4 +1,4 @@
-"""`matrix show`: the repeats of one run with their statuses and throughput."""
+"""`matrix show`: the repeats of one run with their statuses and headline figure."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
 from runner.commands.base import Command, register
-from runner.record.metrics import definition, shown_unit
+from runner.record.metrics import HEADLINE, definition, shown_unit
 from runner.record.repeat import Repeat, admitted
 from runner.spec.defaults import shown_params
 
@@ -19,15 +19,15 @@ def show_run(run_ref: str | None, db: Path) -> int:
         run_id = store.resolve_run(run_ref)
         rows = admitted(store.rows([run_id], latest_only=False))  # a stored ok may be diverged or refused
     axes = list(dict.fromkeys(k for r in rows for k in shown_params(r.params)))
-    unit = shown_unit((definition(r.metrics, "throughput")[1] for r in rows if r.ok), "throughput")
+    unit = shown_unit((definition(r.metrics, HEADLINE)[1] for r in rows if r.ok), HEADLINE)
     one_unit = None if " | " in unit else unit  # None: each value says its own
-    table = Table(["cell", "environment", *axes, "repeat", "status", one_unit or "throughput", "note"],
+    table = Table(["cell", "environment", *axes, "repeat", "status", one_unit or HEADLINE, "note"],
                   align=["l"] * (2 + len(axes)) + ["r", "l", "r"])
     for r in rows:
-        tput = r.metrics.get("throughput")
+        tput = r.metrics.get(HEADLINE)
         shown = f"{tput:.1f}" if isinstance(tput, int | float) else "-"
         if one_unit is None and isinstance(tput, int | float):
-            shown += " " + definition(r.metrics, "throughput")[1]
+            shown += " " + definition(r.metrics, HEADLINE)[1]
         table.add(r.cell_key, r.environment, *(str(r.params.get(a, "")) for a in axes),
                   str(r.number + 1), TableCell(r.status, "" if r.ok else (
                       r.status if r.status in ("diverged", "refused") else "status")),
@@ -58,7 +58,7 @@ def note(row: Repeat) -> TableCell:
 @register
 class Show(Command):
     name = "show"
-    help = "The cells of one run with their statuses and throughput."
+    help = f"The cells of one run with their statuses and {HEADLINE}."
 
     def run(self, run_ref: str | None, db: Path) -> int:
         return show_run(run_ref, db)

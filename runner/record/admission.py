@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.record.metrics import METRICS
+from runner.record.metrics import HEADLINE, METRICS
 from runner.spec.bench_contract import WINDOW_REDO_BELOW
 from runner.spec.outcomes import Status
 
@@ -211,7 +211,7 @@ def figure_check(metrics: Mapping[str, Any], raw: Mapping[str, Any], figures: Ma
         if any(v == v for v in figures.values()):
             return _PLAIN["figure", True]
         return Check("figure", False, "no figure: the program's output held none its parser reads")
-    throughput, window = _num(metrics.get("throughput")), _num(metrics.get("window_s"))
+    throughput, window = _num(metrics.get(HEADLINE)), _num(metrics.get("window_s"))
     if throughput is None or not (math.isfinite(throughput) and throughput > 0):
         return Check("figure", False, "no figure: the result holds no throughput (nothing measured to rank)")
     if window is not None and not (math.isfinite(window) and window > 0):
@@ -258,7 +258,7 @@ def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: 
         v = metrics.get(name)
         if v is not None and not (_num(v) is not None and math.isfinite(v)):
             refused.append(f"{name} {v!r} is not a finite number")
-    throughput, images, window = _num(metrics.get("throughput")), _num(metrics.get("images")), _num(
+    throughput, images, window = _num(metrics.get(HEADLINE)), _num(metrics.get("images")), _num(
         metrics.get("window_s"))
     if (not _program(raw) and throughput is not None and images is not None and window is not None and window > 0
             and math.isfinite(throughput) and abs(throughput - images / window) > CONSISTENT * abs(throughput)):

@@ -1,6 +1,7 @@
 """Reports and comparisons from the result store (docs/architecture.md): the report written (`report_command`) and
 the comparison as text (`compare_command`), which the `report` and `compare` commands (runner/commands/) print,
-and the tests and the kit call."""
+and the tests and the kit call. Importing the package loads no statistics (the command line reads its format
+lists for `--help`): each function imports what it computes with."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner import analysis as an
 from runner.base.errors import ConfigError, StoreError
+from runner.record.metrics import HEADLINE
 from runner.record.stored import StoredRepeat
 from runner.report.formats import FORMATS
 from runner.store import Store
@@ -18,6 +19,7 @@ from runner.store import exchange as store_exchange
 REPORT_FORMATS = tuple(FORMATS.names())  # runner/report/formats/: every registered format
 DEFAULT_REPORT_FORMATS = ("md", "html")
 COMPARE_FORMATS = ("md", "csv", "json")
+DIFF_FORMATS = ("md", "json")
 # Reports land under the untracked results/ by default; reports/ holds only what is committed on purpose.
 REPORTS_DIR = Path("results") / "reports"
 
@@ -64,6 +66,7 @@ def _frame(infos: list[Any], run_ids: list[str] | None, rows: list[StoredRepeat]
     if not rows:
         scope = f"runs {', '.join(run_ids)}" if run_ids else str(db)
         raise StoreError(f"no results in {scope}: run `matrix run` first (or pick runs with --run)")
+    from runner import analysis as an
     df = an.frame(rows)
     present = set(df["run_id"])
     records: list[dict[str, Any]] = [{"run_id": r.run_id, "matrix_name": r.matrix_name, "started_at": r.started_at,
@@ -83,6 +86,7 @@ def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[st
 def _history(rows: list[StoredRepeat]) -> Any:
     """Each cell's throughput per measurement over every stored row (a re-run's older repeats are history); no
     frame is built when no cell was measured by more than one run (it could not have two points)."""
+    from runner import analysis as an
     from runner.analysis.history import COLUMNS, history
 
     runs_of: dict[str, set[str]] = {}
@@ -116,8 +120,8 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
     return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name))
 
 
-def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: str = "throughput",
-                    min_effect: float = an.MIN_EFFECT, alpha: float = an.ALPHA, pool: bool = False) -> str:
+def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: str = HEADLINE,
+                    min_effect: float | None = None, alpha: float | None = None, pool: bool = False) -> str:
     """`matrix compare A B`: the comparison as text (md, csv, json, or rich tables for the terminal if None).
 
     A and B are environment names, tags, backend kinds or run id prefixes (`env:`/`tag:`/`backend:`/`run:`
@@ -125,6 +129,7 @@ def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: st
     own by default; `NAME@machine:ID` names another), or whole machines (`machine:ID`, `host:NAME`). A side that
     holds more than one definition of a cell compares the newest and lists the others; `pool` pools them.
     """
+    from runner import analysis as an
     from runner.report import render
 
     fmt_ = _check_formats([fmt], COMPARE_FORMATS, "compare")[0] if fmt else None
@@ -136,7 +141,7 @@ def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: st
         raise StoreError(f"no results in {db}: run `matrix run` first")
     df = an.frame(rows)
     comparison = an.compare(an.select_side(df, a, pool, here, prov), an.select_side(df, b, pool, here, prov), m,
-                            alpha, min_effect)
+                            an.ALPHA if alpha is None else alpha, an.MIN_EFFECT if min_effect is None else min_effect)
     if fmt_ == "md":
         return render.compare_markdown(comparison)
     if fmt_ == "csv":
@@ -146,5 +151,5 @@ def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: st
     return render.compare_terminal(comparison)
 
 
-__all__ = ["report_command", "compare_command", "load", "REPORT_FORMATS", "COMPARE_FORMATS",
+__all__ = ["report_command", "compare_command", "load", "REPORT_FORMATS", "COMPARE_FORMATS", "DIFF_FORMATS",
            "DEFAULT_REPORT_FORMATS"]

@@ -179,11 +179,16 @@ def test_an_imported_repeat_carries_its_provenance(tmp_path: Path) -> None:
 
 def test_a_workloads_figure_names_the_tables_metrics() -> None:
     """A workload's figure may be a store metric (its stored unit converted, its direction the table's) or one of
-    the user's own naming: the names and aliases it knows are the table's."""
-    from runner.backends.workloads.figures import METRIC_ALIASES as FIGURE_ALIASES
-    from runner.backends.workloads.figures import STORE_METRICS, Figure, figure_config
+    the user's own naming: the names and aliases it knows are the table's, and a metric added to the table with a
+    figure unit is one a figure may be."""
+    from runner.backends.workloads.figures import Figure, figure_config, store_metric, store_metrics
 
-    assert set(STORE_METRICS) <= set(METRICS)
-    assert all(an.get_metric(alias).name == name for alias, name in FIGURE_ALIASES.items())
+    assert set(store_metrics()) <= set(METRICS) and store_metrics()["throughput"] == "per second"
+    assert all(store_metric(alias) == m.name for m in METRICS.values() if m.figure_unit is not None
+               for alias in m.aliases)
+    assert store_metric("forward") == "forward"  # an alias of a metric no figure may be: the user's own name
     assert figure_config("memory", Figure(regex="m (?P<value>\\d+)", unit="MiB"))["better"] == "lower"
     assert figure_config("accuracy", Figure(regex="a (?P<value>\\d+)"))["better"] == "higher"
+    with METRICS.adding(Metric("joules", "energy used", "J", False, figure_unit="J")):
+        assert figure_config("joules", Figure(regex="e (?P<value>\\d+)", unit="J"))["stored_unit"] == "J"
+    assert figure_config("joules", Figure(regex="e (?P<value>\\d+)", unit="J", better="lower"))["metric"] is None
