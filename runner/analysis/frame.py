@@ -102,15 +102,15 @@ def options_label(params: Mapping[str, Any]) -> str:
 def throttled(metrics: Mapping[str, Any]) -> bool:
     """Whether bench's telemetry marked the repeat throttled (False when it says no or does not know)."""
     telemetry = metrics.get("telemetry")
-    return isinstance(telemetry, Mapping) and telemetry.get("throttled") is True
+    return telemetry is not None and isinstance(telemetry, dict | Mapping) and telemetry.get("throttled") is True
 
 
 def settings_text(raw: Mapping[str, Any] | None) -> str:
     """'iterations=20 warmup=5 seed=0' from a stored bench result; '' when the repeat produced none. An auto rule
     is written as its definition ('iterations=auto(2s,5-10000) warmup=steady(0-50,60s,w5,5%)'), never as the
     count a first repeat calibrated or the warm-up a repeat took: those differ between repeats of one definition."""
-    params = (raw or {}).get("params") if isinstance(raw, Mapping) else None
-    if not isinstance(params, Mapping) or ran_program(raw):
+    params = (raw or {}).get("params") if isinstance(raw, dict | Mapping) else None
+    if not isinstance(params, dict | Mapping) or ran_program(raw):
         return ""  # a workload's program ran its own steps: bench's iterations and warm-up are not what it saw
     words: dict[str, Any] = {k: params.get(k) for k in RUN_SETTINGS}
     if params.get("window_time") is not None:
@@ -130,7 +130,7 @@ def _g(value: Any) -> str:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict | Mapping) else {}
 
 
 def _hardware(env: Mapping[str, Any]) -> str:
@@ -142,6 +142,10 @@ def _hardware(env: Mapping[str, Any]) -> str:
     cpu = str(env.get("cpu") or name or device or "")
     count = env.get("cpu_count")
     return f"{cpu} ({count} CPUs)" if cpu and isinstance(count, int) else cpu
+
+
+_ENV_COLUMNS = tuple((f, f"env_{f}") for f in ENV_FIELDS)
+_RECIPE_COLUMNS = tuple(zip(RECIPE_FIELDS, RECIPE_COLUMNS, strict=True))
 
 
 def frame(rows: Iterable[StoredRepeat]) -> pd.DataFrame:
@@ -157,23 +161,25 @@ def record(r: StoredRepeat) -> dict[str, Any]:
         raise TypeError(f"the frame reads StoredRepeat records (Store.rows()), not {type(r).__name__}: build one with "
                         "StoredRepeat.of(mapping)")
     params, metrics, env, raw = r.params, r.metrics, r.env, r.raw
+    get = params.get
     rec: dict[str, Any] = {
         "id": r.id, "seq": r.seq, "run_id": r.run_id, "origin": r.origin.store, "cell_key": r.cell_key, "repeat": r.repeat,
         "environment": r.environment, "backend": r.backend, "tags": r.tags,
-        "model": str(params.get("model", "")), "precision": str(params.get("precision", "")),
-        "batch_size": int(params.get("batch_size") or 0), "dataset": str(params.get("dataset", "")),
-        "gpus": int(params.get("gpus") or 1), "nodes": int(params.get("nodes") or 1),
+        "model": str(get("model", "")), "precision": str(get("precision", "")),
+        "batch_size": int(get("batch_size") or 0), "dataset": str(get("dataset", "")),
+        "gpus": int(get("gpus") or 1), "nodes": int(get("nodes") or 1),
         "options": options_label(params), "settings": settings_text(raw),
         "status": r.status, "reason": r.reason, "log_tail": r.log_tail,
         "started_at": _num(r.started_at), "finished_at": _num(r.finished_at),
         **r.figures, "throttled": throttled(metrics), "hardware": _hardware(env),
     }
-    for f in ENV_FIELDS:
-        value = env.get(f)
-        rec[f"env_{f}"] = "" if value is None else str(value)
+    found = env.get
+    for f, column in _ENV_COLUMNS:
+        value = found(f)
+        rec[column] = "" if value is None else str(value)
     parts = recipe((raw or {}).get("precision"), rec["precision"])
-    for f in RECIPE_FIELDS:
-        rec[f"recipe_{f}"] = parts[f]
+    for f, column in _RECIPE_COLUMNS:
+        rec[column] = parts[f]
     rec["recipe"] = recipe_text(parts)
     rec.update(measured(r))
     rec.update(definitions(metrics, params.get("model")))

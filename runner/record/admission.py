@@ -116,12 +116,12 @@ def _num(value: Any) -> float | None:
 def _mapping(value: Any) -> Mapping[str, Any]:
     if type(value) is dict:
         return value
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict | Mapping) else {}
 
 
 def _program(raw: Mapping[str, Any]) -> bool:
     record = raw.get("workload")
-    return record is not None and isinstance(record, Mapping) and "parser" in record
+    return record is not None and isinstance(record, dict | Mapping) and "parser" in record
 
 
 def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:

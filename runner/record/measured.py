@@ -13,7 +13,7 @@ from runner.record.stored import StoredRepeat
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict | Mapping) else {}
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -38,8 +38,8 @@ def measured(r: StoredRepeat) -> dict[str, Any]:
         steps = warmup_iters + window
     steady = warm.get("steady")
     record = raw.get("precision")
-    found = record.get("cpu_math") if isinstance(record, Mapping) else None
-    cpu: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    found = record.get("cpu_math") if isinstance(record, dict | Mapping) else None
+    cpu: Mapping[str, Any] = found if isinstance(found, dict | Mapping) else {}
     native = cpu.get("native")
     return {"warmup_iters": warmup_iters, "steady": steady if isinstance(steady, bool) else None,
             "warmup_how": str(warm.get("how") or ("fixed" if warmup_iters is not None else "")),
@@ -52,12 +52,12 @@ def measured(r: StoredRepeat) -> dict[str, Any]:
 def _calibrated(record: Any) -> bool:
     """This repeat chose its cell's count (bench's calibration record without `given`: a later repeat, run with the
     count a first one chose, carries the record too, `given` set)."""
-    return isinstance(record, Mapping) and record.get("given") is None
+    return isinstance(record, dict | Mapping) and record.get("given") is None
 
 
 def _loss_at(value: Any) -> dict[int, float] | None:
     """bench's {"step": loss} as {step: loss} (steps as integers, losses that are numbers); None without it."""
-    if not isinstance(value, Mapping):
+    if not isinstance(value, dict | Mapping):
         return None
     out: dict[int, float] = {}
     for k, v in value.items():

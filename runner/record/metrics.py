@@ -279,7 +279,7 @@ def definition_fields() -> tuple[str, ...]:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict | Mapping) else {}
 
 
 def definitions(metrics: Mapping[str, Any], model: Any = None) -> dict[str, str]:
@@ -314,7 +314,7 @@ _BUILT_IN: dict[bool, tuple[int, dict[str, str]]] = {}
 def definition(metrics: Mapping[str, Any], name: str, model: Any = None) -> tuple[str, str]:
     """(how, unit) of one metric of a result: its metrics.definitions entry, else the benchmark's default for its
     `model` (a transformer's throughput is in tok/s)."""
-    got = definitions(metrics if isinstance(metrics, Mapping) else {}, model)
+    got = definitions(metrics if isinstance(metrics, dict | Mapping) else {}, model)
     return got[f"how_{name}"], got[f"unit_{name}"]
 
 

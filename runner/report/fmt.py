@@ -169,12 +169,22 @@ def csv_text(df: pd.DataFrame) -> str:
     for col in range(out.shape[1]):
         series = out.iloc[:, col]
         if not (is_numeric_dtype(series) or is_bool_dtype(series)):
-            out[out.columns[col]] = series.astype(object).map(csv_cell)
+            values = series.astype(object)
+            if any(isinstance(v, str) and v.startswith(FORMULA_START) for v in values.tolist()):
+                values = values.map(csv_cell)
+            out[out.columns[col]] = values
     raw = out.to_csv(index=False, lineterminator="\r\n")  # so a field holding a CR or LF is quoted
+    lines = len(out) + 1
+    if out.shape[1] > 1 and raw.count("\n") == lines and raw.count("\r") == lines and not _NEUTRALISED.search(raw):
+        # No field holds a line break or starts with a quote (and no row is one empty field, which pandas writes
+        # as ""): pandas' minimal quoting is already what the loop below writes, line for line.
+        return raw.replace("\r\n", "\n")
     field = _csv_field
     return "".join(",".join([field(v) for v in row]) + "\n" for row in csv.reader(io.StringIO(raw, newline="")))
 
 
+# A field that starts with a single quote (a neutralised formula): quoted, which pandas' minimal quoting does not.
+_NEUTRALISED = re.compile(r"(?:^|,)'", re.MULTILINE)
 _QUOTE = re.compile(r'^\'|[,"\r\n]')
 
 
@@ -200,7 +210,7 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
         return []
     out = df.copy()
     for col in out.columns:
-        if out[col].map(lambda v: isinstance(v, tuple)).any():
+        if out[col].dtype == object and any(isinstance(v, tuple) for v in out[col].tolist()):
             out[col] = out[col].map(list)
     result: list[dict[str, Any]] = json.loads(out.to_json(orient="records", double_precision=10))
     return result
