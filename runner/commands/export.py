@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from runner import __version__
@@ -12,6 +11,8 @@ from runner.commands.base import Command, register
 
 def export_command(db: Path, out: Path, run_refs: list[str] | None, environments: list[str] | None) -> str:
     """Write the file; returns the line to print (how many repeats and runs, from which store)."""
+    import socket
+
     from runner.store import Store
     from runner.store import exchange as store_exchange
     from runner.store import exchange_file as fmt

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.base.errors import ConfigError, StoreError
 from runner.record.metrics import HEADLINE
-from runner.record.stored import StoredRepeat
 from runner.report.formats import FORMATS
-from runner.store import Store
-from runner.store import exchange as store_exchange
+
+if TYPE_CHECKING:
+    from runner.record.stored import StoredRepeat
+    from runner.store import Store
 
 REPORT_FORMATS = tuple(FORMATS.names())  # runner/report/formats/: every registered format
 DEFAULT_REPORT_FORMATS = ("md", "html")
@@ -39,6 +40,7 @@ def _check_formats(formats: Sequence[str], allowed: Sequence[str], what: str) ->
 
 
 def _open(db: Path) -> Store:
+    from runner.store import Store
     return Store(db, readonly=True)
 
 
@@ -110,12 +112,13 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
     `out` defaults to reports/<matrix name>/; `runs` are run ids or prefixes (default: every stored run).
     """
     from runner.report import render, views
+    from runner.store import exchange
 
     fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, tuple(FORMATS.names()), "report")
     infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
     df, records, name = _frame(infos, run_ids, newest(rows), db)
     with _open(db) as store:
-        provenance = store_exchange.provenance(store)
+        provenance = exchange.provenance(store)
     model = views.build(df, records, name, history=_history(rows), provenance=provenance)
     return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name))
 
@@ -131,12 +134,13 @@ def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: st
     """
     from runner import analysis as an
     from runner.report import render
+    from runner.store import exchange
 
     fmt_ = _check_formats([fmt], COMPARE_FORMATS, "compare")[0] if fmt else None
     m = an.get_metric(metric)
     with _open(db) as store:
         rows = list(store.rows(latest_only=False))
-        here, prov = store_exchange.store_id(store) or "", store_exchange.provenance(store)
+        here, prov = exchange.store_id(store) or "", exchange.provenance(store)
     if not rows:
         raise StoreError(f"no results in {db}: run `matrix run` first")
     df = an.frame(rows)
