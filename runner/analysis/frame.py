@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -151,36 +151,64 @@ _RECIPE_COLUMNS = tuple(zip(RECIPE_FIELDS, RECIPE_COLUMNS, strict=True))
 def frame(rows: Iterable[StoredRepeat]) -> pd.DataFrame:
     """One row per repeat, params and metrics flattened into columns (stored units: s, bytes). The repeats are typed
     (Store.rows(); a test's mappings through StoredRepeat.of): a dict is refused here, not read by string."""
-    records = [record(r) for r in rows]
+    made: Made = {}
+    records = [record(r, made) for r in rows]
     return pd.DataFrame.from_records(records, columns=frame_columns())
 
 
-def record(r: StoredRepeat) -> dict[str, Any]:
-    """One stored repeat as the frame's record: its figures, how it was measured and what admission decided."""
+def _params_columns(params: Mapping[str, Any]) -> dict[str, Any]:
+    get = params.get
+    return {"model": str(get("model", "")), "precision": str(get("precision", "")),
+            "batch_size": int(get("batch_size") or 0), "dataset": str(get("dataset", "")),
+            "gpus": int(get("gpus") or 1), "nodes": int(get("nodes") or 1), "options": options_label(params)}
+
+
+def _env_columns(env: Mapping[str, Any]) -> dict[str, Any]:
+    found = env.get
+    out = {column: "" if (value := found(f)) is None else str(value) for f, column in _ENV_COLUMNS}
+    out["hardware"] = _hardware(env)
+    return out
+
+
+def _raw_columns(raw: Mapping[str, Any] | None, precision: str) -> dict[str, Any]:
+    parts = recipe((raw or {}).get("precision"), precision)
+    return {"settings": settings_text(raw), **{column: parts[f] for f, column in _RECIPE_COLUMNS},
+            "recipe": recipe_text(parts)}
+
+
+# The columns read from each document object so far: (kind, id) -> (the document, the other arguments, its columns).
+Made = dict[tuple[str, int], tuple[Any, tuple[Any, ...], dict[str, Any]]]
+
+
+def _once(made: Made | None, kind: str, doc: Any, *args: Any, make: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """The columns `make` reads from a document, made once per document object: the store shares a document many
+    rows hold alike (Store.rows()), and the record's documents are read-only."""
+    if made is None or doc is None:
+        return make(doc, *args)
+    found = made.get((kind, id(doc)))
+    if found is not None and found[0] is doc and found[1] == args:
+        return found[2]
+    columns = make(doc, *args)
+    made[(kind, id(doc))] = (doc, args, columns)
+    return columns
+
+
+def record(r: StoredRepeat, made: Made | None = None) -> dict[str, Any]:
+    """One stored repeat as the frame's record: its figures, how it was measured and what admission decided.
+    `made`: the columns read from documents so far (frame()'s, for the whole store)."""
     if not isinstance(r, StoredRepeat):
         raise TypeError(f"the frame reads StoredRepeat records (Store.rows()), not {type(r).__name__}: build one with "
                         "StoredRepeat.of(mapping)")
     params, metrics, env, raw = r.params, r.metrics, r.env, r.raw
-    get = params.get
+    by_params = _once(made, "params", params, make=_params_columns)
     rec: dict[str, Any] = {
         "id": r.id, "seq": r.seq, "run_id": r.run_id, "origin": r.origin.store, "cell_key": r.cell_key, "repeat": r.repeat,
-        "environment": r.environment, "backend": r.backend, "tags": r.tags,
-        "model": str(get("model", "")), "precision": str(get("precision", "")),
-        "batch_size": int(get("batch_size") or 0), "dataset": str(get("dataset", "")),
-        "gpus": int(get("gpus") or 1), "nodes": int(get("nodes") or 1),
-        "options": options_label(params), "settings": settings_text(raw),
+        "environment": r.environment, "backend": r.backend, "tags": r.tags, **by_params,
         "status": r.status, "reason": r.reason, "log_tail": r.log_tail,
         "started_at": _num(r.started_at), "finished_at": _num(r.finished_at),
-        **r.figures, "throttled": throttled(metrics), "hardware": _hardware(env),
+        **r.figures, "throttled": throttled(metrics), **_once(made, "env", env, make=_env_columns),
+        **_once(made, "raw", raw, by_params["precision"], make=_raw_columns),
     }
-    found = env.get
-    for f, column in _ENV_COLUMNS:
-        value = found(f)
-        rec[column] = "" if value is None else str(value)
-    parts = recipe((raw or {}).get("precision"), rec["precision"])
-    for f, column in _RECIPE_COLUMNS:
-        rec[column] = parts[f]
-    rec["recipe"] = recipe_text(parts)
     rec.update(measured(r))
     rec.update(definitions(metrics, params.get("model")))
     _admit(r, rec)
