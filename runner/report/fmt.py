@@ -162,6 +162,10 @@ def csv_cell(value: Any) -> Any:
 def csv_text(df: pd.DataFrame) -> str:
     """A frame as CSV for spreadsheets: every CSV the tool writes goes through here. Text cells (and headers)
     that would start a formula get a leading quote and are quoted; numbers stay numbers."""
+    if df.shape[1] > 1:
+        raw = df.to_csv(index=False, lineterminator="\r\n")
+        if _as_written(raw, len(df) + 1):
+            return raw.replace("\r\n", "\n")
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
     out = df.copy()
@@ -169,22 +173,23 @@ def csv_text(df: pd.DataFrame) -> str:
     for col in range(out.shape[1]):
         series = out.iloc[:, col]
         if not (is_numeric_dtype(series) or is_bool_dtype(series)):
-            values = series.astype(object)
-            if any(isinstance(v, str) and v.startswith(FORMULA_START) for v in values.tolist()):
-                values = values.map(csv_cell)
-            out[out.columns[col]] = values
+            out[out.columns[col]] = series.astype(object).map(csv_cell)
     raw = out.to_csv(index=False, lineterminator="\r\n")  # so a field holding a CR or LF is quoted
-    lines = len(out) + 1
-    if out.shape[1] > 1 and raw.count("\n") == lines and raw.count("\r") == lines and not _NEUTRALISED.search(raw):
-        # No field holds a line break or starts with a quote (and no row is one empty field, which pandas writes
-        # as ""): pandas' minimal quoting is already what the loop below writes, line for line.
-        return raw.replace("\r\n", "\n")
     field = _csv_field
     return "".join(",".join([field(v) for v in row]) + "\n" for row in csv.reader(io.StringIO(raw, newline="")))
 
 
-# A field that starts with a single quote (a neutralised formula): quoted, which pandas' minimal quoting does not.
-_NEUTRALISED = re.compile(r"(?:^|,)'", re.MULTILINE)
+def _as_written(raw: str, lines: int) -> bool:
+    """Whether pandas' CSV is already what the loop of csv_text writes, line for line: no field holds a line break,
+    starts like a formula (a negative number does: the loop then decides) or starts with a quote (both are quoted
+    there, which pandas' minimal quoting does not), and no row is one empty field (which pandas writes as "")."""
+    return raw.count("\n") == lines and raw.count("\r") == lines and not _SPECIAL_START.search(raw)
+
+
+# A field, bare or quoted, that starts with a single quote or with what a spreadsheet runs as a formula (a line break
+# only inside quotes: a bare field holds none, and ",\r\n" ends a row whose last field is empty).
+_BARE = "'" + "".join(c for c in FORMULA_START if c not in "\r\n")
+_SPECIAL_START = re.compile(f'(?:^|,)(?:[{re.escape(_BARE)}]|"[{re.escape(_BARE)}\\r\\n])', re.MULTILINE)
 _QUOTE = re.compile(r'^\'|[,"\r\n]')
 
 
