@@ -44,18 +44,7 @@ from runner.analysis.frame import (
     settings_text,
 )
 from runner.analysis.identity import DEFINITION_COLUMNS, Definitions, choose
-from runner.analysis.metrics import (
-    METRIC_ALIASES,
-    METRICS,
-    Metric,
-    definition,
-    figures,
-    get_metric,
-    metric_heading,
-    shown_unit,
-)
 from runner.analysis.recipes import DASH_WORD, RECIPE_FIELDS, recipe, recipe_text
-from runner.analysis.repeat import Repeat, admitted
 from runner.analysis.scaling import scaling
 from runner.analysis.sidefacts import (
     environment_info,
@@ -80,7 +69,18 @@ from runner.analysis.stats import (
     status_summary,
     summarize,
 )
-from runner.analysis.stored import Origin, StoredRepeat, admission_of
+from runner.record.metrics import (
+    METRIC_ALIASES,
+    METRICS,
+    Metric,
+    definition,
+    figures,
+    get_metric,
+    metric_heading,
+    shown_unit,
+)
+from runner.record.repeat import Repeat, admitted
+from runner.record.stored import Origin, StoredRepeat, admission_of
 
 __all__ = [
     "ALPHA", "BASELINE_PRECISION", "CELL_KEYS", "CONFIDENCE", "CORE_PARAMS", "DASH_WORD", "DATA_BOUND",

@@ -21,10 +21,10 @@ from runner.analysis.comparable import (
     why_not,
     with_outcomes,
 )
-from runner.analysis.metrics import METRICS, Metric
 from runner.analysis.verdict import Verdict
+from runner.record.metrics import METRICS, Metric
+from runner.record.metrics import STATUS_METRIC as STATUS  # only how each environment's repeats ended
 
-STATUS = "status"  # the metric that only looks at how each environment's repeats ended
 OK = "ok"
 
 

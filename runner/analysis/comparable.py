@@ -22,23 +22,17 @@ import pandas as pd
 from runner.analysis import significance
 from runner.analysis.change import SIZEABLE, ratio_of
 from runner.analysis.frame import PARAM_KEYS
-from runner.analysis.metrics import Metric
 from runner.analysis.stats import _join_unique
 from runner.analysis.verdict import Verdict
+from runner.record.metrics import Metric, definition_text
 from runner.spec.outcomes import Status
 
 OK = Status.OK.value
 UNSUPPORTED = Status.UNSUPPORTED.value
 REFUSED = Status.REFUSED.value
 # Repeats that neither measured nor failed (a user's Ctrl-C, a cell skipped on purpose, a repeat admission
-# refused: runner/analysis/admission.py): not outcomes. A diverged training is one, as oom is.
+# refused: runner/record/admission.py): not outcomes. A diverged training is one, as oom is.
 NOT_OUTCOMES = frozenset({Status.CANCELLED.value, Status.SKIPPED.value, Status.REFUSED.value})
-
-
-def definition_text(how: Any, unit: Any) -> str:
-    """One repeat's definition of a metric in words: 'mllog: mean of tracked_stats [samples/s]'."""
-    how_s, unit_s = str(how or "").replace(", ", "; "), str(unit or "").replace(", ", "; ")
-    return f"{how_s} [{unit_s}]" if unit_s else how_s
 
 
 def unit_in(definition: str) -> str:
@@ -178,7 +172,7 @@ class Outcomes:
     """How one side's repeats ended: a count per status."""
 
     counts: Mapping[str, int]
-    refused: int = 0   # repeats admission set aside (runner/analysis/admission.py): neither a figure nor an outcome
+    refused: int = 0   # repeats admission set aside (runner/record/admission.py): neither a figure nor an outcome
 
     @classmethod
     def of(cls, statuses: Iterable[str]) -> Outcomes:

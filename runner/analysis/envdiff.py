@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.analysis.recipes import recipe, recipe_text
-from runner.analysis.stored import StoredRepeat
+from runner.record.stored import StoredRepeat
 
 # Scalar facts of a result's env, in the order a reader looks for them, with how to name them.
 FIELDS: tuple[tuple[str, str], ...] = (

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
-from runner.analysis.figures import number as _num
-from runner.analysis.figures import ran_program
-from runner.analysis.metrics import METRICS, definition_fields, definitions
-from runner.analysis.metrics import (
+from runner.analysis.recipes import RECIPE_FIELDS, recipe, recipe_text
+from runner.record.figures import number as _num
+from runner.record.figures import ran_program
+from runner.record.measured import measured, resolution
+from runner.record.metrics import METRICS, definition_fields, definitions
+from runner.record.metrics import (
     get_metric as get_metric,  # where runner/commands/bisect.py imports it from
 )
-from runner.analysis.recipes import RECIPE_FIELDS, recipe, recipe_text
-from runner.analysis.stored import StoredRepeat
+from runner.record.stored import StoredRepeat
 from runner.spec.cells import PRECISIONS
 
 # What identifies a cell in a report (besides the environment) and what pairs cells across sides.
@@ -69,24 +70,24 @@ RUN_SETTINGS = ("iterations", "warmup", "seed")
 #   cpu_math      that in words ("bf16 emulated on AVX2"); cpu_why: why not native; load: 1-min load average
 MEASURE_COLUMNS = ("warmup_iters", "steady", "warmup_how", "window_iters", "steps", "calibrated", "cpu_native",
                    "cpu_math", "cpu_why", "load", "loss_at")
-# How each metric was obtained and its displayed unit (`how_<m>`, `unit_<m>`: runner/analysis/metrics.py
+# How each metric was obtained and its displayed unit (`how_<m>`, `unit_<m>`: runner/record/metrics.py
 # `definitions`, from a result's metrics.definitions = {metric: {"how": ..., "unit": ...}}, else the built-in
 # benchmark's own). Two repeats whose (how, unit) differ for a metric are never paired or pooled on it.
 
-# Admission (runner/analysis/admission.py): `status` is what the decision core sees (a stored ok that is not
+# Admission (runner/record/admission.py): `status` is what the decision core sees (a stored ok that is not
 # admitted is diverged or refused), `stored_status` what the store holds, `admission` the failed checks in words
 # (or, for an admitted repeat, what deserves a word), `checks` every check; `resolution` the figures' printed
 # resolution as the result recorded it ({metric: quantum in stored units}; runner/analysis/resolution.py).
 # `printed`: the figures were read from a program's printed output (a workload), so their digits may be all there is.
 ADMISSION_COLUMNS = ("stored_status", "admission", "checks", "resolution", "printed")
 # `seq`: the repeat's row in the store that measured it (its own id here; an imported one's row there): the order in
-# which a re-run supersedes, whatever order files were imported in (runner/analysis/stored.py StoredRepeat.seq).
+# which a re-run supersedes, whatever order files were imported in (runner/record/stored.py StoredRepeat.seq).
 # `origin`: the id of the store that measured the repeat, from an imported run id `<run>@<store>`; "" for this store's
 # own (runner/analysis/identity.py: a cell's identity is its definition and its machine).
 
 
 def frame_columns() -> list[str]:
-    """The frame's columns: one per metric of the table (runner/analysis/metrics.py) and its definition's two."""
+    """The frame's columns: one per metric of the table (runner/record/metrics.py) and its definition's two."""
     return ["id", "seq", "run_id", "origin", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS, "settings",
             "status", *ADMISSION_COLUMNS, "reason", "log_tail", "started_at", "finished_at", *METRICS, "throttled",
             "hardware", *(f"env_{f}" for f in ENV_FIELDS), *RECIPE_COLUMNS, "recipe", *MEASURE_COLUMNS,
@@ -101,15 +102,15 @@ def options_label(params: Mapping[str, Any]) -> str:
 def throttled(metrics: Mapping[str, Any]) -> bool:
     """Whether bench's telemetry marked the repeat throttled (False when it says no or does not know)."""
     telemetry = metrics.get("telemetry")
-    return isinstance(telemetry, Mapping) and telemetry.get("throttled") is True
+    return telemetry is not None and isinstance(telemetry, dict | Mapping) and telemetry.get("throttled") is True
 
 
 def settings_text(raw: Mapping[str, Any] | None) -> str:
     """'iterations=20 warmup=5 seed=0' from a stored bench result; '' when the repeat produced none. An auto rule
     is written as its definition ('iterations=auto(2s,5-10000) warmup=steady(0-50,60s,w5,5%)'), never as the
     count a first repeat calibrated or the warm-up a repeat took: those differ between repeats of one definition."""
-    params = (raw or {}).get("params") if isinstance(raw, Mapping) else None
-    if not isinstance(params, Mapping) or ran_program(raw):
+    params = (raw or {}).get("params") if isinstance(raw, dict | Mapping) else None
+    if not isinstance(params, dict | Mapping) or ran_program(raw):
         return ""  # a workload's program ran its own steps: bench's iterations and warm-up are not what it saw
     words: dict[str, Any] = {k: params.get(k) for k in RUN_SETTINGS}
     if params.get("window_time") is not None:
@@ -129,61 +130,7 @@ def _g(value: Any) -> str:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def measured(r: StoredRepeat) -> dict[str, Any]:
-    """The MEASURE_COLUMNS of one stored repeat: how its warm-up ended, its window, what its CPU did natively."""
-    metrics = r.metrics
-    raw = _mapping(r.raw)
-    params = _mapping(raw.get("params"))
-    warm = _mapping(metrics.get("warmup"))
-    warmup_iters = _int_or_none(warm.get("iterations"))
-    program = ran_program(raw)  # a workload: only what the program itself reported
-    if warmup_iters is None and params.get("warmup_max") is None and not program:
-        warmup_iters = _int_or_none(params.get("warmup"))  # a result from before warm-up was recorded: fixed
-    window = _int_or_none(metrics.get("iterations"))
-    if window is None and not program:
-        window = _int_or_none(params.get("iterations"))
-    steps = _int_or_none(metrics.get("steps"))
-    if steps is None and warmup_iters is not None and window is not None and params.get("warmup_max") is None:
-        steps = warmup_iters + window
-    steady = warm.get("steady")
-    record = raw.get("precision")
-    found = record.get("cpu_math") if isinstance(record, Mapping) else None
-    cpu: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-    native = cpu.get("native")
-    return {"warmup_iters": warmup_iters, "steady": steady if isinstance(steady, bool) else None,
-            "warmup_how": str(warm.get("how") or ("fixed" if warmup_iters is not None else "")),
-            "window_iters": window, "steps": steps, "calibrated": _calibrated(metrics.get("calibration")),
-            "cpu_native": native if isinstance(native, bool) else None, "cpu_math": str(cpu.get("unit") or ""),
-            "cpu_why": str(cpu.get("why") or ""), "load": _num(metrics.get("load_avg")),
-            "loss_at": _loss_at(metrics.get("loss_at"))}
-
-
-def _calibrated(record: Any) -> bool:
-    """This repeat chose its cell's count (bench's calibration record without `given`: a later repeat, run with the
-    count a first one chose, carries the record too, `given` set)."""
-    return isinstance(record, Mapping) and record.get("given") is None
-
-
-def _loss_at(value: Any) -> dict[int, float] | None:
-    """bench's {"step": loss} as {step: loss} (steps as integers, losses that are numbers); None without it."""
-    if not isinstance(value, Mapping):
-        return None
-    out: dict[int, float] = {}
-    for k, v in value.items():
-        try:
-            step = int(k)
-        except (TypeError, ValueError):
-            continue
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-            out[step] = float(v)
-    return out
+    return value if isinstance(value, dict | Mapping) else {}
 
 
 def _hardware(env: Mapping[str, Any]) -> str:
@@ -197,37 +144,71 @@ def _hardware(env: Mapping[str, Any]) -> str:
     return f"{cpu} ({count} CPUs)" if cpu and isinstance(count, int) else cpu
 
 
+_ENV_COLUMNS = tuple((f, f"env_{f}") for f in ENV_FIELDS)
+_RECIPE_COLUMNS = tuple(zip(RECIPE_FIELDS, RECIPE_COLUMNS, strict=True))
+
+
 def frame(rows: Iterable[StoredRepeat]) -> pd.DataFrame:
     """One row per repeat, params and metrics flattened into columns (stored units: s, bytes). The repeats are typed
     (Store.rows(); a test's mappings through StoredRepeat.of): a dict is refused here, not read by string."""
-    records = [record(r) for r in rows]
+    made: Made = {}
+    records = [record(r, made) for r in rows]
     return pd.DataFrame.from_records(records, columns=frame_columns())
 
 
-def record(r: StoredRepeat) -> dict[str, Any]:
-    """One stored repeat as the frame's record: its figures, how it was measured and what admission decided."""
+def _params_columns(params: Mapping[str, Any]) -> dict[str, Any]:
+    get = params.get
+    return {"model": str(get("model", "")), "precision": str(get("precision", "")),
+            "batch_size": int(get("batch_size") or 0), "dataset": str(get("dataset", "")),
+            "gpus": int(get("gpus") or 1), "nodes": int(get("nodes") or 1), "options": options_label(params)}
+
+
+def _env_columns(env: Mapping[str, Any]) -> dict[str, Any]:
+    found = env.get
+    out = {column: "" if (value := found(f)) is None else str(value) for f, column in _ENV_COLUMNS}
+    out["hardware"] = _hardware(env)
+    return out
+
+
+def _raw_columns(raw: Mapping[str, Any] | None, precision: str) -> dict[str, Any]:
+    parts = recipe((raw or {}).get("precision"), precision)
+    return {"settings": settings_text(raw), **{column: parts[f] for f, column in _RECIPE_COLUMNS},
+            "recipe": recipe_text(parts)}
+
+
+# The columns read from each document object so far: (kind, id) -> (the document, the other arguments, its columns).
+Made = dict[tuple[str, int], tuple[Any, tuple[Any, ...], dict[str, Any]]]
+
+
+def _once(made: Made | None, kind: str, doc: Any, *args: Any, make: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """The columns `make` reads from a document, made once per document object: the store shares a document many
+    rows hold alike (Store.rows()), and the record's documents are read-only."""
+    if made is None or doc is None:
+        return make(doc, *args)
+    found = made.get((kind, id(doc)))
+    if found is not None and found[0] is doc and found[1] == args:
+        return found[2]
+    columns = make(doc, *args)
+    made[(kind, id(doc))] = (doc, args, columns)
+    return columns
+
+
+def record(r: StoredRepeat, made: Made | None = None) -> dict[str, Any]:
+    """One stored repeat as the frame's record: its figures, how it was measured and what admission decided.
+    `made`: the columns read from documents so far (frame()'s, for the whole store)."""
     if not isinstance(r, StoredRepeat):
         raise TypeError(f"the frame reads StoredRepeat records (Store.rows()), not {type(r).__name__}: build one with "
                         "StoredRepeat.of(mapping)")
     params, metrics, env, raw = r.params, r.metrics, r.env, r.raw
+    by_params = _once(made, "params", params, make=_params_columns)
     rec: dict[str, Any] = {
         "id": r.id, "seq": r.seq, "run_id": r.run_id, "origin": r.origin.store, "cell_key": r.cell_key, "repeat": r.repeat,
-        "environment": r.environment, "backend": r.backend, "tags": r.tags,
-        "model": str(params.get("model", "")), "precision": str(params.get("precision", "")),
-        "batch_size": int(params.get("batch_size") or 0), "dataset": str(params.get("dataset", "")),
-        "gpus": int(params.get("gpus") or 1), "nodes": int(params.get("nodes") or 1),
-        "options": options_label(params), "settings": settings_text(raw),
+        "environment": r.environment, "backend": r.backend, "tags": r.tags, **by_params,
         "status": r.status, "reason": r.reason, "log_tail": r.log_tail,
         "started_at": _num(r.started_at), "finished_at": _num(r.finished_at),
-        **r.figures, "throttled": throttled(metrics), "hardware": _hardware(env),
+        **r.figures, "throttled": throttled(metrics), **_once(made, "env", env, make=_env_columns),
+        **_once(made, "raw", raw, by_params["precision"], make=_raw_columns),
     }
-    for f in ENV_FIELDS:
-        value = env.get(f)
-        rec[f"env_{f}"] = "" if value is None else str(value)
-    parts = recipe((raw or {}).get("precision"), rec["precision"])
-    for f in RECIPE_FIELDS:
-        rec[f"recipe_{f}"] = parts[f]
-    rec["recipe"] = recipe_text(parts)
     rec.update(measured(r))
     rec.update(definitions(metrics, params.get("model")))
     _admit(r, rec)
@@ -236,7 +217,7 @@ def record(r: StoredRepeat) -> dict[str, Any]:
 
 def _admit(r: StoredRepeat, rec: dict[str, Any]) -> None:
     """The frame's record of one repeat as admission sees it: the status the decision core uses, the checks, and the
-    figures left out on their own (runner/analysis/admission.py)."""
+    figures left out on their own (runner/record/admission.py)."""
     verdict = r.admission
     rec["stored_status"] = rec["status"]
     if verdict.changed:
@@ -246,10 +227,7 @@ def _admit(r: StoredRepeat, rec: dict[str, Any]) -> None:
     rec["checks"] = verdict.checks
     for name in verdict.dropped:
         rec[name] = math.nan
-    rec["_dropped"] = verdict.dropped  # not a frame column: for runner/analysis/repeat.py's admitted metrics
-    given = r.metrics.get("resolution")
-    rec["resolution"] = {str(k): float(v) for k, v in _mapping(given).items()
-                         if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0}
+    rec["resolution"] = resolution(r.metrics)
     rec["printed"] = ran_program(r.raw)
 
 

@@ -45,7 +45,7 @@ GATE_SCHEMA = 3  # 3: pass only when the interval is inside the threshold; the i
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule of the gate: a metric's rule word (runner/analysis/metrics.py `Metric.rule`, `rule_better`: slower,
+    """One rule of the gate: a metric's rule word (runner/record/metrics.py `Metric.rule`, `rule_better`: slower,
     faster, memory, energy) and its threshold."""
 
     kind: str          # slower | faster | memory | energy | another metric's word
@@ -370,7 +370,7 @@ def summary_line(rules: Sequence[Rule], checks: Sequence[Check], policy: str = "
     alone = {tuple(c.params.values()) for c in checks if c.b_n == 0 and c.reason.startswith("not measured on B")}
     # A cell whose repeats in A were all cancelled or skipped is no pair either, whatever B holds.
     bare = {tuple(c.params.values()) for c in checks if c.a_n == 0 and c.reason.startswith("not measured on A")}
-    # Nor is one whose repeats on a side were all refused by admission (runner/analysis/admission.py).
+    # Nor is one whose repeats on a side were all refused by admission (runner/record/admission.py).
     refused = {tuple(c.params.values()) for c in checks if c.reason.startswith("no admitted repeat on")}
     n_pairs = len(cells - alone - bare - refused)  # a cell a side never measured is a check (undecided), not a pair
     rule_text = ", ".join(r.text for r in rules)

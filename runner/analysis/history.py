@@ -42,8 +42,8 @@ from runner.analysis.comparable import (
 )
 from runner.analysis.history_points import Name, Point, points
 from runner.analysis.identity import definition_ids, origins, what_changed
-from runner.analysis.metrics import Metric
 from runner.analysis.verdict import Verdict
+from runner.record.metrics import HEADLINE, Metric
 
 # `series`: the definition on its machine a point belongs to (runner/analysis/identity.py); `machine`: the store that
 # measured it ("" for this store); `boundary`: what changed from the name's previous point, when its definition did.
@@ -52,7 +52,7 @@ COLUMNS = ["cell_key", "series", "machine", *CELL_KEYS, "point", "run_id", "runs
            "undecided", "boundary"]
 
 
-def history(frame: pd.DataFrame, metric: str = "throughput", min_effect: float = MIN_EFFECT,
+def history(frame: pd.DataFrame, metric: str = HEADLINE, min_effect: float = MIN_EFFECT,
             alpha: float = significance.ALPHA, test: significance.PValue = significance.TEST,
             min_points: int = 2) -> pd.DataFrame:
     """One row per (series, measurement) over every stored row (not only each repeat's newest: a re-run with

@@ -14,7 +14,7 @@ _DTYPE_WORDS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "tf32"
 
 def recipe(record: Mapping[str, Any] | None, precision: str = "") -> dict[str, str]:
     """A bench "precision" record in words, one entry per RECIPE_FIELDS; all empty without a record."""
-    if not isinstance(record, Mapping):
+    if not isinstance(record, dict | Mapping):
         return dict.fromkeys(RECIPE_FIELDS, "")
     mechanism = str(record.get("mechanism") or "none")
     dtype = _DTYPE_WORDS.get(str(record.get("dtype")), str(record.get("dtype") or ""))
@@ -56,7 +56,7 @@ def recipe(record: Mapping[str, Any] | None, precision: str = "") -> dict[str, s
         label = {"sgd": "SGD", "adamw": "AdamW"}[name]
         optimizer_words = label if impl == "default" else f"{label}, {impl}"
     native = record.get("native")
-    units_words = str(native.get("unit") or DASH_WORD) if isinstance(native, Mapping) else DASH_WORD
+    units_words = str(native.get("unit") or DASH_WORD) if isinstance(native, dict | Mapping) else DASH_WORD
     return {"math": math_words, "units": units_words, "loss_scale": scale_words, "tf32": tf32_words,
             "flags": ", ".join(flags) or DASH_WORD, "optimizer": optimizer_words or DASH_WORD}
 

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import pandas as pd
 
+from runner.record.metrics import HEADLINE
+
+# The rates a layout scales: the headline's and, with bench's --breakdown, each phase's.
+RATES = (HEADLINE, "fwd_throughput", "bwd_throughput")
+
 
 def scaling(summary: pd.DataFrame) -> pd.DataFrame:
     """Throughput against processes (gpus x nodes): speedup over the smallest layout and efficiency."""
     cols = ["environment", "model", "precision", "batch_size", "dataset", "options", "gpus", "nodes",
-            "processes", "throughput_n", "throughput_mean", "throughput_std", "throughput_ci_low", "throughput_ci_high",
-            "fwd_throughput_n", "fwd_throughput_mean", "fwd_throughput_std",
-            "bwd_throughput_n", "bwd_throughput_mean", "bwd_throughput_std", "speedup", "efficiency"]
-    units = [f"unit_{m}" for m in ("throughput", "fwd_throughput", "bwd_throughput") if f"unit_{m}" in summary]
+            "processes", *(f"{m}_{s}" for m in RATES for s in ("n", "mean", "std")), f"{HEADLINE}_ci_low",
+            f"{HEADLINE}_ci_high", "speedup", "efficiency"]
+    units = [f"unit_{m}" for m in RATES if f"unit_{m}" in summary]
     cols += units  # each figure's unit travels with it (a transformer's tok/s), for the table's headings
-    ok = summary[summary["throughput_n"] > 0]
+    n, mean = f"{HEADLINE}_n", f"{HEADLINE}_mean"
+    ok = summary[summary[n] > 0]
     if ok.empty or (ok["gpus"].nunique() < 2 and ok["nodes"].nunique() < 2):
         return pd.DataFrame(columns=cols)
     group = ["environment", "model", "precision", "batch_size", "dataset", "options"]
@@ -28,7 +33,7 @@ def scaling(summary: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=cols)
     g = df.groupby(group, sort=False, dropna=False)
-    df = df.assign(speedup=df["throughput_mean"] / g["throughput_mean"].transform("first"))
+    df = df.assign(speedup=df[mean] / g[mean].transform("first"))
     df = df.assign(efficiency=df["speedup"] / (df["processes"] / g["processes"].transform("first")))
     # Keep each configuration's layouts together, in the summary's order of configurations.
     first = {k: i for i, k in enumerate(dict.fromkeys(map(tuple, ok[group].itertuples(index=False))))}

@@ -19,8 +19,8 @@ from runner.analysis.frame import (
     environment_rank,
     precision_rank,
 )
-from runner.analysis.metrics import get_metric
 from runner.analysis.stats import _join_unique, cell_attributes
+from runner.record.metrics import HEADLINE, get_metric
 from runner.spec.outcomes import Status
 
 
@@ -39,18 +39,18 @@ def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     says why, where the core would not pair the two cells (run settings or the throughput's definition differ)."""
     keys = [k for k in PARAM_KEYS if k != "precision"]
     cols = ["side", *keys, "precision", "fp32_mean", "mean", "ratio", "why"]
-    ok = df[(df["status"] == Status.OK.value) & df["throughput"].notna()]
+    ok = df[(df["status"] == Status.OK.value) & df[HEADLINE].notna()]
     if ok.empty:
         return pd.DataFrame(columns=cols)
-    ok = ok.assign(_def=[definition_text(h, u) for h, u in zip(ok["how_throughput"], ok["unit_throughput"],
+    ok = ok.assign(_def=[definition_text(h, u) for h, u in zip(ok[f"how_{HEADLINE}"], ok[f"unit_{HEADLINE}"],
                                                                  strict=True)])
     means = ok.groupby([*keys, "precision"], sort=False, dropna=False).agg(
-        mean=("throughput", "mean"), _first=("id", "min"), _def=("_def", _join_unique),
+        mean=(HEADLINE, "mean"), _first=("id", "min"), _def=("_def", _join_unique),
         _set=("settings", _join_unique)).reset_index()
     base = means[means["precision"] == BASELINE_PRECISION][[*keys, "mean", "_def", "_set"]]
     merged = means[means["precision"] != BASELINE_PRECISION].merge(base, on=keys, how="inner", suffixes=("", "32"))
     merged = merged.rename(columns={"mean32": "fp32_mean"})
-    merged["why"] = [why_not(get_metric("throughput"), (s32, s), (d32, d)) for s32, s, d32, d in zip(
+    merged["why"] = [why_not(get_metric(HEADLINE), (s32, s), (d32, d)) for s32, s, d32, d in zip(
         merged["_set32"], merged["_set"], merged["_def32"], merged["_def"], strict=True)]
     merged["ratio"] = np.where(merged["why"] == "", merged["mean"] / merged["fp32_mean"], math.nan)
     merged["side"] = side

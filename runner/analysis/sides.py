@@ -15,7 +15,6 @@ as well as the params (`pair_keys`): one machine's `metal` is never paired with 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,30 +23,12 @@ import pandas as pd
 from runner.analysis.frame import CELL_KEYS, PARAM_KEYS, latest
 from runner.analysis.identity import devices, origins
 from runner.base.errors import ConfigError
+from runner.record.provenance import Provenance, day
 
 SIDE_KINDS = ("env", "tag", "backend", "run")
 # Sides named only with their prefix: the machine a repeat ran on. `host:NAME` its host name; `machine:X` its
 # hardware in words (as the environments table shows it) or the id of the store that measured it.
 MACHINE_KINDS = ("host", "machine")
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where an imported machine's repeats came from: the files (as `matrix import` was given them), when they were
-    imported, the stores they passed through on the way (an export of an import) and the matrix that exported them."""
-
-    files: tuple[str, ...] = ()
-    first_imported: float = math.nan
-    last_imported: float = math.nan
-    via: tuple[str, ...] = ()
-    exported_by: str = ""
-
-    def words(self) -> str:
-        when = _day(self.first_imported) if _day(self.first_imported) == _day(self.last_imported) else \
-            f"{_day(self.first_imported)} – {_day(self.last_imported)}"
-        files = ", ".join(self.files) or "?"
-        via = f" by way of store {', '.join(self.via)}" if self.via else ""
-        return f"imported from {files} on {when}{via}"
 
 
 @dataclass(frozen=True)
@@ -76,7 +57,7 @@ class Machine:
         if self.hosts:
             bits.append(f"host {', '.join(self.hosts)}")
         bits.append(", ".join(self.hardware) or "device unknown")
-        first, last = _day(self.first), _day(self.last)
+        first, last = day(self.first), day(self.last)
         if first != "?":
             bits.append(f"measured {first}" if first == last else f"measured {first} – {last}")
         if not self.local and self.provenance is not None:
@@ -109,10 +90,6 @@ class Selection:
     @property
     def whole_machine(self) -> bool:
         return self.keys == CELL_KEYS
-
-
-def _day(t: float) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(t)) if isinstance(t, float | int) and math.isfinite(t) else "?"
 
 
 def machines(df: pd.DataFrame, here: str = "", provenance: Mapping[str, Provenance] | None = None

@@ -20,9 +20,9 @@ from runner.analysis.frame import (
     environment_rank,
     precision_rank,
 )
-from runner.analysis.metrics import METRICS
 from runner.analysis.resolution import NEGLIGIBLE
 from runner.analysis.significance import CONFIDENCE, mean_interval
+from runner.record.metrics import METRICS
 from runner.spec.outcomes import Status
 
 NOISY_CV = 0.10    # throughput that varies more than this between repeats is flagged
@@ -132,12 +132,10 @@ def cell_attributes(df: pd.DataFrame, keys: Sequence[str], joined: Sequence[str]
     counts: list[dict[str, int]] = [{} for _ in range(ngroups)]
     reason = [""] * ngroups
     log_tail = [""] * ngroups
-    seen: dict[str, list[dict[str, None]]] = {c: [{} for _ in range(ngroups)] for c in joined}
     tag_sets: list[set[str]] = [set() for _ in range(ngroups)]
     order = np.argsort(df["id"].to_numpy(), kind="stable")  # so "last" means newest
     ids, statuses = df["id"].to_numpy(), df["status"].tolist()
     reasons, tails, tags = df["reason"].tolist(), df["log_tail"].tolist(), df["tags"].tolist()
-    values = {c: df[c].tolist() for c in joined if c != "tags"}
     for pos in order:
         g = gid[pos]
         if first_pos[g] < 0:
@@ -148,10 +146,6 @@ def cell_attributes(df: pd.DataFrame, keys: Sequence[str], joined: Sequence[str]
         counts[g][st] = counts[g].get(st, 0) + 1
         if st != Status.OK.value:
             reason[g], log_tail[g] = reasons[pos], tails[pos]
-        for c, vals in values.items():
-            v = vals[pos]
-            if v != "" and v is not None:
-                seen[c][g][str(v)] = None
         if "tags" in joined:
             tag_sets[g].update(tags[pos])
     out = df.iloc[first_pos][keys].reset_index(drop=True) if ngroups else pd.DataFrame(columns=keys)
@@ -164,8 +158,30 @@ def cell_attributes(df: pd.DataFrame, keys: Sequence[str], joined: Sequence[str]
     out["reason"] = reason
     out["log_tail"] = log_tail
     for c in joined:
-        out[c] = [", ".join(sorted(t)) for t in tag_sets] if c == "tags" else [", ".join(d) for d in seen[c]]
+        out[c] = [", ".join(sorted(t)) for t in tag_sets] if c == "tags" else \
+            _distinct_joined(df[c].to_numpy(dtype=object)[order], gid[order], ngroups)
     return out, gid
+
+
+def _distinct_joined(values: np.ndarray, groups: np.ndarray, ngroups: int) -> list[str]:
+    """Per group, its distinct values (as text, neither "" nor None) in the order the rows first hold them, joined
+    with ', '. Each distinct value is written once and each (group, value) pair visited once: a 10,000-repeat
+    store's columns hold a few values per cell, and a visit of every row of every column cost seconds."""
+    seen: list[dict[str, None]] = [{} for _ in range(ngroups)]
+    try:
+        codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    except TypeError:  # an unhashable value (a list): every row visited
+        for v, g in zip(values.tolist(), groups.tolist(), strict=True):
+            if v is not None and not (isinstance(v, str) and v == ""):
+                seen[g][str(v)] = None
+        return [", ".join(d) for d in seen]
+    words = [None if (u is None or (isinstance(u, str) and u == "")) else str(u) for u in uniques]
+    _, first = np.unique(groups.astype(np.int64) * max(len(uniques), 1) + codes, return_index=True)
+    for i in np.sort(first).tolist():
+        word = words[codes[i]]
+        if word is not None:
+            seen[groups[i]][word] = None
+    return [", ".join(d) for d in seen]
 
 
 def _overall_status(counts: Mapping[str, int], n_ok: int, n: int) -> str:
@@ -276,7 +292,7 @@ def precision_summary(summary: pd.DataFrame) -> pd.DataFrame:
     """Per configuration and precision: time, throughput, memory, accuracy and the ratio to fp32."""
     keys = ["environment", "model", "batch_size", "dataset", "gpus", "nodes", "options"]
     cols = [*keys, "precision", "n", "n_ok", "statuses"]
-    shown = METRICS.shown("precision")  # the metric table's (runner/analysis/metrics.py), in its order
+    shown = METRICS.shown("precision")  # the metric table's (runner/record/metrics.py), in its order
     ratio_metrics = [m.name for m in shown if m.vs_fp32]
     for m in shown:
         cols += [f"{m.name}_n", f"{m.name}_mean", f"{m.name}_std"]
@@ -331,30 +347,45 @@ def measurement(df: pd.DataFrame) -> pd.DataFrame:
     """Per cell, how its ok repeats were measured: warm-up iterations (min, max), how many warm-ups were steady,
     reached a ceiling, or were a fixed count (n_judged counts the first two), the window's iterations (the
     distinct counts, joined) and mean seconds, whether a first repeat calibrated them, what the CPU did with the
-    precision's math, and the 1-min load average over the repeats."""
+    precision's math, and the 1-min load average over the repeats.
+
+    One pass over the rows in Python, each cell's rows taken by position (a 10,000-repeat store has ~500 cells:
+    a pandas sub-frame per cell cost 100x more); the minima, maxima and means are pandas' and numpy's own."""
     cols = list(MEASURE_SUMMARY_COLUMNS)
     if df.empty or "warmup_iters" not in df:
         return pd.DataFrame(columns=cols)
     ok = df[df["status"] == Status.OK.value]
     if ok.empty:
         return pd.DataFrame(columns=cols)
+    ok = ok.sort_values(["seq", "id"])
+    gid = ok.groupby("cell_key", sort=False).ngroup().to_numpy()
+    members = np.argsort(gid, kind="stable")  # each cell's rows in (seq, id) order, cell by cell
+    bounds = np.flatnonzero(np.diff(gid[members])) + 1
+    groups = np.split(members, bounds)
+    firsts = ok.iloc[[int(g[0]) for g in groups]]
+    warm = pd.to_numeric(ok["warmup_iters"], errors="coerce").groupby(gid, sort=True)
+    load = pd.to_numeric(ok["load"], errors="coerce").groupby(gid, sort=True)
+    windows_s = ok["window_s"].to_numpy(dtype=float)
+    steady, windows = ok["steady"].tolist(), ok["window_iters"].tolist()
+    calibrated, native = ok["calibrated"].tolist(), ok["cpu_native"].tolist()
+    cpu_math, cpu_why = ok["cpu_math"].tolist(), ok["cpu_why"].tolist()
     rows = []
-    for key, g in ok.sort_values(["seq", "id"]).groupby("cell_key", sort=False):
-        warm = pd.to_numeric(g["warmup_iters"], errors="coerce")
-        steady = list(g["steady"])
-        windows = list(dict.fromkeys(int(v) for v in g["window_iters"] if isinstance(v, int | float) and v == v))
-        load = pd.to_numeric(g["load"], errors="coerce")
-        native = [v for v in g["cpu_native"] if isinstance(v, bool)]
-        first = g.iloc[0]
-        rows.append({**{k: first[k] for k in CELL_KEYS}, "cell_key": key, "n_ok": len(g),
-                     "warmup_min": warm.min(), "warmup_max": warm.max(),
-                     "n_steady": sum(v is True for v in steady), "n_unsteady": sum(v is False for v in steady),
-                     "n_judged": sum(isinstance(v, bool) for v in steady),
-                     "window_iters": ", ".join(map(str, windows)), "window_s_mean": float(g["window_s"].mean()),
-                     "calibrated": bool(g["calibrated"].any()),
-                     "cpu_math": _join_unique(g["cpu_math"]), "cpu_native": (all(native) if native else None),
-                     "cpu_why": _join_unique(g["cpu_why"]), "load_min": load.min(), "load_max": load.max()})
-    out = pd.DataFrame(rows, columns=cols)
+    for g, first in zip(groups, firsts[[*CELL_KEYS, "cell_key"]].itertuples(index=False), strict=True):
+        st = [steady[i] for i in g]
+        ws = windows_s[g]
+        nat = [native[i] for i in g if isinstance(native[i], bool)]
+        rows.append({**dict(zip((*CELL_KEYS, "cell_key"), first, strict=True)), "n_ok": len(g),
+                     "n_steady": sum(v is True for v in st), "n_unsteady": sum(v is False for v in st),
+                     "n_judged": sum(isinstance(v, bool) for v in st),
+                     "window_iters": ", ".join(map(str, dict.fromkeys(
+                         int(v) for v in (windows[i] for i in g) if isinstance(v, int | float) and v == v))),
+                     "window_s_mean": float(np.nan if np.isnan(ws).all() else np.nanmean(ws)),
+                     "calibrated": any(bool(calibrated[i]) for i in g),
+                     "cpu_math": _join_unique(cpu_math[i] for i in g), "cpu_native": (all(nat) if nat else None),
+                     "cpu_why": _join_unique(cpu_why[i] for i in g)})
+    out = pd.DataFrame(rows)
+    out["warmup_min"], out["warmup_max"] = warm.min().to_numpy(), warm.max().to_numpy()
+    out["load_min"], out["load_max"] = load.min().to_numpy(), load.max().to_numpy()
     out = out.assign(_env=out["environment"].map(environment_rank(df)), _prec=precision_rank(out["precision"]))
     out = out.sort_values(["_env", "model", "dataset", "options", "gpus", "nodes", "_prec", "batch_size"],
                           kind="stable")

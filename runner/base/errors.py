@@ -36,3 +36,9 @@ class BusyError(MatrixError):
     """Another `matrix run` is measuring the same repeats in this store; the message names it."""
 
     exit_code = Exit.BUSY
+
+
+# The exception classes of the store's database driver, registered by the store when it is imported
+# (runner/store/db.py): the command line's boundary says such an error in one line (exit 6) without importing the
+# driver, which only the store speaks.
+DATABASE_ERRORS: list[type[Exception]] = []

@@ -13,10 +13,10 @@ from rich.console import Console
 from runner.analysis import resolution, sides
 from runner.analysis.bisect import Sample
 from runner.analysis.frame import frame
-from runner.analysis.metrics import Metric
-from runner.analysis.repeat import Repeat
 from runner.execution import execute
 from runner.matrix import Matrix
+from runner.record.metrics import Metric
+from runner.record.repeat import Repeat
 from runner.spec.cells import Cell
 from runner.store import Store
 

@@ -14,7 +14,22 @@ import typer
 
 from runner.cli import boundary, complete
 from runner.cli.boundary import Boundary, state
-from runner.commands import DEFAULT_DB, MAX_CELLS, RERUN_FAILED_TEXT, sigterm
+from runner.commands import (
+    COMPARE_FORMATS,
+    DEFAULT_DB,
+    DIFF_FORMATS,
+    HEADLINE,
+    MAX_CELLS,
+    RERUN_FAILED_TEXT,
+    metric_help,
+    one_of,
+    report_format_help,
+    rules_help,
+    sigterm,
+    site_metric_help,
+)
+from runner.commands import bisect as bisect_command
+from runner.commands import check as check_command
 from runner.commands.base import COMMANDS, call
 
 app = typer.Typer(cls=Boundary, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -130,18 +145,15 @@ def compare(a: Annotated[str, typer.Argument(metavar="A", autocompletion=complet
             db: DbOpt = DEFAULT_DB,
             fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT",
                                                     autocompletion=complete.compare_formats,
-                                                    help="md, csv or json (default: a table)")] = None,
+                                                    help=f"{one_of(COMPARE_FORMATS)} (default: a table)")] = None,
             metric: Annotated[str, typer.Option("--metric", metavar="METRIC", autocompletion=complete.metrics,
-                                                help="throughput, iter_time, time, memory, loss, "
-                                                "accuracy, energy (images per joule)")] = "throughput",
+                                                help=metric_help())] = HEADLINE,
             min_effect: Annotated[float | None, typer.Option("--min-effect", metavar="X", help="smallest change that "
                                                              "counts as significant (0.02 = 2%; with --fail-on on "
                                                              "the same metric: the gate's threshold)")] = None,
             fail_on: Annotated[list[str] | None, typer.Option("--fail-on", metavar="RULE:X%",
                                                              autocompletion=complete.fail_on,
-                                                             help="exit 1 when B is slower:X%, faster:X%, uses "
-                                                             "memory:X% more or energy:X% more per image than A, "
-                                                             "beyond X and significant (repeatable)")] = None,
+                                                             help=rules_help())] = None,
             undecided: UndecidedOpt = None,
             pool: Annotated[bool, typer.Option("--pool", help="pool every definition a side holds for a cell "
                                                "(default: the newest, the others listed)")] = False) -> None:
@@ -153,7 +165,7 @@ def compare(a: Annotated[str, typer.Argument(metavar="A", autocompletion=complet
 def check(matrix: MatrixOpt = None, db: DbOpt = DEFAULT_DB, env: EnvOpt = None, only: OnlyOpt = None,
           fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT",
                                                   autocompletion=complete.check_formats,
-                                                  help="json (default: a table)")] = None,
+                                                  help=f"{one_of(check_command.FORMATS)} (default: a table)")] = None,
           undecided: UndecidedOpt = None, max_cells: MaxCellsOpt = MAX_CELLS) -> None:
     _done(call("check", matrix=matrix, db=db, env=env, only=only, fmt=fmt, undecided=undecided,
                max_cells=max_cells))
@@ -174,15 +186,15 @@ def bisect(environments: Annotated[list[str] | None, typer.Argument(
            gpus: Annotated[str | None, typer.Option("--gpus", metavar="all|N|0,1", help="with --images and no "
                                                     "template: all, N or 0,1")] = None,
            metric: Annotated[str, typer.Option("--metric", metavar="METRIC", autocompletion=complete.bisect_metrics,
-                                               help="throughput, iter_time, time, memory, loss, accuracy, "
-                                               "or status (only how the repeats ended)")] = "throughput",
+                                               help=metric_help(f", or {bisect_command.STATUS} (only how the "
+                                                                "repeats ended)"))] = HEADLINE,
            threshold: Annotated[str, typer.Option("--threshold", metavar="X%", help="smallest change that counts, "
                                                   "e.g. 10%")] = "5%",
            max_repeats: Annotated[int | None, typer.Option("--max-repeats", metavar="N", help="most repeats an "
                                                            "environment gets while a pair is undecided (default 10)")
                                   ] = None,
            fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT", autocompletion=complete.diff_formats,
-                                                  help="md or json (default: tables)")] = None,
+                                                  help=f"{one_of(bisect_command.FORMATS)} (default: tables)")] = None,
            workdir: Annotated[Path, typer.Option("--workdir", metavar="DIR", help="logs and batch job files",
                                                  callback=boundary.workdir_path)] = Path("results"),
            max_cells: MaxCellsOpt = MAX_CELLS) -> None:
@@ -196,7 +208,7 @@ def diff(a: Annotated[str, typer.Argument(metavar="A", help="environment A (a na
          b: Annotated[str, typer.Argument(metavar="B", help="environment B")],
          db: DbOpt = DEFAULT_DB,
          fmt: Annotated[str | None, typer.Option("--format", metavar="FORMAT", autocompletion=complete.diff_formats,
-                                                  help="md or json (default: tables)")] = None,
+                                                  help=f"{one_of(DIFF_FORMATS)} (default: tables)")] = None,
          everything: Annotated[bool, typer.Option("--all", help="also what is the same, and every package")
                                ] = False) -> None:
     _done(call("diff", a=a, b=b, db=db, fmt=fmt, everything=everything))
@@ -208,8 +220,7 @@ def report(db: DbOpt = DEFAULT_DB,
                                                               callback=boundary.run_refs)] = None,
            fmt: Annotated[list[str] | None, typer.Option("--format", metavar="FORMAT",
                                                             autocompletion=complete.report_formats,
-                                                            help="md, html, csv, json "
-                                                            "(repeatable; default: md and html)")] = None,
+                                                            help=report_format_help())] = None,
            out: Annotated[Path | None, typer.Option("--out", metavar="DIR", help="output folder (default: "
                                                        "results/reports/<name>/, untracked)",
                                                        callback=boundary.out_path)
@@ -242,7 +253,7 @@ def publish(out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help
                                                            callback=boundary.store_paths)
                           ] = None,
             metric: Annotated[str, typer.Option("--metric", metavar="METRIC", autocompletion=complete.metrics,
-                                               help="the metric the histories plot")] = "throughput"
+                                               help=site_metric_help())] = HEADLINE
             ) -> None:
     _done(call("publish", out=out, db=db, metric=metric))
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import sqlite3
 import sys
 import traceback
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.exceptions import Abort, TyperException
 
 from runner.base import console as consoles
-from runner.base.errors import ConfigError, MatrixError
+from runner.base.errors import DATABASE_ERRORS, ConfigError, MatrixError
 from runner.base.exitcodes import Exit
 from runner.cli.complete import use_bash
 from runner.commands import DEFAULT_DB
@@ -53,7 +52,7 @@ class Command(TyperCommand):
 
 
 class Boundary(TyperGroup):
-    """The one error boundary: a MatrixError exits with its class's status, a filesystem or SQLite error with 6,
+    """The one error boundary: a MatrixError exits with its class's status, a filesystem or database error with 6,
     anything else with 70, a usage error (an unknown option, a missing argument, a value of the wrong type) with 2,
     each as one line on stderr (`--verbose`: the traceback first). Messages are printed as text, never as console
     markup."""
@@ -99,7 +98,7 @@ class Boundary(TyperGroup):
             if e.errno == errno.EPIPE:
                 raise
             _fail(os_error_line(e), Exit.STORE)
-        except sqlite3.Error as e:
+        except tuple(DATABASE_ERRORS) as e:
             _fail(f"{state['db'] or 'the result store'}: cannot be read or written ({e}); the file may be damaged: "
                   "restore it from a copy, or pass another --db", Exit.STORE)
         except Exception as e:  # noqa: BLE001 (the boundary: a bug is one line and exit 70, not a traceback)

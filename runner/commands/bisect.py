@@ -14,20 +14,17 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runner.analysis import bisect as search
-from runner.analysis import bisect_pair, envdiff
-from runner.analysis.frame import get_metric
 from runner.base import console as consoles
 from runner.base.errors import ConfigError
-from runner.bisect import envs as envlist
-from runner.bisect.measure import StoreMeasure
 from runner.commands import load, sigterm
 from runner.commands.base import Command, register
-from runner.report import bisect as present
-from runner.report.diff import side_of
-from runner.spec.cells import MOST_REPEATS, percentage
-from runner.store import Store
+from runner.record.metrics import STATUS_METRIC as STATUS
+from runner.record.metrics import get_metric
+
+if TYPE_CHECKING:
+    from runner.analysis import bisect as search
 
 FORMATS = ("md", "json")
 DEFAULT_THRESHOLD = "5%"
@@ -36,6 +33,7 @@ DEFAULT_MOST = 10
 
 def parse_threshold(text: str) -> float:
     """--threshold: '10%' or 0.1; more than 0 and below 100%."""
+    from runner.spec.cells import percentage
     try:
         value = float(percentage(text.strip()) if text.strip().endswith("%") else float(text))
     except ValueError:
@@ -46,6 +44,9 @@ def parse_threshold(text: str) -> float:
 
 
 def settings_for(first: int, most: int | None, threshold: str, metric: str) -> search.Settings:
+    from runner.analysis import bisect as search
+    from runner.analysis import bisect_pair
+    from runner.spec.cells import MOST_REPEATS
     if most is not None and not 2 <= most <= MOST_REPEATS:
         raise ConfigError(f"--max-repeats {most}: from 2 to {MOST_REPEATS}")
     top = most if most is not None else max(DEFAULT_MOST, first)
@@ -67,15 +68,22 @@ class Bisect(Command):
             max_repeats: int | None, fmt: str | None, workdir: Path, max_cells: int, verbose: bool) -> int:
         """Exit 0 when one pair makes the change, 1 when the two ends do not differ, 5 when undecided, 8 when the
         change is spread over several steps. Every repeat is stored as measured; so is the answer."""
+        from runner.analysis import bisect as search
+        from runner.analysis import envdiff
+        from runner.bisect import envs as envlist
+        from runner.bisect.measure import StoreMeasure
+        from runner.report import bisect as present
+        from runner.report.diff import side_of
+        from runner.store import Store
         m = load(matrix, max_cells)
         signal.signal(signal.SIGTERM, sigterm)
         if fmt is not None and fmt not in FORMATS:
             raise ConfigError(f"unknown bisect format {fmt!r}; allowed: {', '.join(FORMATS)} (default: tables)")
-        metric_ = None if metric == search.STATUS else get_metric(metric)
+        metric_ = None if metric == STATUS else get_metric(metric)
         plan = envlist.plan(m, environments or (), images or (), template, gpus, only or ())
         run = plan.cells[0].run
         first = run.adaptive.min if run.adaptive else run.repeats
-        settings = settings_for(first, max_repeats, threshold, metric_.name if metric_ else search.STATUS)
+        settings = settings_for(first, max_repeats, threshold, metric_.name if metric_ else STATUS)
         err = consoles.stderr()
         argv, started = sys.argv[1:], time.time()
         with Store(db) as store:

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runner import matrix as matrix_mod
-from runner.analysis import references
-from runner.analysis.verdict import parse_policy
 from runner.base.errors import ConfigError, StoreError
-from runner.commands import decide, load
+from runner.commands import load
 from runner.commands.base import Command, register
-from runner.report import decisions as present
-from runner.store import Store
+
+if TYPE_CHECKING:
+    from runner.analysis import references
 
 FORMATS = ("json",)
 
 
 def check_text(js: Sequence[references.Judgement], fmt: str | None = None, policy: str | None = None) -> str:
+    from runner.analysis import references
+    from runner.report import decisions as present
     if fmt == "json":
         return references.to_json(js, policy)
     if fmt is not None:
@@ -39,6 +40,11 @@ class Check(Command):
             fmt: str | None, undecided: str | None, max_cells: int) -> int:
         """Exit 0 when every verdict passed, 1 when one failed, 5 when one is undecided; `undecided` (--undecided)
         overrides the entries' own `undecided:` settings. A matrix without references is a mistake."""
+        from runner import matrix as matrix_mod
+        from runner.analysis import references
+        from runner.analysis.verdict import parse_policy
+        from runner.commands import decide
+        from runner.store import Store
         m = load(matrix, max_cells)
         cells = matrix_mod.select(m.cells(), env or (), only or ())
         policy = parse_policy(undecided) if undecided is not None else None

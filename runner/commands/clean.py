@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner import backends
 from runner.commands.base import Command, register
-from runner.store import Store
 
 
 @register
@@ -15,6 +13,8 @@ class Clean(Command):
     help = "Remove containers and batch jobs left by interrupted runs."
 
     def run(self, run_ref: str | None, db: Path) -> int:
+        from runner import backends
+        from runner.store import Store
         if run_ref and db.exists():
             with Store(db, readonly=True) as store:
                 run_ref = store.resolve_run(run_ref)

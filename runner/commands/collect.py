@@ -7,7 +7,6 @@ from pathlib import Path
 
 from runner.commands import load, what_it_uses
 from runner.commands.base import Command, register
-from runner.commands.run import run_and_decide
 
 
 @register
@@ -18,6 +17,7 @@ class Collect(Command):
 
     def run(self, matrix: Path | None, db: Path, env: Sequence[str] | None, only: Sequence[str] | None,
             workdir: Path, max_cells: int, verbose: bool) -> int:
+        from runner.commands.run import run_and_decide
         m = load(matrix, max_cells)
         return run_and_decide(m, db, env or (), only or (), workdir, verbose, submit=False,
                               uses=what_it_uses(matrix, m, db))

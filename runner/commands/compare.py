@@ -8,9 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner.base.errors import ConfigError
-from runner.commands import decide
 from runner.commands.base import Command, register
-from runner.report import compare_command
 
 
 @register
@@ -28,6 +26,8 @@ class Compare(Command):
 
     def run(self, a: str, b: str, db: Path, fmt: str | None, metric: str, min_effect: float | None,
             fail_on: Sequence[str] | None, undecided: str | None, pool: bool) -> int:
+        from runner.commands import decide
+        from runner.report import compare_command
         if min_effect is not None and not (math.isfinite(min_effect) and 0 <= min_effect < 1):
             raise ConfigError(f"--min-effect {min_effect}: a fraction from 0 to below 1 (0.02 = 2%)")
         min_effect = decide.one_threshold(metric, min_effect, fail_on or [])

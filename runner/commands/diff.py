@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.commands.base import Command, register
-from runner.report.diff import diff_command
 
 
 @register
@@ -16,5 +15,6 @@ class Diff(Command):
             "each precision ran, and the Python and system packages.")
 
     def run(self, a: str, b: str, db: Path, fmt: str | None, everything: bool) -> int:
+        from runner.report.diff import diff_command
         self.say(diff_command(db, a, b, fmt, everything))
         return 0

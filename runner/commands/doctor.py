@@ -8,7 +8,6 @@ from typing import Any
 
 from rich.text import Text
 
-from runner import backends
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
 from runner.commands.base import Command, register
@@ -20,6 +19,7 @@ class Doctor(Command):
     help = "What this host offers: Docker engine and GPU runtime, Slurm, GPUs, Python and torch."
 
     def run(self) -> int:
+        from runner import backends
         table = Table(["backend", "check", "", "detail"])
         marks = {True: TableCell("ok", "good"), False: TableCell("missing", "bad"), None: TableCell("n/a", "muted")}
         err = consoles.stderr()

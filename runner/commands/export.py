@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from runner import __version__
 from runner.base.errors import ConfigError, StoreError
 from runner.commands.base import Command, register
-from runner.store import Store
-from runner.store import exchange as store_exchange
-from runner.store import exchange_file as fmt
 
 
 def export_command(db: Path, out: Path, run_refs: list[str] | None, environments: list[str] | None) -> str:
     """Write the file; returns the line to print (how many repeats and runs, from which store)."""
+    import socket
+
+    from runner.store import Store
+    from runner.store import exchange as store_exchange
+    from runner.store import exchange_file as fmt
     if out.resolve() in {db.resolve(), Path(f"{db}-wal").resolve(), Path(f"{db}-shm").resolve()}:
         raise ConfigError(f"-o {out} is the store itself: pass another file name, e.g. results{fmt.SUFFIX}")
     if out.exists() and out.is_dir():

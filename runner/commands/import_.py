@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.commands.base import Command, register
-from runner.store import Store
-from runner.store import exchange as store_exchange
-from runner.store import exchange_file as fmt
 
 
 def import_command(db: Path, files: list[Path]) -> list[str]:
     """Read and check every file first (a damaged one stops everything before the store is opened), then import
     them all in one transaction. Returns one line per file."""
+    from runner.store import Store
+    from runner.store import exchange as store_exchange
+    from runner.store import exchange_file as fmt
     bundles = [(fmt.read(path), str(path)) for path in files]
     lines = []
     with Store(db) as store:

@@ -7,23 +7,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from runner.analysis import admitted as admitted_repeats
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
 from runner.commands.base import Command, register
-from runner.store import Store
-from runner.store import exchange as store_exchange
 
 
 def list_runs(db: Path) -> int:
     """`matrix ls`: one row per run, its repeats counted by how they ended."""
+    from runner.store import Store
     with Store(db, readonly=True) as store:
         runs = store.runs()
-        # Each run's stored ok repeats as admission sees them (runner/analysis/admission.py): a diverged or refused
+        # Each run's stored ok repeats as admission sees them (runner/record/admission.py): a diverged or refused
         # one is counted by its word, as every other command counts it.
         admitted: dict[str, Counter[str]] = defaultdict(Counter)
-        for rep in admitted_repeats(store.rows(latest_only=False)):
-            admitted[rep.run_id][rep.status] += 1
+        for rep in store.rows(latest_only=False):
+            admitted[rep.run_id][rep.admission.status] += 1
     table = Table(["run", "matrix", "started", "took", "status", "repeats"], align=["l"] * 3 + ["r"])
     for r in runs:
         took = f"{r.finished_at - r.started_at:.0f} s" if r.finished_at else "-"
@@ -54,6 +52,8 @@ def _utc(first: float, last: float) -> str:
 
 def list_imports(db: Path) -> int:
     """`matrix ls --imports`: what this store imported and from where (the `imported` table: docs/exchange.md)."""
+    from runner.store import Store
+    from runner.store import exchange as store_exchange
     with Store(db, readonly=True) as store:
         rows = store_exchange.imports(store)
         mine = store_exchange.store_id(store) or "?"

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runner import matrix as matrix_mod
 from runner.base.table import Table
 from runner.commands import load
 from runner.commands.base import Command, register
-from runner.spec.cells import Cell, shown_params
-from runner.store import Store
+from runner.spec.defaults import shown_params
+
+if TYPE_CHECKING:
+    from runner import matrix as matrix_mod
+    from runner.spec.cells import Cell
 
 
 @register
@@ -20,6 +23,8 @@ class Plan(Command):
 
     def run(self, matrix: Path | None, env: Sequence[str] | None, only: Sequence[str] | None, db: Path,
             max_cells: int) -> int:
+        from runner import matrix as matrix_mod
+        from runner.store import Store
         m = load(matrix, max_cells)
         cells = matrix_mod.select(m.cells(), env or (), only or ())
         stored = {}

@@ -6,8 +6,7 @@ from pathlib import Path
 
 from runner.base.errors import ConfigError
 from runner.commands.base import Command, register
-from runner.publish import publish
-from runner.store import DEFAULT_DB
+from runner.spec.defaults import DEFAULT_DB
 
 
 @register
@@ -22,6 +21,7 @@ class Publish(Command):
             raise ConfigError(f"-o {out} is a file: pass a folder for the site")
         if len(set(map(str, dbs))) != len(dbs):
             raise ConfigError("--db: the same store is named twice")
+        from runner.publish import publish
         files = publish(dbs, out, metric)
         self.say(f"published {len(files)} files from {len(dbs)} store{'s' if len(dbs) != 1 else ''} -> "
                  f"{out / 'index.html'}")

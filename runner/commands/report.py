@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner.commands.base import Command, register
-from runner.report import DEFAULT_REPORT_FORMATS, report_command
 
 
 @register
@@ -15,6 +14,7 @@ class Report(Command):
     help = "Write the report views (tables and plots) from the store."
 
     def run(self, db: Path, run_refs: Sequence[str] | None, fmt: Sequence[str] | None, out: Path | None) -> int:
+        from runner.report import DEFAULT_REPORT_FORMATS, report_command
         for path in report_command(db, list(run_refs) if run_refs else None, list(fmt or DEFAULT_REPORT_FORMATS),
                                    out):
             self.say(str(path))

@@ -8,15 +8,15 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runner import matrix as matrix_mod
 from runner.base import console as consoles
 from runner.base.errors import ConfigError
 from runner.commands import load, sigterm, what_it_uses
 from runner.commands.base import Command, register
-from runner.execution import execute
-from runner.spec.runsettings import AdaptiveRepeats
-from runner.store import Store
+
+if TYPE_CHECKING:
+    from runner import matrix as matrix_mod
 
 
 @register
@@ -56,6 +56,7 @@ def until(m: matrix_mod.Matrix, decided: bool, most: int | None) -> matrix_mod.M
     most = most or (run.adaptive.max if run.adaptive else max(20, first))
     if most < first:
         raise ConfigError(f"--max-repeats {most}: below the {first} repeats every cell gets")
+    from runner.spec.runsettings import AdaptiveRepeats
     rule = AdaptiveRepeats(min=max(2, first), max=most, until="decided")
     return replace(m, run=run.model_copy(update={"adaptive": rule, "repeats": rule.min}))
 
@@ -80,9 +81,12 @@ def run_and_decide(m: matrix_mod.Matrix, db: Path, env: Sequence[str], only: Seq
                    submit: bool = True, uses: str = "") -> int:
     """Run (or collect) the selected cells, then decide the matrix file's references on what is stored. `uses`: the
     matrix file and store in words, said once the store is open (a store that cannot be opened is one line alone)."""
+    from runner import matrix as matrix_mod
+    from runner.commands import decide
+    from runner.execution import execute
+    from runner.store import Store
     cells = matrix_mod.select(m.cells(), env, only)
     signal.signal(signal.SIGTERM, sigterm)
-    from runner.commands import decide
     decided = 0
     with Store(db) as store:
         if uses:

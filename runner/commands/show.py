@@ -1,19 +1,20 @@
-"""`matrix show`: the repeats of one run with their statuses and throughput."""
+"""`matrix show`: the repeats of one run with their statuses and headline figure."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from runner.analysis import Repeat, admitted, definition, shown_unit
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
 from runner.commands.base import Command, register
-from runner.spec.cells import shown_params
-from runner.store import Store
+from runner.record.metrics import HEADLINE, definition, shown_unit
+from runner.record.repeat import Repeat, admitted
+from runner.spec.defaults import shown_params
 
 
 def show_run(run_ref: str | None, db: Path) -> int:
     """`matrix show`: one row per stored repeat of the run, as admission sees it."""
+    from runner.store import Store
     with Store(db, readonly=True) as store:
         run_id = store.resolve_run(run_ref)
         rows = admitted(store.rows([run_id], latest_only=False))  # a stored ok may be diverged or refused
@@ -23,15 +24,15 @@ def show_run(run_ref: str | None, db: Path) -> int:
                                 "measures what is missing)", soft_wrap=True, markup=False)
         return 0
     axes = list(dict.fromkeys(k for r in rows for k in shown_params(r.params)))
-    unit = shown_unit((definition(r.metrics, "throughput")[1] for r in rows if r.ok), "throughput")
+    unit = shown_unit((definition(r.metrics, HEADLINE)[1] for r in rows if r.ok), HEADLINE)
     one_unit = None if " | " in unit else unit  # None: each value says its own
-    table = Table(["cell", "environment", *axes, "repeat", "status", one_unit or "throughput", "note"],
+    table = Table(["cell", "environment", *axes, "repeat", "status", one_unit or HEADLINE, "note"],
                   align=["l"] * (2 + len(axes)) + ["r", "l", "r"])
     for r in rows:
-        tput = r.metrics.get("throughput")
+        tput = r.metrics.get(HEADLINE)
         shown = f"{tput:.1f}" if isinstance(tput, int | float) else "-"
         if one_unit is None and isinstance(tput, int | float):
-            shown += " " + definition(r.metrics, "throughput")[1]
+            shown += " " + definition(r.metrics, HEADLINE)[1]
         table.add(r.cell_key, r.environment, *(str(r.params.get(a, "")) for a in axes),
                   str(r.number + 1), TableCell(r.status, "" if r.ok else (
                       r.status if r.status in ("diverged", "refused") else "status")),
@@ -62,7 +63,7 @@ def note(row: Repeat) -> TableCell:
 @register
 class Show(Command):
     name = "show"
-    help = "The cells of one run with their statuses and throughput."
+    help = f"The cells of one run with their statuses and {HEADLINE}."
 
     def run(self, run_ref: str | None, db: Path) -> int:
         return show_run(run_ref, db)

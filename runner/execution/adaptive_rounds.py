@@ -10,7 +10,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from runner.analysis.adaptive import CellState, assess
-from runner.analysis.repeat import admitted
+from runner.record.metrics import HEADLINE
+from runner.record.repeat import admitted
 from runner.spec.cells import Cell, Task
 from runner.spec.outcomes import Status
 from runner.store import Store
@@ -28,7 +29,7 @@ def states(cells: Sequence[Cell], store: Store, run_id: str | None = None) -> li
     for rep in admitted(r for r in store.rows([run_id] if run_id else None) if r.cell_key in keys):
         statuses[(rep.cell_key, rep.number)] = Status(rep.status)
         if rep.ok:
-            tput = rep.metrics.get("throughput")
+            tput = rep.metrics.get(HEADLINE)
             if isinstance(tput, int | float):
                 values[rep.cell_key].append(float(tput))
     busy = store.claims(keys, run_id)  # what other live runs are measuring: not free, and counted as coming

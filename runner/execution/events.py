@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.analysis.stored import StoredRepeat
 from runner.base.exitcodes import Exit
+from runner.record.stored import StoredRepeat
 from runner.spec.cells import Cell, RunSettings, Task
 from runner.spec.outcomes import Outcome
 from runner.store.liveness import Holder

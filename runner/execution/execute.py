@@ -17,7 +17,6 @@ from rich.console import Console
 
 from runner import backends
 from runner.analysis import frame
-from runner.analysis.stored import StoredRepeat
 from runner.backends.context import RunContext
 from runner.base import console as consoles
 from runner.base.errors import BusyError, MatrixError, StoreError
@@ -28,6 +27,7 @@ from runner.execution.events import Held, RunListener, RunReport
 from runner.execution.order import EnvWork, Step, Want, calibration_phase, rounds, schedule, todo, want_for
 from runner.execution.printer import RunPrinter
 from runner.matrix import Matrix
+from runner.record.stored import StoredRepeat
 from runner.spec.cells import Cell, Task
 from runner.spec.outcomes import Outcome, Status
 from runner.store import RunClaims, Store, new_run_id, run_status

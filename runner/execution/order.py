@@ -40,7 +40,7 @@ class Want:
     rerun_failed: bool = False
     force: bool = False
     since: int = 0
-    # Rows stored ok that admission sets aside (diverged or refused: runner/analysis/admission.py): with
+    # Rows stored ok that admission sets aside (diverged or refused: runner/record/admission.py): with
     # --rerun-failed they are measured again, as a failed one is; the store itself only knows they said ok.
     set_aside: frozenset[int] = frozenset()
 

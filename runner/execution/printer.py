@@ -22,11 +22,11 @@ from rich.progress import (
 
 from runner import backends
 from runner.analysis import definition, frame, shown_unit
-from runner.analysis.repeat import Repeat
-from runner.analysis.stored import StoredRepeat
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
 from runner.execution.events import Held, RunListener, RunReport
+from runner.record.repeat import Repeat
+from runner.record.stored import StoredRepeat
 from runner.spec.cells import Cell, RunSettings, Task
 from runner.spec.outcomes import RERUN_FAILED_TEXT, Outcome, Status
 from runner.store import Holder
@@ -57,7 +57,7 @@ def _cut(text: str, limit: int = 60) -> str:
 
 
 def summary_table(cells: Sequence[Cell], rows: Sequence[StoredRepeat], not_started: Collection[str] = ()) -> Table:
-    """One line per cell: statuses of its stored repeats as admission sees them (runner/analysis/admission.py: a
+    """One line per cell: statuses of its stored repeats as admission sees them (runner/record/admission.py: a
     stored ok that diverged or measured a short window is counted so) and throughput mean ± std of the admitted;
     a cell of an environment in `not_started` (it could not start) with nothing stored says so."""
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -283,7 +283,7 @@ class RunPrinter(RunListener):
 
 
 def admitted(task: Task, outcome: Outcome) -> tuple[str, str]:
-    """(status, reason) of a repeat as admission sees it (runner/analysis/admission.py): an `ok` whose training went
+    """(status, reason) of a repeat as admission sees it (runner/record/admission.py): an `ok` whose training went
     NaN is diverged, one whose window came out short of the promise is refused; what the store keeps is unchanged."""
     if outcome.status is not Status.OK:
         return outcome.status.value, outcome.reason

@@ -170,7 +170,7 @@ class Kit:
 
     # --- what is stored, what is left, and how long it takes ---------------------------------------------
     def stored(self) -> dict[tuple[str, int], str]:
-        """Each stored repeat's status as admission sees it (runner/analysis/admission.py): a stored ok whose loss
+        """Each stored repeat's status as admission sees it (runner/record/admission.py): a stored ok whose loss
         went NaN is diverged, one whose window was shorter than asked refused, as `matrix run --rerun-failed`,
         the frame and the page see them."""
         from runner.store import Store

@@ -6,7 +6,6 @@ report that fails loses what was measured; the report's failure is one line."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import tarfile
 from pathlib import Path
@@ -54,9 +53,8 @@ def pack(kit: KitView, quiet: bool = False) -> None:
     if kit.args.pack is None:
         return
     if kit.db.exists():  # the store in one file: its write-ahead log folded in
-        import sqlite3
-        with contextlib.closing(sqlite3.connect(kit.db, timeout=30)) as db:
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        from runner.store.db import checkpoint
+        checkpoint(kit.db)
     target = Path(kit.args.pack)
     target.parent.mkdir(parents=True, exist_ok=True)
     caches = (kit.state / COMPILE_CACHE).exists()

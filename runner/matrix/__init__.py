@@ -32,10 +32,10 @@ from runner.spec.cells import (
     Strict,
     WorkloadAxes,
 )
+from runner.spec.defaults import MAX_CELLS
 from runner.spec.fileproblems import format_errors, line
 
 DEFAULT_MATRIX = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
-MAX_CELLS = 10_000  # more cells than this is most likely a typo in an axis: refused unless --max-cells says so
 
 
 class MatrixFile(Strict):

@@ -16,7 +16,7 @@ import pandas as pd
 
 import runner.analysis as an
 from runner.base.errors import ConfigError
-from runner.store import Store
+from runner.store import LeanRow, Store
 from runner.store import exchange as store_exchange
 
 # What a repeat ran on, and what tells two definitions of one cell apart (runner/analysis/identity.py).
@@ -40,7 +40,7 @@ class Loaded:
 
 
 def history_metric(name: str) -> an.Metric:
-    """The metric a site's histories plot: one the metric table places on the site (runner/analysis/metrics.py)."""
+    """The metric a site's histories plot: one the metric table places on the site (runner/record/metrics.py)."""
     metric = an.get_metric(name)
     plotted = an.METRICS.shown("site")
     if metric not in plotted:
@@ -52,17 +52,18 @@ def load(dbs: Iterable[Path], metric: an.Metric) -> Loaded:
     frames, latest, runs, stores, ids, bisects, imports = [], [], [], {}, [], [], []
     dbs = list(dbs)
     for n, db in enumerate(dbs):
-        with Store(db, readonly=True) as store, store._guard():
+        with Store(db, readonly=True) as store:
             sid = store_exchange.store_id(store) or f"store{n}"
             stores[str(db)] = sid
             ids.append(sid)
             frames.append(_lean(store, metric, sid, n))
             rows = list(store.rows(latest_only=True))
             latest.append(an.frame(rows).assign(store=n))
-            found = [dict(r) for r in store.db.execute("SELECT run_id, matrix_name, host, status FROM runs")]
-            for r in found:
-                r["origin"] = r["run_id"].rpartition("@")[2] if "@" in r["run_id"] else sid
-                r["run_id"] = store_exchange.strip(r["run_id"], r["origin"])
+            found = []
+            for info in store.runs():
+                origin = info.run_id.rpartition("@")[2] if "@" in info.run_id else sid
+                found.append({"run_id": store_exchange.strip(info.run_id, origin), "matrix_name": info.matrix_name,
+                              "host": info.host, "status": info.status, "origin": origin})
             runs.append(pd.DataFrame(found, columns=["run_id", "matrix_name", "host", "status", "origin"]))
             bisects += [dict(b, origin=sid) for b in store.bisects()]
             imports += [dict(i, store=n) for i in store_exchange.imports(store)]
@@ -95,18 +96,11 @@ def _one_machine_an_id(frames: list[pd.DataFrame], ids: list[str], dbs: list[Pat
 def _lean(store: Store, metric: an.Metric, sid: str, n: int) -> pd.DataFrame:
     """Every stored row, superseded ones included (a history shows what each run measured when it ran; a later run
     that measured the repeat again supersedes it for `compare`, not for the history), with its status as admission
-    sees it (runner/analysis/admission.py, the frame's own step: a diverged or refused repeat is never plotted or
+    sees it (runner/record/admission.py, the frame's own step: a diverged or refused repeat is never plotted or
     tested as ok), the figure plotted, the definition it belongs to and where it ran."""
-    # SQLite's JSON functions refuse the NaN and Infinity that Python's json writes (a diverged loss): such a row's
-    # fields are read in Python instead, so that one of them never stops the site.
-    env = ", ".join(f"CASE WHEN json_valid(env) THEN json_extract(env, '$.{f}') END" for f in _ENV)
-    sql = (f"SELECT id, run_id, cell_key, repeat, environment, backend, status, started_at, params, metrics, "
-           "CASE WHEN json_valid(raw) THEN json_extract(raw, '$.params') END, "
-           "CASE WHEN json_valid(raw) THEN json_type(raw, '$.workload.parser') IS NOT NULL END, "
-           f"{env}, json_valid(env) AND (raw IS NULL OR json_valid(raw)) FROM results ORDER BY id")
     cols = ["id", "run_id", "cell_key", "repeat", "environment", "backend", "status", "started_at", "params",
             "value", "unit", *(f"env_{f}" for f in _ENV), "stored_status"]
-    rows = [_admitted(store, r, metric) for r in store.db.execute(sql).fetchall()]
+    rows = [_admitted(r, metric) for r in store.lean_rows(_ENV)]
     df = pd.DataFrame.from_records(rows, columns=cols)
     codes, texts = pd.factorize(df["params"], use_na_sentinel=False)
     parsed = [_params(t) for t in texts]
@@ -142,38 +136,32 @@ def _lean(store: Store, metric: an.Metric, sid: str, n: int) -> pd.DataFrame:
 def _settings(store: Store) -> dict[str, str]:
     """Each cell key's run settings in words (the frame's `settings`: part of a definition, the same for its every
     repeat), read from one row of each."""
-    sql = "SELECT cell_key, raw FROM results WHERE id IN (SELECT MIN(id) FROM results GROUP BY cell_key)"
-    return {str(k): an.settings_text(_object(raw)) for k, raw in store.db.execute(sql)}
+    return {k: an.settings_text(raw) for k, raw in store.first_raw_by_cell().items()}
 
 
 _RAW_PARAMS: dict[str, dict[str, Any]] = {}
 
 
-def _admitted(store: Store, row: Any, metric: an.Metric) -> tuple[Any, ...]:
+def _admitted(row: LeanRow, metric: an.Metric) -> tuple[Any, ...]:
     """One row with its figure, the figure's unit, and its status as admission decides it from the stored row."""
-    metrics = _object(row[9])
-    if not row[-1]:  # an env or raw that SQLite's JSON functions refuse (a NaN): read in Python
-        found = store.db.execute("SELECT env, raw FROM results WHERE id=?", (row[0],)).fetchone()
-        env, raw = (_object(found[0]), _object(found[1])) if found else ({}, {})
-        envs = tuple(env.get(f) if not isinstance(env.get(f), dict | list) else None for f in _ENV)
-    else:
-        raw_text = row[10]
-        params = _RAW_PARAMS.get(raw_text) if isinstance(raw_text, str) else None
-        if params is None:
-            params = _params(raw_text)
-            if isinstance(raw_text, str) and len(_RAW_PARAMS) < 4096:
-                _RAW_PARAMS[raw_text] = params
-        raw = {"params": params, **({"workload": {"parser": True}} if row[11] else {})}
-        envs = tuple(row[12:12 + len(_ENV)])
-    status = str(row[6])
+    metrics = _object(row.metrics)
+    raw_text = row.raw_params
+    params = _RAW_PARAMS.get(raw_text) if raw_text is not None else None
+    if params is None:
+        params = _params(raw_text)
+        if raw_text is not None and len(_RAW_PARAMS) < 4096:
+            _RAW_PARAMS[raw_text] = params
+    raw = {"params": params, **({"workload": {"parser": True}} if row.program else {})}
+    status = row.status
     if status in (OK, DIVERGED):
         status = an.admission_of(status, metrics, raw).status
-    value = metric.read(metrics, raw)  # the table's reader (runner/analysis/metrics.py); NaN: not measured
+    value = metric.read(metrics, raw)  # the table's reader (runner/record/metrics.py); NaN: not measured
     definitions = metrics.get("definitions")
     unit = definitions.get(metric.name, {}).get("unit") if isinstance(definitions, dict) and isinstance(
         definitions.get(metric.name), dict) else None
     number = value if value == value else None
-    return (*row[:6], status, row[7], row[8], number, unit, *envs, str(row[6]))
+    return (row.id, row.run_id, row.cell_key, row.repeat, row.environment, row.backend, status, row.started_at,
+            row.params, number, unit, *row.env, row.status)
 
 
 def _object(text: Any) -> dict[str, Any]:

@@ -1,23 +1,26 @@
 """Reports and comparisons from the result store (docs/architecture.md): the report written (`report_command`) and
 the comparison as text (`compare_command`), which the `report` and `compare` commands (runner/commands/) print,
-and the tests and the kit call."""
+and the tests and the kit call. Importing the package loads no statistics (the command line reads its format
+lists for `--help`): each function imports what it computes with."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner import analysis as an
-from runner.analysis.stored import StoredRepeat
 from runner.base.errors import ConfigError, StoreError
+from runner.record.metrics import HEADLINE
 from runner.report.formats import FORMATS
-from runner.store import Store
-from runner.store import exchange as store_exchange
+
+if TYPE_CHECKING:
+    from runner.record.stored import StoredRepeat
+    from runner.store import Store
 
 REPORT_FORMATS = tuple(FORMATS.names())  # runner/report/formats/: every registered format
 DEFAULT_REPORT_FORMATS = ("md", "html")
 COMPARE_FORMATS = ("md", "csv", "json")
+DIFF_FORMATS = ("md", "json")
 # Reports land under the untracked results/ by default; reports/ holds only what is committed on purpose.
 REPORTS_DIR = Path("results") / "reports"
 
@@ -37,6 +40,7 @@ def _check_formats(formats: Sequence[str], allowed: Sequence[str], what: str) ->
 
 
 def _open(db: Path) -> Store:
+    from runner.store import Store
     return Store(db, readonly=True)
 
 
@@ -67,6 +71,7 @@ def _frame(infos: list[Any], run_ids: list[str] | None, rows: list[StoredRepeat]
     if not rows:
         scope = f"runs {', '.join(run_ids)}" if run_ids else str(db)
         raise StoreError(f"no results in {scope}: run `matrix run` first (or pick runs with --run)")
+    from runner import analysis as an
     df = an.frame(rows)
     counts: dict[str, dict[str, int]] = {}
     for r in every if every is not None else rows:
@@ -90,6 +95,7 @@ def load(db: Path, runs: Sequence[str] | None = None) -> tuple[Any, list[dict[st
 def _history(rows: list[StoredRepeat]) -> Any:
     """Each cell's throughput per measurement over every stored row (a re-run's older repeats are history); no
     frame is built when no cell was measured by more than one run (it could not have two points)."""
+    from runner import analysis as an
     from runner.analysis.history import COLUMNS, history
 
     runs_of: dict[str, set[str]] = {}
@@ -113,18 +119,19 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
     `out` defaults to reports/<matrix name>/; `runs` are run ids or prefixes (default: every stored run).
     """
     from runner.report import render, views
+    from runner.store import exchange
 
     fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, tuple(FORMATS.names()), "report")
     infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
     df, records, name = _frame(infos, run_ids, newest(rows), db, rows)
     with _open(db) as store:
-        provenance = store_exchange.provenance(store)
+        provenance = exchange.provenance(store)
     model = views.build(df, records, name, history=_history(rows), provenance=provenance, stored=len(rows))
     return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name))
 
 
-def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: str = "throughput",
-                    min_effect: float = an.MIN_EFFECT, alpha: float = an.ALPHA, pool: bool = False) -> str:
+def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: str = HEADLINE,
+                    min_effect: float | None = None, alpha: float | None = None, pool: bool = False) -> str:
     """`matrix compare A B`: the comparison as text (md, csv, json, or rich tables for the terminal if None).
 
     A and B are environment names, tags, backend kinds or run id prefixes (`env:`/`tag:`/`backend:`/`run:`
@@ -132,18 +139,20 @@ def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: st
     own by default; `NAME@machine:ID` names another), or whole machines (`machine:ID`, `host:NAME`). A side that
     holds more than one definition of a cell compares the newest and lists the others; `pool` pools them.
     """
+    from runner import analysis as an
     from runner.report import render
+    from runner.store import exchange
 
     fmt_ = _check_formats([fmt], COMPARE_FORMATS, "compare")[0] if fmt else None
     m = an.get_metric(metric)
     with _open(db) as store:
         rows = list(store.rows(latest_only=False))
-        here, prov = store_exchange.store_id(store) or "", store_exchange.provenance(store)
+        here, prov = exchange.store_id(store) or "", exchange.provenance(store)
     if not rows:
         raise StoreError(f"no results in {db}: run `matrix run` first")
     df = an.frame(rows)
     comparison = an.compare(an.select_side(df, a, pool, here, prov), an.select_side(df, b, pool, here, prov), m,
-                            alpha, min_effect)
+                            an.ALPHA if alpha is None else alpha, an.MIN_EFFECT if min_effect is None else min_effect)
     if fmt_ == "md":
         return render.compare_markdown(comparison)
     if fmt_ == "csv":
@@ -153,5 +162,5 @@ def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: st
     return render.compare_terminal(comparison)
 
 
-__all__ = ["report_command", "compare_command", "load", "REPORT_FORMATS", "COMPARE_FORMATS",
+__all__ = ["report_command", "compare_command", "load", "REPORT_FORMATS", "COMPARE_FORMATS", "DIFF_FORMATS",
            "DEFAULT_REPORT_FORMATS"]

@@ -17,7 +17,7 @@ from runner.analysis.comparable import unit_in
 from runner.analysis.compare import change_words
 from runner.analysis.envdiff import EnvDiff, Side
 from runner.analysis.envdiff import to_json as diff_json
-from runner.analysis.metrics import Metric
+from runner.record.metrics import Metric
 from runner.report import diff as diff_view
 from runner.report.fmt import DASH, Table, TableCell, md_table, mean_std, p_value
 

@@ -15,11 +15,11 @@ from runner import analysis as an
 from runner.analysis import envdiff
 from runner.analysis import sides as sides_
 from runner.base.errors import ConfigError, StoreError
+from runner.report import DIFF_FORMATS
 from runner.report.fmt import Table, TableCell, md_table, short_digest
 from runner.store import Store
 from runner.store import exchange as store_exchange
 
-DIFF_FORMATS = ("md", "json")
 DIFF_SCHEMA = 1
 SHOWN_PACKAGES = 25  # system packages listed by default (the relevant ones first); --all lists every one
 

@@ -173,6 +173,10 @@ def csv_cell(value: Any) -> Any:
 def csv_text(df: pd.DataFrame) -> str:
     """A frame as CSV for spreadsheets: every CSV the tool writes goes through here. Text cells (and headers)
     that would start a formula get a leading quote and are quoted; numbers stay numbers."""
+    if df.shape[1] > 1:
+        raw = df.to_csv(index=False, lineterminator="\r\n")
+        if _as_written(raw, len(df) + 1):
+            return raw.replace("\r\n", "\n")
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
     out = df.copy()
@@ -186,6 +190,17 @@ def csv_text(df: pd.DataFrame) -> str:
     return "".join(",".join([field(v) for v in row]) + "\n" for row in csv.reader(io.StringIO(raw, newline="")))
 
 
+def _as_written(raw: str, lines: int) -> bool:
+    """Whether pandas' CSV is already what the loop of csv_text writes, line for line: no field holds a line break,
+    starts like a formula (a negative number does: the loop then decides) or starts with a quote (both are quoted
+    there, which pandas' minimal quoting does not), and no row is one empty field (which pandas writes as "")."""
+    return raw.count("\n") == lines and raw.count("\r") == lines and not _SPECIAL_START.search(raw)
+
+
+# A field, bare or quoted, that starts with a single quote or with what a spreadsheet runs as a formula (a line break
+# only inside quotes: a bare field holds none, and ",\r\n" ends a row whose last field is empty).
+_BARE = "'" + "".join(c for c in FORMULA_START if c not in "\r\n")
+_SPECIAL_START = re.compile(f'(?:^|,)(?:[{re.escape(_BARE)}]|"[{re.escape(_BARE)}\\r\\n])', re.MULTILINE)
 _QUOTE = re.compile(r'^\'|[,"\r\n]')
 
 
@@ -211,7 +226,7 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
         return []
     out = df.copy()
     for col in out.columns:
-        if out[col].map(lambda v: isinstance(v, tuple)).any():
+        if out[col].dtype == object and any(isinstance(v, tuple) for v in out[col].tolist()):
             out[col] = out[col].map(list)
     result: list[dict[str, Any]] = json.loads(out.to_json(orient="records", double_precision=10))
     return result

@@ -259,7 +259,7 @@ def hardware_lines(info: pd.DataFrame) -> list[str]:
 
 
 def admitted_counts(records: list[dict[str, Any]], df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Each run's repeats counted as admission sees them (runner/analysis/admission.py): the store counts a stored
+    """Each run's repeats counted as admission sees them (runner/record/admission.py): the store counts a stored
     ok, the report the admitted ones (a diverged or refused repeat by its word). A record that already carries its
     counts of every row it stored (runner/report/__init__.py reads them) keeps them."""
     if df.empty or "run_id" not in df:

@@ -27,6 +27,8 @@ from runner.spec.bench_contract import (
     OPTIMIZERS,
     PRECISIONS,
 )
+from runner.spec.defaults import LAYOUT_AXES as LAYOUT_AXES
+from runner.spec.defaults import shown_params as shown_params
 
 # The `run:` settings and the models' base live below this module; the parts import them from here.
 from runner.spec.runsettings import AdaptiveRepeats as AdaptiveRepeats
@@ -230,14 +232,6 @@ class WorkloadAxes(Axes):
         dumped = self.model_dump()
         fields = type(self).model_fields
         return {k: dumped[k] for k in [*fields, *self.own()] if k in self.model_fields_set or k in self.own()}
-LAYOUT_AXES = ("gpus", "nodes")  # how many processes a backend starts, not bench.py options
-
-
-def shown_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The params worth showing a person: a process layout of 1 is the default and says nothing."""
-    return {k: v for k, v in params.items() if not (k in LAYOUT_AXES and v == 1)}
-
-
 def stable_hash(obj: Any, length: int = 12) -> str:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:length]

@@ -18,7 +18,7 @@ class Status(str, Enum):
     OK = "ok"
     OOM = "oom"
     # The training did not stay finite (a NaN or infinite loss in the warm-up or the window): its figures are
-    # kept for the record and never ranked (runner/analysis/admission.py).
+    # kept for the record and never ranked (runner/record/admission.py).
     DIVERGED = "diverged"
     UNSUPPORTED = "unsupported"
     FAILED = "failed"
@@ -28,7 +28,7 @@ class Status(str, Enum):
     # The environment could not start (image missing, no GPU runtime, unknown partition): nothing was
     # measured, so the next run tries again by default.
     NOT_STARTED = "not_started"
-    # Never stored: admission's word (runner/analysis/admission.py) for a stored `ok` repeat it does not admit (a
+    # Never stored: admission's word (runner/record/admission.py) for a stored `ok` repeat it does not admit (a
     # window shorter than promised, a figure no machine reaches, a loss scaler that skipped most steps).
     REFUSED = "refused"
 

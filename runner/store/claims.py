@@ -6,11 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from runner.spec.cells import Task
 from runner.spec.outcomes import Status
 from runner.store.liveness import MACHINE, Holder
 from runner.store.runs import Runs
+
+if TYPE_CHECKING:
+    from runner.spec.cells import Task
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from runner.base import safewrite
-from runner.base.errors import BusyError, StoreError
+from runner.base.errors import DATABASE_ERRORS, BusyError, StoreError
 from runner.spec.outcomes import Status
 from runner.store.liveness import Heartbeat, Holder
 from runner.store.schema import CAPTURES_DDL, DDL, DEFAULT_DB, STORE_SCHEMA, TABLES
@@ -24,6 +24,8 @@ BUSY_TIMEOUT_S = 30.0
 # is sent this many at a time.
 IN_CHUNK = 500
 NEWER = "it was written by a newer matrix; upgrade matrix"
+if sqlite3.Error not in DATABASE_ERRORS:
+    DATABASE_ERRORS.append(sqlite3.Error)  # the command line's boundary: an unguarded SQLite error is one line
 
 
 def schema_refused(path: Path, holds: str, found: object, reads: int, then: str = NEWER) -> StoreError:
@@ -356,6 +358,12 @@ def _readonly_fs(path: Path) -> bool:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except (OSError, AttributeError):
         return False
+
+
+def checkpoint(path: Path) -> None:
+    """Fold a store's write-ahead log into its file, so that the store is one file to copy or pack."""
+    with closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def note(text: str) -> None:

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from runner.analysis.sides import Provenance
 from runner.base.errors import StoreError
+from runner.record.provenance import Provenance
 from runner.store import Store
 from runner.store.exchange_file import CONTENT_FIELDS, Bundle, digest
 from runner.store.runs import own_store_id
@@ -44,7 +44,8 @@ class Imported:
 
 def store_id(store: Store) -> str | None:
     """This store's id: meta.store_id, else one made from its first own run (None: no run yet); runner/store/runs.py."""
-    return own_store_id(store.db)
+    with store._guard():
+        return own_store_id(store.db)
 
 
 def _ensure_id(store: Store) -> str:

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.analysis.stored import StoredRepeat
 from runner.base import safewrite
 from runner.base.errors import ConfigError, StoreError
 from runner.base.safewrite import UnsafePath
 from runner.bench.readings import out_of_domain
+from runner.record.stored import StoredRepeat
 from runner.spec.outcomes import Status
 
 FORMAT = "matrix-results"
@@ -266,7 +266,7 @@ def _readable(path: Path, number: int, rec: dict[str, Any]) -> None:
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise DamagedFile(f"{path} line {number}: params.{name} is {value!r:.40}, not a whole number; nothing "
                               "was imported")
-    # Admission's bounds last, on the record as the repeat it would be stored as (runner/analysis/admission.py).
+    # Admission's bounds last, on the record as the repeat it would be stored as (runner/record/admission.py).
     beyond = StoredRepeat.of(rec).unreachable if rec["status"] in ("ok", "diverged") else ""
     if beyond:
         raise DamagedFile(f"{path} line {number}: a repeat whose {beyond} (docs/admission.md); nothing was "

@@ -3,18 +3,39 @@
 from __future__ import annotations
 
 import json
+import json.scanner
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.analysis.stored import HERE, Origin, StoredRepeat, document, origin_of
 from runner.base.errors import StoreError
-from runner.spec.cells import Task
+from runner.record.stored import HERE, Origin, StoredRepeat, document, origin_of
 from runner.spec.outcomes import Outcome, Status
 from runner.store.captures import Capture, split_capture
 from runner.store.claims import Claims
 from runner.store.db import StoreFull, schema_refused
 from runner.store.schema import COLUMNS, INSERT_RESULT, JSON_COLUMNS, SCHEMA
+
+STATUS_VALUES = frozenset(s.value for s in Status)
+# The documents many rows store alike (a cell's params, an environment's env, a cell's settings in raw), read once
+# per distinct text by `rows()`, at most this many kept.
+SHARED_COLUMNS = frozenset(("params", "env", "raw"))
+SHARED_MOST = 20_000
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # the decoder is the context it reads
+
+
+def _json(text: str) -> Any:
+    """A stored JSON document, as json.loads reads it: scanned without json.loads's checks around it (the store
+    reads four a repeat, 40,000 for a 10,000-repeat report), json.loads itself for anything unusual (white space
+    around it, trailing text: an error it names)."""
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, TypeError):
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
+
+if TYPE_CHECKING:
+    from runner.spec.cells import Task
 
 
 class Results(Claims):
@@ -95,17 +116,20 @@ class Results(Claims):
     def rows(self, run_ids: Iterable[str] | None = None, latest_only: bool = True, *,
              keys: Iterable[str] | None = None, environments: Iterable[str] | None = None
              ) -> Iterator[StoredRepeat]:
-        """The stored repeats, typed (runner/analysis/stored.py), each with its origin (an imported one's from the
+        """The stored repeats, typed (runner/record/stored.py), each with its origin (an imported one's from the
         `imported` table); by default only each repeat's newest row. `keys`, `environments`: only the rows of these
-        cells, of these environment names."""
-        for d in self.decoded(run_ids, latest_only, keys=keys, environments=environments):
+        cells, of these environment names. A document stored alike in many rows (a cell's params, an environment's
+        env) is decoded once and shared: the record's documents are read-only."""
+        shared: dict[tuple[str, str], Any] = {}
+        for d in self.decoded(run_ids, latest_only, keys=keys, environments=environments, shared=shared):
             yield self._repeat(d)
 
     def decoded(self, run_ids: Iterable[str] | None = None, latest_only: bool = True, *,
-                keys: Iterable[str] | None = None, environments: Iterable[str] | None = None
-                ) -> Iterator[dict[str, Any]]:
+                keys: Iterable[str] | None = None, environments: Iterable[str] | None = None,
+                shared: dict[tuple[str, str], Any] | None = None) -> Iterator[dict[str, Any]]:
         """The store's own reading of `results` rows, JSON decoded (with the `imported` table's columns where it has
-        them): what `rows()` types, and what an export writes to its file format."""
+        them): what `rows()` types, and what an export writes to its file format. `shared`: the read-only documents
+        of SHARED_COLUMNS decoded so far, by their text (`rows()`; an export's rows are its own to change)."""
         where: list[str] = []
         args: list[Any] = []
         for column, values in (("run_id", run_ids), ("cell_key", keys), ("environment", environments)):
@@ -122,7 +146,7 @@ class Results(Claims):
                        f"i.imported_at AS _imported_at FROM ({sql}) r LEFT JOIN imported i ON i.result_id = r.id")
             with closing(self.db.execute(sql + " ORDER BY id", args)) as cur:
                 for row in cur:
-                    yield self._decode(dict(row))
+                    yield self._decode(dict(row), shared)
 
     def _newest(self, scope: str) -> str:
         """SQL for the id of each repeat's newest row among `results{scope}`. Newest in the order of the store that
@@ -152,15 +176,22 @@ class Results(Claims):
                             document(d["raw"]) if d["raw"] is not None else None, d["log_tail"] or "",
                             d["started_at"], d["finished_at"], d["capture_id"], where)
 
-    def _decode(self, d: dict[str, Any]) -> dict[str, Any]:
+    def _decode(self, d: dict[str, Any], shared: dict[tuple[str, str], Any] | None = None) -> dict[str, Any]:
         if d["schema"] != SCHEMA:
             raise schema_refused(self.path, f"holds result {d['id']} of row", d["schema"], SCHEMA,
                                  "it was written by another matrix version; use that version")
         d.setdefault("capture_id", None)  # a store of schema 1 read as it is
-        self._status(d["status"], d["id"])
+        if d["status"] not in STATUS_VALUES:
+            self._status(d["status"], d["id"])  # refused in one line
         for col, kind in JSON_COLUMNS.items():
+            text = d[col]
+            if shared is not None and col in SHARED_COLUMNS and text is not None:
+                found = shared.get((col, text))
+                if found is not None:
+                    d[col] = found
+                    continue
             try:
-                d[col] = json.loads(d[col]) if d[col] is not None else None
+                d[col] = _json(text) if text is not None else None
             except (TypeError, ValueError):
                 raise StoreError(f"{self.path} is damaged: column {col} of result {d['id']} is not JSON; restore "
                                  "the store from a copy, or start a new store with --db") from None
@@ -168,6 +199,8 @@ class Results(Claims):
                 raise StoreError(f"{self.path} is damaged: column {col} of result {d['id']} is a "
                                  f"{type(d[col]).__name__}, not a {kind.__name__}; restore the store from a copy, or "
                                  "start a new store with --db")
+            if shared is not None and col in SHARED_COLUMNS and len(shared) < SHARED_MOST:
+                d[col] = shared[(col, text)] = document(d[col])
         return d
 
     def environments(self) -> list[str]:

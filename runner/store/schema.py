@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from runner.spec.defaults import DEFAULT_DB as DEFAULT_DB
 
 # The store's schema (meta.schema). 2: the `captures` table and results.capture_id (what an environment is made
 # of, kept once per distinct content); a store of schema 1 is migrated when it is first opened for writing,
@@ -12,7 +12,6 @@ STORE_SCHEMA = 2
 # column), so rows of either store schema read alike.
 SCHEMA = 1
 CAPTURES_SCHEMA = 1
-DEFAULT_DB = Path("results/matrix.db")
 
 # captures: what an environment is made of (Python distributions, system packages, the variables that steer
 # the libraries, torch's build configuration), one row per distinct content, addressed by its sha256; a

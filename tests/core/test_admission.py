@@ -1,4 +1,4 @@
-"""Admission (runner/analysis/admission.py): a stored repeat reaches a verdict only when it proves it measured what
+"""Admission (runner/record/admission.py): a stored repeat reaches a verdict only when it proves it measured what
 it claims. The rows here are shaped as the store holds them, several copied from the first run on an H100 (a plain
 AMP recipe whose loss went NaN at step 5 and was stored ok; windows of 0.27-0.32 s where 2.2 s was asked)."""
 
@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from runner import analysis as an
-from runner.analysis import admission, gate
-from runner.analysis.repeat import Repeat
-from runner.analysis.stored import StoredRepeat
+from runner.analysis import gate
 from runner.analysis.verdict import Verdict
+from runner.record import admission
+from runner.record.repeat import Repeat
+from runner.record.stored import StoredRepeat
 from tests.decide.helpers import long_frame, rows_for, store_of
 
 

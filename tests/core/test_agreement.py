@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from runner import analysis as an
 from runner.analysis import bisect as search
 from runner.analysis import gate
-from runner.analysis.repeat import Repeat
-from runner.analysis.stored import StoredRepeat
 from runner.analysis.verdict import Verdict
+from runner.record.repeat import Repeat
+from runner.record.stored import StoredRepeat
 from runner.report.pairs import comparison_sections
 
 PARAMS = {"model": "mnist_cnn", "precision": "fp32", "batch_size": 32, "dataset": "synthetic"}

@@ -69,8 +69,8 @@ def test_an_infinite_figure_is_no_measurement_for_any_command() -> None:
 def test_bisect_says_what_compare_says_of_a_figure_no_machine_produces(va: list[float], vb: list[float],
                                                                        side: str) -> None:
     """bisect reads each stored row as a Repeat (runner/bisect/measure.py), so admission has spoken there too."""
-    from runner.analysis.repeat import Repeat
-    from runner.analysis.stored import StoredRepeat
+    from runner.record.repeat import Repeat
+    from runner.record.stored import StoredRepeat
 
     check, _ = decide(va, vb)
 

@@ -1,4 +1,4 @@
-"""One metric table (runner/analysis/metrics.py): a new metric is an entry there and its producer, nothing else. A toy
+"""One metric table (runner/record/metrics.py): a new metric is an entry there and its producer, nothing else. A toy
 metric added at run time (a result's metrics.toy, read by its reader) shows in the frame, `compare --metric toy`, the
 report's grid and JSON, the gate (its own rule word), `check` (a reference on it), the history and the site; and
 what the table says of the built-in metrics (units for an image model, a transformer, a workload; admission's reach;
@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 from runner import analysis as an
 from runner import cli, matrix
 from runner.analysis import gate
-from runner.analysis.figures import number
 from runner.analysis.history import history
-from runner.analysis.metrics import METRICS, Metric, Reach
 from runner.publish import load as site_load
+from runner.record.figures import number
+from runner.record.metrics import METRICS, Metric, Reach
 from runner.store import Store
 from tests.decide.helpers import rows_for, store_of
 
@@ -179,11 +179,16 @@ def test_an_imported_repeat_carries_its_provenance(tmp_path: Path) -> None:
 
 def test_a_workloads_figure_names_the_tables_metrics() -> None:
     """A workload's figure may be a store metric (its stored unit converted, its direction the table's) or one of
-    the user's own naming: the names and aliases it knows are the table's."""
-    from runner.backends.workloads.figures import METRIC_ALIASES as FIGURE_ALIASES
-    from runner.backends.workloads.figures import STORE_METRICS, Figure, figure_config
+    the user's own naming: the names and aliases it knows are the table's, and a metric added to the table with a
+    figure unit is one a figure may be."""
+    from runner.backends.workloads.figures import Figure, figure_config, store_metric, store_metrics
 
-    assert set(STORE_METRICS) <= set(METRICS)
-    assert all(an.get_metric(alias).name == name for alias, name in FIGURE_ALIASES.items())
+    assert set(store_metrics()) <= set(METRICS) and store_metrics()["throughput"] == "per second"
+    assert all(store_metric(alias) == m.name for m in METRICS.values() if m.figure_unit is not None
+               for alias in m.aliases)
+    assert store_metric("forward") == "forward"  # an alias of a metric no figure may be: the user's own name
     assert figure_config("memory", Figure(regex="m (?P<value>\\d+)", unit="MiB"))["better"] == "lower"
     assert figure_config("accuracy", Figure(regex="a (?P<value>\\d+)"))["better"] == "higher"
+    with METRICS.adding(Metric("joules", "energy used", "J", False, figure_unit="J")):
+        assert figure_config("joules", Figure(regex="e (?P<value>\\d+)", unit="J"))["stored_unit"] == "J"
+    assert figure_config("joules", Figure(regex="e (?P<value>\\d+)", unit="J", better="lower"))["metric"] is None

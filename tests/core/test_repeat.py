@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runner.analysis.repeat import Repeat
-from runner.analysis.stored import StoredRepeat
+from runner.record.repeat import Repeat
+from runner.record.stored import StoredRepeat
 
 
 def test_a_repeat_reads_its_row_once_with_its_definitions() -> None:

@@ -12,9 +12,9 @@ from runner import analysis as an
 from runner.analysis import bisect as search
 from runner.analysis import gate, resolution, significance
 from runner.analysis.history import history
-from runner.analysis.repeat import Repeat
-from runner.analysis.stored import StoredRepeat
 from runner.analysis.verdict import Verdict
+from runner.record.repeat import Repeat
+from runner.record.stored import StoredRepeat
 from tests.decide.helpers import long_frame, rows_for
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.analysis.stored import StoredRepeat
 from runner.backends import artifact
+from runner.record.stored import StoredRepeat
 from runner.store import Store
 
 SMALL = """

@@ -39,7 +39,7 @@ def exported(tmp_path: Path) -> Path:
     ({"metrics": {"throughput": float("nan")}}, "throughput is nan"),
     ({"metrics": {"throughput": -5.0}}, "throughput is -5.0"),
     ({"metrics": {"throughput": 0.0}}, "throughput is 0.0"),
-    # Admission's bounds (runner/analysis/admission.py): no machine trains 1.7e308 images a second, and a figure
+    # Admission's bounds (runner/record/admission.py): no machine trains 1.7e308 images a second, and a figure
     # that is not the result's own images over its window was made up after the fact.
     ({"metrics": {"throughput": 1.7e308, "window_s": 1.0, "images": 1.7e308}}, "outside what a machine can reach"),
     ({"metrics": {"throughput": 5e6, "window_s": 1.0, "images": 100.0}}, "not the result's own items over its window"),

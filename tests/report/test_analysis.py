@@ -411,7 +411,7 @@ def test_compare_never_pairs_two_definitions_of_a_metric() -> None:
 
 
 def test_a_window_shorter_than_the_run_settings_promised_is_refused_and_said() -> None:
-    """Admission (runner/analysis/admission.py) refuses a repeat that measured fewer iterations than asked: the pair
+    """Admission (runner/record/admission.py) refuses a repeat that measured fewer iterations than asked: the pair
     is undecided in words that say why, never compared as if the windows were alike."""
     def rows(env: str, window: int, start: int) -> list[dict]:
         return [{"id": start + i, "run_id": env, "cell_key": env, "repeat": i, "environment": env, "status": "ok",

@@ -6,6 +6,8 @@ placed on purpose."""
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,9 +25,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("execution", ("runner.execution",)),
     ("report", ("runner.report",)),
     ("matrix", ("runner.matrix",)),
+    ("analysis", ("runner.analysis",)),
     ("backends", ("runner.backends",)),
     ("store", ("runner.store",)),
-    ("analysis", ("runner.analysis",)),
+    ("record", ("runner.record",)),
     ("spec", ("runner.spec",)),
     ("base", ("runner.base", "runner")),
     ("bench", ("runner.bench",)),
@@ -87,15 +90,80 @@ def test_every_module_has_a_floor() -> None:
     assert [n for n in modules() if floor_of(n) < 0] == []
 
 
-def test_no_import_climbs_a_floor() -> None:
+def climbing(g: dict[str, set[str]]) -> list[str]:
+    """Each import of `g` that runs up a floor, in words."""
     upward = []
-    for name, targets in graph().items():
+    for name, targets in g.items():
         if name == "runner":
             continue
         for t in targets:
             if t != "runner" and floor_of(t) < floor_of(name):
                 upward.append(f"{name} ({FLOORS[floor_of(name)][0]}) imports {t} ({FLOORS[floor_of(t)][0]})")
-    assert upward == []
+    return upward
+
+
+def test_no_import_climbs_a_floor() -> None:
+    assert climbing(graph()) == []
+
+
+def test_the_store_stands_on_the_record_not_on_the_statistics() -> None:
+    """The record is below the store and the statistics above it: the store importing the frame, or the record
+    importing the store or the statistics, is a climb the test names."""
+    g = {"runner.store.results": {"runner.record.stored", "runner.analysis.frame"},
+         "runner.record.stored": {"runner.record.admission", "runner.store.db"},
+         "runner.analysis.frame": {"runner.record.stored", "runner.store"}}
+    assert sorted(climbing(g)) == ["runner.record.stored (record) imports runner.store.db (store)",
+                                   "runner.store.results (store) imports runner.analysis.frame (analysis)"]
+
+
+def test_the_record_needs_the_standard_library_only() -> None:
+    """runner/record/ is read by every command, the store included: no third-party package (pandas, scipy, numpy,
+    pydantic) is imported there, lazily or not."""
+    third = []
+    for name, path in modules().items():
+        if not name.startswith("runner.record"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            found = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            third += [f"{name} imports {m}" for m in found
+                      if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] != "runner"]
+    assert third == []
+
+
+# SQL in a string: a query, a write, a schema change or a pragma (a word in a sentence is none of these).
+SQL = re.compile(r"\b(SELECT\b[\s\S]*\bFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|"
+                 r"CREATE\s+(TABLE|INDEX|VIEW)|DROP\s+TABLE|PRAGMA\s+\w+)\b")
+
+
+def speaks_sql(name: str, source: str) -> list[str]:
+    """Where a module imports the database driver or holds SQL in a string, in words."""
+    found = []
+    tree = ast.parse(source)
+    parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        found += [f"{name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "sqlite3"]
+        if isinstance(node, ast.JoinedStr):  # an f-string: its text with each field as {}
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts:
+            text = node.value
+        else:
+            continue
+        if SQL.search(str(text)):
+            found.append(f"{name}:{node.lineno} holds SQL {text[:60]!r}")
+    return found
+
+
+def test_only_the_store_speaks_sql() -> None:
+    """runner/store/ is the one way into the database: every other module reads and writes through its methods,
+    never with the driver or a query of its own (positional columns that the next schema breaks)."""
+    assert [f for name, path in modules().items() if not name.startswith("runner.store")
+            for f in speaks_sql(name, path.read_text())] == []
+    assert speaks_sql("load", 'import sqlite3\nq = f"SELECT id, {x} FROM results"\nw = "INSERT INTO runs VALUES (?)"') \
+        == ["load:1 imports sqlite3", "load:2 holds SQL 'SELECT id, {} FROM results'", "load:3 holds SQL 'INSERT INTO runs VALUES (?)'"]
+    assert speaks_sql("words", '"select the rows from a run, then update the table"') == []
 
 
 def test_the_command_line_imports_only_the_commands_and_the_base() -> None:

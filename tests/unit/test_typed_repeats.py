@@ -1,4 +1,4 @@
-"""A stored repeat travels typed (runner/analysis/stored.py `StoredRepeat`, built once in `Store.rows()`): no function
+"""A stored repeat travels typed (runner/record/stored.py `StoredRepeat`, built once in `Store.rows()`): no function
 above the store takes or returns one as a dict read by string. Three scans of runner/ (the store itself, the benchmark
 and the record's own module excepted), each shown to catch what it forbids on a planted module, and the runtime
 boundary: the frame refuses a dict, the store yields the record with read-only documents."""
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from runner.analysis import StoredRepeat, frame
-from runner.analysis.stored import Document
+from runner.record.stored import Document
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = ROOT / "runner"
 # The store reads and writes its rows (and the exchange file's records, a file format); the record's own module holds
 # the one constructor from a mapping; the benchmark runs alone in old Pythons and knows nothing of the store.
-EXEMPT = ("runner/store/", "runner/bench/", "runner/analysis/stored.py")
+EXEMPT = ("runner/store/", "runner/bench/", "runner/record/stored.py")
 LOOSE = re.compile(r"\b(dict|Mapping|MutableMapping)\[str, (Any|object)\]")
 REPEAT_NAME = re.compile(r"^(row|rows|repeat|repeats|stored|stored_rows)$")
 REPEAT_FUNCTION = re.compile(r"(^|_)(rows|repeats|stored)($|_)")
@@ -72,7 +72,7 @@ def loose_annotations(trees: dict[str, ast.Module]) -> dict[str, str]:
 def handles_repeats(tree: ast.Module) -> bool:
     """A module that reads the store's repeats (`store.rows(...)`) or takes the typed record."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module in ("runner.analysis.stored", "runner.analysis.repeat")
+        if isinstance(node, ast.ImportFrom) and (node.module in ("runner.record.stored", "runner.record.repeat")
                                                  or any(a.name in ("StoredRepeat", "Repeat", "admitted")
                                                         for a in node.names)):
             return True
@@ -142,7 +142,7 @@ def test_a_mapping_becomes_a_repeat_only_where_the_store_reads_or_a_file_is_chec
 
 PLANTED = '''
 from typing import Any, Iterator, Mapping
-from runner.analysis.stored import StoredRepeat
+from runner.record.stored import StoredRepeat
 
 def newest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows

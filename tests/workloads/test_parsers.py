@@ -187,7 +187,7 @@ def test_out_of_memory_words_in_a_run_that_succeeded_are_not_oom() -> None:
 def test_a_workload_has_no_time_per_iteration_from_bench_settings() -> None:
     """run.iterations is bench's: a program that ran its own steps has no time/iter unless it reported one."""
     from runner.analysis.frame import frame
-    from runner.analysis.stored import StoredRepeat
+    from runner.record.stored import StoredRepeat
 
     params = {"model": "m", "batch_size": 8, "iterations": 50, "warmup": 10, "seed": 0}
     base = {"environment": "e", "status": "ok", "params": params}

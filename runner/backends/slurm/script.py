@@ -7,13 +7,15 @@ import math
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from runner.backends import containers
 from runner.backends.containers import Bind, ImageIdentity, Launch, Runtime
 from runner.backends.slurm.config import BARE_SBATCH_RE, CONTROL, OPTION_RE, SlurmEnvironment
 from runner.base.errors import ConfigError
+
+if TYPE_CHECKING:
+    import jinja2
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -79,6 +81,7 @@ class ArrayJob:
 
 
 def _jinja() -> jinja2.Environment:
+    import jinja2  # only where a batch script is rendered: `matrix doctor` and `clean` ask the backend nothing of it
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=False,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["q"] = shell_quote

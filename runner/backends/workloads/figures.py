@@ -12,18 +12,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from runner.analysis.metrics import METRICS
+from runner.record.metrics import HEADLINE, METRIC_ALIASES, METRICS
 from runner.spec.cells import Strict
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# The store's own metrics a figure may be, with the stored unit its figure converts to (below): their direction is
-# the metric table's (runner/analysis/metrics.py). Anything else is a figure of the user's own naming.
-STORE_METRICS: dict[str, str] = {  # name -> stored unit
-    "throughput": "per second", "window_s": "s", "iter_time": "s", "peak_mem": "bytes", "loss_end": "",
-    "accuracy": "fraction", "images_per_joule": "per joule",
-}
-METRIC_ALIASES = {"time": "window_s", "memory": "peak_mem", "loss": "loss_end", "energy": "images_per_joule"}
 TIME_UNITS = {"s": 1.0, "sec": 1.0, "seconds": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "min": 60.0,
               "minutes": 60.0, "h": 3600.0, "hours": 3600.0}
 # A throughput's unit: ITEMS/TIME, the items one of these words (one of them after a prefix: kimg/s is
@@ -63,28 +56,43 @@ class Figure(Strict):
         return value
 
 
+def store_metrics() -> dict[str, str]:
+    """The store's own metrics a figure may be, by name, with the stored unit its figure converts to: the metric
+    table's (runner/record/metrics.py `Metric.figure_unit`), which also says their direction. Anything else is a
+    figure of the user's own naming."""
+    return {m.name: m.figure_unit for m in METRICS.values() if m.figure_unit is not None}
+
+
+def store_metric(name: str) -> str:
+    """The store metric a figure's name (the metric's, or one of its aliases in the table) names; else the name as
+    written (a figure of the user's own naming)."""
+    metric = METRIC_ALIASES.get(name, name)
+    return metric if metric in store_metrics() else name
+
+
 def figure_config(name: str, fig: Figure) -> dict[str, Any]:
     """A figure as the launcher reads it: the store metric it is (its unit converted) or the user's own."""
-    metric = METRIC_ALIASES.get(name, name)
+    metric = store_metric(name)
+    stored_units = store_metrics()
     out: dict[str, Any] = {"name": name, "regex": fig.regex, "unit": fig.unit, "reduce": fig.reduce,
                            "skip": fig.skip, "optional": fig.optional, "scale": 1.0, "metric": None,
                            "better": fig.better}
     if fig.decimal != ".":  # only when not the default: a configuration written before keeps its cell key
         out["decimal"] = fig.decimal
-    if metric not in STORE_METRICS:
+    if metric not in stored_units:
         if fig.better is None:
             raise ValueError(f"figure {name}: say which direction is better (better: higher or lower); a figure "
                              f"of your own naming has no known direction (the store's metrics: "
-                             f"{', '.join(STORE_METRICS)})")
+                             f"{', '.join(stored_units)})")
         return out
-    stored = STORE_METRICS[metric]
+    stored = stored_units[metric]
     better = "higher" if METRICS[metric].higher_is_better else "lower"
     if fig.better is not None and fig.better != better:
         raise ValueError(f"figure {name}: {metric} is better when {better}; it cannot be declared better: {fig.better}")
     unit = fig.unit.strip()
     scale = 1.0
-    shown = {"window_s": "s", "iter_time": "ms", "peak_mem": "MiB", "accuracy": "", "loss_end": ""}.get(metric, unit)
-    if metric == "throughput":
+    shown = unit
+    if metric == HEADLINE:
         scale, shown = rate_unit(name, fig.unit)
     if metric in ("window_s", "iter_time"):
         if unit not in TIME_UNITS:
@@ -101,7 +109,7 @@ def figure_config(name: str, fig: Figure) -> dict[str, Any]:
     elif metric == "images_per_joule" and not unit.endswith("/J"):
         raise ValueError(f"figure {name}: unit {fig.unit!r}; images per joule is a count per joule (img/J)")
     out.update(metric=metric, scale=scale, better=better, stored_unit=stored)
-    if metric == "throughput" and shown != unit:  # kimg/s shows img/s; the other metrics' units are fixed
+    if metric == HEADLINE and shown != unit:  # kimg/s shows img/s; the other metrics' units are fixed
         out["shown_unit"] = shown
     return out
 

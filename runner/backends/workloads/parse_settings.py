@@ -18,18 +18,19 @@ from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from runner.backends.workloads.figures import (
     ITEM_WORDS,
-    METRIC_ALIASES,
     NAME_RE,
     Figure,
     arithmetic,
     figure_config,
+    store_metric,
 )
 from runner.base.registry import Registry
+from runner.record.metrics import HEADLINE
 from runner.spec.cells import Strict
 
 Loc = tuple[Any, ...]
 # The store metrics mllog and dllogger read (`require:`, dllogger's `keys:`).
-READ_METRICS = ("throughput", "window_s", "accuracy", "loss_end")
+READ_METRICS = (HEADLINE, "window_s", "accuracy", "loss_end")
 HERE = "runner/backends/workloads/parse_settings.py"
 
 
@@ -84,12 +85,12 @@ def register(model: type[P]) -> type[P]:
 
 def _read_metrics(names: list[str]) -> None:
     for name in names:
-        if METRIC_ALIASES.get(name, name) not in READ_METRICS:
+        if store_metric(name) not in READ_METRICS:
             raise ValueError(f"{name!r} is not a metric this parser reads; allowed: {', '.join(READ_METRICS)}")
 
 
 def _required(names: list[str] | None) -> list[str]:
-    return sorted({METRIC_ALIASES.get(r, r) for r in (names if names is not None else ["throughput"])})
+    return sorted({store_metric(r) for r in (names if names is not None else [HEADLINE])})
 
 
 @register
@@ -128,7 +129,7 @@ class DlloggerSettings(ParserSettings):
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "skip": 1 if self.skip is None else self.skip, "require": _required(self.require),
-                "keys": {METRIC_ALIASES.get(k, k): v for k, v in sorted(self.keys.items())},
+                "keys": {store_metric(k): v for k, v in sorted(self.keys.items())},
                 "accuracy_percent": self.accuracy_percent}
 
 
@@ -151,8 +152,8 @@ class PatternSettings(ParserSettings):
             if not NAME_RE.match(name):
                 raise ValueError(f"figure name {name!r}: letters, digits and _ only")
         if self.items_per_step is not None:
-            metrics = {METRIC_ALIASES.get(n, n) for n in self.figures}
-            if "iter_time" not in metrics or "throughput" in metrics:
+            metrics = {store_metric(n) for n in self.figures}
+            if "iter_time" not in metrics or HEADLINE in metrics:
                 raise ValueError("items_per_step turns the time of a step (a figure named iter_time) into a "
                                  "throughput; give an iter_time figure and no throughput figure")
             if self.items is not None and self.items not in ITEM_WORDS:

@@ -1,6 +1,6 @@
 """Admission: the repeats set aside before anything ranked them (a diverged training, a window shorter than promised,
 a figure no machine reaches, a loss scaler that skipped most steps), each with why; and the admitted ones that carry
-a note (a few skipped steps, a window capped by its ceiling, a figure left out). runner/analysis/admission.py decides;
+a note (a few skipped steps, a window capped by its ceiling, a figure left out). runner/record/admission.py decides;
 docs/admission.md says what each check means."""
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from runner.analysis import figures as fig
-from runner.analysis.figures import Reader
 from runner.base.errors import ConfigError
+from runner.record import figures as fig
+from runner.record.figures import Reader
 
 # The views that show a chosen list of metrics, each in its own order (a Metric's place in it; 0: not shown there).
 VIEWS = ("grid", "precision", "precision_table", "machines", "plot", "site")
@@ -21,7 +21,7 @@ VIEWS = ("grid", "precision", "precision_table", "machines", "plot", "site")
 
 @dataclass(frozen=True)
 class Reach:
-    """What a machine can reach for one figure, in stored units (runner/analysis/admission.py, docs/admission.md).
+    """What a machine can reach for one figure, in stored units (runner/record/admission.py, docs/admission.md).
     `refuses`: a figure outside refuses the repeat (it is what a repeat is ranked on); else only the figure is left
     out. `low_open`: the low end itself is outside (a throughput of 0 is no measurement)."""
 
@@ -62,6 +62,8 @@ class Metric:
     machines: int = 0                    # ... in the machines side by side
     plot: int = 0                        # ... among the plots against batch size
     site: int = 0                        # ... among the histories `matrix publish --metric` plots
+    figure_unit: str | None = None       # the unit a workload's figure of it is stored in (pattern parser,
+                                         # runner/backends/workloads/figures.py); None: no workload figure is it
 
     @property
     def heading(self) -> str:
@@ -99,7 +101,7 @@ BUILT_IN: tuple[Metric, ...] = (
            how="bench: items over the synchronised measured window",
            reach=Reach(0.0, 1e12, True, "items per second: above 0, at most 1e12 (a trillion)"),
            rule="slower", rule_better="faster", throttle_sensitive=True, vs_fp32=True,
-           grid=1, precision=2, precision_table=2, machines=1, plot=1, site=1),
+           grid=1, precision=2, precision_table=2, machines=1, plot=1, site=1, figure_unit="per second"),
     # With bench's --breakdown (axis `breakdown: [true]`): images over rank 0's time in each phase.
     Metric("fwd_throughput", "forward", "img/s", True, stored_unit="img/s", token_unit="tok/s",
            reader=fig.phase_throughput("forward"), aliases=("forward",), raw_fields=("breakdown",),
@@ -110,21 +112,22 @@ BUILT_IN: tuple[Metric, ...] = (
     Metric("iter_time", "time/iter", "ms", False, 1e3, stored_unit="s", reader=fig.iter_time, aliases=("iter",),
            reach=Reach(1e-6, 86400.0, True, "seconds a training step: at least 1 microsecond (no framework launches a "
                        "step's kernels faster), at most a day", low_open=False),
-           throttle_sensitive=True, vs_fp32=True, grid=2, precision=1, precision_table=1, machines=2, plot=2),
+           throttle_sensitive=True, vs_fp32=True, grid=2, precision=1, precision_table=1, machines=2, plot=2,
+           figure_unit="s"),
     # 0 is a window a log's whole milliseconds could not resolve (a workload's run_stop in the same millisecond as its
     # run_start): the workload parsers take it, so admission does (its rate, if any, is judged on its own).
     Metric("window_s", "time", "s", False, stored_unit="s", aliases=("time",),
            reach=Reach(0.0, 30 * 86400.0, True, "seconds: 0 to 30 days", low_open=False),
-           throttle_sensitive=True, site=2),
+           throttle_sensitive=True, site=2, figure_unit="s"),
     Metric("peak_mem", "peak memory", "MiB", False, MIB, "less memory", "more memory", "bytes",
            reader=fig.peak_memory, aliases=("memory", "mem"), raw_fields=("peak_mem_allocated", "peak_mem_reserved"),
            reach=Reach(0.0, 2.0**50, False, "bytes: 0 to 1 PiB", low_open=False), rule="memory", vs_fp32=True,
-           grid=3, precision=3, precision_table=3, machines=3, plot=3),
+           grid=3, precision=3, precision_table=3, machines=3, plot=3, figure_unit="bytes"),
     Metric("loss_end", "final loss", "", False, 1.0, "lower", "higher", aliases=("loss",), per_step=True, ladder=True,
-           grid=6, precision=6, machines=5, site=3),
+           grid=6, precision=6, machines=5, site=3, figure_unit=""),
     Metric("accuracy", "accuracy", "", True, 1.0, "higher", "lower", aliases=("acc",), raw_fields=("accuracy",),
            reach=Reach(0.0, 1.0, False, "a fraction from 0 to 1", low_open=False), per_step=True,
-           grid=5, precision=5, precision_table=5, machines=4, site=4),
+           grid=5, precision=5, precision_table=5, machines=4, site=4, figure_unit="fraction"),
     Metric("data_wait", "data wait", "%", False, 100.0, "less waiting", "more waiting", "fraction",
            reader=fig.data_wait_share, raw_fields=("data_wait_s",),
            reach=Reach(0.0, 1.0 + 1e-9, False, "a fraction of the window from 0 to 1", low_open=False)),
@@ -132,12 +135,19 @@ BUILT_IN: tuple[Metric, ...] = (
     Metric("images_per_joule", "energy efficiency", "img/J", True, 1.0, "more efficient", "less efficient", "img/J",
            token_unit="tok/J", aliases=("energy", "efficiency"), raw_fields=("images_per_joule",),
            reach=Reach(0.0, 1e9, False, "items per joule: above 0, at most 1e9"), rule="energy",
-           throttle_sensitive=True, vs_fp32=True, grid=4, precision=4, precision_table=4, machines=7, site=5),
+           throttle_sensitive=True, vs_fp32=True, grid=4, precision=4, precision_table=4, machines=7, site=5,
+           figure_unit="per joule"),
     # A transformer's model FLOPs utilisation (bench's flops.py: the formula and the peak's source per repeat).
     Metric("mfu", "MFU", "%", True, 100.0, "higher", "lower", "fraction", raw_fields=("mfu",),
            reach=Reach(0.0, 1.0, False, "a fraction of the peak: above 0, at most 1 (above it, the peak is wrong)"),
            machines=6),
 )
+
+# The headline metric: what a repeat is ranked on, what a command compares, bisects and plots unless told otherwise,
+# and what `matrix show` and a run's progress print. Everything else names it through HEADLINE.
+HEADLINE = "throughput"
+# Not a metric of the table: what `matrix bisect --metric status` compares, only how each environment's repeats ended.
+STATUS_METRIC = "status"
 
 
 class MetricTable(Mapping[str, Metric]):
@@ -198,6 +208,10 @@ class MetricTable(Mapping[str, Metric]):
     def shown(self, view: str) -> tuple[Metric, ...]:
         """The metrics a view shows, in its order."""
         return tuple(sorted((m for m in self._by.values() if m.place(view)), key=lambda m: m.place(view)))
+
+    def names(self) -> str:
+        """Every metric a user may name, in words for a help text: 'throughput, iter_time (iter), ...'."""
+        return ", ".join(f"{m.name} ({', '.join(m.aliases)})" if m.aliases else m.name for m in self._by.values())
 
     def rules(self) -> dict[str, tuple[Metric, bool]]:
         """The gate's rule words: word -> (its metric, whether it fears a change for the worse)."""
@@ -265,7 +279,7 @@ def definition_fields() -> tuple[str, ...]:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict | Mapping) else {}
 
 
 def definitions(metrics: Mapping[str, Any], model: Any = None) -> dict[str, str]:
@@ -300,8 +314,14 @@ _BUILT_IN: dict[bool, tuple[int, dict[str, str]]] = {}
 def definition(metrics: Mapping[str, Any], name: str, model: Any = None) -> tuple[str, str]:
     """(how, unit) of one metric of a result: its metrics.definitions entry, else the benchmark's default for its
     `model` (a transformer's throughput is in tok/s)."""
-    got = definitions(metrics if isinstance(metrics, Mapping) else {}, model)
+    got = definitions(metrics if isinstance(metrics, dict | Mapping) else {}, model)
     return got[f"how_{name}"], got[f"unit_{name}"]
+
+
+def definition_text(how: Any, unit: Any) -> str:
+    """One repeat's definition of a metric in words: 'mllog: mean of tracked_stats [samples/s]'."""
+    how_s, unit_s = str(how or "").replace(", ", "; "), str(unit or "").replace(", ", "; ")
+    return f"{how_s} [{unit_s}]" if unit_s else how_s
 
 
 def shown_unit(units: Iterable[Any], name: str) -> str:

@@ -1,5 +1,5 @@
 """How a figure is read from a stored result (its metrics and raw documents), in stored units (NaN: not measured).
-Each metric of runner/analysis/metrics.py names its reader here, or reads its own field with `number`. Read for every
+Each metric of runner/record/metrics.py names its reader here, or reads its own field with `number`. Read for every
 repeat a site plots, so the common cases come first."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def ran_program(raw: Mapping[str, Any] | None) -> bool:
     """Whether a stored result is a workload's (the launcher's `workload` record names its parser; bench's
     own `workload` record describes its model's input)."""
     record = (raw or {}).get("workload") if isinstance(raw, dict | Mapping) else None
-    return record is not None and isinstance(record, Mapping) and "parser" in record
+    return record is not None and isinstance(record, dict | Mapping) and "parser" in record
 
 
 def field(name: str) -> Reader:
@@ -45,6 +45,8 @@ def iter_time(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> floa
     """Seconds per training step: the mean of the window's iteration times, else the window over its iterations."""
     times = metrics.get("iter_times")
     if isinstance(times, list) and times:
+        if set(map(type, times)) == {float}:  # the common case, read without a loop in Python
+            return sum(times) / len(times)
         vals = [float(t) for t in times if isinstance(t, int | float)]
         if vals:
             return sum(vals) / len(vals)
@@ -63,7 +65,7 @@ def phase_throughput(phase: str) -> Reader:
         breakdown = metrics.get("breakdown")
         if breakdown is None:
             return math.nan
-        seconds = number(breakdown.get(f"{phase}_s")) if isinstance(breakdown, Mapping) else math.nan
+        seconds = number(breakdown.get(f"{phase}_s")) if isinstance(breakdown, dict | Mapping) else math.nan
         images = number(metrics.get("images"))
         return images / seconds if seconds > 0 and not math.isnan(images) else math.nan
     read.__name__ = f"{phase}_throughput"

@@ -1,20 +1,22 @@
-"""A stored repeat as admission sees it: the typed record (runner/analysis/stored.py) with the status the decision
-core uses, admission's checks and words, and its figures with their definitions. The long frame
-(runner/analysis/frame.py) is the same data for whole stores; this is for code that walks a few repeats (the kit's
-page, `matrix show` and `ls`, adaptive rounds, bisect's measuring, the printer)."""
+"""A stored repeat as admission sees it: a view of the record (runner/record/stored.py), with the status the decision
+core uses, admission's checks and words, and its figures with their definitions, all derived from the stored repeat
+and its admission, nothing kept beside them. The long frame (runner/analysis/frame.py) is the other shape, for whole
+stores; this is for code that walks a few repeats (the kit's page, `matrix show` and `ls`, adaptive rounds, bisect's
+measuring, the printer)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from runner.analysis.admission import Check
-from runner.analysis.comparable import definition_text
-from runner.analysis.frame import measured, record
-from runner.analysis.metrics import METRICS, definitions
-from runner.analysis.stored import StoredRepeat, document
+from runner.record.admission import Check
+from runner.record.figures import ran_program
+from runner.record.measured import measured
+from runner.record.measured import resolution as resolution_of
+from runner.record.metrics import METRICS, definition_text, definitions
+from runner.record.stored import StoredRepeat, document
 from runner.spec.outcomes import Status
 
 
@@ -23,20 +25,35 @@ class Repeat:
     """One stored repeat (the newest row of its cell key and repeat number, or any row a caller walks) and what
     admission decided for it."""
 
-    stored: StoredRepeat = field(repr=False)
-    status: str           # as admission sees it (runner/analysis/admission.py): a stored ok may be diverged or refused
-    reason: str = ""
-    stored_status: str = ""
-    admission: str = ""   # the failed checks in words, or for an admitted repeat what deserves a word
-    checks: tuple[Check, ...] = field(default=(), compare=False)
-    _figures: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    stored: StoredRepeat
 
     @classmethod
     def of(cls, stored: StoredRepeat) -> Repeat:
-        """Built once from the stored record: its frame record (figures, admission) computed here."""
-        rec = record(stored)
-        return cls(stored, str(rec["status"]), str(rec["reason"] or ""), str(rec["stored_status"]),
-                   str(rec["admission"] or ""), tuple(rec["checks"] or ()), rec)
+        return cls(stored)
+
+    @property
+    def status(self) -> str:
+        """As admission sees it (runner/record/admission.py): a stored ok may be diverged or refused."""
+        return self.stored.admission.status
+
+    @property
+    def reason(self) -> str:
+        verdict = self.stored.admission
+        return (verdict.reasons or self.stored.reason) if verdict.changed else self.stored.reason
+
+    @property
+    def stored_status(self) -> str:
+        return self.stored.status
+
+    @property
+    def admission(self) -> str:
+        """The failed checks in words, or for an admitted repeat what deserves a word."""
+        verdict = self.stored.admission
+        return verdict.notes if verdict.admitted else verdict.reasons
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        return self.stored.admission.checks
 
     @property
     def id(self) -> int:
@@ -80,8 +97,7 @@ class Repeat:
     def metrics(self) -> Mapping[str, Any]:
         """The result's metrics as admission admits them: a figure it left out on its own (an MFU above 1) is not
         read from them either (its raw fields are None here; the store keeps them)."""
-        left_out = [k for name in self._figures.get("_dropped", ()) if name in METRICS
-                    for k in METRICS[name].raw_fields]
+        left_out = [k for name in self.stored.admission.dropped if name in METRICS for k in METRICS[name].raw_fields]
         if not left_out:
             return self.stored.metrics
         return document({**self.stored.metrics, **dict.fromkeys(left_out)})
@@ -99,20 +115,21 @@ class Repeat:
             return False
 
     def value(self, metric: str) -> float | None:
-        """The metric as the frame computes it (stored units); None when not measured or not finite."""
-        v = self._figures.get(metric)
+        """The metric as the frame reads it (stored units); None when not measured, not finite or left out."""
+        if metric in self.stored.admission.dropped:
+            return None  # left out on its own by admission (outside what a machine can reach)
+        v = self.stored.figures.get(metric)
         return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
 
     @property
     def resolution(self) -> Mapping[str, float]:
         """The printed resolution its result recorded per metric (runner/analysis/resolution.py)."""
-        got = self._figures.get("resolution")
-        return got if isinstance(got, Mapping) else {}
+        return resolution_of(self.stored.metrics)
 
     @property
     def printed(self) -> bool:
         """Its figures were read from a program's printed output (a workload)."""
-        return bool(self._figures.get("printed"))
+        return ran_program(self.stored.raw)
 
     @property
     def steps(self) -> int | None:

@@ -7,7 +7,7 @@ A stored `ok` repeat is admitted when the training stayed finite (every loss kep
 read it), its loss did not grow by orders of magnitude, it holds a figure (bench's throughput, items and window; a
 program's parsed figure) that counts at least one item in its window, its measured window is what the run settings
 promised, its loss scaler did not skip most of its window's steps, and each of its figures is finite and inside what a
-machine can reach (each Metric's `reach`, runner/analysis/metrics.py). Otherwise it is `diverged` (a loss was NaN or
+machine can reach (each Metric's `reach`, runner/record/metrics.py). Otherwise it is `diverged` (a loss was NaN or
 infinite, or exploded: an outcome, like oom, that comparisons count as a failure) or `refused` (no figure to rank, and
 no outcome either: the repeat is set aside as a cancelled one is). docs/admission.md says what each check means.
 """
@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.analysis.metrics import METRICS
 from runner.bench.readings import ordinal
+from runner.record.metrics import HEADLINE, METRICS
 from runner.spec.bench_contract import WINDOW_REDO_BELOW
 from runner.spec.outcomes import Status
 
@@ -44,7 +44,7 @@ LEAST_ITEMS = 1.0
 
 
 def bound_rows() -> tuple[tuple[str, float, float, bool, bool, str], ...]:
-    """Each bounded metric of the table (runner/analysis/metrics.py `Metric.reach`, decided there once and documented
+    """Each bounded metric of the table (runner/record/metrics.py `Metric.reach`, decided there once and documented
     in docs/admission.md): (name, low, high, low_open, refuses, why), made again when the table changes."""
     if _ROWS[0] != METRICS.version:
         _ROWS[:] = [METRICS.version, tuple((m.name, m.reach.low, m.reach.high, m.reach.low_open, m.reach.refuses,
@@ -128,12 +128,12 @@ def _num(value: Any) -> float | None:
 def _mapping(value: Any) -> Mapping[str, Any]:
     if type(value) is dict:
         return value
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict | Mapping) else {}
 
 
 def _program(raw: Mapping[str, Any]) -> bool:
     record = raw.get("workload")
-    return record is not None and isinstance(record, Mapping) and "parser" in record
+    return record is not None and isinstance(record, dict | Mapping) and "parser" in record
 
 
 def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:
@@ -313,7 +313,7 @@ def figure_check(metrics: Mapping[str, Any], raw: Mapping[str, Any], figures: Ma
         if not any(v == v for v in figures.values()):
             return Check("figure", False, "no figure: the program's output held none its parser reads")
         return least_items(metrics, raw)
-    throughput, window = _num(metrics.get("throughput")), _num(metrics.get("window_s"))
+    throughput, window = _num(metrics.get(HEADLINE)), _num(metrics.get("window_s"))
     if throughput is None or not (math.isfinite(throughput) and throughput > 0):
         return Check("figure", False, "no figure: the result holds no throughput (nothing measured to rank)")
     if window is not None and not (math.isfinite(window) and window > 0):
@@ -325,7 +325,7 @@ def least_items(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
     """A throughput counts at least LEAST_ITEMS items over its window (a program that says no window of its own: over
     the program's whole run, the longest its window can have been). 1e-300 img/s over 2 s is no measurement: the rate
     of less than one image is an extrapolation, and a ratio built on it says nothing."""
-    throughput = _num(metrics.get("throughput"))
+    throughput = _num(metrics.get(HEADLINE))
     if throughput is None or not math.isfinite(throughput) or throughput <= 0:
         return _PLAIN["figure", True]  # a program's other figures; bench's throughput is checked above
     window, over = _num(metrics.get("window_s")), "its"
@@ -336,7 +336,7 @@ def least_items(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
     items = throughput * window
     if items >= LEAST_ITEMS:
         return _PLAIN["figure", True]
-    unit = _mapping(_mapping(metrics.get("definitions")).get("throughput")).get("unit")
+    unit = _mapping(_mapping(metrics.get("definitions")).get(HEADLINE)).get("unit")
     return Check("figure", False, f"less than one item measured: {throughput:.3g} "
                  f"{unit if isinstance(unit, str) and unit else 'items/s'} over {over} {window:.3g} s window is "
                  f"{items:.3g} items")
@@ -381,7 +381,7 @@ def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: 
         v = metrics.get(name)
         if v is not None and not (_num(v) is not None and math.isfinite(v)):
             refused.append(f"{name} {v!r} is not a finite number")
-    throughput, images, window = _num(metrics.get("throughput")), _num(metrics.get("images")), _num(
+    throughput, images, window = _num(metrics.get(HEADLINE)), _num(metrics.get("images")), _num(
         metrics.get("window_s"))
     if (not _program(raw) and throughput is not None and images is not None and window is not None and window > 0
             and math.isfinite(throughput) and abs(throughput - images / window) > CONSISTENT * abs(throughput)):
@@ -397,7 +397,7 @@ def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: 
 
 def admit(stored: str, metrics: Mapping[str, Any], raw: Mapping[str, Any] | None,
           figures: Mapping[str, float] | None = None) -> Admission:
-    """Admission of one stored repeat from its stored status and its result's documents (runner/analysis/stored.py
+    """Admission of one stored repeat from its stored status and its result's documents (runner/record/stored.py
     `StoredRepeat.admission` asks). `figures`: the repeat's figures (stored units), for the bounds. Only a stored
     `ok` (or a bench `diverged`) is judged; every other status is what it was."""
     if stored not in (OK, DIVERGED):
