@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from scipy import special
 
 from runner.analysis import resolution, significance
-from runner.analysis.metrics import Metric
 from runner.analysis.significance import CONFIDENCE, t_quantile
 from runner.analysis.verdict import Verdict
+from runner.record.metrics import Metric
 
 # The ratios a float can size both ways: beyond them (a side's mean a subnormal or 1e-300 of the other's) B/A or A/B
 # overflows, and no rule, word or JSON field could carry the change.

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 def metrics() -> list[str]:
     """--metric: every metric of the table by name, then the aliases the same option takes."""
-    from runner.analysis.metrics import METRIC_ALIASES, METRICS
+    from runner.record.metrics import METRIC_ALIASES, METRICS
     return [*METRICS, *METRIC_ALIASES]
 
 
 def gate_rules() -> list[str]:
     """--fail-on RULE:X%: the gate's rule words of the metric table."""
-    from runner.analysis.metrics import METRICS
+    from runner.record.metrics import METRICS
     return list(METRICS.rules())
 
 

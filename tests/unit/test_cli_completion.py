@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from runner import backends
-from runner.analysis.metrics import METRICS, Metric
 from runner.cli import complete
+from runner.record.metrics import METRICS, Metric
 from runner.report.formats import FORMATS
 from runner.spec.bench_contract import PRECISIONS
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from runner.analysis.stored import StoredRepeat
 from runner.backends import artifact
 from runner.bench import parsers
 from runner.bench.contract import EXIT_DIVERGED
 from runner.bench.workload import STATUS_EXIT
+from runner.record.stored import StoredRepeat
 from tests.workloads.test_repeat_output import config, repeat
 
 SCRIPT = Path(__file__).with_name("scripts") / "losses.py"
