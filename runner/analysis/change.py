@@ -221,11 +221,16 @@ def span_words(change: Change, metric: Metric) -> str:
     return f"{subject} between {pct(s1)} {w1} and {pct(s2)} {w2} ({level})"
 
 
-def needed_words(n: int | None) -> str:
-    """'about 9 repeats a side would decide' (or why no number can be given)."""
-    if n is None:
-        return "no number of repeats would decide it at this change (it sits at the threshold)"
-    return f"about {n} repeats a side would decide"
+def needed_words(n: int | None, change: Change | None = None) -> str:
+    """'about 9 repeats a side would decide', or why no number can be given: the spread is unknown (fewer than two
+    values on each side), or the change sits so near the threshold that MOST_REPEATS would
+    not do."""
+    if n is not None:
+        return f"about {n} repeats a side would decide"
+    if change is not None and math.isnan(change.cv_a) and math.isnan(change.cv_b):
+        return "no estimate of the repeats that would decide it (the spread is unknown)"
+    return (f"no number of repeats would decide it at this change (it sits at the threshold: more than "
+            f"{MOST_REPEATS:,} a side)")
 
 
 def judge(change: Change, threshold: float, sense: int | None, p_adjusted: float, alpha: float,
@@ -278,7 +283,7 @@ def judge(change: Change, threshold: float, sense: int | None, p_adjusted: float
             why.append(f"beyond {edge} but not significant ({p_text})")
     elif coarse:
         why.append(f"printed too coarsely to rule it out (rounding alone may move it by {pct(coarse)})")
-    why.append(needed_words(n) if n is not None or not coarse else
+    why.append(needed_words(n, change) if n is not None or not coarse else
                "more repeats would not decide it: the figures are printed too coarsely")
     return Decision(Verdict.UNDECIDED, "; ".join(why), n)
 

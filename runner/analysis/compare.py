@@ -147,7 +147,8 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
                        f"by {coarse:.1%}; {min_effect:.0%} is looked for)"), Verdict.UNDECIDED
     said = d.reason.split("; ")[1:]  # the interval itself is the table's (and the JSON's) own column
     if abs(math.log(ratio)) <= math.log1p(min_effect):
-        said.insert(0, f"the interval reaches beyond ±{min_effect:.0%}")
+        said.insert(0, f"the interval reaches beyond ±{min_effect:.0%}" if delta is not None and delta.has_interval
+                    else f"no interval of the change to show it within ±{min_effect:.0%}")
     return False, "undecided: " + "; ".join(said), Verdict.UNDECIDED
 
 

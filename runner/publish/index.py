@@ -14,7 +14,7 @@ from runner.publish.cells import NAME_KEYS
 from runner.report import charts
 from runner.report.head import plural
 from runner.report.labels import cell_label
-from runner.report.tone import Tone, of_point, say
+from runner.report.tone import Tone, of_point, same_words, say
 
 SAID = 8  # changes said as sentences; the table below has them all
 
@@ -26,7 +26,7 @@ def fill(site: Any, hist: pd.DataFrame, label: dict[str, str]) -> None:
     counts = {t: sum(1 for x in latest if x["tone"] == t.value) for t in Tone}
     once = counts[Tone.NONE]
     parts = [f"{counts[Tone.BETTER]} {metric.better}", f"{counts[Tone.WORSE]} {metric.worse}",
-             f"{counts[Tone.SAME]} within the noise", f"{counts[Tone.UNDECIDED]} undecided"]
+             f"{counts[Tone.SAME]} {same_words()}", f"{counts[Tone.UNDECIDED]} undecided"]
     if counts[Tone.CHANGED]:
         parts.insert(2, f"{counts[Tone.CHANGED]} with other outcomes")
     site.headline = (f"Against the run before, of {plural(len(latest) - once, 'cell')} measured more than once on a "

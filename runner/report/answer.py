@@ -12,7 +12,7 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.report.labels import cell_label
-from runner.report.tone import Said, Tone, pair_said, say
+from runner.report.tone import Said, Tone, pair_said, same_words, say
 from runner.report.tone import of_point as point_tone
 
 SHOWN = 5           # sentences of each kind before "and N more"
@@ -128,7 +128,7 @@ def build(families: list[Compared], hist: pd.DataFrame, metric: an.Metric, nothi
     open_ = df[df["tone"] == Tone.UNDECIDED.value]
     n = len(df)
     headline = (f"{n} comparison{'s' if n != 1 else ''} of {metric.label}: {len(changed)} changed, {len(same)} "
-                f"within the noise, {len(open_)} undecided.")
+                f"{same_words()}, {len(open_)} undecided.")
     ans = Answer(df.drop(columns="_size").reset_index(drop=True), headline,
                  [(s, t) for s, t in zip(changed["sentence"].head(SHOWN), changed["tone"].head(SHOWN), strict=True)],
                  [(s, t) for s, t in zip(open_["sentence"].head(SHOWN), open_["tone"].head(SHOWN), strict=True)])

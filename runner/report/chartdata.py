@@ -11,7 +11,7 @@ import pandas as pd
 from runner import analysis as an
 from runner.report import fmt
 from runner.report.labels import cell_label
-from runner.report.tone import interval, of_point, p_text
+from runner.report.tone import interval, of_point, p_text, same_words
 
 HISTORY_COLUMNS = ["series", "when", "seq", "mean", "ci_low", "ci_high", "tone", "step", "tip"]
 
@@ -49,8 +49,8 @@ def point_words(r: dict[str, Any], metric: an.Metric) -> str:
     if tone.value == "same":
         said = [x for x in (interval(r.get("ratio"), r.get("ratio_low"), r.get("ratio_high"), metric, as_ratio=True),
                             p_text(r.get("p_value"))) if x]
-        return f"within the noise (B/A {float(r['ratio']):.2f}{''.join(', ' + x for x in said)})" \
-            if _f(r.get("ratio")) == _f(r.get("ratio")) else "within the noise"
+        return f"{same_words()} (B/A {float(r['ratio']):.2f}{''.join(', ' + x for x in said)})" \
+            if _f(r.get("ratio")) == _f(r.get("ratio")) else same_words()
     return "first run" if int(r.get("point", 0) or 0) == 0 else ""
 
 

@@ -140,13 +140,19 @@ def say(tone: Tone, ratio: Any, low: Any, high: Any, p: Any, metric: an.Metric, 
     elif tone in (Tone.BETTER, Tone.WORSE, Tone.CHANGED):
         text = f"{b} against {a}{at}: {sides(why, a, b) or 'the outcomes changed'}."
     elif tone is Tone.SAME:
-        text = f"{b} against {a}{at}: within the noise{brackets(f'B/A {float(ratio):.2f}' if words else '', iv, pt)}."
+        text = f"{b} against {a}{at}: {same_words()}{brackets(f'B/A {float(ratio):.2f}' if words else '', iv, pt)}."
     elif tone is Tone.UNDECIDED:
         more = f"; about {int(needed)} repeats a side would decide it" if _finite(needed) and float(needed) > 0 else ""
         text = f"{b} against {a}{at} is undecided: {sides(why.removeprefix('undecided: '), a, b) or 'the data cannot tell'}{more}."
     else:
         text = f"{b} against {a}{at}: not compared."
     return Said(tone, words, iv, pt, text)
+
+
+def same_words(within: float | None = None) -> str:
+    """What a pass means, said once for every surface: the interval of B/A lies inside ±min_effect (compare's and the
+    history's default unless given), not that nothing was found."""
+    return f"the same within ±{an.MIN_EFFECT if within is None else within:.0%}"
 
 
 def sides(why: str, a: str, b: str) -> str:

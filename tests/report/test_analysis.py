@@ -13,6 +13,7 @@ import pytest
 from scipy import stats
 
 from runner import analysis as an
+from runner.analysis import change, significance
 from runner.analysis.verdict import Verdict
 from runner.base.errors import ConfigError
 from runner.store import Store
@@ -75,7 +76,9 @@ def test_summarize_per_cell_statistics_and_status_counts() -> None:
     assert fp32["throughput_mean"] == pytest.approx(110.0)
     assert fp32["throughput_std"] == pytest.approx(10.0)
     assert fp32["throughput_median"] == pytest.approx(110.0)
-    assert fp32["throughput_ci_high"] - fp32["throughput_mean"] == pytest.approx(24.8413771175, abs=1e-6)
+    # A throughput's interval is on the log scale (runner.analysis.significance.mean_interval): never at or below 0.
+    assert fp32["throughput_ci_high"] == pytest.approx(110.0 * math.exp(24.8413771175 / 110.0), rel=1e-8)
+    assert fp32["throughput_ci_low"] == pytest.approx(110.0 * math.exp(-24.8413771175 / 110.0), rel=1e-8)
     fp16 = by_prec["fp16"]
     assert fp16["throughput_n"] == 1 and math.isnan(fp16["throughput_std"]) and math.isnan(fp16["throughput_ci_low"])
     bf16 = by_prec["bf16"]
@@ -102,11 +105,31 @@ def welch_by_formula(a: list[float], b: list[float]) -> float:
     return float(2 * stats.t.sf(abs(t), df))
 
 
+def welch_log_by_formula(a: list[float], b: list[float]) -> float:
+    """Welch's test on the log scale by the delta method, as a ratio's interval is made: t = log(mean b / mean a)
+    over sqrt(cv_a^2/n_a + cv_b^2/n_b), Welch–Satterthwaite degrees of freedom on those terms."""
+    va = (np.std(a, ddof=1) / np.mean(a)) ** 2 / len(a)
+    vb = (np.std(b, ddof=1) / np.mean(b)) ** 2 / len(b)
+    t = math.log(np.mean(b) / np.mean(a)) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return float(2 * stats.t.sf(abs(t), df))
+
+
 def test_welch_p_value_matches_the_formula() -> None:
     # By hand: t = 22.5 / sqrt(100/3 + 125/12) = 3.4017, df = 3.2347, p = 0.03782
     assert welch_by_formula(A, B) == pytest.approx(0.0378150822, abs=1e-8)
+    # Two positive means (a throughput): the test is made on the log scale, so its p < 0.05 exactly when the
+    # interval of B/A leaves 1 out. t = log(132.5/110) / sqrt((10/110)^2/3 + (11.18/132.5)^2/4), p = 0.0519.
     p = an.welch_from_stats(np.mean(A), np.std(A, ddof=1), len(A), np.mean(B), np.std(B, ddof=1), len(B))
-    assert float(p) == pytest.approx(welch_by_formula(A, B), rel=1e-9)
+    assert float(p) == pytest.approx(welch_log_by_formula(A, B), rel=1e-9)
+    assert float(p) == pytest.approx(0.0519485, abs=1e-6)
+    lo, hi = significance.ratio_interval_stats(np.mean(A), np.std(A, ddof=1), len(A), np.mean(B), np.std(B, ddof=1), len(B))
+    assert (lo <= 1.0 <= hi) == (float(p) >= 0.05)
+    # A figure that may be negative keeps the plain test.
+    neg_a, neg_b = [x - 1000.0 for x in A], [x - 1000.0 for x in B]
+    q = an.welch_from_stats(np.mean(neg_a), np.std(neg_a, ddof=1), len(A), np.mean(neg_b), np.std(neg_b, ddof=1),
+                            len(B))
+    assert float(q) == pytest.approx(welch_by_formula(A, B), rel=1e-9)
     assert math.isnan(float(an.welch_from_stats(1.0, math.nan, 1, np.mean(B), np.std(B, ddof=1), len(B))))
     # No spread on either side is certain, not untestable: equal means p = 1, different means p = 0.
     assert float(an.welch_from_stats(5.0, 0.0, 3, 5.0, 0.0, 3)) == 1.0
@@ -127,9 +150,20 @@ def test_compare_pairs_ratio_verdict_and_geomean() -> None:
     p = c.pairs.iloc[0]
     assert p["ratio"] == pytest.approx(132.5 / 110.0)
     assert p["change"] == "1.20x faster"
-    assert p["p_value"] == pytest.approx(welch_by_formula(A, B), rel=1e-9)
-    assert bool(p["significant"]) and p["verdict"] == "faster"
+    assert p["p_value"] == pytest.approx(welch_log_by_formula(A, B), rel=1e-9)
+    # p = 0.052 and the interval of B/A, 0.997-1.455, reaches no change: undecided, never "passed", with what decides.
+    assert (p["ratio_low"], p["ratio_high"]) == pytest.approx((0.99698, 1.45533), abs=1e-5)
+    assert not bool(p["significant"]) and p["decision"] == "undecided" and p["needed"] == 5
+    assert p["verdict"] == ("undecided: beyond ±2.0% but not significant (p=0.0519); "
+                            "about 5 repeats a side would decide")
     assert c.geomean == pytest.approx(132.5 / 110.0)
+    assert (c.geomean_low, c.geomean_high) == pytest.approx((p["ratio_low"], p["ratio_high"]))
+    # Tighter sides: the same 1.20x is significant and its interval leaves 1 out: faster.
+    rows = [row("a", i, v) for i, v in enumerate([109.5, 110.0, 110.5])]
+    rows += [row("b", i, v, run_id="run-2") for i, v in enumerate([132.0, 132.5, 133.0, 132.5])]
+    df = an.frame(an.StoredRepeat.many(rows))
+    q = an.compare(an.select_side(df, "a"), an.select_side(df, "b")).pairs.iloc[0]
+    assert q["verdict"] == "faster" and q["decision"] == "fail" and q["ratio_low"] > 1
 
 
 def test_a_time_metric_reads_lower_as_faster() -> None:
@@ -141,14 +175,25 @@ def test_a_time_metric_reads_lower_as_faster() -> None:
 
 def test_verdicts_say_not_significant_plainly() -> None:
     m = an.METRICS["throughput"]
-    assert an.judge_pair(1.2, 0.2, 3, 3, m)[:2] == (False, "not significant")
-    assert an.judge_pair(1.01, 0.0001, 3, 3, m)[:2] == (False, "not significant (change < 2%)")
+    # A change beyond the threshold that the test cannot call is undecided, never a pass, and says what would decide.
+    d = change.of_stats(100.0, 10.0, 3, 120.0, 10.0, 3)
+    assert an.judge_pair(1.2, 0.2, 3, 3, m, delta=d)[:2] == (
+        False, "undecided: beyond ±2.0% but not significant (p=0.2); about 4 repeats a side would decide")
+    # Without spread there is no estimate, and the words say why (not "it sits at the threshold").
+    assert an.judge_pair(1.2, 0.2, 3, 3, m)[1].endswith("no estimate of the repeats that would decide it "
+                                                        "(the spread is unknown)")
+    # Small but with no interval: nothing shows it the same.
+    assert an.judge_pair(1.01, 0.0001, 3, 3, m)[1].startswith(
+        "undecided: no interval of the change to show it within ±2%")
+    # Same only where the interval lies inside ±2%.
+    tight = change.of_stats(100.0, 0.1, 3, 100.5, 0.1, 3)
+    assert an.judge_pair(1.005, 0.01, 3, 3, m, delta=tight)[:3] == (False, "same (within ±2%)", Verdict.PASS)
     assert an.judge_pair(0.9, 0.001, 3, 3, m)[:2] == (True, "slower")
     assert an.judge_pair(1.2, math.nan, 1, 3, m)[:2] == (
         False, "undecided: 1 ok repeat on A (a test needs 2+ per side)")
     assert an.judge_pair(math.nan, math.nan, 0, 3, m)[:2] == (False, "no result")
     assert an.judge_pair(1.2, math.nan, 1, 3, m)[2] is Verdict.UNDECIDED
-    assert an.judge_pair(1.2, 0.2, 3, 3, m)[2] is Verdict.PASS
+    assert an.judge_pair(1.2, 0.2, 3, 3, m)[2] is Verdict.UNDECIDED
     assert an.judge_pair(0.9, 0.001, 3, 3, m)[2] is Verdict.FAIL
 
 
@@ -199,9 +244,11 @@ def test_fixture_store_statistics(db: Path) -> None:
     assert s["statuses"] == "2 ok, 1 failed"
     assert s["throughput_mean"] == pytest.approx(ok.mean())
     assert s["throughput_std"] == pytest.approx(abs(ok[0] - ok[1]) / math.sqrt(2))  # ddof=1 with two values
-    # t(0.975, 1) = 12.7062047...
-    assert s["throughput_ci_high"] - s["throughput_mean"] == pytest.approx(
-        12.706204736174698 * s["throughput_std"] / math.sqrt(2), rel=1e-9)
+    # t(0.975, 1) = 12.7062047...; a throughput's interval on the log scale: mean * exp(+-t * CV / sqrt(n)).
+    half = 12.706204736174698 * s["throughput_std"] / math.sqrt(2) / s["throughput_mean"]
+    assert s["throughput_ci_high"] == pytest.approx(s["throughput_mean"] * math.exp(half), rel=1e-9)
+    assert s["throughput_ci_low"] == pytest.approx(s["throughput_mean"] * math.exp(-half), rel=1e-9)
+    assert s["throughput_ci_low"] > 0
 
 
 def test_quality_flags_name_noisy_and_data_bound_cells() -> None:
@@ -224,10 +271,17 @@ def test_quality_flags_name_noisy_and_data_bound_cells() -> None:
 def test_vectorised_welch_matches_scipy_ttest() -> None:
     rng = np.random.default_rng(7)
     for n_a, n_b in ((2, 2), (3, 5), (10, 4), (30, 30)):
-        a, b = rng.normal(100, 5, n_a), rng.normal(103, 9, n_b)
+        # Figures that may be negative: scipy's Welch test itself.
+        a, b = rng.normal(-50, 5, n_a), rng.normal(-47, 9, n_b)
         expected = stats.ttest_ind(a, b, equal_var=False).pvalue
         got = an.welch_from_stats(a.mean(), a.std(ddof=1), n_a, b.mean(), b.std(ddof=1), n_b)
         assert float(got) == pytest.approx(expected, rel=1e-9)
+        # Positive figures: the log-scale formula, and the vectorised and scalar paths agree.
+        a, b = rng.normal(100, 5, n_a), rng.normal(103, 9, n_b)
+        got = an.welch_from_stats(a.mean(), a.std(ddof=1), n_a, b.mean(), b.std(ddof=1), n_b)
+        assert float(got) == pytest.approx(welch_log_by_formula(list(a), list(b)), rel=1e-9)
+        one = significance._welch_one(a.mean(), a.std(ddof=1), n_a, b.mean(), b.std(ddof=1), n_b)
+        assert one == pytest.approx(float(got), rel=1e-9)
     assert float(an.welch_from_stats(1.0, 0.0, 3, 1.0, 0.0, 3)) == 1.0   # no spread, same: certain
 
 

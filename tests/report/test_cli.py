@@ -29,7 +29,8 @@ def test_compare_terminal_table(matrix_cmd: list[str], db: Path) -> None:
     out = proc.stdout
     assert "\x1b[" not in out                                # no colour codes when not on a terminal
     assert "container (tag) vs slurm (tag)" in out
-    assert "1.08x slower" in out and "not significant" in out
+    assert "1.08x slower (1.05–1.10)" in out and "same (within ±2%)" in out
+    assert "not significant" not in out and "undecided: the interval reaches beyond ±2%" in out
     assert "Geometric mean of slurm/container over 7 of 8 pairs (1 not measured on both sides): 0.96x (1.04x slower)" in out
     assert "Unpaired cells" in out and "amp-bf16" in out
 

@@ -54,7 +54,7 @@ def test_a_sentence_states_the_change_its_interval_and_p() -> None:
     slower = say(Tone.WORSE, 0.8, 0.75, 0.85, 0.01, M, "B", "A")
     assert slower.sentence == "B is 1.25x slower than A (1.18–1.33, p=0.010)."   # the interval of the words' ratio
     same = say(Tone.SAME, 0.99, 0.95, 1.03, 0.6, M, "B", "A")
-    assert same.sentence == "B against A: within the noise (B/A 0.99, 0.95–1.03, p=0.600)."
+    assert same.sentence == "B against A: the same within ±2% (B/A 0.99, 0.95–1.03, p=0.600)."
     undecided = pair_said(pair(decision="undecided", verdict="undecided: 1 ok repeat on B", needed=5.0), M, "x", "y")
     assert undecided.sentence == "x against y is undecided: 1 ok repeat on x; about 5 repeats a side would decide it."
 
