@@ -213,12 +213,15 @@ def span_words(change: Change, metric: Metric) -> str:
     level = f"{change.confidence * 100:.3g}%"
     subject = "B is" if metric.better == "faster" else f"B's {metric.label} is"
     (wl, sl), (wh, sh) = _side_words(change.low, metric), _side_words(change.high, metric)
+    # Past half again, a percentage misleads ("108.7% slower" of a throughput is 2.09x slower, not below zero): the
+    # ends are said as compare says a change, in times.
+    size = pct if max(sl, sh) < 0.5 else (lambda s: f"{1 + s:.2f}x")
     if wl == wh:
         a, b = sorted((sl, sh))
-        return f"{subject} {pct(a)}-{pct(b)} {wl} ({level})"
+        return f"{subject} {size(a)}-{size(b)} {wl} ({level})"
     good = metric.better if metric.better == "faster" else "lower"
     (w1, s1), (w2, s2) = ((wl, sl), (wh, sh)) if wl == good else ((wh, sh), (wl, sl))
-    return f"{subject} between {pct(s1)} {w1} and {pct(s2)} {w2} ({level})"
+    return f"{subject} between {size(s1)} {w1} and {size(s2)} {w2} ({level})"
 
 
 def needed_words(n: int | None, change: Change | None = None) -> str:

@@ -176,6 +176,7 @@ def interval(before: Point, here: Point) -> tuple[float, float]:
 def before_here(why: str) -> str:
     """The core's words for a pair (A, B) said of two points in time: the previous one and this one."""
     why = why.replace(" on A", " before").replace(" on B", " here")
+    why = re.sub(r"\bB is\b", "this run is", re.sub(r"\bB's\b", "this run's", why))
     return re.sub(r"\bB\b", "here", re.sub(r"\bA\b", "before", why))
 
 

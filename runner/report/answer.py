@@ -132,9 +132,10 @@ def build(families: list[Compared], hist: pd.DataFrame, metric: an.Metric, nothi
     ans = Answer(df.drop(columns="_size").reset_index(drop=True), headline,
                  [(s, t) for s, t in zip(changed["sentence"].head(SHOWN), changed["tone"].head(SHOWN), strict=True)],
                  [(s, t) for s, t in zip(open_["sentence"].head(SHOWN), open_["tone"].head(SHOWN), strict=True)])
-    for what, part in (("changes", changed), ("undecided comparisons", open_)):
+    for what, part in (("change", changed), ("undecided comparison", open_)):
         if len(part) > SHOWN:
-            ans.more.append(f"and {len(part) - SHOWN} more {what}")
+            more = len(part) - SHOWN
+            ans.more.append(f"and {more} more {what}{'s' if more != 1 else ''}")
     return ans
 
 
