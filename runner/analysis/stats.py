@@ -72,7 +72,9 @@ def widened(low: Any, high: Any, mean: Any, rounding: Any, metric: str | None, s
     hi = hi + r
     reach = m_info.reach if m_info is not None else None
     if reach is not None:
-        lo, hi = np.maximum(lo, reach.low * scale), np.minimum(hi, reach.high * scale)
+        # A share's admission allows a rounding's hair past 1 (1 + 1e-9); no interval of a mean reaches past 1.
+        top = 1.0 if 1.0 < reach.high <= 1.0 + 1e-6 else reach.high
+        lo, hi = np.maximum(lo, reach.low * scale), np.minimum(hi, top * scale)
     return lo, hi
 
 
