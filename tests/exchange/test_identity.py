@@ -58,18 +58,23 @@ def laptop_imported(tmp_path: Path) -> Path:
     team = measured(tmp_path / "team.db", "box", [("a", 100.0), ("b", 100.0)], seed=1, first_run=1.8e9)
     laptop = measured(tmp_path / "laptop.db", "laptop", [("b", 50.0)], seed=2, first_run=1.7e9, cpu="Apple M1")
     before = json.loads(compare_command(team, "a", "b", "json"))
-    assert before["pairs"][0]["decision"] == "pass"
+    # Four repeats a side at a 2% spread: no change found, and none shown within ±2% either (undecided, not "pass").
+    assert before["pairs"][0]["decision"] == "undecided" and 0.97 < before["pairs"][0]["ratio"] < 1.03
+    (team.parent / "before.json").write_text(json.dumps(before["pairs"][0]))
     moved(laptop, team)
     return team
 
 
 def test_an_import_never_changes_a_local_verdict(laptop_imported: Path) -> None:
+    before = json.loads((laptop_imported.parent / "before.json").read_text())
     after = json.loads(compare_command(laptop_imported, "a", "b", "json"))
     (pair,) = after["pairs"]
-    assert pair["decision"] == "pass" and 0.97 < pair["ratio"] < 1.03, pair
+    assert {k: pair[k] for k in ("decision", "ratio", "ratio_low", "ratio_high", "verdict")} == \
+        {k: before[k] for k in ("decision", "ratio", "ratio_low", "ratio_high", "verdict")}, pair
     assert [m["hosts"] for m in after["machines"]["b"]] == [["box"]] and not after["across_machines"]
     assert any("laptop" in n and "left out" in n for n in after["notes"]), after["notes"]
-    text, status = gate_command(laptop_imported, "a", "b", ["slower:5%"], None)
+    # The gate at 10%: the interval of the change lies inside it, a pass earned on the local repeats alone.
+    text, status = gate_command(laptop_imported, "a", "b", ["slower:10%"], None)
     assert status is Exit.OK, text
 
 
@@ -95,7 +100,7 @@ def test_a_side_measured_only_elsewhere_takes_that_machine_and_several_are_refus
     one = measured(tmp_path / "one.db", "one", [("c", 100.0)], seed=2)
     moved(one, team)
     out = json.loads(compare_command(team, "a", "c", "json"))
-    assert out["pairs"][0]["decision"] == "pass" and out["machines"]["b"][0]["hosts"] == ["one"]
+    assert out["pairs"][0]["decision"] != "fail" and out["machines"]["b"][0]["hosts"] == ["one"]
     two = measured(tmp_path / "two.db", "two", [("c", 50.0)], seed=3)
     moved(two, team)
     with pytest.raises(ConfigError, match=r"'c' was measured on 2 machines, none of them this store: machine:\S+ "
@@ -119,9 +124,9 @@ def twins(tmp_path: Path) -> Path:
 def test_two_machines_pair_the_same_environment(twins: Path, tmp_path: Path) -> None:
     out = json.loads(compare_command(twins, "host:box1", "host:box2", "json"))
     assert sorted(p["environment"] for p in out["pairs"]) == ["container", "metal"]
-    assert all(0.95 < p["ratio"] < 1.05 and p["decision"] == "pass" for p in out["pairs"]), out["pairs"]
+    assert all(0.95 < p["ratio"] < 1.05 and p["decision"] != "fail" for p in out["pairs"]), out["pairs"]
     assert out["paired_on"][0] == "environment" and out["across_machines"]
-    text, status = gate_command(twins, "host:box1", "host:box2", ["slower:5%"], "json")
+    text, status = gate_command(twins, "host:box1", "host:box2", ["slower:10%"], "json")
     assert status is Exit.OK and {c["environment"] for c in json.loads(text)["checks"]} == {"container", "metal"}
     publish([twins], tmp_path / "site")
     page = (tmp_path / "site" / "machines.html").read_text()
@@ -147,7 +152,7 @@ def test_a_machine_id_is_matched_whole(tmp_path: Path, matrix_cmd: list[str]) ->
     team = tmp_path / "team.db"
     out = json.loads(compare_command(team, "machine:abcd1234", "machine:abcd1234-x", "json"))
     assert [m["id"] for m in out["machines"]["a"]] == ["abcd1234"]
-    assert out["pairs"][0]["decision"] == "pass" and 0.95 < out["pairs"][0]["ratio"] < 1.05
+    assert out["pairs"][0]["decision"] != "fail" and 0.95 < out["pairs"][0]["ratio"] < 1.05
     with pytest.raises(ConfigError, match=r"'machine:abcd' matches no machine in the store \(a store id or a hardware "
                                           r"name, written whole\); machines: machine:abcd1234 \(host alpha"):
         compare_command(team, "machine:abcd", "machine:abcd1234-x", "json")

@@ -74,7 +74,10 @@ def test_a_host_renamed_is_one_machine_and_one_series(tmp_path: Path) -> None:
     hist = load_history(box)
     assert hist["series"].nunique() == 1 and (hist["boundary"] == "").all() and len(hist) == 6
     out = json.loads(compare_command(box, "host:old-name", "host:new-name", "json"))
-    assert not out["across_machines"] and out["pairs"][0]["decision"] == "pass"
+    # Paired as one machine (no "across machines" warning), and no change found: 3 repeats of a 2% spread do not
+    # show it within ±2% either, so it is undecided rather than passed.
+    assert not out["across_machines"] and out["pairs"][0]["decision"] == "undecided"
+    assert 0.95 < out["pairs"][0]["ratio"] < 1.05
 
 
 def test_the_same_store_imported_from_two_files_is_one_machine(tmp_path: Path) -> None:

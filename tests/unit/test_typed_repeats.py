@@ -30,6 +30,7 @@ NOT_REPEATS = {
     "runner/analysis/history.py:_name_rows:->": "the history's output rows, one per point",
     "runner/kit/goals.py:best:rows": "the evidence page's numbers of one table (evidence.json), one per row",
     "runner/kit/goals.py:best:->": "one of those rows",
+    "runner/kit/goals.py:family:rows": "the same evidence rows, counted for the goals' family of choices",
 }
 # A stored repeat's JSON documents and identity, as a dict read by string would name them.
 DOCUMENTS = {"metrics", "env", "raw", "params", "capture_id", "log_tail"}
