@@ -32,8 +32,10 @@ class Bash:
     def __init__(self, home: Path) -> None:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: bash reads its ~/.bashrc, where the completion is installed
+            # PROMPT_COMMAND sets the prompt after the system's bashrc has set its own (Debian's names user@host).
             os.execve(shutil.which("bash") or "bash", ["bash", "-i"],
-                      {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(home), "PS1": "$ ", "TERM": "dumb"})
+                      {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(home), "PS1": "$ ", "TERM": "dumb",
+                       "PROMPT_COMMAND": "PS1='$ '"})
         self.read_until("$ ")
 
     def read_until(self, wanted: str, timeout: float = 60.0) -> str:
