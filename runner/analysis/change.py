@@ -196,6 +196,11 @@ def pct(x: float) -> str:
     return f"{x:.1%}" if abs(x) < 100 else f"{x * 100:.3g}%"
 
 
+def threshold_text(x: float) -> str:
+    """A threshold as the user gave it: '2%', '2.5%', '0.5%' (never rounded to a whole percent that it is not)."""
+    return f"{x * 100:.4g}%"
+
+
 def _side_words(r: float, metric: Metric) -> tuple[str, float]:
     """A ratio B/A as (word, size): ('slower', 0.051) for a throughput 4.9% lower (A/B - 1: as compare's '1.05x
     slower'); ('higher', 0.02) for a peak memory 2% higher; ('', 0) for no change."""

@@ -141,14 +141,14 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
         gain = ratio if metric.higher_is_better else 1 / ratio
         return True, metric.better if gain > 1 else metric.worse, Verdict.FAIL
     if d.verdict is Verdict.PASS:
-        return False, f"same (within ±{min_effect:.0%})", Verdict.PASS
+        return False, f"same (within ±{change.threshold_text(min_effect)})", Verdict.PASS
     if coarse and coarse >= min_effect:
         return False, (f"undecided: the figures are printed too coarsely to tell (rounding alone may move the change "
-                       f"by {coarse:.1%}; {min_effect:.0%} is looked for)"), Verdict.UNDECIDED
+                       f"by {coarse:.1%}; {change.threshold_text(min_effect)} is looked for)"), Verdict.UNDECIDED
     said = d.reason.split("; ")[1:]  # the interval itself is the table's (and the JSON's) own column
     if abs(math.log(ratio)) <= math.log1p(min_effect):
-        said.insert(0, f"the interval reaches beyond ±{min_effect:.0%}" if delta is not None and delta.has_interval
-                    else f"no interval of the change to show it within ±{min_effect:.0%}")
+        said.insert(0, f"the interval reaches beyond ±{change.threshold_text(min_effect)}" if delta is not None and delta.has_interval
+                    else f"no interval of the change to show it within ±{change.threshold_text(min_effect)}")
     return False, "undecided: " + "; ".join(said), Verdict.UNDECIDED
 
 

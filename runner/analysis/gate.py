@@ -345,7 +345,7 @@ def rows(checks: Sequence[Check]) -> list[dict[str, str]]:
         opts = c.params.get("options") or ""
         p = c.p_value if math.isnan(c.p_adjusted) else c.p_adjusted
         out.append({"verdict": c.verdict.value, "rule": c.rule.text, "cell": " ".join([cell, *extra, opts]).strip(),
-                    "A": _num(c.a_mean), "B": _num(c.b_mean),
+                    "A": _shown(c.a_mean, c.rule), "B": _shown(c.b_mean, c.rule),
                     "change": "—" if math.isnan(c.change) else f"{c.change:+.1%}",
                     "p": "—" if math.isnan(p) else f"{p:.3g}",
                     "why": "; ".join(x for x in (c.reason, c.note) if x)})
@@ -395,6 +395,14 @@ def summary_line(rules: Sequence[Rule], checks: Sequence[Check], policy: str = "
     elif note:
         tally += f"; {note}"
     return f"Gate {word} ({rule_text}){counted_as}: {tally}{correction}."
+
+
+def _shown(x: float, rule: Rule) -> str:
+    """A side's mean as compare shows it: in the metric's displayed unit (peak memory in MiB, never bytes), the unit
+    said where it does not depend on the workload (a throughput's img/s or tok/s does)."""
+    m = METRICS[rule.metric]
+    text = _num(x * m.scale)
+    return f"{text} {m.unit}" if text != "—" and m.unit and not m.token_unit else text
 
 
 def _num(x: float) -> str:

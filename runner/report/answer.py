@@ -84,12 +84,17 @@ def history_findings(hist: pd.DataFrame, metric: an.Metric) -> list[dict[str, An
     if hist.empty:
         return []
     out = []
-    for _, g in hist.groupby("series" if "series" in hist else "cell_key", sort=False):
+    series = "series" if "series" in hist else "cell_key"
+    # A name measured under several definitions has a series each: its label says which, as the history table does.
+    names = [c for c in (*an.CELL_KEYS, "machine") if c in hist]
+    several = hist.groupby(names, sort=False, dropna=False)[series].transform("nunique") > 1 if names else \
+        pd.Series(False, index=hist.index)
+    for _, g in hist.groupby(series, sort=False):
         r = g.iloc[-1].to_dict()
         if int(r.get("point", 0)) < 1:
             continue
         tone = point_tone(r)
-        label = cell_label(r)
+        label = cell_label(r) + (f" (definition {r['cell_key']})" if bool(several[g.index[-1]]) else "")
         said = say(tone, r["ratio"], r.get("ratio_low"), r.get("ratio_high"), r["p_value"], metric, "the latest run",
                    "the run before", "", str(r.get("change") or r.get("undecided") or ""))
         said = replace(said, sentence=f"{label}: {said.sentence}")

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from runner.analysis import Metric
@@ -229,4 +230,12 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
         if out[col].dtype == object and any(isinstance(v, tuple) for v in out[col].tolist()):
             out[col] = out[col].map(list)
     result: list[dict[str, Any]] = json.loads(out.to_json(orient="records", double_precision=10))
+    # pandas rounds to decimal places: below 1e-7 that keeps under three figures (a p-value of 4e-11 became 0, what a pair
+    # without spread says), so those are written to ten significant figures.
+    for col in out.columns:
+        if out[col].dtype.kind != "f":
+            continue
+        values = out[col].to_numpy(dtype=float)
+        for i in np.flatnonzero((np.abs(values) < 1e-7) & (values != 0)):
+            result[i][str(col)] = float(f"{values[i]:.10g}")
     return result

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
+from runner.analysis.change import threshold_text
 from runner.analysis.comparable import unit_of
 from runner.analysis.verdict import Verdict
 from runner.report import fmt, tone
@@ -109,9 +110,9 @@ def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
         text += f", 95% interval {c.geomean_low:.3f}-{c.geomean_high:.3f}"
         low, high = 1 / (1 + c.min_effect), 1 + c.min_effect
         if low <= c.geomean_low and c.geomean_high <= high:
-            text += f" (the same within ±{c.min_effect:.0%})"
+            text += f" (the same within ±{threshold_text(c.min_effect)})"
         elif c.geomean_high < low or c.geomean_low > high:
-            text += f" (a change beyond ±{c.min_effect:.0%})"
+            text += f" (a change beyond ±{threshold_text(c.min_effect)})"
     return text
 
 
@@ -132,7 +133,7 @@ def decisions_sentence(c: an.Comparison) -> str:
     text = f"{c.n_significant} of {n} pair{'s' if n != 1 else ''} significant"
     same = c.n_decision(Verdict.PASS)
     if same:
-        text += f", {same} the same within ±{c.min_effect:.0%} (the 95% interval of B/A inside it)"
+        text += f", {same} the same within ±{threshold_text(c.min_effect)} (the 95% interval of B/A inside it)"
     und = c.n_decision(Verdict.UNDECIDED)
     if und:
         needed = [int(x) for x in c.pairs["needed"] if x is not None and x == x] if "needed" in c.pairs else []
@@ -146,9 +147,9 @@ def decisions_sentence(c: an.Comparison) -> str:
         text += f", {und} undecided{more}"
     if tested > 1:
         how = (f"Welch's p < {c.alpha:g} adjusted by {c.correction.replace('-', '–').title()} over the {tested} "
-               f"tested pairs, and a change of at least {c.min_effect:.0%}")
+               f"tested pairs, and a change of at least {threshold_text(c.min_effect)}")
     else:
-        how = (f"Welch's p < {c.alpha:g} and a change of at least {c.min_effect:.0%}; "
+        how = (f"Welch's p < {c.alpha:g} and a change of at least {threshold_text(c.min_effect)}; "
                f"{'one pair tested, nothing to adjust' if tested else 'no pair could be tested'}")
     text = f"{text} ({how})."
     hot = c.pairs[(c.pairs["throttling"] != "") & c.pairs["significant"]] if "throttling" in c.pairs else c.pairs[:0]

@@ -16,6 +16,7 @@ import jinja2
 import pandas as pd
 
 from runner import analysis as an
+from runner.analysis.change import threshold_text
 from runner.report import fmt, labels, views
 from runner.report import pairs as pair_views
 from runner.report.fmt import MdSafe, Table, TableCell, records
@@ -195,10 +196,10 @@ def compare_view(c: an.Comparison) -> CompareView:
     env_table = views.environments_table(info.assign(environment=headers))
     units = [*c.a.frame.get(f"unit_{m.name}", ()), *c.b.frame.get(f"unit_{m.name}", ())]
     method = (f"Metric: {an.metric_heading(m.name, units)}, mean ± std over the repeats that ended ok; the ratio is {b}/{a}, "
-              f"with its 95% interval. A pair changed (faster, slower) when the change is at least {c.min_effect:.0%} "
+              f"with its 95% interval. A pair changed (faster, slower) when the change is at least {threshold_text(c.min_effect)} "
               f"and significant (Welch's t-test on the log scale, p < {c.alpha:g} adjusted for the false discovery "
               f"rate over the pairs tested, {c.correction.replace('-', '–').title()}); it is the same only when the "
-              f"whole interval lies within ±{c.min_effect:.0%}; otherwise it is undecided, with the repeats a side "
+              f"whole interval lies within ±{threshold_text(c.min_effect)}; otherwise it is undecided, with the repeats a side "
               "that would decide it. Fewer than two ok repeats on a side, or run settings that differ: undecided.")
     a_kind, b_kind = c.a.kind, c.b.kind
     title = f"{a} ({a_kind}) vs {b} ({b_kind})"

@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Any
 
 from runner import analysis as an
+from runner.analysis.change import threshold_text
 from runner.analysis.comparable import Outcomes, outcome_change
 from runner.analysis.verdict import Verdict
 from runner.report import fmt
@@ -152,7 +153,7 @@ def say(tone: Tone, ratio: Any, low: Any, high: Any, p: Any, metric: an.Metric, 
 def same_words(within: float | None = None) -> str:
     """What a pass means, said once for every surface: the interval of B/A lies inside ±min_effect (compare's and the
     history's default unless given), not that nothing was found."""
-    return f"the same within ±{an.MIN_EFFECT if within is None else within:.0%}"
+    return f"the same within ±{threshold_text(an.MIN_EFFECT if within is None else within)}"
 
 
 def sides(why: str, a: str, b: str) -> str:
