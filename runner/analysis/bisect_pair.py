@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from runner.analysis import resolution, significance
+from runner.analysis.change import threshold_text
 from runner.analysis.comparable import (
     Outcomes,
     at_common_step,
@@ -224,11 +225,12 @@ def _metric(x: np.ndarray, y: np.ndarray, settings: Settings, last_level: bool, 
     coarse = d.rounding / abs(ma)
     near = math.copysign(max(abs(change) - coarse, 0.0), change)  # the change rounding could not make up
     if d.decided and d.p_value < settings.alpha_look and _beyond(near, thr):
-        return Comparison(verdict=Verdict.FAIL, why=f"{percent(change)} beyond ±{thr:.0%}, p={d.p_value:.2g}", **base)
+        return Comparison(verdict=Verdict.FAIL, why=f"{percent(change)} beyond ±{threshold_text(thr)}, "
+                                                    f"p={d.p_value:.2g}", **base)
     interval = f"{percent(change)}, interval {percent(ci[0])}..{percent(ci[1])}"
     if _inside(ci[0], ci[1], thr):
-        return Comparison(verdict=Verdict.PASS, why=f"{interval} within ±{thr:.0%}", **base)
-    why = f"{interval}: neither within ±{thr:.0%} nor a significant change beyond it"
+        return Comparison(verdict=Verdict.PASS, why=f"{interval} within ±{threshold_text(thr)}", **base)
+    why = f"{interval}: neither within ±{threshold_text(thr)} nor a significant change beyond it"
     if last_level:
         why += " at the most repeats"
     return Comparison(verdict=Verdict.UNDECIDED, why=why, more=not last_level, **base)
