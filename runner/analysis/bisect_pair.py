@@ -1,6 +1,6 @@
 """Bisect's pair test: one environment's repeats against another's, judged with the shared core (outcomes as
 rates, metric definitions, a loss at a common step: runner/analysis/comparable.py; Welch's test and its interval:
-runner/analysis/significance.py) and the one verdict type. The search over many environments is bisect.py."""
+runner/analysis/significance.py) and the one verdict type. The search over many environments is bisect_search.py."""
 
 from __future__ import annotations
 

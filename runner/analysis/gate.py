@@ -38,7 +38,7 @@ from runner.analysis.comparable import (
 )
 from runner.analysis.verdict import Verdict, counts, counts_text, overall, policy_note
 from runner.base.errors import ConfigError
-from runner.spec.cells import percentage
+from runner.domain.cells import percentage
 
 GATE_SCHEMA = 3  # 3: pass only when the interval is inside the threshold; the interval, repeats needed
 

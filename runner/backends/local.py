@@ -20,8 +20,8 @@ from runner.backends.ranks import rank_env
 from runner.backends.workloads import Changed, arguments
 from runner.backends.workloads.files import stage
 from runner.base import safewrite
-from runner.spec.cells import EnvironmentBase, Task
-from runner.spec.outcomes import Outcome, Status, outcome_from_process
+from runner.domain.cells import EnvironmentBase, Task
+from runner.domain.outcomes import Outcome, Status, outcome_from_process
 
 
 class LocalEnvironment(EnvironmentBase):

@@ -18,11 +18,11 @@ from runner.analysis.compare import pair_keys
 from runner.analysis.verdict import Verdict, exit_status, parse_policy
 from runner.base.errors import ConfigError, StoreError
 from runner.base.exitcodes import Exit
+from runner.domain.cells import Cell
 from runner.execution import adaptive_rounds as schedule
 from runner.execution import decided_rounds
 from runner.matrix import Matrix
 from runner.report import decisions as present
-from runner.spec.cells import Cell
 from runner.store import Store
 from runner.store.exchange import store_id
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from runner.base.errors import ConfigError
 from runner.commands.base import Command, register
-from runner.spec.defaults import DEFAULT_DB
+from runner.domain.defaults import DEFAULT_DB
 
 
 @register

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.bench.readings import ordinal
+from runner.domain.bench_contract import WINDOW_REDO_BELOW
+from runner.domain.outcomes import Status
 from runner.record.metrics import HEADLINE, METRICS
-from runner.spec.bench_contract import WINDOW_REDO_BELOW
-from runner.spec.outcomes import Status
 
 OK, DIVERGED, REFUSED = Status.OK.value, Status.DIVERGED.value, Status.REFUSED.value
 

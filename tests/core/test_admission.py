@@ -213,7 +213,7 @@ def test_a_result_from_before_windows_were_completed_is_held_to_its_promise_less
 
 
 def test_rows_walked_by_hand_do_not_carry_a_figure_admission_left_out() -> None:
-    """The kit reads raw metrics (runner/kit/cells.py): an MFU above 1 was printed as 135% beside '2 ok'."""
+    """The kit reads raw metrics (runner/kit/cell_results.py): an MFU above 1 was printed as 135% beside '2 ok'."""
     from runner.analysis import admitted
 
     row = rows_for("k", [100.0])[0]

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner import analysis as an
-from runner.analysis import bisect as search
+from runner.analysis import bisect_search as search
 from runner.analysis import gate
 from runner.analysis.verdict import Verdict
 from runner.record.repeat import Repeat
@@ -51,7 +51,7 @@ def rows(env: str, s: dict[str, Any], start: int) -> list[dict[str, Any]]:
 
 
 def sample(s: dict[str, Any], env: str = "X") -> search.Sample:
-    """The pair test's view of a side, as `matrix bisect` builds it (runner/bisect/measure.py): each stored row read
+    """The pair test's view of a side, as `matrix bisect` builds it (runner/bisect/store_measure.py): each stored row read
     once as a Repeat, so admission has spoken (a throughput of 0 is refused, not an ok figure)."""
     repeats = [Repeat.of(StoredRepeat.of(r)) for r in rows(env, s, 0)]
     ok = [r.value("throughput") for r in repeats if r.ok]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from runner import analysis as an
-from runner.analysis import bisect as search
+from runner.analysis import bisect_search as search
 from runner.analysis import gate
 from runner.analysis.history import history
 from runner.analysis.verdict import Verdict
@@ -68,7 +68,7 @@ def test_an_infinite_figure_is_no_measurement_for_any_command() -> None:
                                           ([100.0, 101.0, 99.0], [-5.0, -6.0, -4.0], "B")])
 def test_bisect_says_what_compare_says_of_a_figure_no_machine_produces(va: list[float], vb: list[float],
                                                                        side: str) -> None:
-    """bisect reads each stored row as a Repeat (runner/bisect/measure.py), so admission has spoken there too."""
+    """bisect reads each stored row as a Repeat (runner/bisect/store_measure.py), so admission has spoken there too."""
     from runner.record.repeat import Repeat
     from runner.record.stored import StoredRepeat
 

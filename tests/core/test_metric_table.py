@@ -21,8 +21,8 @@ from runner import cli, matrix
 from runner.analysis import gate
 from runner.analysis.history import history
 from runner.publish import load as site_load
-from runner.record.figures import number
 from runner.record.metrics import METRICS, Metric, Reach
+from runner.record.readers import number
 from runner.store import Store
 from tests.decide.helpers import rows_for, store_of
 

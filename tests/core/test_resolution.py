@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from runner import analysis as an
-from runner.analysis import bisect as search
+from runner.analysis import bisect_search as search
 from runner.analysis import gate, resolution, significance
 from runner.analysis.history import history
 from runner.analysis.verdict import Verdict

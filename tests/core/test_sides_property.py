@@ -22,7 +22,7 @@ import runner.analysis as an
 from runner.analysis import references
 from runner.analysis.bounds import Bound
 from runner.base.errors import ConfigError
-from runner.bisect.measure import StoreMeasure
+from runner.bisect.store_measure import StoreMeasure
 from runner.commands.decide import gate_result
 from runner.commands.export import export_command
 from runner.commands.import_ import import_command

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from runner.analysis.adaptive import Stop, assess, relative_ci, replay
-from runner.spec.cells import AdaptiveRepeats, RunSettings
+from runner.domain.cells import AdaptiveRepeats, RunSettings
 
 RULE = AdaptiveRepeats(min=3, max=20, target_ci=0.01)
 

@@ -11,9 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runner.analysis import bisect as search
 from runner.analysis import bisect_pair
-from runner.analysis.bisect import FOUND, NO_CHANGE, SPREAD, UNDECIDED, Sample, Settings, bisect, replay
+from runner.analysis import bisect_search as search
+from runner.analysis.bisect_search import (
+    FOUND,
+    NO_CHANGE,
+    SPREAD,
+    UNDECIDED,
+    Sample,
+    Settings,
+    bisect,
+    replay,
+)
 from runner.analysis.verdict import Verdict
 from runner.base.exitcodes import Exit
 
@@ -271,7 +280,7 @@ def test_the_interval_of_a_change_is_never_below_minus_100_percent() -> None:
     a fall of more than everything. The interval of the ratio is made on the log scale: above -100%, and it holds
     the change itself."""
     from runner.analysis import significance
-    from runner.report.bisect import change_text
+    from runner.report.bisect_answer import change_text
 
     a, b = Sample(statuses=("ok", "ok"), values=(100.0, 101.0)), Sample(statuses=("ok", "ok"), values=(100.0, 3000.0))
     settings = Settings()

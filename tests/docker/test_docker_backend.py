@@ -14,8 +14,8 @@ from dockertools import IMAGE
 from runner.backends.base import NotStarted
 from runner.backends.context import RunContext
 from runner.backends.docker import DockerBackend, DockerEnvironment
-from runner.spec.cells import Cell, Mount, RunSettings, Task
-from runner.spec.outcomes import Outcome, Status
+from runner.domain.cells import Cell, Mount, RunSettings, Task
+from runner.domain.outcomes import Outcome, Status
 
 pytestmark = pytest.mark.docker
 

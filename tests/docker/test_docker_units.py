@@ -15,7 +15,7 @@ from runner.backends.docker import engine, payload
 from runner.backends.docker import engine_podman as podman
 from runner.backends.docker.engines import ENGINES
 from runner.base.errors import ConfigError
-from runner.spec.cells import Cell, RunSettings, Task
+from runner.domain.cells import Cell, RunSettings, Task
 
 
 @pytest.mark.parametrize(("image", "name"), [

@@ -7,7 +7,7 @@ import json
 import random
 from pathlib import Path
 
-from runner.spec.cells import stable_hash
+from runner.domain.cells import stable_hash
 from runner.store import SCHEMA, Store
 
 MODELS = ("resnet50", "wrn", "mnist_cnn", "vgg16")

@@ -81,7 +81,7 @@ def test_summarize_per_cell_statistics_and_status_counts() -> None:
     bf16 = by_prec["bf16"]
     assert (bf16["status"], bf16["n_ok"], bf16["statuses"]) == ("unsupported", 0, "1 unsupported")
     assert bf16["reason"] == "unsupported"
-    # fp32 first (the order of runner.spec.cells.PRECISIONS), nothing dropped.
+    # fp32 first (the order of runner.domain.cells.PRECISIONS), nothing dropped.
     assert list(summary["precision"]) == ["fp32", "fp16", "bf16"]
 
 

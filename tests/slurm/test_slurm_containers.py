@@ -30,14 +30,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runner.backends import containers  # noqa: E402
-from runner.backends.containers import ContainerSpec, facts, identity  # noqa: E402
-from runner.backends.slurm import SlurmEnvironment, outcomes  # noqa: E402
+from runner.backends.containers import ContainerSpec, facts, image_hash  # noqa: E402
+from runner.backends.slurm import SlurmEnvironment, task_outcomes  # noqa: E402
 from runner.backends.slurm.script import array_job, render_script, time_seconds  # noqa: E402
 from runner.backends.slurm.state import Watched  # noqa: E402
 from runner.base.errors import ConfigError  # noqa: E402
+from runner.domain.cells import Cell, RunSettings, Task  # noqa: E402
+from runner.domain.outcomes import Status  # noqa: E402
 from runner.matrix import parse  # noqa: E402
-from runner.spec.cells import Cell, RunSettings, Task  # noqa: E402
-from runner.spec.outcomes import Status  # noqa: E402
 
 GOLDEN = Path(__file__).with_name("golden")
 RESULTS = "/shared/matrix runs/r1"  # a space: every path must travel as one word
@@ -232,7 +232,7 @@ def test_a_missing_runtime_or_image_is_not_started_with_the_reason(case: str, tm
     done = json.loads((results_dir / "out" / f"{task.id}.done").read_text())
     assert done["check_returncode"] != 0
     w = Watched(task, "k", "8", 0, results_dir, time.time(), "r1")
-    outcome = outcomes.from_files(w, None, {"backend": "slurm"})
+    outcome = task_outcomes.from_files(w, None, {"backend": "slurm"})
     assert outcome.status is Status.NOT_STARTED
     want = "Podman (/opt/none/podman) is not on PATH" if case == "no runtime" else "is not in podman's image storage"
     assert want in outcome.reason and outcome.reason.startswith("the container runtime cannot start on "), outcome.reason
@@ -301,15 +301,15 @@ def test_a_file_image_is_hashed_once_and_again_when_it_changes(tmp_path: Path, m
     image, cache = tmp_path / "img.sif", tmp_path / "ids.json"
     image.write_bytes(b"sif" * 1000)
     calls: list[Path] = []
-    real = identity.file_hash
-    monkeypatch.setattr(identity, "file_hash", lambda p: calls.append(p) or real(p))
-    first = identity.image_identity(str(image), cache)
+    real = image_hash.file_hash
+    monkeypatch.setattr(image_hash, "file_hash", lambda p: calls.append(p) or real(p))
+    first = image_hash.image_identity(str(image), cache)
     assert first.sha256 == hashlib.sha256(b"sif" * 1000).hexdigest() and first.what == "file"
-    assert identity.image_identity(str(image), cache) == first and len(calls) == 1  # from the cache
+    assert image_hash.image_identity(str(image), cache) == first and len(calls) == 1  # from the cache
     image.write_bytes(b"SIF" * 1000)
     os.utime(image, (time.time() + 5, time.time() + 5))
-    assert identity.image_identity(str(image), cache).sha256 == hashlib.sha256(b"SIF" * 1000).hexdigest()
-    assert identity.image_identity(str(tmp_path / "gone.sif"), cache).problem.startswith("not visible")  # type: ignore[union-attr]
+    assert image_hash.image_identity(str(image), cache).sha256 == hashlib.sha256(b"SIF" * 1000).hexdigest()
+    assert image_hash.image_identity(str(tmp_path / "gone.sif"), cache).problem.startswith("not visible")  # type: ignore[union-attr]
 
 
 def test_a_directory_image_hash_follows_its_content(tmp_path: Path) -> None:
@@ -317,14 +317,14 @@ def test_a_directory_image_hash_follows_its_content(tmp_path: Path) -> None:
     (root / "usr" / "bin").mkdir(parents=True)
     (root / "usr" / "bin" / "python3").write_text("one")
     (root / "lib").symlink_to("usr/lib")
-    a = identity.image_identity(str(root), tmp_path / "ids.json")
-    b = identity.image_identity(str(root), None)
+    a = image_hash.image_identity(str(root), tmp_path / "ids.json")
+    b = image_hash.image_identity(str(root), None)
     assert a.sha256 == b.sha256 and a.what == "directory tree"
     (root / "usr" / "bin" / "python3").write_text("two")
     os.utime(root / "usr" / "bin" / "python3", (time.time() + 5, time.time() + 5))
-    assert identity.image_identity(str(root), tmp_path / "ids.json").sha256 != a.sha256
+    assert image_hash.image_identity(str(root), tmp_path / "ids.json").sha256 != a.sha256
     (tmp_path / "ids.json").write_text("{not json")  # a damaged cache is ignored, not an error
-    assert identity.image_identity(str(root), tmp_path / "ids.json").sha256
+    assert image_hash.image_identity(str(root), tmp_path / "ids.json").sha256
 
 
 def test_a_changed_image_on_the_node_is_recorded_not_hashed(tmp_path: Path, results_dir: Path) -> None:
@@ -378,11 +378,11 @@ def test_the_identity_cache_never_writes_through_a_planted_link_nor_waits_on_a_f
     cache = tmp_path / "cache" / "image-hashes.json"
     cache.parent.mkdir()
     cache.symlink_to(victim)
-    first = identity.image_identity(str(image), cache)
+    first = image_hash.image_identity(str(image), cache)
     assert victim.read_text() == "someone else's\n" and cache.is_symlink()
     cache.unlink()
     os.mkfifo(cache)
-    assert identity.image_identity(str(image), cache) == first   # a FIFO is no cache: hashed again, not waited on
+    assert image_hash.image_identity(str(image), cache) == first   # a FIFO is no cache: hashed again, not waited on
     cache.unlink()
-    identity.image_identity(str(image), cache)
+    image_hash.image_identity(str(image), cache)
     assert json.loads(cache.read_text())["hashes"]

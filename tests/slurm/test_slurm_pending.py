@@ -27,8 +27,8 @@ from runner.backends.context import RunContext  # noqa: E402
 from runner.backends.slurm import SlurmBackend, SlurmEnvironment, commands, pending  # noqa: E402
 from runner.backends.slurm.commands import Pending, SlurmError, parse_sacct  # noqa: E402
 from runner.backends.slurm.state import Watched  # noqa: E402
-from runner.spec.cells import Cell, RunSettings, Task  # noqa: E402
-from runner.spec.outcomes import Outcome, Status  # noqa: E402
+from runner.domain.cells import Cell, RunSettings, Task  # noqa: E402
+from runner.domain.outcomes import Outcome, Status  # noqa: E402
 from runner.store import Store  # noqa: E402
 from tests.slurm.test_slurm_units import fake_scripts  # noqa: E402
 

@@ -18,8 +18,8 @@ if str(ROOT) not in sys.path:
 
 from runner.backends.context import RunContext  # noqa: E402
 from runner.backends.slurm import SlurmBackend, SlurmEnvironment  # noqa: E402
-from runner.spec.cells import Cell, RunSettings, Task  # noqa: E402
-from runner.spec.outcomes import Outcome, Status  # noqa: E402
+from runner.domain.cells import Cell, RunSettings, Task  # noqa: E402
+from runner.domain.outcomes import Outcome, Status  # noqa: E402
 from runner.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slurm

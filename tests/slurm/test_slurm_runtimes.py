@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from runner.backends.containers.identity import image_identity  # noqa: E402
+from runner.backends.containers.image_hash import image_identity  # noqa: E402
 from runner.store import Store  # noqa: E402
 from tests.conftest import require  # noqa: E402
 from tests.slurm.test_slurm_cli import cli  # noqa: E402

@@ -22,13 +22,13 @@ if str(ROOT) not in sys.path:
 
 from runner.backends.base import NotStarted  # noqa: E402
 from runner.backends.context import RunContext  # noqa: E402
-from runner.backends.slurm import SlurmBackend, SlurmEnvironment, commands, outcomes  # noqa: E402
+from runner.backends.slurm import SlurmBackend, SlurmEnvironment, commands, task_outcomes  # noqa: E402
 from runner.backends.slurm.commands import SacctRow, parse_sacct, slurm  # noqa: E402
 from runner.backends.slurm.script import array_job, render_script, sbatch_quote  # noqa: E402
 from runner.backends.slurm.state import Watched  # noqa: E402
 from runner.base.errors import BackendError, ConfigError, StoreError  # noqa: E402
-from runner.spec.cells import Cell, RunSettings, Task  # noqa: E402
-from runner.spec.outcomes import Outcome, Status  # noqa: E402
+from runner.domain.cells import Cell, RunSettings, Task  # noqa: E402
+from runner.domain.outcomes import Outcome, Status  # noqa: E402
 from runner.store import Store  # noqa: E402
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -225,7 +225,7 @@ def test_slurm_states_without_a_result_file_map_to_statuses(backend: tuple[Slurm
     (w.results_dir / "work" / f"{w.task.id}.rank0.log").write_text("Traceback ...\nRuntimeError: boom\n")
     (w.results_dir / "logs" / "41_3.out").write_text("slurmstepd: error: *** JOB 44 ON vm CANCELLED ***\n")
     r = row(state, 1 if state == "FAILED" else 0)
-    outcome = outcomes.from_state(b.env, w, r, b._extra(w, r))
+    outcome = task_outcomes.from_state(b.env, w, r, b._extra(w, r))
     assert outcome.status is status
     assert "41_3" in outcome.reason and outcome.env["slurm_state"] == state
     assert "RuntimeError: boom" in outcome.log_tail and "slurmstepd" in outcome.log_tail
@@ -241,14 +241,14 @@ def test_failed_job_with_a_result_file_keeps_the_bench_status(backend: tuple[Slu
     (out / f"{w.task.id}.err").write_text("")
     (out / f"{w.task.id}.done").write_text(json.dumps({"schema": 1, "returncode": 3, "srun_returncode": 3,
                                                        "started_at": 1.0, "finished_at": 2.0}))
-    outcome = outcomes.from_files(w, row("FAILED", 3), b._extra(w, None))
+    outcome = task_outcomes.from_files(w, row("FAILED", 3), b._extra(w, None))
     assert outcome.status is Status.OOM and outcome.reason == "CUDA out of memory"
     # A rank other than 0 failed while rank 0 reported ok: the repeat failed.
     result["status"], result["reason"] = "ok", None
     (out / f"{w.task.id}.out").write_text("MATRIX_RESULT " + json.dumps(result) + "\n")
     (out / f"{w.task.id}.done").write_text(json.dumps({"schema": 1, "returncode": 0, "srun_returncode": 1,
                                                        "started_at": 1.0, "finished_at": 2.0}))
-    outcome = outcomes.from_files(w, row("FAILED", 1), b._extra(w, None))
+    outcome = task_outcomes.from_files(w, row("FAILED", 1), b._extra(w, None))
     assert outcome.status is Status.FAILED and "rank" in outcome.reason
 
 

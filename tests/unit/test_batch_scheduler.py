@@ -23,9 +23,9 @@ from runner.backends.base import Sink
 from runner.backends.batch import BatchBackend, Polled, Watched, state_key
 from runner.backends.context import RunContext
 from runner.base.errors import BackendError
+from runner.domain.cells import EnvironmentBase, Task
+from runner.domain.outcomes import Outcome, Status
 from runner.execution import execute
-from runner.spec.cells import EnvironmentBase, Task
-from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 # The job: sleeps a little (so that a poll can see it queued), then writes its result where collect reads it.

@@ -21,9 +21,9 @@ from runner import matrix as matrix_mod
 from runner.backends.base import Backend, SequentialBackend
 from runner.backends.local import LocalEnvironment
 from runner.backends.slurm import SlurmEnvironment
+from runner.domain.cells import Task
+from runner.domain.outcomes import Outcome, Status
 from runner.execution import execute
-from runner.spec.cells import Task
-from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 AUTO = """

@@ -19,9 +19,9 @@ from rich.console import Console
 from runner import matrix
 from runner.backends.base import SequentialBackend
 from runner.backends.local import LocalEnvironment
+from runner.domain.cells import Task
+from runner.domain.outcomes import Outcome, Status
 from runner.execution import execute
-from runner.spec.cells import Task
-from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 from runner.store import liveness as store_mod
 
@@ -297,7 +297,7 @@ import sys
 from pathlib import Path
 from runner import matrix
 from runner.backends.local import LocalBackend
-from runner.spec.cells import Task
+from runner.domain.cells import Task
 from runner.backends.context import RunContext
 (cell,) = matrix.parse(
     "environments: [{name: slow, backend: local, python: '%s'}]\\n"

@@ -17,9 +17,9 @@ import pytest
 
 from runner import backends
 from runner.cli import complete
+from runner.domain.bench_contract import PRECISIONS
 from runner.record.metrics import METRICS, Metric
 from runner.report.formats import FORMATS
-from runner.spec.bench_contract import PRECISIONS
 
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None or not (BIN / "matrix").exists(),

@@ -13,8 +13,8 @@ import pytest
 from runner.bench import args as bench_args
 from runner.bench import contract as bench_contract
 from runner.bench.errors import BadArgs
-from runner.spec import bench_contract as contract
-from runner.spec.cells import AXIS_NAMES, LAYOUT_AXES, Axes, Cell, EnvironmentBase, RunSettings
+from runner.domain import bench_contract as contract
+from runner.domain.cells import AXIS_NAMES, LAYOUT_AXES, Axes, Cell, EnvironmentBase, RunSettings
 
 BASE = {"--model": "mlp", "--precision": "fp32", "--batch-size": "2", "--dataset": "synthetic"}
 

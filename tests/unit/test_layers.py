@@ -29,7 +29,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("backends", ("runner.backends",)),
     ("store", ("runner.store",)),
     ("record", ("runner.record",)),
-    ("spec", ("runner.spec",)),
+    ("domain", ("runner.domain",)),
     ("base", ("runner.base", "runner")),
     ("bench", ("runner.bench",)),
 ]

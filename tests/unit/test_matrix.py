@@ -11,7 +11,7 @@ import pytest
 
 from runner import matrix
 from runner.base.errors import ConfigError
-from runner.spec.cells import Cell, RunSettings
+from runner.domain.cells import Cell, RunSettings
 
 BASE = """
 environments:
@@ -204,7 +204,7 @@ def test_only_converts_values_and_an_empty_selection_is_an_error() -> None:
 
 
 # The quickstart as it was before `warmup: auto` and `iterations: auto` existed, and the keys its cells had then
-# (runner/spec/cells.py Cell.key on that tree): a fixed count keeps meaning what it meant, so stored results keep their cells.
+# (runner/domain/cells.py Cell.key on that tree): a fixed count keeps meaning what it meant, so stored results keep their cells.
 OLD_QUICKSTART = """
 name: quickstart
 environments:

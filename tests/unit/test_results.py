@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from runner.spec.outcomes import Status, outcome_from_process, tail
+from runner.domain.outcomes import Status, outcome_from_process, tail
 
 
 def line(**fields: object) -> str:
@@ -42,7 +42,7 @@ def test_tail_keeps_the_end() -> None:
 def test_rerun_failed_says_what_it_reruns() -> None:
     """The option's help and the run summary print RERUN_FAILED_TEXT: it names every status that
     --rerun-failed adds to what a plain run measures again (cancelled and not_started)."""
-    from runner.spec.outcomes import RERUN_FAILED, RERUN_FAILED_TEXT
+    from runner.domain.outcomes import RERUN_FAILED, RERUN_FAILED_TEXT
     words = {"failed": Status.FAILED, "oom": Status.OOM, "diverged": Status.DIVERGED, "refused": Status.REFUSED, "timed-out": Status.TIMEOUT}
     named = {status for word, status in words.items() if word in RERUN_FAILED_TEXT}
     assert named == {s for s in RERUN_FAILED if s.final}
@@ -52,7 +52,7 @@ def test_rerun_failed_says_what_it_reruns() -> None:
 def test_a_diverged_exit_without_a_line_is_diverged_and_a_line_with_it_is_kept() -> None:
     """bench's exit 5 is a diverged training: with its result line the line's reason is kept, without one the exit
     status says it; neither is read as a crash (exit 1), and an `ok` line with exit 5 is not ok."""
-    from runner.spec.bench_contract import EXIT_DIVERGED
+    from runner.domain.bench_contract import EXIT_DIVERGED
     assert outcome_from_process("", "", EXIT_DIVERGED, 0, 1).status is Status.DIVERGED
     o = outcome_from_process(line(status="diverged", reason="loss nan at step 3"), "", EXIT_DIVERGED, 0, 1)
     assert o.status is Status.DIVERGED and o.reason == "loss nan at step 3"

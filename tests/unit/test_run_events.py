@@ -13,10 +13,10 @@ import pytest
 from runner import matrix
 from runner.backends.base import SequentialBackend
 from runner.backends.local import LocalEnvironment
+from runner.domain.cells import Cell, Task
+from runner.domain.outcomes import Outcome, Status
 from runner.execution import execute
 from runner.execution.events import RunListener, RunReport
-from runner.spec.cells import Cell, Task
-from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 

@@ -20,10 +20,10 @@ from runner import backends, cli
 from runner import matrix as matrix_mod
 from runner.backends.base import Backend, Check, NotStarted
 from runner.backends.local import LocalEnvironment
+from runner.domain.cells import Task
+from runner.domain.outcomes import Outcome, Status
 from runner.execution import execute
 from runner.execution.printer import RunPrinter
-from runner.spec.cells import Task
-from runner.spec.outcomes import Outcome, Status
 from runner.store import Store, run_status
 
 MATRIX = """

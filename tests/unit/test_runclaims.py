@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.spec.cells import Task
+from runner.domain.cells import Task
 from runner.store import Holder, Store, StoreFull
 from runner.store import liveness as store_mod
 from tests.unit.test_claims import NEEDS, M, hold, ok, other_run

@@ -9,9 +9,9 @@ import pytest
 
 from runner import matrix
 from runner.base.errors import ConfigError, StoreError
+from runner.domain.cells import Task
+from runner.domain.outcomes import Outcome, Status
 from runner.execution import execute
-from runner.spec.cells import Task
-from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 M = matrix.parse("""

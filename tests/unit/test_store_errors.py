@@ -13,8 +13,8 @@ import pytest
 
 from runner import cli, matrix
 from runner.base.exitcodes import Exit
-from runner.spec.cells import Task
-from runner.spec.outcomes import Outcome, Status
+from runner.domain.cells import Task
+from runner.domain.outcomes import Outcome, Status
 from runner.store import Store
 
 TEXT = """

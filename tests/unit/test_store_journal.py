@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from runner import matrix
-from runner.spec.cells import Task
-from runner.spec.outcomes import Outcome, Status
+from runner.domain.cells import Task
+from runner.domain.outcomes import Outcome, Status
 from runner.store import Store, journal
 
 M = matrix.parse("""

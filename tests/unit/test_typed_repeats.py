@@ -25,7 +25,7 @@ REPEAT_FUNCTION = re.compile(r"(^|_)(rows|repeats|stored)($|_)")
 # Names that say repeat but hold something else, each with what it is (an entry that no longer exists fails too).
 NOT_REPEATS = {
     "runner/commands/ls.py:imports_table:rows": "the `imported` table's summary, one row per origin store and file",
-    "runner/spec/cellmatch.py:matches:row": "a cell's params and environment, matched against a rule",
+    "runner/domain/cellmatch.py:matches:row": "a cell's params and environment, matched against a rule",
     "runner/report/grid.py:per_step_rows:->": "the summary's records of one block of the precision grid",
     "runner/analysis/history.py:_name_rows:->": "the history's output rows, one per point",
     "runner/kit/goals.py:best:rows": "the evidence page's numbers of one table (evidence.json), one per row",

@@ -16,7 +16,7 @@ import pytest
 
 from runner.backends import artifact
 from runner.backends.workloads.files import Changed, folder_name, scan, stage, tar_members
-from runner.spec.outcomes import outcome_from_process
+from runner.domain.outcomes import outcome_from_process
 
 MLLOG_OK = ('print(\':::MLLOG {"key": "tracked_stats", "time_ms": 1, "value": {"throughput": 50}}\')\n'
             'print(\':::MLLOG {"key": "tracked_stats", "time_ms": 2, "value": {"throughput": 70}}\')\n')

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runner.backends.workloads.spec import ParserSpec, parser_config
+from runner.backends.workloads.config import ParserSpec, parser_config
 from runner.bench import parsers
 from runner.bench.workload import judge, oom_reason
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runner.backends.workloads.spec import ParserSpec, parser_config
+from runner.backends.workloads.config import ParserSpec, parser_config
 from runner.bench import parsers
 from runner.bench import workload as launcher
 
@@ -177,7 +177,7 @@ def test_every_parser_says_how_it_obtained_each_figure_and_its_unit() -> None:
 
 
 def test_a_program_printing_only_its_time_per_step_gets_a_throughput_in_its_own_unit() -> None:
-    from runner.backends.workloads.spec import arithmetic
+    from runner.backends.workloads.config import arithmetic
 
     cfg = config({"kind": "pattern", "items_per_step": "{batch_size} * {block_size}", "items": "tokens",
                   "figures": {"iter_time": {"regex": r"time ([\d.]+)ms", "unit": "ms", "reduce": "mean", "skip": 1}}})
@@ -195,7 +195,7 @@ def test_a_program_printing_only_its_time_per_step_gets_a_throughput_in_its_own_
     ("{batch_size} / 0", "division by zero"), ("{batch_size} -", "not arithmetic"),
 ])
 def test_items_per_step_is_arithmetic_of_the_cells_values_only(expr: str, words: str) -> None:
-    from runner.backends.workloads.spec import arithmetic
+    from runner.backends.workloads.config import arithmetic
 
     with pytest.raises(ValueError, match=words):
         arithmetic(expr, {"batch_size": "8"})

@@ -11,7 +11,7 @@ import pytest
 from runner import matrix
 from runner.backends.workloads import arguments, launcher_spec
 from runner.base.errors import ConfigError
-from runner.spec.cells import Task
+from runner.domain.cells import Task
 from tests.workloads.conftest import EXAMPLES, WEIRD
 
 BASE = """

@@ -133,9 +133,9 @@ def test_the_scaling_table_is_headed_in_the_rows_unit() -> None:
 
 
 def test_bisects_environments_table_is_headed_in_the_samples_unit() -> None:
-    from runner.analysis.bisect import Sample, Settings, bisect, replay
+    from runner.analysis.bisect_search import Sample, Settings, bisect, replay
     from runner.analysis.comparable import definition_text
-    from runner.report.bisect import Cost, Report, tables
+    from runner.report.bisect_answer import Cost, Report, tables
     defined = definition_text(TOKENS["how"], "tok/s")
     samples = [Sample(("ok",) * 3, (100.0, 101.0, 99.0), definition=defined),
                Sample(("ok",) * 3, (80.0, 81.0, 79.0), definition=defined)]

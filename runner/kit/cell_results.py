@@ -1,5 +1,5 @@
 """The kit's results per cell (`CellResult`: its stored repeats summarised) and the small formatting helpers
-the report page (runner/kit/tables.py) uses; `published` reads the write-ups' published figures."""
+the report page (runner/kit/evidence_page.py) uses; `published` reads the write-ups' published figures."""
 
 from __future__ import annotations
 

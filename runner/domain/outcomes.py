@@ -8,8 +8,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from runner.spec.bench_contract import EXIT_DIVERGED, EXIT_OOM, EXIT_UNSUPPORTED, RESULT_EXITS, RESULT_PREFIX
-from runner.spec.bench_contract import SCHEMA as BENCH_SCHEMA
+from runner.domain.bench_contract import (
+    EXIT_DIVERGED,
+    EXIT_OOM,
+    EXIT_UNSUPPORTED,
+    RESULT_EXITS,
+    RESULT_PREFIX,
+)
+from runner.domain.bench_contract import SCHEMA as BENCH_SCHEMA
 
 LOG_TAIL_CHARS = 4000
 

@@ -11,8 +11,17 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from runner.analysis.bisect import FOUND, NO_CHANGE, SPREAD, STATUS, Answer, Comparison, Sample, Settings
 from runner.analysis.bisect_pair import percent
+from runner.analysis.bisect_search import (
+    FOUND,
+    NO_CHANGE,
+    SPREAD,
+    STATUS,
+    Answer,
+    Comparison,
+    Sample,
+    Settings,
+)
 from runner.analysis.comparable import unit_in
 from runner.analysis.compare import change_words
 from runner.analysis.envdiff import EnvDiff, Side

@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from runner.spec.cellmatch import AXES
-from runner.spec.cells import Mount, RunSettings
+from runner.domain.cellmatch import AXES
+from runner.domain.cells import Mount, RunSettings
 
 
 def format_errors(where: str, text: str, err: ValidationError, prefix: tuple[Any, ...],

@@ -11,13 +11,13 @@ from pathlib import Path
 from rich.console import Console
 
 from runner.analysis import resolution, sides
-from runner.analysis.bisect import Sample
+from runner.analysis.bisect_search import Sample
 from runner.analysis.frame import frame
+from runner.domain.cells import Cell
 from runner.execution import execute
 from runner.matrix import Matrix
 from runner.record.metrics import Metric
 from runner.record.repeat import Repeat
-from runner.spec.cells import Cell
 from runner.store import Store
 
 

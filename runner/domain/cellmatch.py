@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runner.base.errors import ConfigError
-from runner.spec.cells import AXIS_NAMES, Axes, Cell, Scalar, WorkloadAxes
+from runner.domain.cells import AXIS_NAMES, Axes, Cell, Scalar, WorkloadAxes
 
 # The axes model that include/exclude values, --only and reference matches are typed by: bench's, or a
 # workload matrix's while it is read or its cells are selected.

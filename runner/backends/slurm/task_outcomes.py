@@ -14,7 +14,7 @@ from runner.backends.containers import facts
 from runner.backends.slurm.commands import SacctRow
 from runner.backends.slurm.config import SlurmEnvironment
 from runner.backends.slurm.state import Watched
-from runner.spec.outcomes import Outcome, Status, outcome_from_process, tail
+from runner.domain.outcomes import Outcome, Status, outcome_from_process, tail
 
 
 def extra(env: SlurmEnvironment, run_id: str, w: Watched, row: SacctRow | None) -> dict[str, Any]:

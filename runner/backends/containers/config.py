@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from runner.spec.cells import Strict
+from runner.domain.cells import Strict
 
 # Where each container runtime lives, by the name `container.runtime` takes: the one list of runtimes (its
 # module registers the class, runner/backends/containers/base.py; docs/internals.md, "How to add a container

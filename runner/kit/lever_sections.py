@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runner.kit import transformer
-from runner.kit.cells import MIB, CellResult, _md, _ratio
+from runner.kit.cell_results import MIB, CellResult, _md, _ratio
 from runner.report import fmt
 from runner.report.fmt import DASH, Table
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from runner import analysis as an
 from runner.base import safewrite
-from runner.kit import goals, headline, levers, reference, spent, transformer
-from runner.kit.cells import MIB, CellResult, _md, _num, _ratio, published
+from runner.kit import goals, headline, lever_sections, reference, spent, transformer
+from runner.kit.cell_results import MIB, CellResult, _md, _num, _ratio, published
 from runner.kit.settings import KitView
 from runner.report import fmt
 from runner.report.fmt import DASH, Table
@@ -56,8 +56,8 @@ class Page:
         parts = [self.header(), self.headline(), self.time_section(), self.resnet50_section(),
                  transformer.section(self.phase("gpt2-124m"), self.doc), self.recipe_section(),
                  self.breakdown_section(), self.ngc_section(), self.vgg_section(), self.mnist_section(),
-                 self.wrn_section(), levers.resnet_fastest_section(self.phase("resnet50-fastest"), self.mlperf(), self.doc),
-                 levers.gpt2_levers_section(self.phase("gpt2-levers"), self.doc),
+                 self.wrn_section(), lever_sections.resnet_fastest_section(self.phase("resnet50-fastest"), self.mlperf(), self.doc),
+                 lever_sections.gpt2_levers_section(self.phase("gpt2-levers"), self.doc),
                  transformer.by_size_section(self.phase("fp8-by-size"), self.doc), self.left_section()]
         aims, self.doc["goals"] = goals.section(self.doc, self.pub, self.gpu_name())  # from every section's numbers
         parts.insert(2, aims)

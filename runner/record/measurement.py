@@ -7,8 +7,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from runner.record.figures import number as _num
-from runner.record.figures import ran_program
+from runner.record.readers import number as _num
+from runner.record.readers import ran_program
 from runner.record.stored import StoredRepeat
 
 

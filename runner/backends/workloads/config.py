@@ -18,7 +18,7 @@ from runner.backends.workloads import parse_settings as parsers
 from runner.backends.workloads.figures import arithmetic, placeholders
 from runner.backends.workloads.files import FileEntry, scan
 from runner.backends.workloads.parse_settings import ParserSpec, message, parser_config
-from runner.spec.cells import Strict, stable_hash
+from runner.domain.cells import Strict, stable_hash
 
 __all__ = ["BUILTIN_PLACEHOLDERS", "ParserSpec", "Workload", "WorkloadSpec", "arithmetic", "merged", "parser_config",
            "placeholders", "resolve", "text"]

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from runner.spec.bench_contract import (
+from runner.domain.bench_contract import (
     AMP_IMPLS,
     ATTENTION_BACKENDS,
     COMPILE_MODES,
@@ -27,20 +27,20 @@ from runner.spec.bench_contract import (
     OPTIMIZERS,
     PRECISIONS,
 )
-from runner.spec.defaults import LAYOUT_AXES as LAYOUT_AXES
-from runner.spec.defaults import shown_params as shown_params
+from runner.domain.defaults import LAYOUT_AXES as LAYOUT_AXES
+from runner.domain.defaults import shown_params as shown_params
 
 # The `run:` settings and the models' base live below this module; the parts import them from here.
-from runner.spec.runsettings import AdaptiveRepeats as AdaptiveRepeats
-from runner.spec.runsettings import AutoIterations as AutoIterations
-from runner.spec.runsettings import RunSettings as RunSettings
-from runner.spec.runsettings import SteadyWarmup as SteadyWarmup
-from runner.spec.runsettings import percentage as percentage
-from runner.spec.runsettings import seconds as seconds
-from runner.spec.strict import LONGEST_TIMEOUT as LONGEST_TIMEOUT
-from runner.spec.strict import MOST_REPEATS as MOST_REPEATS
-from runner.spec.strict import Scalar as Scalar
-from runner.spec.strict import Strict as Strict
+from runner.domain.runsettings import AdaptiveRepeats as AdaptiveRepeats
+from runner.domain.runsettings import AutoIterations as AutoIterations
+from runner.domain.runsettings import RunSettings as RunSettings
+from runner.domain.runsettings import SteadyWarmup as SteadyWarmup
+from runner.domain.runsettings import percentage as percentage
+from runner.domain.runsettings import seconds as seconds
+from runner.domain.strict import LONGEST_TIMEOUT as LONGEST_TIMEOUT
+from runner.domain.strict import MOST_REPEATS as MOST_REPEATS
+from runner.domain.strict import Scalar as Scalar
+from runner.domain.strict import Strict as Strict
 
 
 class Mount(Strict):
@@ -58,7 +58,7 @@ class EnvironmentBase(Strict):
     env: dict[str, str] = {}
     mounts: list[Mount] = []
     python: str | None = None
-    # This environment's own `workload:` keys over the matrix's (runner/backends/workloads/spec.py validates them);
+    # This environment's own `workload:` keys over the matrix's (runner/backends/workloads/config.py validates them);
     # the effective workload is part of each cell's key, not of the environment's identity.
     workload: dict[str, Any] | None = None
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from runner.spec.strict import LONGEST_TIMEOUT, MOST_REPEATS, Strict
+from runner.domain.strict import LONGEST_TIMEOUT, MOST_REPEATS, Strict
 
 
 def percentage(value: Any) -> Any:
