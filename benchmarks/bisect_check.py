@@ -58,7 +58,7 @@ def pooled_noise(paths: list[Path], min_repeats: int = 3) -> np.ndarray:
 
 
 def simulate(levels: list[float], noise: np.ndarray, settings: search.Settings, rng: np.random.Generator,
-             most: int) -> search.Answer:
+             most: int) -> search.SearchAnswer:
     data = [list(level * rng.choice(noise, most)) for level in levels]
     return search.bisect(len(levels), search.replay(data), settings)
 

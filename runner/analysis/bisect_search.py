@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from runner.analysis.bisect_pair import OK, STATUS, Comparison, Sample, Settings, compare
+from runner.analysis.bisect_pair import OK, STATUS, PairComparison, Sample, Settings, compare
 from runner.analysis.verdict import Verdict
 from runner.base.exitcodes import Exit
 
@@ -36,19 +36,19 @@ EXIT = {FOUND: Exit.OK, NO_CHANGE: Exit.FAILED, UNDECIDED: Exit.UNDECIDED, SPREA
 
 
 @dataclass
-class Answer:
+class SearchAnswer:
     """What the search found. `outcome`: found (one pair, `culprit`), spread (several steps, `steps`, or a drift
     of steps each below the threshold, `drifts`), no change (the ends are the same within the threshold) or
     undecided (`unresolved` says where, `culprit` then holds the candidate that could not be confirmed)."""
 
     outcome: str
-    end: Comparison
+    end: PairComparison
     why: str = ""
-    culprit: Comparison | None = None
-    steps: list[Comparison] = field(default_factory=list)
-    drifts: list[Comparison] = field(default_factory=list)
-    unresolved: list[Comparison] = field(default_factory=list)
-    decisions: list[Comparison] = field(default_factory=list)
+    culprit: PairComparison | None = None
+    steps: list[PairComparison] = field(default_factory=list)
+    drifts: list[PairComparison] = field(default_factory=list)
+    unresolved: list[PairComparison] = field(default_factory=list)
+    decisions: list[PairComparison] = field(default_factory=list)
     repeats: dict[int, int] = field(default_factory=dict)  # environment index -> repeats the search looked at
     samples: dict[int, Sample] = field(default_factory=dict)  # environment index -> what it looked at last
     share: float | None = None
@@ -73,8 +73,8 @@ class Search:
         self.settings = settings
         self.level: dict[int, int] = {}      # index -> position in settings.levels
         self.samples: dict[int, Sample] = {}
-        self.decisions: list[Comparison] = []
-        self._decided: dict[tuple[int, int], Comparison] = {}
+        self.decisions: list[PairComparison] = []
+        self._decided: dict[tuple[int, int], PairComparison] = {}
 
     # measuring -----------------------------------------------------------------------------------------
     def _fetch(self, wanted: Mapping[int, int]) -> None:
@@ -91,7 +91,7 @@ class Search:
             self._fetch(new)
 
     # deciding ------------------------------------------------------------------------------------------
-    def decide(self, a: int, b: int) -> Comparison:
+    def decide(self, a: int, b: int) -> PairComparison:
         """Compare b with a, adding repeats (lower level first) while the answer is undecided and can change."""
         known = self._decided.get((a, b))
         if known is not None and (known.verdict is not Verdict.UNDECIDED or not known.more):
@@ -109,7 +109,7 @@ class Search:
         self.decisions.append(c)
         return c
 
-    def look(self, a: int, b: int) -> Comparison:
+    def look(self, a: int, b: int) -> PairComparison:
         """Compare b with a on the repeats measured so far (no more are added)."""
         top = len(self.settings.levels) - 1
         c = compare(a, b, self.samples[a], self.samples[b], self.settings,
@@ -118,7 +118,7 @@ class Search:
         self.decisions.append(c)
         return c
 
-    def split(self, lo: int, mid: int, hi: int) -> tuple[Comparison, Comparison]:
+    def split(self, lo: int, mid: int, hi: int) -> tuple[PairComparison, PairComparison]:
         """The two halves of a changed interval: adds repeats (the lower level first) until a half changed, or both
         are the same within the threshold, or the last level; one half changed is enough to go on, since a single
         step leaves the other half at its end's level."""
@@ -145,7 +145,7 @@ class Search:
             self.decisions.append(c)
         return left, right
 
-    def _locate(self, c: Comparison, answer: Answer) -> None:
+    def _locate(self, c: PairComparison, answer: SearchAnswer) -> None:
         """Where the change of a changed interval happens: the steps, drifts and undecided parts inside it."""
         lo, hi = c.a, c.b
         if hi == lo + 1:
@@ -162,10 +162,10 @@ class Search:
             else:
                 answer.unresolved.extend(h for h in (left, right) if h.verdict is Verdict.UNDECIDED)
 
-    def run(self) -> Answer:
+    def run(self) -> SearchAnswer:
         last = self.count - 1
         end = self.decide(0, last)
-        answer = Answer(UNDECIDED, end)
+        answer = SearchAnswer(UNDECIDED, end)
         if end.same:
             answer.outcome, answer.why = NO_CHANGE, f"the ends are the same within the threshold ({end.why})"
         elif end.verdict is Verdict.UNDECIDED:
@@ -180,7 +180,7 @@ class Search:
         answer.samples = dict(sorted(self.samples.items()))
         return answer
 
-    def _check_single(self, answer: Answer) -> None:
+    def _check_single(self, answer: SearchAnswer) -> None:
         """A single step must leave the rest of the way unchanged: the environments before it against the first
         end, the ones after it against the last (measuring the steps there when one changed). A side that stays
         undecided at the most repeats is unresolved: the step is then a candidate, not a culprit."""
@@ -200,7 +200,7 @@ class Search:
             answer.share = explained(compare(step.a, step.b, self.samples[step.a], self.samples[step.b], self.settings),
                                      compare(0, last, self.samples[0], self.samples[last], self.settings))
 
-    def _conclude(self, answer: Answer) -> None:
+    def _conclude(self, answer: SearchAnswer) -> None:
         steps, drifts, unresolved = answer.steps, answer.drifts, answer.unresolved
         if len(steps) > 1 or drifts:
             answer.outcome = SPREAD
@@ -232,7 +232,7 @@ class Search:
         answer.why = f"one step explains {answer.share:.0%} of the end-to-end change"
 
 
-def explained(step: Comparison, end: Comparison) -> float | None:
+def explained(step: PairComparison, end: PairComparison) -> float | None:
     """The share of the end-to-end change the step makes (log scale: 1.0 is all of it); a status change that
     takes the first end's status to the last end's explains all of it."""
     if end.kind == STATUS or step.kind == STATUS:
@@ -243,7 +243,7 @@ def explained(step: Comparison, end: Comparison) -> float | None:
     return s / e
 
 
-def bisect(count: int, measure: Measure, settings: Settings) -> Answer:
+def bisect(count: int, measure: Measure, settings: Settings) -> SearchAnswer:
     """The search over `count` ordered environments (see the module's docstring)."""
     return Search(count, measure, settings).run()
 

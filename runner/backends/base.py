@@ -18,7 +18,7 @@ Sink = Callable[[Task, Outcome], None]
 
 
 @dataclass(frozen=True)
-class Check:
+class Probe:
     """One line of `matrix doctor`: ok is None when the check does not apply here."""
 
     name: str
@@ -90,7 +90,7 @@ class Backend(abc.ABC):
     probes: ClassVar[str] = ""
 
     @classmethod
-    def doctor(cls) -> list[Check]:
+    def doctor(cls) -> list[Probe]:
         """What this host offers for this backend."""
         return []
 

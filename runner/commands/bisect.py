@@ -55,7 +55,7 @@ def settings_for(first: int, most: int | None, threshold: str, metric: str) -> s
 
 
 @register
-class Bisect(Command):
+class BisectCommand(Command):
     name = "bisect"
     help = ("Find the adjacent pair of environments where the cell's metric changes beyond the threshold, measuring as\n"
             "few environments as possible (binary search, repeats added where the answer is not clear yet; every repeat\n"
@@ -91,7 +91,7 @@ class Bisect(Command):
                                    verbose=verbose, say=lambda text: err.print(text, markup=False, highlight=False))
             answer = search.bisect(len(plan.cells), measure, settings)
 
-            def sides(c: search.Comparison) -> tuple[envdiff.Side, envdiff.Side]:
+            def sides(c: search.PairComparison) -> tuple[envdiff.EnvSide, envdiff.EnvSide]:
                 return (side_of(store, plan.names[c.a], [plan.cells[c.a].key]),
                         side_of(store, plan.names[c.b], [plan.cells[c.b].key]))
 
@@ -99,7 +99,7 @@ class Bisect(Command):
             steps = tuple(sides(c) for c in answer.steps) if answer.outcome == search.SPREAD else ()
         cost = present.Cost(len(plan.names), len(answer.repeats), sum(measure.tally.looked.values()),
                             measure.tally.measured, settings.levels[0], settings.levels[-1])
-        report = present.Report(plan.names, plan.cell_text(), metric_, settings, answer, cost, diff, steps)
+        report = present.BisectReport(plan.names, plan.cell_text(), metric_, settings, answer, cost, diff, steps)
         with Store(db) as store:  # the answer is kept for the published site (runner/store/bisects.py)
             store.add_bisect(present.to_json(report), [c.key for c in plan.cells], argv, started, time.time())
         self.say(present.render(report, fmt))

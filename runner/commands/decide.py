@@ -133,7 +133,7 @@ def one_threshold(metric: str, min_effect: float | None, specs: Sequence[str]) -
 
 
 def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str], pool: bool = False, here: str = ""
-                ) -> tuple[list[gate.Rule], list[gate.Check], list[dict[str, Any]]]:
+                ) -> tuple[list[gate.Rule], list[gate.GateCheck], list[dict[str, Any]]]:
     """The rules, every check, and B's cells that A has no cell for; each side the repeats runner/analysis/sides.py
     selects for it (one machine's, unless it names machines; `here`: this store's id), as compare takes them."""
     rules = gate.parse_rules(specs)
@@ -143,7 +143,7 @@ def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str], pool: bo
             gate.only_in_b(side_a.frame, side_b.frame, keys))
 
 
-def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.Check], fmt: str | None,
+def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.GateCheck], fmt: str | None,
               policy: str = "error", unchecked: Sequence[dict[str, Any]] = ()) -> str:
     if fmt == "json":
         return gate.to_json(a, b, rules, checks, policy=policy, unchecked=unchecked)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @register
-class Plan(Command):
+class PlanCommand(Command):
     name = "plan"
     help = "Validate the matrix file and list its cells; nothing runs."
 

@@ -10,7 +10,7 @@ from runner.domain.defaults import DEFAULT_DB
 
 
 @register
-class Publish(Command):
+class PublishCommand(Command):
     name = "publish"
     help = ("Write a static site (opens from file://): machines, environments, runs, each cell's history with its "
             "changes.")

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @register
-class Run(Command):
+class RunCommand(Command):
     name = "run"
     help = "Run every repeat that is not stored yet (resume is the default)."
 

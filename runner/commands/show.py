@@ -61,7 +61,7 @@ def note(row: Repeat) -> TableCell:
 
 
 @register
-class Show(Command):
+class ShowCommand(Command):
     name = "show"
     help = f"The cells of one run with their statuses and {HEADLINE}."
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.domain.outcomes import Status
-from runner.record.admission import Check
+from runner.record.admission import AdmissionCheck
 from runner.record.measurement import measured
 from runner.record.measurement import resolution as resolution_of
 from runner.record.metrics import METRICS, definition_text, definitions
@@ -52,7 +52,7 @@ class Repeat:
         return verdict.notes if verdict.admitted else verdict.reasons
 
     @property
-    def checks(self) -> tuple[Check, ...]:
+    def checks(self) -> tuple[AdmissionCheck, ...]:
         return self.stored.admission.checks
 
     @property

@@ -17,14 +17,14 @@ from runner.analysis.bisect_search import (
     NO_CHANGE,
     SPREAD,
     STATUS,
-    Answer,
-    Comparison,
+    PairComparison,
     Sample,
+    SearchAnswer,
     Settings,
 )
 from runner.analysis.comparable import unit_in
 from runner.analysis.compare import change_words
-from runner.analysis.envdiff import EnvDiff, Side
+from runner.analysis.envdiff import EnvDiff, EnvSide
 from runner.analysis.envdiff import to_json as diff_json
 from runner.record.metrics import Metric
 from runner.report import diff as diff_view
@@ -54,18 +54,18 @@ class Cost:
 
 
 @dataclass(frozen=True)
-class Report:
+class BisectReport:
     names: list[str]
     cell: str
     metric: Metric | None
     settings: Settings
-    answer: Answer
+    answer: SearchAnswer
     cost: Cost
     diff: EnvDiff | None = None
-    steps: tuple[tuple[Side, Side], ...] = ()
+    steps: tuple[tuple[EnvSide, EnvSide], ...] = ()
 
 
-def _metric_name(r: Report) -> str:
+def _metric_name(r: BisectReport) -> str:
     """The metric with the unit its samples were measured in (a transformer's tok/s), never one written here."""
     if r.metric is None:
         return "status"
@@ -80,7 +80,7 @@ def change_percent(change: float, metric: Metric | None) -> str:
     return percent(change) + (f" ({words})" if words else "")
 
 
-def change_text(c: Comparison, metric: Metric | None, confidence: float) -> str:
+def change_text(c: PairComparison, metric: Metric | None, confidence: float) -> str:
     """'+41.2% (1.41x faster), 98.8% CI +30.1%..+52.0%, p=0.003' or 'unsupported -> ok'."""
     if c.kind == STATUS or c.change is None:
         return c.why
@@ -92,11 +92,11 @@ def change_text(c: Comparison, metric: Metric | None, confidence: float) -> str:
     return text
 
 
-def _pair(r: Report, c: Comparison) -> str:
+def _pair(r: BisectReport, c: PairComparison) -> str:
     return f"{r.names[c.a]} -> {r.names[c.b]}"
 
 
-def answer_lines(r: Report) -> list[str]:
+def answer_lines(r: BisectReport) -> list[str]:
     a, conf = r.answer, r.settings.confidence * 100
     end = f"{r.names[0]} -> {r.names[-1]}: {change_text(a.end, r.metric, conf)}"
     lines = []
@@ -137,7 +137,7 @@ def _stat(s: Sample | None, metric: Metric | None) -> str:
     return mean_std(statistics.fmean(vals), std, len(vals), metric.scale) + (" (some not ok)" if s.flaky else "")
 
 
-def tables(r: Report) -> list[tuple[str, Table]]:
+def tables(r: BisectReport) -> list[tuple[str, Table]]:
     a = r.answer
     envs = Table(["#", "environment", "repeats", _metric_name(r)], align=["r", "l", "r", "r"])
     for i, name in enumerate(r.names):
@@ -159,7 +159,7 @@ def tables(r: Report) -> list[tuple[str, Table]]:
     return out
 
 
-def method(r: Report) -> str:
+def method(r: BisectReport) -> str:
     s = r.settings
     what = "a change of status only" if r.metric is None else (
         f"a change of {r.metric.label} beyond ±{s.threshold:.0%} that is significant (Welch, p < {s.alpha_look:.3g}: "
@@ -169,7 +169,7 @@ def method(r: Report) -> str:
             f"{', '.join(map(str, s.levels))} as needed.")
 
 
-def render(r: Report, fmt: str | None = None) -> str:
+def render(r: BisectReport, fmt: str | None = None) -> str:
     if fmt == "json":
         return json.dumps(to_json(r), indent=2, default=str) + "\n"
     diff_title = (f"What differs between {r.diff.a.name} and {r.diff.b.name}" if r.diff is not None else "")
@@ -198,13 +198,13 @@ def render(r: Report, fmt: str | None = None) -> str:
     return buf.getvalue()
 
 
-def _comparison(c: Comparison, names: list[str]) -> dict[str, Any]:
+def _comparison(c: PairComparison, names: list[str]) -> dict[str, Any]:
     return {"a": names[c.a], "b": names[c.b], "verdict": c.verdict.value, "why": c.why, "kind": c.kind,
             "state_a": c.state_a, "state_b": c.state_b, "n_a": c.n_a, "n_b": c.n_b, "mean_a": c.mean_a,
             "mean_b": c.mean_b, "change": c.change, "ci": list(c.ci) if c.ci else None, "p_value": c.p_value}
 
 
-def to_json(r: Report) -> dict[str, Any]:
+def to_json(r: BisectReport) -> dict[str, Any]:
     a, s = r.answer, r.settings
     return {
         "schema": BISECT_SCHEMA, "kind": "matrix-bisect", "outcome": a.outcome, "exit_status": int(a.exit_code),

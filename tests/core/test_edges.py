@@ -19,7 +19,7 @@ from tests.core.test_agreement import same_p
 from tests.decide.helpers import long_frame, rows_for
 
 
-def decide(va: list[float], vb: list[float], kind: str = "slower") -> tuple[gate.Check, dict]:
+def decide(va: list[float], vb: list[float], kind: str = "slower") -> tuple[gate.GateCheck, dict]:
     df = long_frame(rows_for("k", va, run_id="ra", environment="A"),
                     rows_for("k", vb, run_id="rb", environment="B", start=2000.0))
     (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule(kind, 0.03)])

@@ -22,7 +22,7 @@ def sides(a: list[float], b: list[float]) -> tuple[object, object]:
             long_frame(rows_for("k", b, environment="B", run_id="r2", start=2000.0)))
 
 
-def both(a: list[float], b: list[float], rule: str = "slower:3%") -> tuple[gate.Check, dict, dict]:
+def both(a: list[float], b: list[float], rule: str = "slower:3%") -> tuple[gate.GateCheck, dict, dict]:
     """The gate's check, compare's pair and compare's JSON pair for one pair of samples."""
     fa, fb = sides(a, b)
     (check,) = gate.evaluate(fa, fb, gate.parse_rules([rule]))

@@ -38,7 +38,7 @@ def test_the_quantum_of_printed_values_is_the_finest_power_of_ten_they_all_share
     assert resolution.quantum([10.0, 10.0]) == 1.0  # two digits printed at least: "10", not "1e1"
 
 
-def decide(va: list[float], vb: list[float], **kw: Any) -> tuple[gate.Check, dict[str, Any]]:
+def decide(va: list[float], vb: list[float], **kw: Any) -> tuple[gate.GateCheck, dict[str, Any]]:
     df = long_frame(printed(rows_for("k", va, run_id="ra", environment="A"), **kw),
                     printed(rows_for("k", vb, run_id="rb", environment="B", start=2000.0), **kw))
     (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule("slower", 0.01)])

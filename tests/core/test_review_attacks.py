@@ -38,7 +38,7 @@ def printed(key: str, values: list[float], resolution: float, **kw: Any) -> list
     return rows
 
 
-def one_check(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> gate.Check:
+def one_check(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> gate.GateCheck:
     (check,) = gate.evaluate(long_frame(a), long_frame(b), RULE)
     return check
 
@@ -104,7 +104,7 @@ def _family(n: int) -> tuple[Any, Any]:
     return long_frame(ra), long_frame(rb)
 
 
-def _slow(n: int) -> gate.Check:
+def _slow(n: int) -> gate.GateCheck:
     fa, fb = _family(n)
     return next(c for c in gate.evaluate(fa, fb, RULE) if c.params["batch_size"] == 99)
 

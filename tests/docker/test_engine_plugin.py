@@ -13,9 +13,9 @@ import pytest
 from dockertools import IMAGE, rows, write_matrix
 from typer.testing import CliRunner
 
-from runner.backends.base import Check
+from runner.backends.base import Probe
 from runner.backends.docker import DockerBackend, engine
-from runner.backends.docker.engine_docker import Docker
+from runner.backends.docker.engine_docker import DockerKind
 from runner.backends.docker.engines import ENGINES, register
 from runner.base.errors import BackendError
 from runner.cli import app
@@ -32,7 +32,7 @@ run: {{iterations: 2, warmup: 1, repeats: 1, timeout: 120}}
 """
 
 
-class Toy(Docker):
+class Toy(DockerKind):
     """Docker's engine under another name, at the socket it is given, whatever DOCKER_HOST says."""
 
     name = "toy"
@@ -50,8 +50,8 @@ class Toy(Docker):
     def unreachable(self, where: str) -> str:
         return f"no toy engine answers at {where}"
 
-    def absent(self, why: str) -> Check:
-        return Check("toy engine", None, why)
+    def absent(self, why: str) -> Probe:
+        return Probe("toy engine", None, why)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 from runner.backends.context import RunContext  # noqa: E402
 from runner.backends.slurm import SlurmBackend, SlurmEnvironment, commands, pending  # noqa: E402
-from runner.backends.slurm.commands import Pending, SlurmError, parse_sacct  # noqa: E402
+from runner.backends.slurm.commands import PendingTask, SlurmError, parse_sacct  # noqa: E402
 from runner.backends.slurm.state import Watched  # noqa: E402
 from runner.domain.cells import Cell, RunSettings, Task  # noqa: E402
 from runner.domain.outcomes import Outcome, Status  # noqa: E402
@@ -41,18 +41,18 @@ QUICK = RunSettings(iterations=3, warmup=1, repeats=2, timeout=120)
 @pytest.mark.parametrize("reason", ["PartitionDown", "PartitionInactive", "JobHeldUser", "JobHeldAdmin",
                                     "BadConstraints", "PartitionNodeLimit", "PartitionConfig", "InvalidAccount"])
 def test_reasons_that_never_clear_block(reason: str) -> None:
-    why = pending.blocked(Pending("7", 0, reason, "", "debug"), None)
+    why = pending.blocked(PendingTask("7", 0, reason, "", "debug"), None)
     assert why is not None and why.startswith(reason)
 
 
 @pytest.mark.parametrize("reason", ["Priority", "Resources", "BeginTime", "Dependency", "QOSMaxJobsPerUserLimit",
                                     "AssocGrpCpuLimit", "None"])
 def test_reasons_that_clear_are_waited_on(reason: str) -> None:
-    assert pending.blocked(Pending("7", 0, reason, "", "debug"), {"n1": "down"}) is None
+    assert pending.blocked(PendingTask("7", 0, reason, "", "debug"), {"n1": "down"}) is None
 
 
 def test_nodes_not_available_blocks_only_when_no_node_can_free_up() -> None:
-    p = Pending("7", 0, "ReqNodeNotAvail", "UnavailableNodes:n1", "gpu")
+    p = PendingTask("7", 0, "ReqNodeNotAvail", "UnavailableNodes:n1", "gpu")
     assert pending.blocked(p, {"n1": "down", "n2": "alloc"}) is None, "n2 frees up when its job ends"
     assert pending.blocked(p, None) is None, "sinfo did not answer: wait"
     why = pending.blocked(p, {"n1": "down", "n2": "drain"})
@@ -64,7 +64,7 @@ def test_squeue_reasons_are_read_per_array_task(tmp_path: Path, monkeypatch: pyt
     fake_scripts(tmp_path, monkeypatch, squeue=f"printf %s {shlex.quote(out)}\n")
     got = commands.pending(["41", "42"])
     assert got[("41", 0)].reason == "Resources" and got[("41", 2)].reason == "PartitionDown"
-    assert got[("42", 3)] == Pending("42", 3, "ReqNodeNotAvail", "UnavailableNodes:vm", "gpu")
+    assert got[("42", 3)] == PendingTask("42", 3, "ReqNodeNotAvail", "UnavailableNodes:vm", "gpu")
 
 
 # -- unit: sbatch retries -------------------------------------------------------------------------

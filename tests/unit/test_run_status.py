@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from runner import backends, cli
 from runner import matrix as matrix_mod
-from runner.backends.base import Backend, Check, NotStarted
+from runner.backends.base import Backend, NotStarted, Probe
 from runner.backends.local import LocalEnvironment
 from runner.domain.cells import Task
 from runner.domain.outcomes import Outcome, Status
@@ -133,8 +133,8 @@ def test_doctor_says_what_it_probes_before_the_answer(monkeypatch: pytest.Monkey
         probes = "the slow engine"
 
         @classmethod
-        def doctor(cls) -> list[Check]:
-            return [Check("slow engine", True, "answered")]
+        def doctor(cls) -> list[Probe]:
+            return [Probe("slow engine", True, "answered")]
 
         def run(self, tasks: Sequence[Task], sink: Any) -> None:
             raise AssertionError("never run")

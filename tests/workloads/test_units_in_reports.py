@@ -135,12 +135,12 @@ def test_the_scaling_table_is_headed_in_the_rows_unit() -> None:
 def test_bisects_environments_table_is_headed_in_the_samples_unit() -> None:
     from runner.analysis.bisect_search import Sample, Settings, bisect, replay
     from runner.analysis.comparable import definition_text
-    from runner.report.bisect_answer import Cost, Report, tables
+    from runner.report.bisect_answer import BisectReport, Cost, tables
     defined = definition_text(TOKENS["how"], "tok/s")
     samples = [Sample(("ok",) * 3, (100.0, 101.0, 99.0), definition=defined),
                Sample(("ok",) * 3, (80.0, 81.0, 79.0), definition=defined)]
     settings = Settings(levels=(3,))
     answer = bisect(2, replay(samples), settings)
-    report = Report(["v1", "v2"], "cell", an.METRICS["throughput"], settings, answer, Cost(2, 2, 6, 0, 3, 3))
+    report = BisectReport(["v1", "v2"], "cell", an.METRICS["throughput"], settings, answer, Cost(2, 2, 6, 0, 3, 3))
     envs = tables(report)[0][1]
     assert envs.columns[-1] == "throughput (tok/s)", envs.columns

@@ -40,7 +40,7 @@ def noted(df: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"admission": "note"})[cols]
 
 
-class Admission(View):
+class AdmissionView(View):
     name = "admission"
     order = 5
     heading = "Repeats not admitted"
