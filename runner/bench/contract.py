@@ -3,7 +3,7 @@ result line and the rules every option value must follow.
 
 Only literal assignments live here. The controller reads this file with `ast` (runner/domain/bench_contract.py),
 without importing torch or running any of it, and `matrix plan` holds a matrix file to the same rules
-that bench's own parser (args.py) applies: one source, checked twice (tests/unit/test_contract.py).
+that bench's own parser (args.py) applies: one source, checked twice (tests/domain/test_contract.py).
 """
 
 SCHEMA = 1

@@ -3,7 +3,7 @@ precisions, models, devices, exit codes, result line and argument rules are writ
 
 The benchmark runs inside every environment and imports torch, so the controller does not import it:
 it reads contract.py's literal constants with `ast`, once, and applies the same argument rules to a
-matrix file at plan time that bench's parser applies at run time (tests/unit/test_contract.py checks
+matrix file at plan time that bench's parser applies at run time (tests/domain/test_contract.py checks
 that both agree).
 """
 

@@ -52,7 +52,7 @@ class Status(str, Enum):
 # What `matrix run --rerun-failed` measures again besides what a plain run does (cancelled, not_started).
 RERUN_FAILED = frozenset({Status.FAILED, Status.OOM, Status.DIVERGED, Status.REFUSED, Status.TIMEOUT,
                           Status.CANCELLED})
-RERUN_FAILED_TEXT = "failed, oom, diverged, refused and timed-out"  # tests/unit/test_results.py checks it against RERUN_FAILED
+RERUN_FAILED_TEXT = "failed, oom, diverged, refused and timed-out"  # tests/domain/test_results.py checks it against RERUN_FAILED
 
 
 @dataclass(frozen=True)
