@@ -1,6 +1,6 @@
 """How often `matrix bisect` names a culprit that is not there, and how often it finds the one that is, on real noise.
 
-Each simulated bisect runs the real search (runner/analysis/bisect.py) over N ordered environments whose
+Each simulated bisect runs the real search (runner/analysis/bisect_search.py) over N ordered environments whose
 repeats are drawn from recorded throughput repeats (each cell's repeats over their mean, pooled, as
 benchmarks/stats_check.py does), with a level per environment:
 
@@ -35,8 +35,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.analysis import bisect as search  # noqa: E402
 from runner.analysis import bisect_pair, significance  # noqa: E402
+from runner.analysis import bisect_search as search  # noqa: E402
 
 QUIET = [ROOT / "reports/quickstart-cpu/repeats.csv", ROOT / "reports/container-vs-local-cpu/repeats.csv"]
 NOISY = [ROOT / "reports/eras-cpu/repeats.csv"]
@@ -58,7 +58,7 @@ def pooled_noise(paths: list[Path], min_repeats: int = 3) -> np.ndarray:
 
 
 def simulate(levels: list[float], noise: np.ndarray, settings: search.Settings, rng: np.random.Generator,
-             most: int) -> search.Answer:
+             most: int) -> search.SearchAnswer:
     data = [list(level * rng.choice(noise, most)) for level in levels]
     return search.bisect(len(levels), search.replay(data), settings)
 

@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from runner import matrix  # noqa: E402
+from runner.domain.cells import Task  # noqa: E402
+from runner.domain.outcomes import Outcome, Status  # noqa: E402
 from runner.execution import execute  # noqa: E402
-from runner.spec.cells import Task  # noqa: E402
-from runner.spec.outcomes import Outcome, Status  # noqa: E402
 from runner.store import Store  # noqa: E402
 
 TEXT = """

@@ -34,8 +34,8 @@ from runner.backends.docker.engine import Exec  # noqa: E402
 from runner.backends.docker.host import TEST_IMAGE  # noqa: E402
 from runner.backends.docker.payload import BENCH_IN  # noqa: E402
 from runner.backends.local import LocalBackend, LocalEnvironment  # noqa: E402
-from runner.spec.cells import Cell, RunSettings, Task  # noqa: E402
-from runner.spec.outcomes import Outcome, Status  # noqa: E402
+from runner.domain.cells import Cell, RunSettings, Task  # noqa: E402
+from runner.domain.outcomes import Outcome, Status  # noqa: E402
 
 HOST_PYTHON = "/usr/bin/python3"
 PARAMS: dict[str, str | int] = {"model": "mnist_cnn", "precision": "fp32", "batch_size": 16,

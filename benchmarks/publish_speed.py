@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from runner.commands.export import export_command  # noqa: E402
 from runner.commands.import_ import import_command  # noqa: E402
 from runner.publish import publish  # noqa: E402
-from tests.exchange.synthetic import fill_history  # noqa: E402
+from tests.store.synthetic import fill_history  # noqa: E402
 
 CELLS, REPEATS = 12, 28
 HOSTS = (("alpha", "AMD EPYC 7B13"), ("beta", "Intel Xeon Platinum 8375C"), ("gamma", "Ampere Altra"))

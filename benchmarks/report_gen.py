@@ -24,7 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.spec.cells import stable_hash  # noqa: E402
+from runner.domain.cells import stable_hash  # noqa: E402
 from runner.store import SCHEMA, Store  # noqa: E402
 
 ENVS = {

@@ -32,8 +32,8 @@ from runner.backends.context import RunContext
 from runner.backends.slurm import SlurmBackend, commands
 from runner.backends.slurm.backend import FINISHED_STATES
 from runner.backends.slurm.state import Watched, state_key
-from runner.spec.cells import Task
-from runner.spec.outcomes import Outcome
+from runner.domain.cells import Task
+from runner.domain.outcomes import Outcome
 from runner.store import Store
 
 

@@ -52,7 +52,7 @@ from runner.analysis import METRICS, MIN_EFFECT, change, significance, welch_fro
 from runner.analysis.adaptive import Stop, assess, replay
 from runner.analysis.bisect_pair import levels
 from runner.analysis.verdict import Verdict
-from runner.spec.cells import AdaptiveRepeats
+from runner.domain.cells import AdaptiveRepeats
 from runner.store import Store
 
 ADAPTIVE = AdaptiveRepeats(min=3, max=20, target_ci=0.01)

@@ -3,7 +3,7 @@ mlperf-logging's mllog (pip install mlperf-logging). Run it with `parser: mllog`
 
 Where mlperf_logging is not importable (an image without it) the script says so on stderr and writes
 the same line format itself, so the example still runs; give the package as a workload file to use it
-there too (tests/workloads do)."""
+there too (tests/backends/workloads do)."""
 
 import json
 import sys

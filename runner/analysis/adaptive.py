@@ -16,7 +16,7 @@ from enum import Enum
 import numpy as np
 
 from runner.analysis.significance import CONFIDENCE, t_quantile
-from runner.spec.cells import AdaptiveRepeats, Cell
+from runner.domain.cells import AdaptiveRepeats, Cell
 
 
 class Stop(str, Enum):

@@ -1,6 +1,6 @@
 """Bisect's pair test: one environment's repeats against another's, judged with the shared core (outcomes as
 rates, metric definitions, a loss at a common step: runner/analysis/comparable.py; Welch's test and its interval:
-runner/analysis/significance.py) and the one verdict type. The search over many environments is bisect.py."""
+runner/analysis/significance.py) and the one verdict type. The search over many environments is bisect_search.py."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def levels(first: int, most: int) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class PairComparison:
     """Environment b against environment a (indices into the ordered list), judged with the one verdict type:
     FAIL changed (beyond the threshold and significant, or another status), PASS the same (the interval of the
     change inside ±threshold, or the same status that has no metric), UNDECIDED neither. `change` is b/a - 1,
@@ -151,45 +151,45 @@ def _inside(low: float, high: float, threshold: float) -> bool:
     return low > 1 / (1 + threshold) - 1 and high < threshold
 
 
-def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_level: bool = False) -> Comparison:
+def compare(a: int, b: int, sa: Sample, sb: Sample, settings: Settings, last_level: bool = False) -> PairComparison:
     """Judge environment b against a from their samples. `last_level`: neither can get more repeats."""
     base: dict[str, Any] = {"a": a, "b": b, "state_a": sa.state, "state_b": sb.state, "n_a": sa.n, "n_b": sb.n}
     for side, s in (("A", sa), ("B", sb)):
         if s.missing or not s.statuses:
-            return Comparison(verdict=Verdict.UNDECIDED, why=f"nothing measured on {side}: "
+            return PairComparison(verdict=Verdict.UNDECIDED, why=f"nothing measured on {side}: "
                               f"{s.missing or 'no repeat ended'}", **base)
     metric = METRICS.get(settings.metric)
     apart = why_not(metric, ("", ""), (sa.definition, sb.definition)) if metric else ""
     if apart:
-        return Comparison(verdict=Verdict.UNDECIDED, why=apart, **base)
+        return PairComparison(verdict=Verdict.UNDECIDED, why=apart, **base)
     outcomes = outcome_change(Outcomes.of(sa.statuses), Outcomes.of(sb.statuses), settings.alpha_look)
     if outcomes is not None and not (Outcomes.of(sa.statuses).n and Outcomes.of(sb.statuses).n):
         # Every repeat of a side set aside by admission (refused): no figure and no outcome to judge.
-        return Comparison(verdict=Verdict.UNDECIDED, why=outcomes.why, more=not last_level, **base)
+        return PairComparison(verdict=Verdict.UNDECIDED, why=outcomes.why, more=not last_level, **base)
     if outcomes is not None and outcomes.verdict is not Verdict.UNDECIDED:
         pure = not sa.flaky and not sb.flaky
         why = f"{sa.state} -> {sb.state}" if pure and outcomes.verdict is Verdict.FAIL else outcomes.why
         if outcomes.verdict is Verdict.PASS and pure:
             why = f"{sa.state} on both"
-        return Comparison(verdict=outcomes.verdict, kind=STATUS, why=why, **base)
+        return PairComparison(verdict=outcomes.verdict, kind=STATUS, why=why, **base)
     flaky = sa.flaky or sb.flaky
     if settings.metric == STATUS or outcomes is not None and not (sa.values and sb.values):
         if not flaky:
-            return Comparison(verdict=Verdict.PASS, kind=STATUS, why="ok on both", **base)
+            return PairComparison(verdict=Verdict.PASS, kind=STATUS, why="ok on both", **base)
         why = outcomes.why if outcomes is not None else (
             f"failure rates not told apart ({Outcomes.of(sa.statuses).words} vs {Outcomes.of(sb.statuses).words})")
         if last_level:
             why = why.replace(": more repeats needed", "") + " at the most repeats"
-        return Comparison(verdict=Verdict.UNDECIDED, kind=STATUS, why=why, more=not last_level, **base)
+        return PairComparison(verdict=Verdict.UNDECIDED, kind=STATUS, why=why, more=not last_level, **base)
     x, y, at = aligned(sa, sb, metric)
     if isinstance(at, str):
-        return Comparison(verdict=Verdict.UNDECIDED, why=at, **base)
+        return PairComparison(verdict=Verdict.UNDECIDED, why=at, **base)
     if x.size == 0 or y.size == 0:
         side = "A" if x.size == 0 else "B"
-        return Comparison(verdict=Verdict.UNDECIDED, why=f"{settings.metric} not measured in the ok repeats of {side}",
+        return PairComparison(verdict=Verdict.UNDECIDED, why=f"{settings.metric} not measured in the ok repeats of {side}",
                           **base)
     if x.size < 2 or y.size < 2:
-        return Comparison(verdict=Verdict.UNDECIDED, why=significance.too_few(int(x.size), int(y.size)),
+        return PairComparison(verdict=Verdict.UNDECIDED, why=significance.too_few(int(x.size), int(y.size)),
                           more=not last_level, **base)
     q = resolution.pair(sa.quanta, sb.quanta)
     judged = _metric(x, y, settings, last_level, base, (q, q))
@@ -207,14 +207,14 @@ def aligned(sa: Sample, sb: Sample, metric: Metric | None) -> tuple[np.ndarray, 
 
 
 def _metric(x: np.ndarray, y: np.ndarray, settings: Settings, last_level: bool, base: dict[str, Any],
-            quanta: tuple[float, float] = (0.0, 0.0)) -> Comparison:
+            quanta: tuple[float, float] = (0.0, 0.0)) -> PairComparison:
     """The metric's verdict: a significant change beyond the threshold, an interval inside it, or neither."""
     ma, mb = float(x.mean()), float(y.mean())
     base.update(mean_a=ma, mean_b=mb)
     metric = METRICS.get(settings.metric) or Metric(settings.metric, settings.metric, "", True)
     unsized = no_ratio(metric, ma, mb)  # the words compare and the gate say
     if unsized:
-        return Comparison(verdict=Verdict.UNDECIDED, why=unsized, **base)
+        return PairComparison(verdict=Verdict.UNDECIDED, why=unsized, **base)
     change = mb / ma - 1
     d = significance.difference(x, y, quanta=quanta)
     low, high = significance.ratio_interval(x, y, settings.confidence, quanta)  # of b/a, on the log scale: above 0
@@ -225,12 +225,12 @@ def _metric(x: np.ndarray, y: np.ndarray, settings: Settings, last_level: bool, 
     coarse = d.rounding / abs(ma)
     near = math.copysign(max(abs(change) - coarse, 0.0), change)  # the change rounding could not make up
     if d.decided and d.p_value < settings.alpha_look and _beyond(near, thr):
-        return Comparison(verdict=Verdict.FAIL, why=f"{percent(change)} beyond ±{threshold_text(thr)}, "
-                                                    f"p={d.p_value:.2g}", **base)
+        return PairComparison(verdict=Verdict.FAIL, why=f"{percent(change)} beyond ±{threshold_text(thr)}, "
+                                                        f"p={d.p_value:.2g}", **base)
     interval = f"{percent(change)}, interval {percent(ci[0])}..{percent(ci[1])}"
     if _inside(ci[0], ci[1], thr):
-        return Comparison(verdict=Verdict.PASS, why=f"{interval} within ±{threshold_text(thr)}", **base)
+        return PairComparison(verdict=Verdict.PASS, why=f"{interval} within ±{threshold_text(thr)}", **base)
     why = f"{interval}: neither within ±{threshold_text(thr)} nor a significant change beyond it"
     if last_level:
         why += " at the most repeats"
-    return Comparison(verdict=Verdict.UNDECIDED, why=why, more=not last_level, **base)
+    return PairComparison(verdict=Verdict.UNDECIDED, why=why, more=not last_level, **base)

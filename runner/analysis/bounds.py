@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError, field_validator, model_validator
 
-from runner.spec.cells import Strict, percentage
+from runner.domain.cells import Strict, percentage
 
 
 class Bound(Strict):

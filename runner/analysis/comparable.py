@@ -24,8 +24,8 @@ from runner.analysis.change import SIZEABLE, ratio_of
 from runner.analysis.frame import PARAM_KEYS
 from runner.analysis.stats import _join_unique
 from runner.analysis.verdict import Verdict
+from runner.domain.outcomes import Status
 from runner.record.metrics import Metric, definition_text
-from runner.spec.outcomes import Status
 
 OK = Status.OK.value
 UNSUPPORTED = Status.UNSUPPORTED.value

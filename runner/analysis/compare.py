@@ -34,8 +34,8 @@ from runner.analysis.sidefacts import (
 from runner.analysis.stats import THROTTLED, _join_unique, cell_attributes, metric_stats, throttled_counts
 from runner.analysis.verdict import Verdict
 from runner.base.errors import ConfigError
+from runner.domain.outcomes import Status
 from runner.record.metrics import Metric, get_metric
-from runner.spec.outcomes import Status
 
 MIN_EFFECT = 0.02  # a change below 2% is called noise, however small its p-value
 

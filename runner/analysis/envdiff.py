@@ -46,7 +46,7 @@ _CONFIG_SETTINGS = re.compile(r"^(?:USE_\w+|\w+_INFO|BLAS|BUILD_TYPE|CUDA_VERSIO
 
 
 @dataclass(frozen=True)
-class Side:
+class EnvSide:
     """What one environment turned out to be: its newest repeat that captured an environment, and that repeat's
     software capture (None when stored before matrix kept them). `precisions`: how each precision ran, in words."""
 
@@ -59,7 +59,7 @@ class Side:
     cell_key: str = ""
     rows: int = 0
 
-    def version_line(self, other: Side | None = None) -> str:
+    def version_line(self, other: EnvSide | None = None) -> str:
         """'PyTorch 1.7.0a0, Python 3.9.2, ...' (only what differs from `other` when given)."""
         parts = []
         for key, label in FIELDS[:10]:
@@ -70,7 +70,7 @@ class Side:
 
 
 @dataclass(frozen=True)
-class Change:
+class EnvChange:
     """One thing that differs (or not): its name, and its value on A and on B ('' when absent)."""
 
     label: str
@@ -104,17 +104,17 @@ class Packages:
 
 @dataclass
 class EnvDiff:
-    a: Side
-    b: Side
-    facts: list[Change]
-    env_vars: list[Change]
-    build: list[Change]
-    precision: list[Change]
+    a: EnvSide
+    b: EnvSide
+    facts: list[EnvChange]
+    env_vars: list[EnvChange]
+    build: list[EnvChange]
+    precision: list[EnvChange]
     packages: list[Packages]
     notes: list[str]
 
     @property
-    def differing(self) -> list[Change]:
+    def differing(self) -> list[EnvChange]:
         return [c for c in self.facts if c.differs]
 
 
@@ -130,7 +130,7 @@ def _bench_ran(repeat: StoredRepeat) -> bool:
     return "torch" in repeat.env or "python" in repeat.env
 
 
-def side(name: str, rows: Iterable[StoredRepeat], captures: Mapping[str, dict[str, Any]]) -> Side:
+def side(name: str, rows: Iterable[StoredRepeat], captures: Mapping[str, dict[str, Any]]) -> EnvSide:
     """An environment as its newest repeat that ran the benchmark recorded it (the newest row with an env capture;
     a capture stored with it when the store has one), with how each precision ran in its newest rows."""
     rows = sorted(rows, key=lambda r: r.id)
@@ -147,8 +147,8 @@ def side(name: str, rows: Iterable[StoredRepeat], captures: Mapping[str, dict[st
         if words:
             precisions[str(r.params.get("precision", ""))] = words
     if newest is None:
-        return Side(name, {}, chosen_capture, precisions, "", None, "", len(rows))
-    return Side(name, dict(newest.env), chosen_capture, precisions, newest.run_id, newest.started_at,
+        return EnvSide(name, {}, chosen_capture, precisions, "", None, "", len(rows))
+    return EnvSide(name, dict(newest.env), chosen_capture, precisions, newest.run_id, newest.started_at,
                 newest.cell_key, len(rows))
 
 
@@ -185,16 +185,16 @@ def compare_packages(kind: str, a: Mapping[str, str] | None, b: Mapping[str, str
     return Packages(kind, changed, added, removed, same, (a is not None, b is not None))
 
 
-def _pairs(a: Mapping[str, str], b: Mapping[str, str]) -> list[Change]:
-    return [Change(k, a.get(k, ""), b.get(k, "")) for k in sorted(a.keys() | b.keys())]
+def _pairs(a: Mapping[str, str], b: Mapping[str, str]) -> list[EnvChange]:
+    return [EnvChange(k, a.get(k, ""), b.get(k, "")) for k in sorted(a.keys() | b.keys())]
 
 
-def diff(a: Side, b: Side) -> EnvDiff:
+def diff(a: EnvSide, b: EnvSide) -> EnvDiff:
     """Everything A and B recorded, compared; `facts` holds every scalar field either side has (`differing` the
     ones that differ), the rest only what differs."""
     # A container's hostname is its id, new for every container: not a difference between environments.
     both_contained = bool(a.env.get("container")) and bool(b.env.get("container"))
-    facts = [Change(label, _text(a.env.get(key)), _text(b.env.get(key))) for key, label in FIELDS
+    facts = [EnvChange(label, _text(a.env.get(key)), _text(b.env.get(key))) for key, label in FIELDS
              if (_text(a.env.get(key)) or _text(b.env.get(key))) and not (key == "hostname" and both_contained)]
     facts += [c for c in _pairs(_labels(a.env), _labels(b.env))]
     ca, cb = a.capture or {}, b.capture or {}
@@ -206,7 +206,7 @@ def diff(a: Side, b: Side) -> EnvDiff:
     # A build setting one release prints and the other does not is a difference only when it is switched on.
     build = [c for c in _pairs(build_facts(ca.get("torch_config")), build_facts(cb.get("torch_config")))
              if c.differs and (c.a and c.b or (c.a or c.b) not in ("OFF", "0"))]
-    precision = [Change(p, a.precisions.get(p, ""), b.precisions.get(p, ""))
+    precision = [EnvChange(p, a.precisions.get(p, ""), b.precisions.get(p, ""))
                  for p in sorted(a.precisions.keys() & b.precisions.keys()) if a.precisions[p] != b.precisions[p]]
     packages = [compare_packages("Python packages", ca.get("python_packages") if a.capture else None,
                                  cb.get("python_packages") if b.capture else None)]
@@ -231,11 +231,11 @@ def relevant_first(names: Iterable[str]) -> list[str]:
 
 def to_json(d: EnvDiff) -> dict[str, Any]:
     """The difference as a JSON-ready document (every package, not only the relevant ones)."""
-    def side_doc(s: Side) -> dict[str, Any]:
+    def side_doc(s: EnvSide) -> dict[str, Any]:
         return {"name": s.name, "run_id": s.run_id, "started_at": s.started_at, "cell_key": s.cell_key,
                 "rows": s.rows, "captured": s.capture is not None}
 
-    def changes(items: list[Change]) -> list[dict[str, str]]:
+    def changes(items: list[EnvChange]) -> list[dict[str, str]]:
         return [{"what": c.label, "a": c.a, "b": c.b} for c in items]
 
     return {"a": side_doc(d.a), "b": side_doc(d.b), "differs": changes(d.differing),

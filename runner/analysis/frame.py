@@ -9,15 +9,15 @@ from typing import Any
 import pandas as pd
 
 from runner.analysis.recipes import RECIPE_FIELDS, recipe, recipe_text
-from runner.record.figures import number as _num
-from runner.record.figures import ran_program
-from runner.record.measured import measured, resolution
+from runner.domain.cells import PRECISIONS
+from runner.record.measurement import measured, resolution
 from runner.record.metrics import METRICS, definition_fields, definitions
 from runner.record.metrics import (
     get_metric as get_metric,  # where runner/commands/bisect.py imports it from
 )
+from runner.record.readers import number as _num
+from runner.record.readers import ran_program
 from runner.record.stored import StoredRepeat
-from runner.spec.cells import PRECISIONS
 
 # What identifies a cell in a report (besides the environment) and what pairs cells across sides.
 PARAM_KEYS = ("model", "precision", "batch_size", "dataset", "gpus", "nodes", "options")
@@ -58,7 +58,7 @@ STAT_NAMES = ("n", "mean", "std", "cv", "min", "max", "median", "ci_low", "ci_hi
 # things in different environments (amp: apex in a 2018 image, torch.autocast in a current one).
 RECIPE_COLUMNS = tuple(f"recipe_{f}" for f in RECIPE_FIELDS)
 
-# The run settings that are part of a cell's definition (runner/spec/cells.py Cell.key) besides its params; the
+# The run settings that are part of a cell's definition (runner/domain/cells.py Cell.key) besides its params; the
 # store keeps them in each bench result, so a repeat that produced none leaves them unknown ("").
 RUN_SETTINGS = ("iterations", "warmup", "seed")
 

@@ -38,7 +38,7 @@ from runner.analysis.comparable import (
 )
 from runner.analysis.verdict import Verdict, counts, counts_text, overall, policy_note
 from runner.base.errors import ConfigError
-from runner.spec.cells import percentage
+from runner.domain.cells import percentage
 
 GATE_SCHEMA = 3  # 3: pass only when the interval is inside the threshold; the interval, repeats needed
 
@@ -97,7 +97,7 @@ def parse_rules(specs: Iterable[str]) -> list[Rule]:
 
 
 @dataclass(frozen=True)
-class Check:
+class GateCheck:
     """One pair of cells under one rule."""
 
     rule: Rule
@@ -202,7 +202,7 @@ _MISSING = _Cell(np.array([]), Outcomes({}), "")
 
 def evaluate(a: pd.DataFrame, b: pd.DataFrame, rules: Sequence[Rule], alpha: float = significance.ALPHA,
              test: significance.PValue = significance.TEST, pool: bool = False,
-             keys: Sequence[str] = PARAM_KEYS) -> list[Check]:
+             keys: Sequence[str] = PARAM_KEYS) -> list[GateCheck]:
     """Every cell of A under every rule, in A's cell order, against B's cell of the same params (`keys`: and the same
     environment, between two machines; runner/analysis/compare.py `pair_keys`). Each side contributes its newest
     definition of a cell (runner/analysis/identity.py), all of them with `pool`. A cell of A that B never measured is
@@ -226,7 +226,7 @@ def only_in_b(a: pd.DataFrame, b: pd.DataFrame, keys: Sequence[str] = PARAM_KEYS
 
 
 def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: significance.PValue,
-           alpha: float = significance.ALPHA) -> Check:
+           alpha: float = significance.ALPHA) -> GateCheck:
     """The check before the false-discovery adjustment: decided here when the data says so without a test
     (the sides not comparable, a change of outcome, a metric not measured), else its p-value. What may be
     compared and what a change of outcome means come from runner/analysis/comparable.py, as for compare."""
@@ -244,8 +244,8 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     quanta = (q, q)
     tested = significance.difference(xa, xb, test, quanta).p_value if not apart else math.nan
 
-    def done(verdict: Verdict, why: str, change: float = math.nan) -> Check:
-        return Check(rule, params, xa.size, xb.size, ma, mb, change, tested, verdict, why, **note, settled=True)
+    def done(verdict: Verdict, why: str, change: float = math.nan) -> GateCheck:
+        return GateCheck(rule, params, xa.size, xb.size, ma, mb, change, tested, verdict, why, **note, settled=True)
 
     if apart:
         return done(Verdict.UNDECIDED, apart)
@@ -281,11 +281,11 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     if not diff.decided:
         return replace(done(*with_outcomes(Verdict.UNDECIDED, f"not tested: {diff.why}", oc), point), delta=delta)
     pending = oc if oc is not None and oc.verdict is Verdict.UNDECIDED else None
-    return Check(rule, params, xa.size, xb.size, ma, mb, point, diff.p_value, Verdict.PASS,
+    return GateCheck(rule, params, xa.size, xb.size, ma, mb, point, diff.p_value, Verdict.PASS,
                  "", **note, outcomes=pending, coarse=diff.rounding / abs(ma), delta=delta)
 
 
-def _decide(c: Check, p_adj: float, alpha: float, family: int = 1) -> Check:
+def _decide(c: GateCheck, p_adj: float, alpha: float, family: int = 1) -> GateCheck:
     """The verdict of a tested check from its adjusted p-value and its interval (runner/analysis/change.py `judge`:
     fail beyond the threshold and significant, pass only when the interval lies inside it, else undecided with what
     would decide); a check decided without a test is kept."""
@@ -306,20 +306,20 @@ def _decide(c: Check, p_adj: float, alpha: float, family: int = 1) -> Check:
     return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason, needed=d.needed)
 
 
-def tripped(checks: Iterable[Check]) -> list[Check]:
+def tripped(checks: Iterable[GateCheck]) -> list[GateCheck]:
     return [c for c in checks if c.tripped]
 
 
-def undecided(checks: Iterable[Check]) -> list[Check]:
+def undecided(checks: Iterable[GateCheck]) -> list[GateCheck]:
     return [c for c in checks if c.verdict is Verdict.UNDECIDED]
 
 
-def verdict_of(checks: Sequence[Check]) -> Verdict:
+def verdict_of(checks: Sequence[GateCheck]) -> Verdict:
     """The gate's verdict before any `--undecided` policy: no pair to check is undecided, not a pass."""
     return overall([c.verdict for c in checks])
 
 
-def to_json(a: str, b: str, rules: Sequence[Rule], checks: Sequence[Check], alpha: float = significance.ALPHA,
+def to_json(a: str, b: str, rules: Sequence[Rule], checks: Sequence[GateCheck], alpha: float = significance.ALPHA,
             policy: str = "error", unchecked: Sequence[Mapping[str, Any]] = ()) -> str:
     """Stable JSON for CI: sorted keys per record, checks in rule then pair order, no NaN."""
     verdicts = [c.verdict for c in checks]
@@ -332,7 +332,7 @@ def to_json(a: str, b: str, rules: Sequence[Rule], checks: Sequence[Check], alph
     return json.dumps(doc, indent=2, allow_nan=False)
 
 
-def rows(checks: Sequence[Check]) -> list[dict[str, str]]:
+def rows(checks: Sequence[GateCheck]) -> list[dict[str, str]]:
     """The checks that failed or could not be decided, and passed ones with a throttled side, as rows of text."""
     out = []
     for c in checks:
@@ -362,7 +362,7 @@ def unchecked_line(unchecked: Sequence[Mapping[str, Any]]) -> str:
             f"{cells}{' ...' if n > 5 else ''}.")
 
 
-def summary_line(rules: Sequence[Rule], checks: Sequence[Check], policy: str = "error") -> str:
+def summary_line(rules: Sequence[Rule], checks: Sequence[GateCheck], policy: str = "error") -> str:
     """One line that says the gate's verdict and how many checks passed, failed and were undecided; a gate
     with undecided checks never says "passed" unless `--undecided pass` asked for it, and then says so."""
     verdicts = [c.verdict for c in checks]

@@ -120,7 +120,7 @@ def empty_side(entry: GateEntry, frame: pd.DataFrame) -> str:
     return ", ".join(out) or "no pair of cells"
 
 
-def evaluate(entry: GateEntry, frame: pd.DataFrame, alpha: float = significance.ALPHA) -> list[gate.Check]:
+def evaluate(entry: GateEntry, frame: pd.DataFrame, alpha: float = significance.ALPHA) -> list[gate.GateCheck]:
     """The entry's checks over a frame of this store's repeats (the sides `matrix compare` takes), at `alpha`."""
     if frame.empty:
         return []

@@ -1,6 +1,6 @@
 """What a cell is: its key and its machine, never its name.
 
-A cell's key (runner/spec/cells.py `Cell.key`) hashes the environment's definition (name, backend, python, `env`,
+A cell's key (runner/domain/cells.py `Cell.key`) hashes the environment's definition (name, backend, python, `env`,
 image, `setup`, ...), the params and the run's iterations, warmup and seed: the store and resume key on it,
 `matrix check` judges by it. The name a table shows a cell under (its environment and params, or only its
 params across the two sides of a comparison) can cover several definitions: the same environment name

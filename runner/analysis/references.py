@@ -48,12 +48,12 @@ from runner.analysis.stats import widened
 from runner.analysis.verdict import UNDECIDED_POLICIES, Verdict
 from runner.base.errors import ConfigError
 from runner.base.exitcodes import Exit
-from runner.spec.cellmatch import MATCH_KEYS
-from runner.spec.cellmatch import coerce as _coerce
-from runner.spec.cellmatch import same as _same
-from runner.spec.cellmatch import show as _show
-from runner.spec.cellmatch import value as _value
-from runner.spec.cells import AXIS_NAMES, Cell, Scalar
+from runner.domain.cellmatch import MATCH_KEYS
+from runner.domain.cellmatch import coerce as _coerce
+from runner.domain.cellmatch import same as _same
+from runner.domain.cellmatch import show as _show
+from runner.domain.cellmatch import value as _value
+from runner.domain.cells import AXIS_NAMES, Cell, Scalar
 
 VERDICT_SCHEMA = 3  # 3: pass only when the interval of the mean is inside the bound
 ENTRY_KEYS = ("match", "undecided")  # the keys of an entry that are not metrics

@@ -20,8 +20,8 @@ from runner.analysis.frame import (
     precision_rank,
 )
 from runner.analysis.stats import _join_unique, cell_attributes
+from runner.domain.outcomes import Status
 from runner.record.metrics import HEADLINE, get_metric
-from runner.spec.outcomes import Status
 
 
 def _sorted(df: pd.DataFrame, first: Sequence[str] = ()) -> pd.DataFrame:

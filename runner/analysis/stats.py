@@ -22,8 +22,8 @@ from runner.analysis.frame import (
 )
 from runner.analysis.resolution import NEGLIGIBLE
 from runner.analysis.significance import CONFIDENCE, mean_interval
+from runner.domain.outcomes import Status
 from runner.record.metrics import METRICS
-from runner.spec.outcomes import Status
 
 NOISY_CV = 0.10    # throughput that varies more than this between repeats is flagged
 THROTTLED = "throttled"  # per cell: how many of its ok repeats the GPU's telemetry marked throttled

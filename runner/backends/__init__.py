@@ -7,7 +7,7 @@ never imports the Docker SDK. Registering one name twice is an error, not a sile
 
 from __future__ import annotations
 
-from runner.backends.base import Backend, Check, Sink
+from runner.backends.base import Backend, Probe, Sink
 from runner.base.registry import Registry
 
 # Where each built-in backend lives; importing the module registers its class.
@@ -39,4 +39,4 @@ def loaded() -> list[str]:
     return REGISTRY.loaded()
 
 
-__all__ = ["MODULES", "REGISTRY", "Backend", "Check", "Sink", "get", "kinds", "loaded", "register"]
+__all__ = ["MODULES", "REGISTRY", "Backend", "Probe", "Sink", "get", "kinds", "loaded", "register"]

@@ -11,14 +11,14 @@ from typing import Any, ClassVar
 
 from runner.backends.context import RunContext
 from runner.base.errors import BackendError
-from runner.spec.cells import EnvironmentBase, Task
-from runner.spec.outcomes import Outcome, Status
+from runner.domain.cells import EnvironmentBase, Task
+from runner.domain.outcomes import Outcome, Status
 
 Sink = Callable[[Task, Outcome], None]
 
 
 @dataclass(frozen=True)
-class Check:
+class Probe:
     """One line of `matrix doctor`: ok is None when the check does not apply here."""
 
     name: str
@@ -90,7 +90,7 @@ class Backend(abc.ABC):
     probes: ClassVar[str] = ""
 
     @classmethod
-    def doctor(cls) -> list[Check]:
+    def doctor(cls) -> list[Probe]:
         """What this host offers for this backend."""
         return []
 

@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 from runner.backends.base import Backend, Sink, not_started
 from runner.backends.context import RunContext
 from runner.base.errors import BackendError
-from runner.spec.cells import EnvironmentBase, Task
-from runner.spec.outcomes import Outcome, Status
+from runner.domain.cells import EnvironmentBase, Task
+from runner.domain.outcomes import Outcome, Status
 from runner.store import BatchJob, BatchJobs
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.spec.cells import Task
+from runner.domain.cells import Task
 from runner.store.jobs import BatchJobs
 
 

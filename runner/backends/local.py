@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Literal
 
 from runner.backends import artifact, ranks, register
-from runner.backends.base import Check, Interrupted, NotStarted, SequentialBackend, not_started
+from runner.backends.base import Interrupted, NotStarted, Probe, SequentialBackend, not_started
 from runner.backends.ranks import rank_env
 from runner.backends.workloads import Changed, arguments
 from runner.backends.workloads.files import stage
 from runner.base import safewrite
-from runner.spec.cells import EnvironmentBase, Task
-from runner.spec.outcomes import Outcome, Status, outcome_from_process
+from runner.domain.cells import EnvironmentBase, Task
+from runner.domain.outcomes import Outcome, Status, outcome_from_process
 
 
 class LocalEnvironment(EnvironmentBase):
@@ -162,27 +162,27 @@ class LocalBackend(SequentialBackend):
                                     extra={"backend": "local", "python_executable": self.python})
 
     @classmethod
-    def doctor(cls) -> list[Check]:
-        checks = [Check("python", True, f"{sys.executable} ({sys.version.split()[0]})")]
+    def doctor(cls) -> list[Probe]:
+        checks = [Probe("python", True, f"{sys.executable} ({sys.version.split()[0]})")]
         try:
             probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__, "
                                     "torch.cuda.is_available(), torch.cuda.device_count())"],
                                    capture_output=True, text=True, timeout=120)
             if probe.returncode == 0:
                 version, cuda, count = probe.stdout.split()
-                checks.append(Check("torch (local)", True, f"{version}, CUDA available: {cuda}, GPUs: {count}"))
+                checks.append(Probe("torch (local)", True, f"{version}, CUDA available: {cuda}, GPUs: {count}"))
             else:
-                checks.append(Check("torch (local)", False, "not importable by this Python: "
+                checks.append(Probe("torch (local)", False, "not importable by this Python: "
                                     "pip install 'matrix-bench[local]' or set `python` per environment"))
         except (OSError, subprocess.TimeoutExpired) as e:
-            checks.append(Check("torch (local)", False, str(e)))
+            checks.append(Probe("torch (local)", False, str(e)))
         smi = shutil.which("nvidia-smi")
         if smi:
             q = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
                                capture_output=True, text=True, timeout=60)
-            checks.append(Check("GPUs (nvidia-smi)", q.returncode == 0, q.stdout.strip().replace("\n", "; ")
+            checks.append(Probe("GPUs (nvidia-smi)", q.returncode == 0, q.stdout.strip().replace("\n", "; ")
                                 or q.stderr.strip()))
         else:
-            checks.append(Check("GPUs (nvidia-smi)", None, "nvidia-smi not found: no NVIDIA GPU on this host"))
+            checks.append(Probe("GPUs (nvidia-smi)", None, "nvidia-smi not found: no NVIDIA GPU on this host"))
         return checks
 

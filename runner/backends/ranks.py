@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Literal, Protocol
 
 from runner.base import safewrite
-from runner.spec.outcomes import Outcome, Status
+from runner.domain.outcomes import Outcome, Status
 
 # After one rank failed, the others get this long to end by themselves: they may wait forever in a
 # collective otherwise.

@@ -1,5 +1,5 @@
 """The one table of `matrix` exit statuses: every command exits with one of these, the README's table and
-`--help` texts are checked against it (tests/unit/test_exitcodes.py).
+`--help` texts are checked against it (tests/base/test_exitcodes.py).
 
 Distinct on purpose: a pipeline must tell a regression (1) from a typo (2), a failed repeat (3) from a
 broken store (6), and an answer it cannot trust (5) from a pass (0).

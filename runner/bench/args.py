@@ -191,7 +191,7 @@ def parse_args(argv):
         raise BadArgs("--image-size %d is too small for model %s; allowed: at least %d" % (
             args.image_size, args.model, min_image_size(args.model)))
     # Ceilings win over floors (--warmup-max over --warmup, --window-max over --window-min): a matrix file
-    # is refused at plan time when they cross (runner/spec/cells.py); here the run stays within its budget.
+    # is refused at plan time when they cross (runner/domain/cells.py); here the run stays within its budget.
     if args.window_time is not None and args.iterations is None and args.warmup == 0 and args.warmup_max is None:
         raise BadArgs("--window-time calibrates from warm-up iterations: give --warmup of at least 1")
     if args.compile_mode is not None and not args.compile:

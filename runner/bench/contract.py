@@ -1,9 +1,9 @@
 """The benchmark's contract as literal data: the names a matrix file may use, the exit statuses, the
 result line and the rules every option value must follow.
 
-Only literal assignments live here. The controller reads this file with `ast` (runner/spec/bench_contract.py),
+Only literal assignments live here. The controller reads this file with `ast` (runner/domain/bench_contract.py),
 without importing torch or running any of it, and `matrix plan` holds a matrix file to the same rules
-that bench's own parser (args.py) applies: one source, checked twice (tests/unit/test_contract.py).
+that bench's own parser (args.py) applies: one source, checked twice (tests/domain/test_contract.py).
 """
 
 SCHEMA = 1

@@ -1,7 +1,7 @@
 """What a workload's output says: its figures of merit read line by line, in the environment, by the
 workload launcher (workload.py). Standard library only, Python 3.6 syntax.
 
-Each parser takes the configuration the controller normalised (runner/backends/workloads/spec.py), is fed every
+Each parser takes the configuration the controller normalised (runner/backends/workloads/config.py), is fed every
 line the program printed (stdout and stderr, as one stream) and, when the program wrote its log to a
 file, that file's lines after it ended. `outcome()` returns the metrics in the store's own names and
 units, the figures of the user's own naming, what was found, and the problem when a required figure

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from runner import matrix as matrix_mod
 from runner.base.errors import ConfigError
-from runner.spec.cells import Cell, EnvironmentBase, shown_params
+from runner.domain.cells import Cell, EnvironmentBase, shown_params
 
 MOST_ENVIRONMENTS = 1000
 _GROUP = re.compile(r"\{([^{}]*)\}")

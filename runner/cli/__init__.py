@@ -41,7 +41,7 @@ def command(name: str) -> Callable[[F], F]:
     """Declare a function's parameters as the options of the registered command `name`: the app's command of that
     name, whose --help is the command's (its help, details and exit statuses)."""
     cmd = COMMANDS.get(name)
-    return app.command(name, cls=boundary.Command, help=cmd.help_page(), short_help=cmd.short_help())
+    return app.command(name, cls=boundary.ReadableCommand, help=cmd.help_page(), short_help=cmd.short_help())
 
 
 def _done(status: int) -> None:

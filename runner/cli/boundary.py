@@ -44,7 +44,7 @@ def _no_type(ctx: Any) -> None:
     return None
 
 
-class Command(TyperCommand):
+class ReadableCommand(TyperCommand):
     """Every command's class: its options and arguments shown as `readable` says."""
 
     def get_params(self, ctx: Any) -> list[Any]:

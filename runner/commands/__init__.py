@@ -14,11 +14,11 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from runner.domain.defaults import DEFAULT_DB, MAX_CELLS
+from runner.domain.outcomes import RERUN_FAILED_TEXT
 from runner.record.metrics import HEADLINE, METRICS
 from runner.report import COMPARE_FORMATS, DEFAULT_REPORT_FORMATS, DIFF_FORMATS
 from runner.report.formats import FORMATS as REPORT_FORMATS
-from runner.spec.defaults import DEFAULT_DB, MAX_CELLS
-from runner.spec.outcomes import RERUN_FAILED_TEXT
 
 if TYPE_CHECKING:
     from runner import matrix as matrix_mod

@@ -2,7 +2,7 @@
 few environments as possible (docs/decisions.md, "Bisect").
 
 `envlist` makes the ordered environments (matrix-file names or image patterns) and the one cell in each;
-`search` is the procedure, over any way of measuring; `measure` measures through `execute.run_matrix` and reads
+`search` is the procedure, over any way of measuring; `store_measure` measures through `execute.run_matrix` and reads
 the store; `present` prints the answer with what differs between the pair's environments.
 """
 
@@ -24,7 +24,7 @@ from runner.record.metrics import STATUS_METRIC as STATUS
 from runner.record.metrics import get_metric
 
 if TYPE_CHECKING:
-    from runner.analysis import bisect as search
+    from runner.analysis import bisect_search as search
 
 FORMATS = ("md", "json")
 DEFAULT_THRESHOLD = "5%"
@@ -33,7 +33,7 @@ DEFAULT_MOST = 10
 
 def parse_threshold(text: str) -> float:
     """--threshold: '10%' or 0.1; more than 0 and below 100%."""
-    from runner.spec.cells import percentage
+    from runner.domain.cells import percentage
     try:
         value = float(percentage(text.strip()) if text.strip().endswith("%") else float(text))
     except ValueError:
@@ -44,9 +44,9 @@ def parse_threshold(text: str) -> float:
 
 
 def settings_for(first: int, most: int | None, threshold: str, metric: str) -> search.Settings:
-    from runner.analysis import bisect as search
     from runner.analysis import bisect_pair
-    from runner.spec.cells import MOST_REPEATS
+    from runner.analysis import bisect_search as search
+    from runner.domain.cells import MOST_REPEATS
     if most is not None and not 2 <= most <= MOST_REPEATS:
         raise ConfigError(f"--max-repeats {most}: from 2 to {MOST_REPEATS}")
     top = most if most is not None else max(DEFAULT_MOST, first)
@@ -55,7 +55,7 @@ def settings_for(first: int, most: int | None, threshold: str, metric: str) -> s
 
 
 @register
-class Bisect(Command):
+class BisectCommand(Command):
     name = "bisect"
     help = ("Find the adjacent pair of environments where the cell's metric changes beyond the threshold, measuring as\n"
             "few environments as possible (binary search, repeats added where the answer is not clear yet; every repeat\n"
@@ -68,11 +68,11 @@ class Bisect(Command):
             max_repeats: int | None, fmt: str | None, workdir: Path, max_cells: int, verbose: bool) -> int:
         """Exit 0 when one pair makes the change, 1 when the two ends do not differ, 5 when undecided, 8 when the
         change is spread over several steps. Every repeat is stored as measured; so is the answer."""
-        from runner.analysis import bisect as search
+        from runner.analysis import bisect_search as search
         from runner.analysis import envdiff
         from runner.bisect import envs as envlist
-        from runner.bisect.measure import StoreMeasure
-        from runner.report import bisect as present
+        from runner.bisect.store_measure import StoreMeasure
+        from runner.report import bisect_answer as present
         from runner.report.diff import side_of
         from runner.store import Store
         m = load(matrix, max_cells)
@@ -91,7 +91,7 @@ class Bisect(Command):
                                    verbose=verbose, say=lambda text: err.print(text, markup=False, highlight=False))
             answer = search.bisect(len(plan.cells), measure, settings)
 
-            def sides(c: search.Comparison) -> tuple[envdiff.Side, envdiff.Side]:
+            def sides(c: search.PairComparison) -> tuple[envdiff.EnvSide, envdiff.EnvSide]:
                 return (side_of(store, plan.names[c.a], [plan.cells[c.a].key]),
                         side_of(store, plan.names[c.b], [plan.cells[c.b].key]))
 
@@ -99,7 +99,7 @@ class Bisect(Command):
             steps = tuple(sides(c) for c in answer.steps) if answer.outcome == search.SPREAD else ()
         cost = present.Cost(len(plan.names), len(answer.repeats), sum(measure.tally.looked.values()),
                             measure.tally.measured, settings.levels[0], settings.levels[-1])
-        report = present.Report(plan.names, plan.cell_text(), metric_, settings, answer, cost, diff, steps)
+        report = present.BisectReport(plan.names, plan.cell_text(), metric_, settings, answer, cost, diff, steps)
         with Store(db) as store:  # the answer is kept for the published site (runner/store/bisects.py)
             store.add_bisect(present.to_json(report), [c.key for c in plan.cells], argv, started, time.time())
         self.say(present.render(report, fmt))

@@ -27,7 +27,7 @@ def check_text(js: Sequence[references.Judgement], fmt: str | None = None, polic
 
 
 @register
-class Check(Command):
+class CheckCommand(Command):
     name = "check"
     help = "Hold the stored results against the matrix file's `references:`; runs nothing."
     details = (

@@ -50,13 +50,13 @@ def backends() -> list[str]:
 
 def axes() -> list[str]:
     """The axes a matrix file (and --only) may name."""
-    from runner.spec.cells import Axes
+    from runner.domain.cells import Axes
     return list(Axes.model_fields)
 
 
 def axis_values(axis: str) -> list[str]:
     """The values the bench defines for an axis (precision, model, device, ...); none for a free one (batch_size)."""
-    from runner.spec import bench_contract as bench
+    from runner.domain import bench_contract as bench
     values = {"precision": bench.PRECISIONS, "model": bench.MODELS, "device": bench.DEVICES,
               "optimizer": bench.OPTIMIZERS, "optimizer_impl": bench.OPTIMIZER_IMPLS, "amp_impl": bench.AMP_IMPLS,
               "loss_impl": bench.LOSS_IMPLS, "compile_mode": bench.COMPILE_MODES, "attention": bench.ATTENTION_BACKENDS,

@@ -8,7 +8,7 @@ from runner.commands.base import Command, register
 
 
 @register
-class Clean(Command):
+class CleanCommand(Command):
     name = "clean"
     help = "Remove containers and batch jobs left by interrupted runs."
 

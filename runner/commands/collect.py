@@ -10,7 +10,7 @@ from runner.commands.base import Command, register
 
 
 @register
-class Collect(Command):
+class CollectCommand(Command):
     name = "collect"
     help = ("Gather results of batch jobs submitted earlier (`run --no-wait`); submits and starts nothing\n"
             "(repeats of environments that run here are left to `matrix run`).")

@@ -12,7 +12,7 @@ from runner.commands.base import Command, register
 
 
 @register
-class Compare(Command):
+class CompareCommand(Command):
     name = "compare"
     help = "Pair the cells of A and B and say which is faster, by how much, and whether it is significant."
     details = (

@@ -18,11 +18,11 @@ from runner.analysis.compare import pair_keys
 from runner.analysis.verdict import Verdict, exit_status, parse_policy
 from runner.base.errors import ConfigError, StoreError
 from runner.base.exitcodes import Exit
+from runner.domain.cells import Cell
 from runner.execution import adaptive_rounds as schedule
 from runner.execution import decided_rounds
 from runner.matrix import Matrix
 from runner.report import decisions as present
-from runner.spec.cells import Cell
 from runner.store import Store
 from runner.store.exchange import store_id
 
@@ -133,7 +133,7 @@ def one_threshold(metric: str, min_effect: float | None, specs: Sequence[str]) -
 
 
 def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str], pool: bool = False, here: str = ""
-                ) -> tuple[list[gate.Rule], list[gate.Check], list[dict[str, Any]]]:
+                ) -> tuple[list[gate.Rule], list[gate.GateCheck], list[dict[str, Any]]]:
     """The rules, every check, and B's cells that A has no cell for; each side the repeats runner/analysis/sides.py
     selects for it (one machine's, unless it names machines; `here`: this store's id), as compare takes them."""
     rules = gate.parse_rules(specs)
@@ -143,7 +143,7 @@ def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str], pool: bo
             gate.only_in_b(side_a.frame, side_b.frame, keys))
 
 
-def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.Check], fmt: str | None,
+def gate_text(a: str, b: str, rules: Sequence[gate.Rule], checks: Sequence[gate.GateCheck], fmt: str | None,
               policy: str = "error", unchecked: Sequence[dict[str, Any]] = ()) -> str:
     if fmt == "json":
         return gate.to_json(a, b, rules, checks, policy=policy, unchecked=unchecked)

@@ -8,7 +8,7 @@ from runner.commands.base import Command, register
 
 
 @register
-class Diff(Command):
+class DiffCommand(Command):
     name = "diff"
     help = ("What differs between two environments, as their newest repeats recorded it: PyTorch, CUDA, cuDNN, NCCL,\n"
             "Python, numpy, the OS, the image, the hardware, the variables that steer the libraries, torch's build, how\n"

@@ -14,7 +14,7 @@ from runner.commands.base import Command, register
 
 
 @register
-class Doctor(Command):
+class DoctorCommand(Command):
     name = "doctor"
     help = "What this host offers: Docker engine and GPU runtime, Slurm, GPUs, Python and torch."
 

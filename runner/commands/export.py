@@ -44,7 +44,7 @@ def export_command(db: Path, out: Path, run_refs: list[str] | None, environments
 
 
 @register
-class Export(Command):
+class ExportCommand(Command):
     name = "export"
     help = ("Write the selected repeats, with their cells, environments, log tails and provenance, to one portable "
             "file.")

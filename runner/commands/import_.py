@@ -25,7 +25,7 @@ def import_command(db: Path, files: list[Path]) -> list[str]:
 
 
 @register
-class Import(Command):
+class ImportCommand(Command):
     name = "import"
     help = "Merge results files into the store: all or nothing; a repeat already there is not stored again."
 

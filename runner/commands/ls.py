@@ -66,7 +66,7 @@ def list_imports(db: Path) -> int:
 
 
 @register
-class Ls(Command):
+class LsCommand(Command):
     name = "ls"
     help = "List the runs in the store (--imports: what it imported)."
 

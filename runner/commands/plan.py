@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING
 from runner.base.table import Table
 from runner.commands import load
 from runner.commands.base import Command, register
-from runner.spec.defaults import shown_params
+from runner.domain.defaults import shown_params
 
 if TYPE_CHECKING:
     from runner import matrix as matrix_mod
-    from runner.spec.cells import Cell
+    from runner.domain.cells import Cell
 
 
 @register
-class Plan(Command):
+class PlanCommand(Command):
     name = "plan"
     help = "Validate the matrix file and list its cells; nothing runs."
 

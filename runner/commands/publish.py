@@ -6,11 +6,11 @@ from pathlib import Path
 
 from runner.base.errors import ConfigError
 from runner.commands.base import Command, register
-from runner.spec.defaults import DEFAULT_DB
+from runner.domain.defaults import DEFAULT_DB
 
 
 @register
-class Publish(Command):
+class PublishCommand(Command):
     name = "publish"
     help = ("Write a static site (opens from file://): machines, environments, runs, each cell's history with its "
             "changes.")

@@ -9,7 +9,7 @@ from runner.commands.base import Command, register
 
 
 @register
-class Report(Command):
+class ReportCommand(Command):
     name = "report"
     help = "Write the report views (tables and plots) from the store."
 

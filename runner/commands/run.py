@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @register
-class Run(Command):
+class RunCommand(Command):
     name = "run"
     help = "Run every repeat that is not stored yet (resume is the default)."
 
@@ -56,7 +56,7 @@ def until(m: matrix_mod.Matrix, decided: bool, most: int | None) -> matrix_mod.M
     most = most or (run.adaptive.max if run.adaptive else max(20, first))
     if most < first:
         raise ConfigError(f"--max-repeats {most}: below the {first} repeats every cell gets")
-    from runner.spec.runsettings import AdaptiveRepeats
+    from runner.domain.runsettings import AdaptiveRepeats
     rule = AdaptiveRepeats(min=max(2, first), max=most, until="decided")
     return replace(m, run=run.model_copy(update={"adaptive": rule, "repeats": rule.min}))
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
 from runner.commands.base import Command, register
+from runner.domain.defaults import shown_params
 from runner.record.metrics import HEADLINE, definition, shown_unit
 from runner.record.repeat import Repeat, admitted
-from runner.spec.defaults import shown_params
 
 
 def show_run(run_ref: str | None, db: Path) -> int:
@@ -61,7 +61,7 @@ def note(row: Repeat) -> TableCell:
 
 
 @register
-class Show(Command):
+class ShowCommand(Command):
     name = "show"
     help = f"The cells of one run with their statuses and {HEADLINE}."
 

@@ -10,10 +10,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from runner.analysis.adaptive import CellState, assess
+from runner.domain.cells import Cell, Task
+from runner.domain.outcomes import Status
 from runner.record.metrics import HEADLINE
 from runner.record.repeat import admitted
-from runner.spec.cells import Cell, Task
-from runner.spec.outcomes import Status
 from runner.store import Store
 
 

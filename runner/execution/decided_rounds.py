@@ -22,9 +22,9 @@ from runner import analysis as an
 from runner.analysis import gate_entries, references, significance
 from runner.analysis.bisect_pair import levels
 from runner.analysis.verdict import Verdict
+from runner.domain.cells import Cell, Task
 from runner.matrix import Matrix
 from runner.record.repeat import admitted
-from runner.spec.cells import Cell, Task
 from runner.store import Store
 
 

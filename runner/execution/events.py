@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.exitcodes import Exit
+from runner.domain.cells import Cell, RunSettings, Task
+from runner.domain.outcomes import Outcome
 from runner.record.stored import StoredRepeat
-from runner.spec.cells import Cell, RunSettings, Task
-from runner.spec.outcomes import Outcome
 from runner.store.liveness import Holder
 
 

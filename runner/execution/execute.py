@@ -21,6 +21,8 @@ from runner.backends.context import RunContext
 from runner.base import console as consoles
 from runner.base.errors import BusyError, MatrixError, StoreError
 from runner.base.exitcodes import Exit
+from runner.domain.cells import Cell, Task
+from runner.domain.outcomes import Outcome, Status
 from runner.execution import adaptive_rounds as adaptive
 from runner.execution import decided_rounds
 from runner.execution.events import Held, RunListener, RunReport
@@ -28,8 +30,6 @@ from runner.execution.order import EnvWork, Step, Want, calibration_phase, round
 from runner.execution.printer import RunPrinter
 from runner.matrix import Matrix
 from runner.record.stored import StoredRepeat
-from runner.spec.cells import Cell, Task
-from runner.spec.outcomes import Outcome, Status
 from runner.store import RunClaims, Store, new_run_id, run_status
 
 # Exit statuses of `matrix run` and `matrix collect` (runner/base/exitcodes.py has the one table).

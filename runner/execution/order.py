@@ -8,8 +8,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from runner.analysis import frame
-from runner.spec.cells import Cell, Task
-from runner.spec.outcomes import RERUN_FAILED, Status
+from runner.domain.cells import Cell, Task
+from runner.domain.outcomes import RERUN_FAILED, Status
 from runner.store import Store
 
 

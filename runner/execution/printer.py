@@ -24,11 +24,11 @@ from runner import backends
 from runner.analysis import definition, frame, shown_unit
 from runner.base import console as consoles
 from runner.base.table import Table, TableCell
+from runner.domain.cells import Cell, RunSettings, Task
+from runner.domain.outcomes import RERUN_FAILED_TEXT, Outcome, Status
 from runner.execution.events import Held, RunListener, RunReport
 from runner.record.repeat import Repeat
 from runner.record.stored import StoredRepeat
-from runner.spec.cells import Cell, RunSettings, Task
-from runner.spec.outcomes import RERUN_FAILED_TEXT, Outcome, Status
 from runner.store import Holder
 
 

@@ -5,7 +5,7 @@ reports/<device>/.
 
 `plan` says what is measured and in which order, and estimates a repeat's device seconds; `evidence` runs the
 plan within a time budget and resumes from its store; `device` binds a state to one device; `reference` runs the
-hand-written loop beside bench; `output` packs the state and writes the report; `tables` and `headline` write
+hand-written loop beside bench; `output` packs the state and writes the report; `evidence_page` and `headline` write
 the evidence page and the write-ups' tables beside their published numbers (`published.json`).
 docs/gpu-evidence.md says how to run it.
 """

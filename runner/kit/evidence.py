@@ -34,11 +34,11 @@ import yaml
 from runner import analysis as an
 from runner.base import safewrite
 from runner.base.exitcodes import Exit
+from runner.domain.outcomes import RERUN_FAILED, Status
 from runner.kit import device, output, reference
 from runner.kit import plan as plans
 from runner.kit.calls import Call, Deferred, cut
 from runner.kit.settings import Budget, KitCell, options
-from runner.spec.outcomes import RERUN_FAILED, Status
 
 GPU_ENV, DRY_ENV = "local-gpu", "dry-run-cpu"
 MIN_ITERATIONS = {"cuda": 5, "cpu": 2}
@@ -410,7 +410,7 @@ class Kit:
 
 
 # What the kit measures again: a repeat not stored, interrupted or never started, and one `matrix run
-# --rerun-failed` measures again (runner/spec/outcomes.py RERUN_FAILED: failed, oom, diverged, refused, timeout;
+# --rerun-failed` measures again (runner/domain/outcomes.py RERUN_FAILED: failed, oom, diverged, refused, timeout;
 # diverged and refused as admission sees a stored ok). Unsupported and skipped are outcomes: measured.
 TO_RUN = frozenset({None, Status.NOT_STARTED.value, *(s.value for s in RERUN_FAILED)})
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from runner.analysis import change, significance
 from runner.analysis.verdict import Verdict
-from runner.kit.cells import _md
-from runner.kit.levers import settings
+from runner.kit.cell_results import _md
+from runner.kit.lever_sections import settings
 from runner.kit.transformer import BASE
 from runner.report.fmt import DASH, Table
 

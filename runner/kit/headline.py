@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runner import analysis as an
-from runner.kit.cells import CellResult, _md, _ratio
+from runner.kit.cell_results import CellResult, _md, _ratio
 from runner.report import fmt
 from runner.report.fmt import DASH, Table
 

@@ -37,8 +37,8 @@ def report(kit: KitView) -> bool:
         kit.say("no repeat stored yet: no report")
         return False
     try:
-        from runner.kit import tables
-        files = tables.write(kit, out)
+        from runner.kit import evidence_page
+        files = evidence_page.write(kit, out)
     except Exception as e:
         kit.say(f"report: not written ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}); every "
                 "measured repeat is stored and packed: write it later with --report-only")

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.spec.bench_contract import PRECISIONS
-from runner.spec.cells import stable_hash
+from runner.domain.bench_contract import PRECISIONS
+from runner.domain.cells import stable_hash
 
 Params = dict[str, Any]
 

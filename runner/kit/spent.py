@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runner.kit.cells import CellResult
+from runner.kit.cell_results import CellResult
 
 
 def section(cells: Sequence[CellResult], asked: float, doc: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from runner import analysis as an
 from runner.analysis import change
-from runner.kit.cells import MIB, CellResult, _md, _num
+from runner.kit.cell_results import MIB, CellResult, _md, _num
 from runner.report import fmt
 from runner.report.fmt import DASH, Table
 

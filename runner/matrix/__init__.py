@@ -14,13 +14,13 @@ from pydantic import BaseModel, ValidationError
 
 from runner import backends
 from runner.base.errors import ConfigError
-from runner.spec import bench_contract as contract
-from runner.spec import yamltext as yt
-from runner.spec.cellmatch import AXES, MATCH_KEYS, matches, typed_rule
+from runner.domain import bench_contract as contract
+from runner.domain import yamltext as yt
+from runner.domain.cellmatch import AXES, MATCH_KEYS, matches, typed_rule
 
-# Kept importable from here: the commands pick cells with `matrix.select` (runner.spec.cellmatch is its home).
-from runner.spec.cellmatch import select as select
-from runner.spec.cells import (
+# Kept importable from here: the commands pick cells with `matrix.select` (runner.domain.cellmatch is its home).
+from runner.domain.cellmatch import select as select
+from runner.domain.cells import (
     AXIS_NAMES,
     RESERVED_AXES,
     Axes,
@@ -32,8 +32,8 @@ from runner.spec.cells import (
     Strict,
     WorkloadAxes,
 )
-from runner.spec.defaults import MAX_CELLS
-from runner.spec.fileproblems import format_errors, line
+from runner.domain.defaults import MAX_CELLS
+from runner.domain.fileproblems import format_errors, line
 
 DEFAULT_MATRIX = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
 
@@ -50,7 +50,7 @@ class MatrixFile(Strict):
     run: RunSettings = RunSettings()
     references: Any = None  # validated by runner/analysis/references.py
     gate: Any = None  # validated by runner/analysis/gate_entries.py
-    workload: Any = None  # validated by runner/backends/workloads/spec.py, merged with each environment's own
+    workload: Any = None  # validated by runner/backends/workloads/config.py, merged with each environment's own
 
 
 class WorkloadMatrixFile(MatrixFile):
@@ -219,7 +219,7 @@ def _workload_refuses(run: RunSettings) -> list[tuple[tuple[Any, ...], str]]:
 def _workloads(top: MatrixFile, envs: Sequence[EnvironmentBase], path: Path | None,
                locate: yt.Locate) -> dict[str, Any]:
     """Each environment's workload (its own keys over the matrix's), checked: one ConfigError with every problem."""
-    from runner.backends.workloads import spec as wspec
+    from runner.backends.workloads import config as workload_config
 
     base = path.resolve().parent if path else Path.cwd()
     axis_names = [*AXIS_NAMES, *top.axes.own()] if isinstance(top.axes, WorkloadAxes) else list(AXIS_NAMES)
@@ -228,7 +228,7 @@ def _workloads(top: MatrixFile, envs: Sequence[EnvironmentBase], path: Path | No
     problems: list[str] = []
     cache: dict[str, Any] = {}
     for i, env in enumerate(envs):
-        raw = wspec.merged(top.workload, env.workload)
+        raw = workload_config.merged(top.workload, env.workload)
         prefix: tuple[Any, ...] = ("environments", i, "workload") if env.workload is not None else ("workload",)
         if raw is None:
             problems.append(locate(("environments", i)) + ": this environment runs no workload while others do; "
@@ -236,7 +236,7 @@ def _workloads(top: MatrixFile, envs: Sequence[EnvironmentBase], path: Path | No
             continue
         ident = repr(raw)
         if ident not in cache:
-            cache[ident] = wspec.resolve(raw, base, axis_names)
+            cache[ident] = workload_config.resolve(raw, base, axis_names)
         workload, why = cache[ident]
         if workload is None:
             problems += [locate((*prefix, *loc)) + f": {text}" for loc, text in why]
@@ -251,7 +251,7 @@ def _workloads(top: MatrixFile, envs: Sequence[EnvironmentBase], path: Path | No
 
 def _placeholders_unset(m: Matrix, envs: Sequence[EnvironmentBase]) -> list[tuple[tuple[Any, ...], str]]:
     """(field path, why) for a placeholder that some cell has no value for (an axis only an include sets)."""
-    from runner.backends.workloads.spec import BUILTIN_PLACEHOLDERS
+    from runner.backends.workloads.config import BUILTIN_PLACEHOLDERS
 
     index = {e.name: i for i, e in enumerate(envs)}
     found: dict[tuple[Any, ...], str] = {}
@@ -291,7 +291,7 @@ def _bench_refuses(top: MatrixFile) -> list[tuple[tuple[Any, ...], str]]:
     return found
 
 
-# The run setting a bench option comes from (runner/spec/cells.py RunSettings.bench_options).
+# The run setting a bench option comes from (runner/domain/cells.py RunSettings.bench_options).
 RUN_FIELDS = {"window_time": "iterations", "window_min": "iterations", "window_max": "iterations",
               "warmup_max": "warmup", "warmup_time": "warmup", "steady_window": "warmup", "steady_tolerance": "warmup"}
 
@@ -331,7 +331,7 @@ def check_size(m: Matrix, max_cells: int) -> None:
 def _as_written(data: dict[str, Any], root: yaml.Node | None, locate: yt.Locate, problems: list[str],
                 workload: bool = False) -> dict[str, Any]:
     """The file's data with every text field as the user typed it (an `env:` value `yes` stays "yes", not
-    "True") and numbers YAML 1.1 reads otherwise than they look (010, 1:30) refused: runner/spec/yamltext.py."""
+    "True") and numbers YAML 1.1 reads otherwise than they look (010, 1:30) refused: runner/domain/yamltext.py."""
     walk = yt.Walk(locate)
     items: dict[str, Any] = {a: yt.list_item(f.annotation) for a, f in Axes.model_fields.items()}
     if workload:

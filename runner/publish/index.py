@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from runner.publish.cells import NAME_KEYS
+from runner.publish.cell_pages import NAME_KEYS
 from runner.report import charts
 from runner.report.head import plural
 from runner.report.labels import cell_label

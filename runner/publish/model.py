@@ -16,14 +16,13 @@ import pandas as pd
 
 import runner.analysis as an
 from runner.analysis.identity import definition_ids
-from runner.publish import cells as cells_
-from runner.publish import index
+from runner.publish import cell_pages, index
 from runner.publish import tables as tables_
-from runner.publish.cells import NAME_KEYS, when
+from runner.publish.cell_pages import NAME_KEYS, when
 from runner.publish.load import Loaded
 from runner.report import fmt, tone
 from runner.report import pairs as pair_views
-from runner.report.bisect import change_percent
+from runner.report.bisect_answer import change_percent
 from runner.report.head import run_status
 from runner.store.exchange import strip
 
@@ -69,7 +68,7 @@ def build(data: Loaded, metric: an.Metric) -> Site:
     # the store, and the device where one key was measured on more than one.
     df["series"] = definition_ids(df.assign(cell_key=df["key"] + "@" + df["origin"].astype(str)))
     runs = _runs(df, data.runs, label, metric)
-    cells, hist = cells_.cells(df, metric, label)
+    cells, hist = cell_pages.cells(df, metric, label)
     envs = [{"name": env, "machines": sorted({label[o] for o in g["origin"].unique()}),
              "torch": ", ".join(sorted({str(t) for t in g["env_torch"].unique() if t == t and str(t)})),
              "runs": int(g["run_slug"].nunique()), "repeats": len(g)}

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.bench.readings import ordinal
+from runner.domain.bench_contract import WINDOW_REDO_BELOW
+from runner.domain.outcomes import Status
 from runner.record.metrics import HEADLINE, METRICS
-from runner.spec.bench_contract import WINDOW_REDO_BELOW
-from runner.spec.outcomes import Status
 
 OK, DIVERGED, REFUSED = Status.OK.value, Status.DIVERGED.value, Status.REFUSED.value
 
@@ -70,7 +70,7 @@ _PLAIN_REFUSING: list[Any] = [-1, ()]
 
 
 @dataclass(frozen=True)
-class Check:
+class AdmissionCheck:
     """One admission check of one repeat: its name, whether it passed (None: it does not apply to this repeat),
     and what it found, in words a table can print."""
 
@@ -83,7 +83,7 @@ class Check:
 
 
 # The checks' common results, made once: admission reads every repeat a site plots (100,000 of them).
-_PLAIN = {(name, passed): Check(name, passed)
+_PLAIN = {(name, passed): AdmissionCheck(name, passed)
           for name in ("finite", "growth", "figure", "window", "scaler", "bounds") for passed in (True, None)}
 
 
@@ -94,7 +94,7 @@ class Admission:
 
     status: str
     stored: str
-    checks: tuple[Check, ...] = ()
+    checks: tuple[AdmissionCheck, ...] = ()
     dropped: tuple[str, ...] = ()   # metrics left out of this repeat (out of bounds, the repeat still admitted)
 
     @property
@@ -136,7 +136,7 @@ def _program(raw: Mapping[str, Any]) -> bool:
     return record is not None and isinstance(record, dict | Mapping) and "parser" in record
 
 
-def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:
+def finite_check(metrics: Mapping[str, Any], stored: str) -> AdmissionCheck:
     """Every loss the repeat kept is finite. bench's own record (`metrics.finite`, every step checked) names where a
     loss first was not; a program's parser records every loss it read (`metrics.loss_seen`: how many were not finite,
     and where the first was); the losses bench kept (a NaN or an infinity is written as null in bench's result line,
@@ -146,18 +146,18 @@ def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:
     if record.get("all") is False:
         step, phase = record.get("first_nonfinite_step"), record.get("phase")
         where = f" at training step {step}" if isinstance(step, int) else ""
-        return Check("finite", False, f"diverged: a loss became NaN or infinite{where}"
+        return AdmissionCheck("finite", False, f"diverged: a loss became NaN or infinite{where}"
                      f"{f' ({phase})' if isinstance(phase, str) and phase else ''}")
     seen = _mapping(metrics.get("loss_seen"))
     bad = _num(seen.get("nonfinite")) if seen else None
     if bad is not None and bad > 0:
         what = seen.get("first_nonfinite")
         what = what[:20] if isinstance(what, str) and what else "NaN or infinite"
-        return Check("finite", False, f"diverged: the loss became {what} at {_read_at(seen, seen.get('first_nonfinite_at'))}")
+        return AdmissionCheck("finite", False, f"diverged: the loss became {what} at {_read_at(seen, seen.get('first_nonfinite_at'))}")
     if stored == DIVERGED:
-        return Check("finite", False, "diverged: a loss became NaN or infinite")
+        return AdmissionCheck("finite", False, "diverged: a loss became NaN or infinite")
     if any(type(metrics.get(k)) is float and not math.isfinite(metrics[k]) for k in ("loss_start", "loss_end")):
-        return Check("finite", False, "diverged: the loss became NaN or infinite (the first or the final loss)")
+        return AdmissionCheck("finite", False, "diverged: the loss became NaN or infinite (the first or the final loss)")
     losses = metrics.get("losses")
     window = losses if isinstance(losses, list) else []
     ladder = _mapping(metrics.get("loss_at"))
@@ -169,7 +169,7 @@ def finite_check(metrics: Mapping[str, Any], stored: str) -> Check:
         return _PLAIN["finite", True]
     where = f" by training step {bad_ladder[0]}" if bad_ladder else ""
     count = f" ({bad_window} of the window's {len(window)} losses)" if window else ""
-    return Check("finite", False, f"diverged: the loss became NaN or infinite{where}{count}")
+    return AdmissionCheck("finite", False, f"diverged: the loss became NaN or infinite{where}{count}")
 
 
 def _finite(value: Any) -> bool:
@@ -241,7 +241,7 @@ def _bench_losses(metrics: Mapping[str, Any]) -> tuple[str, float, str, float] |
     return first[0], first[1], top_at, top
 
 
-def growth_check(metrics: Mapping[str, Any]) -> Check:
+def growth_check(metrics: Mapping[str, Any]) -> AdmissionCheck:
     """The loss did not explode: its largest kept magnitude is at most EXPLODED times its first kept loss's (a first
     loss nearer zero than LOSS_FLOOR counts as LOSS_FLOOR). Read from a parser's record (`metrics.loss_seen`) or from
     bench's kept losses; a repeat without a finite loss kept has nothing to judge."""
@@ -261,11 +261,11 @@ def growth_check(metrics: Mapping[str, Any]) -> Check:
         return _PLAIN["growth", True]
     grew = "the loss grew" if top > 0 else "the loss's magnitude grew"
     counted = "" if abs(first) >= LOSS_FLOOR else f", counted as {LOSS_FLOOR:g}"
-    return Check("growth", False, f"diverged: {grew} {factor:.3g}-fold, from {first:.4g}{counted} ({first_at}) to "
+    return AdmissionCheck("growth", False, f"diverged: {grew} {factor:.3g}-fold, from {first:.4g}{counted} ({first_at}) to "
                  f"{top:.4g} ({top_at}); more than {EXPLODED:,.0f}-fold is an exploding training")
 
 
-def window_check(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
+def window_check(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> AdmissionCheck:
     """The measured window is what was promised: at least `--window-time` seconds when the run asked for a time
     (unless its count reached the ceiling the run settings allow), exactly `--iterations` when it asked for a
     count. A user's program measures its own window: nothing promised, nothing checked."""
@@ -288,20 +288,20 @@ def window_check(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
         if window_s >= floor:
             if window_s >= asked:
                 return _PLAIN["window", True]
-            return Check("window", True, f"window {window_s:.3g} s of {asked:g} s asked (a result from before windows "
+            return AdmissionCheck("window", True, f"window {window_s:.3g} s of {asked:g} s asked (a result from before windows "
                          "were completed: short by the run's own noise)")
         if capped:
-            return Check("window", True, f"window {window_s:.3g} s of at least {asked:g} s asked: its count reached "
+            return AdmissionCheck("window", True, f"window {window_s:.3g} s of at least {asked:g} s asked: its count reached "
                          f"the ceiling of {int(most or iterations or 0)} iterations the run settings allow")
-        return Check("window", False, f"window {window_s:.3g} s, at least {asked:g} s asked "
+        return AdmissionCheck("window", False, f"window {window_s:.3g} s, at least {asked:g} s asked "
                      f"({int(iterations) if iterations is not None else '?'} iterations)")
     requested = _num(params.get("iterations"))
     if requested is not None and iterations is not None and iterations != requested:
-        return Check("window", False, f"measured {int(iterations)} of the {int(requested)} iterations asked")
-    return Check("window", True if iterations is not None else None)
+        return AdmissionCheck("window", False, f"measured {int(iterations)} of the {int(requested)} iterations asked")
+    return AdmissionCheck("window", True if iterations is not None else None)
 
 
-def figure_check(metrics: Mapping[str, Any], raw: Mapping[str, Any], figures: Mapping[str, float] | None) -> Check:
+def figure_check(metrics: Mapping[str, Any], raw: Mapping[str, Any], figures: Mapping[str, float] | None) -> AdmissionCheck:
     """A stored ok has something measured to rank: bench's result a throughput, a positive number, over a window
     that is not 0 s (bench has written both since its first version; the window check holds the window to what was
     promised, the bounds check the throughput to its items over its window); a user's program at least one figure
@@ -311,17 +311,17 @@ def figure_check(metrics: Mapping[str, Any], raw: Mapping[str, Any], figures: Ma
         if figures is None:
             return _PLAIN["figure", None]
         if not any(v == v for v in figures.values()):
-            return Check("figure", False, "no figure: the program's output held none its parser reads")
+            return AdmissionCheck("figure", False, "no figure: the program's output held none its parser reads")
         return least_items(metrics, raw)
     throughput, window = _num(metrics.get(HEADLINE)), _num(metrics.get("window_s"))
     if throughput is None or not (math.isfinite(throughput) and throughput > 0):
-        return Check("figure", False, "no figure: the result holds no throughput (nothing measured to rank)")
+        return AdmissionCheck("figure", False, "no figure: the result holds no throughput (nothing measured to rank)")
     if window is not None and not (math.isfinite(window) and window > 0):
-        return Check("figure", False, f"no figure: a window of {window:g} s measured nothing")
+        return AdmissionCheck("figure", False, f"no figure: a window of {window:g} s measured nothing")
     return least_items(metrics, raw)
 
 
-def least_items(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
+def least_items(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> AdmissionCheck:
     """A throughput counts at least LEAST_ITEMS items over its window (a program that says no window of its own: over
     the program's whole run, the longest its window can have been). 1e-300 img/s over 2 s is no measurement: the rate
     of less than one image is an extrapolation, and a ratio built on it says nothing."""
@@ -337,12 +337,12 @@ def least_items(metrics: Mapping[str, Any], raw: Mapping[str, Any]) -> Check:
     if items >= LEAST_ITEMS:
         return _PLAIN["figure", True]
     unit = _mapping(_mapping(metrics.get("definitions")).get(HEADLINE)).get("unit")
-    return Check("figure", False, f"less than one item measured: {throughput:.3g} "
+    return AdmissionCheck("figure", False, f"less than one item measured: {throughput:.3g} "
                  f"{unit if isinstance(unit, str) and unit else 'items/s'} over {over} {window:.3g} s window is "
                  f"{items:.3g} items")
 
 
-def scaler_check(metrics: Mapping[str, Any]) -> Check:
+def scaler_check(metrics: Mapping[str, Any]) -> AdmissionCheck:
     """A dynamic loss scaler skips the optimizer step of an iteration whose gradients overflowed: a few early on
     are normal, a window that skipped most of its steps did not train."""
     found = metrics.get("scaler")
@@ -352,17 +352,17 @@ def scaler_check(metrics: Mapping[str, Any]) -> Check:
     skipped, steps = _num(record.get("skipped_window")), _num(record.get("window_steps"))
     end = _num(record.get("scale_end"))
     if end is not None and end <= 0:  # a scale that fell to 0 scales every gradient to 0 (or NaN): nothing trains
-        return Check("scaler", False, f"the loss scale fell to {end:g}: every step overflowed, not training")
+        return AdmissionCheck("scaler", False, f"the loss scale fell to {end:g}: every step overflowed, not training")
     if skipped is None or not steps:
         return _PLAIN["scaler", None]
     said = f"the loss scaler skipped {int(skipped)} of the window's {int(steps)} optimizer steps"
     if skipped > MOST_SKIPPED * steps:
-        return Check("scaler", False, f"{said}: not training")
-    return Check("scaler", True, said if skipped else "")
+        return AdmissionCheck("scaler", False, f"{said}: not training")
+    return AdmissionCheck("scaler", True, said if skipped else "")
 
 
 def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: Mapping[str, Any]
-                 ) -> tuple[Check, tuple[str, ...]]:
+                 ) -> tuple[AdmissionCheck, tuple[str, ...]]:
     """Each figure finite and inside its metric's reach (`bound_rows`), and a throughput equal to its own items over its window (for bench's
     results). Returns the check and the metrics left out on their own."""
     refused: list[str] = []
@@ -388,9 +388,9 @@ def bounds_check(figures: Mapping[str, float], metrics: Mapping[str, Any], raw: 
         refused.append(f"throughput {throughput:.6g} is not the result's own items over its window "
                        f"({images:g} / {window:.6g} s = {images / window:.6g})")
     if refused:
-        return Check("bounds", False, "; ".join(refused)), ()
+        return AdmissionCheck("bounds", False, "; ".join(refused)), ()
     if dropped:
-        return (Check("bounds", True, f"left out, outside what a machine can reach: {'; '.join(dropped)}"),
+        return (AdmissionCheck("bounds", True, f"left out, outside what a machine can reach: {'; '.join(dropped)}"),
                 tuple(d.split(" ", 1)[0] for d in dropped))
     return _PLAIN["bounds", True], ()
 
@@ -419,6 +419,6 @@ def admit(stored: str, metrics: Mapping[str, Any], raw: Mapping[str, Any] | None
     return Admission(status, stored, checks, dropped)
 
 
-def refused_words(checks: Sequence[Check]) -> str:
+def refused_words(checks: Sequence[AdmissionCheck]) -> str:
     """The failed checks of a repeat, joined for a table."""
     return "; ".join(c.detail for c in checks if c.passed is False)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.base.errors import ConfigError
-from runner.record import figures as fig
-from runner.record.figures import Reader
+from runner.record import readers
+from runner.record.readers import Reader
 
 # The views that show a chosen list of metrics, each in its own order (a Metric's place in it; 0: not shown there).
 VIEWS = ("grid", "precision", "precision_table", "machines", "plot", "site")
@@ -71,7 +71,7 @@ class Metric:
 
     def read(self, metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> float:
         """The figure from a result's documents, in stored units (NaN: not measured)."""
-        return self.reader(metrics, raw) if self.reader is not None else fig.number(metrics.get(self.name))
+        return self.reader(metrics, raw) if self.reader is not None else readers.number(metrics.get(self.name))
 
     def unit_for(self, tokens: bool) -> str:
         """The built-in benchmark's unit of it: a transformer's (tokens) or an image model's."""
@@ -104,12 +104,12 @@ BUILT_IN: tuple[Metric, ...] = (
            grid=1, precision=2, precision_table=2, machines=1, plot=1, site=1, figure_unit="per second"),
     # With bench's --breakdown (axis `breakdown: [true]`): images over rank 0's time in each phase.
     Metric("fwd_throughput", "forward", "img/s", True, stored_unit="img/s", token_unit="tok/s",
-           reader=fig.phase_throughput("forward"), aliases=("forward",), raw_fields=("breakdown",),
+           reader=readers.phase_throughput("forward"), aliases=("forward",), raw_fields=("breakdown",),
            reach=Reach(0.0, _MOST, False, "items per second of the forward passes: above 0, at most 1e13")),
     Metric("bwd_throughput", "backward", "img/s", True, stored_unit="img/s", token_unit="tok/s",
-           reader=fig.phase_throughput("backward"), aliases=("backward",), raw_fields=("breakdown",),
+           reader=readers.phase_throughput("backward"), aliases=("backward",), raw_fields=("breakdown",),
            reach=Reach(0.0, _MOST, False, "items per second of the backward passes: above 0, at most 1e13")),
-    Metric("iter_time", "time/iter", "ms", False, 1e3, stored_unit="s", reader=fig.iter_time, aliases=("iter",),
+    Metric("iter_time", "time/iter", "ms", False, 1e3, stored_unit="s", reader=readers.iter_time, aliases=("iter",),
            reach=Reach(1e-6, 86400.0, True, "seconds a training step: at least 1 microsecond (no framework launches a "
                        "step's kernels faster), at most a day", low_open=False),
            throttle_sensitive=True, vs_fp32=True, grid=2, precision=1, precision_table=1, machines=2, plot=2,
@@ -120,7 +120,7 @@ BUILT_IN: tuple[Metric, ...] = (
            reach=Reach(0.0, 30 * 86400.0, True, "seconds: 0 to 30 days", low_open=False),
            throttle_sensitive=True, site=2, figure_unit="s"),
     Metric("peak_mem", "peak memory", "MiB", False, MIB, "less memory", "more memory", "bytes",
-           reader=fig.peak_memory, aliases=("memory", "mem"), raw_fields=("peak_mem_allocated", "peak_mem_reserved"),
+           reader=readers.peak_memory, aliases=("memory", "mem"), raw_fields=("peak_mem_allocated", "peak_mem_reserved"),
            reach=Reach(0.0, 2.0**50, False, "bytes: 0 to 1 PiB", low_open=False), rule="memory", vs_fp32=True,
            grid=3, precision=3, precision_table=3, machines=3, plot=3, figure_unit="bytes"),
     Metric("loss_end", "final loss", "", False, 1.0, "lower", "higher", aliases=("loss",), per_step=True, ladder=True,
@@ -129,7 +129,7 @@ BUILT_IN: tuple[Metric, ...] = (
            reach=Reach(0.0, 1.0, False, "a fraction from 0 to 1", low_open=False), per_step=True,
            grid=5, precision=5, precision_table=5, machines=4, site=4, figure_unit="fraction"),
     Metric("data_wait", "data wait", "%", False, 100.0, "less waiting", "more waiting", "fraction",
-           reader=fig.data_wait_share, raw_fields=("data_wait_s",),
+           reader=readers.data_wait_share, raw_fields=("data_wait_s",),
            reach=Reach(0.0, 1.0 + 1e-9, False, "a fraction of the window from 0 to 1", low_open=False)),
     # GPU energy over the measured window (bench's telemetry: NVML's energy counter or sampled power).
     Metric("images_per_joule", "energy efficiency", "img/J", True, 1.0, "more efficient", "less efficient", "img/J",
@@ -265,7 +265,7 @@ def figures(metrics: Mapping[str, Any], raw: Mapping[str, Any] | None) -> dict[s
     admission's bounds judge. Read for every repeat a site plots: the table's readers are looked up once."""
     if _READERS[0] != METRICS.version:
         _READERS[:] = [METRICS.version, tuple((name, m.reader) for name, m in METRICS.items())]
-    number = fig.number
+    number = readers.number
     return {name: number(metrics.get(name)) if reader is None else reader(metrics, raw)
             for name, reader in _READERS[1]}
 
@@ -286,7 +286,7 @@ def definitions(metrics: Mapping[str, Any], model: Any = None) -> dict[str, str]
     """The `how_<m>` and `unit_<m>` columns of one repeat: its result's metrics.definitions (keyed on a metric's
     name or alias), else the built-in benchmark's definition for its `model` ("bench: <label>", the Metric's unit;
     a transformer's throughput in tok/s)."""
-    from runner.spec.bench_contract import TRANSFORMER_MODELS
+    from runner.domain.bench_contract import TRANSFORMER_MODELS
 
     given = _mapping(metrics.get("definitions"))
     tokens = model in TRANSFORMER_MODELS

@@ -11,13 +11,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runner.record.admission import Check
-from runner.record.figures import ran_program
-from runner.record.measured import measured
-from runner.record.measured import resolution as resolution_of
+from runner.domain.outcomes import Status
+from runner.record.admission import AdmissionCheck
+from runner.record.measurement import measured
+from runner.record.measurement import resolution as resolution_of
 from runner.record.metrics import METRICS, definition_text, definitions
+from runner.record.readers import ran_program
 from runner.record.stored import StoredRepeat, document
-from runner.spec.outcomes import Status
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Repeat:
         return verdict.notes if verdict.admitted else verdict.reasons
 
     @property
-    def checks(self) -> tuple[Check, ...]:
+    def checks(self) -> tuple[AdmissionCheck, ...]:
         return self.stored.admission.checks
 
     @property

@@ -13,8 +13,8 @@ from runner.record.admission import Admission, admit
 from runner.record.metrics import figures
 
 if TYPE_CHECKING:
-    from runner.spec.cells import Task
-    from runner.spec.outcomes import Outcome
+    from runner.domain.cells import Task
+    from runner.domain.outcomes import Outcome
 
 
 class Document(dict[str, Any]):

@@ -32,7 +32,7 @@ def verdict_table(judgements: Sequence[references.Judgement]) -> Table:
     return t
 
 
-def gate_table(checks: Sequence[gate.Check]) -> Table:
+def gate_table(checks: Sequence[gate.GateCheck]) -> Table:
     """The checks that failed or could not be decided (the passed ones are counted in the summary line)."""
     t = Table(["verdict", "rule", "cell", "A", "B", "change", "p", "why"],
               align=["l", "l", "l", "r", "r", "r", "r", "l"])

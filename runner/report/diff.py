@@ -24,7 +24,7 @@ DIFF_SCHEMA = 1
 SHOWN_PACKAGES = 25  # system packages listed by default (the relevant ones first); --all lists every one
 
 
-def sides(store: Store, a: str, b: str) -> tuple[envdiff.Side, envdiff.Side]:
+def sides(store: Store, a: str, b: str) -> tuple[envdiff.EnvSide, envdiff.EnvSide]:
     """Two environments of the store as their newest repeats recorded them, each one machine's as
     runner/analysis/sides.py selects it (this store's own by default; `NAME@machine:ID` another's); an unknown name
     is a ConfigError that lists the names the store has."""
@@ -36,7 +36,7 @@ def sides(store: Store, a: str, b: str) -> tuple[envdiff.Side, envdiff.Side]:
     return side_of(store, a), side_of(store, b)
 
 
-def side_of(store: Store, name: str, keys: list[str] | None = None) -> envdiff.Side:
+def side_of(store: Store, name: str, keys: list[str] | None = None) -> envdiff.EnvSide:
     """One environment (only the rows of `keys` when given: one cell) with its capture: the rows of the one machine
     runner/analysis/sides.py selects for it."""
     env = sides_.split(name)[0]

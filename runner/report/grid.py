@@ -15,9 +15,9 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.analysis.comparable import common_step, unit_of
+from runner.domain.outcomes import Status
 from runner.report.fmt import DASH, Section, Table, TableCell
 from runner.report.labels import cell_label, cell_value
-from runner.spec.outcomes import Status
 
 GROUP = ("environment", "model", "dataset", "gpus", "nodes", "options")
 

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
-from runner.spec.outcomes import Status
+from runner.domain.outcomes import Status
 
 # A repeat that never ran: a run that left one is not complete, whatever it wrote when it ended.
 NOT_ENDED = (Status.NOT_STARTED.value,)

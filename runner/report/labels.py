@@ -9,9 +9,9 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
+from runner.domain.cells import LAYOUT_AXES
 from runner.report import fmt
 from runner.report.fmt import DASH, TableCell
-from runner.spec.cells import LAYOUT_AXES
 
 KEY_LABELS = {"environment": "environment", "model": "model", "precision": "precision", "batch_size": "batch",
               "dataset": "dataset", "gpus": "GPUs", "nodes": "nodes", "options": "options",

@@ -16,6 +16,7 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.analysis.identity import origins
+from runner.domain.outcomes import Status
 from runner.report import answer, fmt, head, viewset
 from runner.report import pairs as pair_views
 from runner.report.fmt import DASH, Section, Table, TableCell
@@ -30,7 +31,6 @@ from runner.report.labels import (
     varying,
 )
 from runner.report.viewkit import Built, Context
-from runner.spec.outcomes import Status
 
 ENV_LABELS = (("machine", "machine"), ("machine_from", "from"), ("hardware", "device"), ("env_cpu", "CPU"), ("env_driver", "driver"),
               ("env_torch", "torch"), ("env_cuda", "CUDA"), ("env_cudnn", "cuDNN"), ("env_python", "Python"),

@@ -60,7 +60,7 @@ def _time(t: Any) -> bool:
 
 
 def _shaped(answer: dict[str, Any]) -> bool:
-    """The parts of bisect's document a reader walks have the types bisect writes (runner/report/bisect.py)."""
+    """The parts of bisect's document a reader walks have the types bisect writes (runner/report/bisect_answer.py)."""
     lists = all(isinstance(answer.get(k), list | type(None)) for k in ("environments", "decisions"))
     dicts = all(isinstance(answer.get(k), dict | type(None)) for k in ("culprit", "cost"))
     return lists and dicts

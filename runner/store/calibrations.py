@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from runner.spec.outcomes import Status
+from runner.domain.outcomes import Status
 from runner.store.db import Database, schema_refused
 from runner.store.schema import CALIBRATIONS_SCHEMA
 

@@ -8,12 +8,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from runner.spec.outcomes import Status
+from runner.domain.outcomes import Status
 from runner.store.liveness import MACHINE, Holder
 from runner.store.runs import Runs
 
 if TYPE_CHECKING:
-    from runner.spec.cells import Task
+    from runner.domain.cells import Task
 
 
 @dataclass(frozen=True)

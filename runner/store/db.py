@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from runner.base import safewrite
 from runner.base.errors import DATABASE_ERRORS, BusyError, StoreError
-from runner.spec.outcomes import Status
+from runner.domain.outcomes import Status
 from runner.store.liveness import Heartbeat, Holder
 from runner.store.schema import CAPTURES_DDL, DDL, DEFAULT_DB, STORE_SCHEMA, TABLES
 

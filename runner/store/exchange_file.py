@@ -25,8 +25,8 @@ from runner.base import safewrite
 from runner.base.errors import ConfigError, StoreError
 from runner.base.safewrite import UnsafePath
 from runner.bench.readings import out_of_domain
+from runner.domain.outcomes import Status
 from runner.record.stored import StoredRepeat
-from runner.spec.outcomes import Status
 
 FORMAT = "matrix-results"
 SCHEMA = 1
@@ -232,7 +232,7 @@ def _timestamps(path: Path, number: int, rec: dict[str, Any]) -> None:
 
 
 def _printable(path: Path, number: int, field_name: str, *texts: Any) -> None:
-    """Names as a matrix.yaml may spell them (runner/spec/cells.py): one line each, no control character, not blank."""
+    """Names as a matrix.yaml may spell them (runner/domain/cells.py): one line each, no control character, not blank."""
     for text in texts:
         if text is None:
             continue

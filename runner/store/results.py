@@ -9,8 +9,8 @@ from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from runner.base.errors import StoreError
+from runner.domain.outcomes import Outcome, Status
 from runner.record.stored import HERE, Origin, StoredRepeat, document, origin_of
-from runner.spec.outcomes import Outcome, Status
 from runner.store.captures import Capture, split_capture
 from runner.store.claims import Claims
 from runner.store.db import StoreFull, schema_refused
@@ -35,7 +35,7 @@ def _json(text: str) -> Any:
     return value if end == len(text) else json.loads(text)
 
 if TYPE_CHECKING:
-    from runner.spec.cells import Task
+    from runner.domain.cells import Task
 
 
 class Results(Claims):

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from runner.base.errors import StoreError
-from runner.spec.outcomes import Outcome, Status
+from runner.domain.outcomes import Outcome, Status
 from runner.store.liveness import Holder
 from runner.store.results import Results
 
 if TYPE_CHECKING:
-    from runner.spec.cells import Task
+    from runner.domain.cells import Task
 
 Needs = Callable[[Status | None, int], bool]
 

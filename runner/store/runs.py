@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.base.errors import ConfigError, StoreError
-from runner.spec.outcomes import Status
+from runner.domain.outcomes import Status
 from runner.store.db import StoreFull
 from runner.store.holders import Holders
 from runner.store.liveness import Heartbeat, this_process

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.spec.defaults import DEFAULT_DB as DEFAULT_DB
+from runner.domain.defaults import DEFAULT_DB as DEFAULT_DB
 
 # The store's schema (meta.schema). 2: the `captures` table and results.capture_id (what an environment is made
 # of, kept once per distinct content); a store of schema 1 is migrated when it is first opened for writing,

@@ -154,7 +154,7 @@ def test_the_flash_backend_trains_as_the_math_one(precision_name: str, rtol: flo
 @pytest.mark.parametrize("backend", ["mem_efficient", "cudnn"])
 def test_the_backends_a_cpu_lacks_are_refused_with_their_sentence(backend: str) -> None:
     """The memory-efficient and cuDNN kernels are CUDA's: bench's probe refuses them before any training, never
-    falling back to another backend (tests/gpu/test_levers_gpu.py trains them against math)."""
+    falling back to another backend (tests/bench/test_levers_gpu.py trains them against math)."""
     with pytest.raises(Unsupported, match=rf"^the {backend} backend of scaled_dot_product_attention cannot run "
                        r"here \(cpu, float32, head size 32\): RuntimeError: No viable backend"):
         train("--attention", backend)
@@ -163,7 +163,7 @@ def test_the_backends_a_cpu_lacks_are_refused_with_their_sentence(backend: str) 
 @pytest.mark.slow
 def test_compile_trains_as_eager() -> None:
     """inductor on this CPU: 82 s for the tiny GPT with a cold cache on the 2-vCPU VM, 6.5 s warm (its FX graph and
-    C++ caches); on a GPU: tests/gpu/test_levers_gpu.py."""
+    C++ caches); on a GPU: tests/bench/test_levers_gpu.py."""
     eager, _ = train(steps=10)
     compiled, _ = train("--compile", steps=10)
     assert_same_training(eager, compiled, FP32_RTOL)

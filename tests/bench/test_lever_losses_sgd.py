@@ -4,7 +4,7 @@ compared (tests/bench/test_lever_losses.py does the same for AdamW and the trans
 
 torch 2.13 has fused SGD on the CPU (torch.optim.SGD(fused=True) runs its own CPU kernel), so both levers are tested
 here; bench's auto never picks fused SGD under a dynamic loss scaler (optim.FUSED_UNDER_SCALER), which only a GPU
-has: tests/gpu/test_levers_gpu.py. Tolerance: FP32's 1e-5 relative (docs/internals.md, "Each lever's loss against
+has: tests/bench/test_levers_gpu.py. Tolerance: FP32's 1e-5 relative (docs/internals.md, "Each lever's loss against
 eager"). foreach and fused update the same tensors with the same arithmetic in other kernels; measured on this CPU
 both give the loop's losses bit for bit on all three models (fused's WRN weights differ by at most 1.5e-8, its batch
 norms' statistics by 2.6e-6 relative on values near zero: its kernel rounds differently), where a learning rate 1%

@@ -8,7 +8,7 @@ import json
 import re
 
 from runner.kit import plan
-from runner.kit.cells import PUBLISHED_PATH
+from runner.kit.cell_results import PUBLISHED_PATH
 from tests.conftest import ROOT
 
 DOC = (ROOT / "docs" / "gpu-evidence.md").read_text()

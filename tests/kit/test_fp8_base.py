@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runner.kit import goals, plan, transformer
-from runner.kit.cells import CellResult, published
+from runner.kit.cell_results import CellResult, published
 from runner.kit.settings import KitCell
 from tests.kit.test_kit import typed
 

@@ -20,9 +20,9 @@ import yaml
 
 from runner import analysis, matrix
 from runner.base.errors import StoreError
+from runner.domain.bench_contract import PRECISIONS
 from runner.kit import device as kit_device
-from runner.kit import evidence, headline, output, plan, reference, tables
-from runner.spec.bench_contract import PRECISIONS
+from runner.kit import evidence, evidence_page, headline, output, plan, reference
 from runner.store import Store
 from tests.conftest import ROOT
 
@@ -68,7 +68,7 @@ def test_the_plan_is_what_the_gpu_issue_lists() -> None:
     assert all(c["breakdown"] and c["precision"] == "amp" for c in ph["resnet50-breakdown"].cells)
     mnist = ph["mnist-tensor-cores"].cells
     assert [(c["precision"], c["batch_size"]) for c in mnist] == [("fp32", 512), ("amp", 512), ("amp", 1024)]
-    assert {p.writeup for p in ph.values() if p.writeup} <= set(tables.published())
+    assert {p.writeup for p in ph.values() if p.writeup} <= set(evidence_page.published())
 
 
 @pytest.mark.parametrize("dry", [False, True])
@@ -244,7 +244,7 @@ def test_every_cell_is_a_valid_matrix(dry: bool, tmp_path: Path) -> None:
 
 
 def test_published_numbers_give_the_write_ups_own_ratios() -> None:
-    pub = tables.published()
+    pub = evidence_page.published()
     ngc = pub["ngc-vs-slurm"]["img_s"]
     assert round(ngc["container"]["resnet50"]["fp16"] / ngc["container"]["resnet50"]["fp32"], 2) == 2.02
     assert round(ngc["slurm"]["resnet18"]["fp16"] / ngc["slurm"]["resnet18"]["fp32"], 2) == 1.01
@@ -475,7 +475,7 @@ def test_a_report_that_fails_is_one_line_and_the_pack_keeps_the_measurements(
     """The state was packed only after the report: a report that raised lost everything measured in the call."""
     def broken(*a: Any, **kw: Any) -> list[Path]:
         raise ModuleNotFoundError("No module named 'jinja2'")
-    monkeypatch.setattr(tables, "write", broken)
+    monkeypatch.setattr(evidence_page, "write", broken)
     monkeypatch.chdir(tmp_path)
     code = evidence.main(["--dry-run", "--state", "s", "--out", "r", "--only", "recipe-2018", "--pack", "p.tgz"])
     assert code == 0
@@ -539,7 +539,7 @@ def typed(rows: list[dict[str, Any]]) -> list[analysis.Repeat]:
 
 def test_the_fastest_amp_row_needs_a_known_spread() -> None:
     """The fastest AMP row was picked from a one-repeat cell with no spread."""
-    from runner.kit.cells import CellResult
+    from runner.kit.cell_results import CellResult
     from runner.kit.settings import KitCell
 
     def result(precision: str, *values: float) -> CellResult:
@@ -555,7 +555,7 @@ def test_the_gpt2_section_gives_fp8_over_bf16_with_its_p_value_in_tok_s() -> Non
     """tok/s from the results' own definitions (never img/s), FP8 over BF16 through the compare code, MFU in % of
     the peak the results name, the loss at a step every repeat kept, peak memory and the fp8 record."""
     from runner.kit import transformer
-    from runner.kit.cells import CellResult
+    from runner.kit.cell_results import CellResult
     from runner.kit.settings import KitCell
 
     tok = {"throughput": {"how": "bench: tokens", "unit": "tok/s"}}
@@ -654,7 +654,7 @@ def test_the_goals_take_the_best_admitted_row_with_a_known_spread() -> None:
     import math
 
     from runner.kit import goals
-    from runner.kit.cells import published
+    from runner.kit.cell_results import published
 
     pub = published()
     doc = {"headline": {"rows": [{"params": {"precision": "amp"}, "n": 0, "mean": math.nan},

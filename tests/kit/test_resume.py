@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from runner import matrix
-from runner.kit import evidence, headline, reference, tables
+from runner.domain.cells import Task
+from runner.domain.outcomes import Outcome, Status
+from runner.kit import evidence, evidence_page, headline, reference
 from runner.kit.settings import KitCell, options
-from runner.spec.cells import Task
-from runner.spec.outcomes import Outcome, Status
 from runner.store import Store
 
 
@@ -90,7 +90,7 @@ def test_the_hand_written_loop_runs_the_newest_admitted_windows_count(tmp_path: 
 def test_the_headline_says_what_auto_ran() -> None:
     """The plain row's key has no optimizer_impl; its first repeats ran fused SGD (diverged), and auto picks foreach
     under a GradScaler since: the page says which optimizer each row that leaves it to auto ran."""
-    from runner.kit.cells import CellResult
+    from runner.kit.cell_results import CellResult
     from tests.kit.test_kit import typed
 
     phase = evidence.plans.Phase("headline", "", (), 3)
@@ -105,4 +105,4 @@ def test_the_headline_says_what_auto_ran() -> None:
     assert "sgd-momentum-0.9-foreach (1 ok)" in said
     named = KitCell(phase, {"precision": "amp", "optimizer_impl": "fused"}, {}, "y")
     assert headline.auto_ran(CellResult(named, rows)) == ""
-    assert tables  # the page module imports headline (its section)
+    assert evidence_page  # the page module imports headline (its section)

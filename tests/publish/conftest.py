@@ -8,7 +8,7 @@ import pytest
 
 from runner.commands.export import export_command
 from runner.commands.import_ import import_command
-from tests.exchange.synthetic import fill_history
+from tests.store.synthetic import fill_history
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,8 @@ from matplotlib import image as mpimg
 
 from runner.publish import publish
 from runner.report.tone import COLOURS, Tone
-from tests.exchange.synthetic import fill_history
 from tests.report.test_browser import DRAWN, dom, points, run_chromium
+from tests.store.synthetic import fill_history
 
 pytestmark = pytest.mark.browser
 RUNS = 5

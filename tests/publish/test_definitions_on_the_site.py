@@ -16,7 +16,7 @@ from runner.commands.export import export_command
 from runner.commands.import_ import import_command
 from runner.publish import publish
 from runner.report import compare_command, load_history
-from tests.exchange.synthetic import fill_history
+from tests.store.synthetic import fill_history
 
 
 def team_store(tmp_path: Path, src: Path) -> Path:

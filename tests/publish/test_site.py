@@ -123,7 +123,7 @@ def test_the_index_and_each_cell_page_say_the_same(pooled_db: Path, tmp_path: Pa
 def test_machines_are_compared_by_the_compare_core(pooled_db: Path, tmp_path: Path) -> None:
     """The two machines measured different environments (local-cpu, and one named <script>...): the compare core pairs
     two machines' cells on the environment too, so nothing is paired (it paired them on the params before issue 37);
-    tests/exchange/test_identity.py has two machines that share their environments."""
+    tests/analysis/test_identity.py has two machines that share their environments."""
     publish([pooled_db], tmp_path / "site")
     html = (tmp_path / "site" / "machines.html").read_text()
     assert "<table>" not in html and "<h2>A: beta (ce65dd) · B: alpha (d28535)</h2>" in html   # A named first
@@ -170,7 +170,7 @@ def test_a_diverged_value_never_stops_the_site(tmp_path: Path) -> None:
     import json
 
     from runner.store import Store
-    from tests.exchange.synthetic import fill_history
+    from tests.store.synthetic import fill_history
 
     db = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=4, repeats=3, cells=1)
     with Store(db) as store, store.db:
@@ -192,7 +192,7 @@ def test_stored_bisect_answers_are_published_escaped_and_linked_to_their_cells(t
     import sqlite3
 
     from runner.store import Store
-    from tests.exchange.synthetic import fill_history
+    from tests.store.synthetic import fill_history
 
     db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=2, seed=5)
     with Store(db) as store:
@@ -229,7 +229,7 @@ def test_a_run_that_ran_out_of_memory_is_on_the_cells_history_as_a_change(tmp_pa
     """The site's histories read only ok repeats: a night whose repeats all ran out of memory vanished from the
     cell's page, which then said "No change found along this history". Its outcomes are listed and compared with
     the run before as the decision core compares a pair's outcomes."""
-    from tests.exchange.synthetic import fill_history
+    from tests.store.synthetic import fill_history
 
     db = fill_history(tmp_path / "o.db", "gamma", "AMD EPYC", runs=4, repeats=3, cells=1, seed=9,
                       oom_runs=frozenset({2}))
@@ -264,7 +264,7 @@ def test_a_damaged_bisect_row_is_one_store_error_not_a_traceback(tmp_path: Path,
     """A bisect row whose finished_at is text, whose start is past any date, or whose environments or decisions are
     not lists was a ValueError, OverflowError or TypeError traceback from publish (or a list of single letters)."""
     from runner.base.errors import StoreError
-    from tests.exchange.synthetic import fill_history
+    from tests.store.synthetic import fill_history
 
     db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
     _damaged_bisect(db, **cols)
@@ -277,7 +277,7 @@ def test_a_result_stored_past_any_date_is_published_without_its_date(tmp_path: P
     OverflowError traceback from the machine's 'last' date."""
     import sqlite3
 
-    from tests.exchange.synthetic import fill_history
+    from tests.store.synthetic import fill_history
 
     db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
     with sqlite3.connect(db) as con:
@@ -291,7 +291,7 @@ def test_a_result_stored_past_any_date_is_published_without_its_date(tmp_path: P
 def test_each_cell_is_labelled_in_its_own_unit(tmp_path: Path) -> None:
     """The site labelled every cell with one unit, the commonest among repeats that state one: beside a store of
     tok/s repeats, an image model's history that never stated a unit (img/s) was headed tok/s."""
-    from tests.exchange.synthetic import fill_history
+    from tests.store.synthetic import fill_history
 
     images = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=3, repeats=3, cells=1, seed=1)
     tokens = fill_history(tmp_path / "b.db", "beta", "Intel", runs=3, repeats=2, cells=1, seed=2, environment="llm",
@@ -311,7 +311,7 @@ def test_two_copies_of_a_store_keep_each_ones_later_bisect_answers(tmp_path: Pat
     import shutil
 
     from runner.store import Store
-    from tests.exchange.synthetic import fill_history
+    from tests.store.synthetic import fill_history
 
     first = fill_history(tmp_path / "a.db", "alpha", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
     answer = {"outcome": "found", "why": "w", "metric": "throughput", "cell": "c", "environments": ["v1", "v2"]}
@@ -331,7 +331,7 @@ def test_two_copies_of_a_store_keep_each_ones_later_bisect_answers(tmp_path: Pat
 def test_a_bisect_change_is_shown_as_bisect_printed_it(tmp_path: Path) -> None:
     """+100% was shown as `change 1` (the raw b/a - 1); the page says it as bisect and the other pages do."""
     from runner.store import Store
-    from tests.exchange.synthetic import fill_history
+    from tests.store.synthetic import fill_history
 
     db = fill_history(tmp_path / "c.db", "gamma", "AMD EPYC", runs=2, repeats=2, cells=1, seed=5)
     pair = {"a": "v1", "b": "v2", "verdict": "fail", "why": "+100.0% beyond ±5%", "change": 1.0, "p_value": 0.001}
@@ -351,7 +351,7 @@ def test_after_a_clock_set_back_the_newest_run_is_the_stores(tmp_path: Path) -> 
     store's order. A run stored last, with a start before every other, is still the cell's latest on every page."""
     import sqlite3
 
-    from tests.exchange.synthetic import fill_history
+    from tests.store.synthetic import fill_history
 
     db = fill_history(tmp_path / "c.db", "box", "AMD EPYC", runs=3, repeats=3, cells=1, seed=4)
     con = sqlite3.connect(db)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runner.spec.cells import stable_hash
+from runner.domain.cells import stable_hash
 from runner.store import SCHEMA, Store
 
 FIXTURES = Path(__file__).parent / "fixtures"

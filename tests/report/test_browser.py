@@ -153,7 +153,7 @@ def test_the_first_screen_states_the_answer_in_colour(html_report: Path, tmp_pat
 
 
 def test_a_report_with_nothing_to_compare_says_why(tmp_path: Path) -> None:
-    from tests.decide.helpers import rows_for, store_of
+    from tests.analysis.helpers import rows_for, store_of
 
     db = store_of(tmp_path / "one.db", rows_for("k", [100.0, 101.0, 99.0], run_id="r"))
     report_command(db, None, ["html"], tmp_path / "out")

@@ -11,7 +11,7 @@ from runner.base.errors import BackendError
 from runner.report.formats import FORMATS, Format, register
 from runner.report.formats.base import write_text
 from runner.report.views import ReportModel
-from tests.decide.helpers import rows_for, store_of
+from tests.analysis.helpers import rows_for, store_of
 
 
 class Cells(Format):

@@ -18,7 +18,7 @@ from runner import analysis as an
 from runner.report import charts
 from runner.report.head import run_status
 from runner.report.tone import Tone, of_pair, of_point, pair_said, say
-from tests.decide.helpers import rows_for, store_of
+from tests.analysis.helpers import rows_for, store_of
 
 M = an.METRICS["throughput"]
 TIME = an.METRICS["iter_time"]

@@ -13,7 +13,7 @@ from runner.commands.import_ import import_command
 from runner.report import report_command, viewset
 from runner.report.fmt import Section, Table, TableCell
 from runner.report.viewkit import Built, Context, View
-from tests.exchange.synthetic import fill_history
+from tests.store.synthetic import fill_history
 
 
 def pooled(tmp: Path, cpu_a: str, cpu_b: str, definitions: dict | None = None) -> Path:

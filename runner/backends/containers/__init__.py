@@ -1,10 +1,10 @@
 """Container runtimes under Slurm, one small class each (`base.Runtime`), looked up by name:
 
-- `spec`: what `container:` of a slurm environment says (no runtime needed to validate it);
+- `config`: what `container:` of a slurm environment says (no runtime needed to validate it);
 - `base`: the interface: how a rank starts, GPU flags, mounts, what a node needs, the image's identity;
 - `apptainer`, `pyxis`, `podman`, `charliecloud`: the runtimes, each registered by name (`base.RUNTIMES`)
   and imported when its name is first asked for;
-- `identity`: the hash of a file or directory image, taken by the controller at submission;
+- `image_hash`: the hash of a file or directory image, taken by the controller at submission;
 - `facts`: what the per-node check recorded, read back into every result;
 - `host`: which runtimes `matrix doctor` finds on this host.
 """
@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from runner.backends.containers.base import RUNTIMES, Bind, ImageIdentity, Launch, Runtime
-from runner.backends.containers.spec import RUNTIME_NAMES, ContainerSpec
+from runner.backends.containers.config import RUNTIME_NAMES, ContainerSpec
 
 
 def runtime(spec: ContainerSpec) -> Runtime:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
-from runner.backends.containers.spec import RUNTIME_MODULES, ContainerSpec
+from runner.backends.containers.config import RUNTIME_MODULES, ContainerSpec
 from runner.base.registry import Registry
 
 # Paths that runtimes split on: `SRC:DST[:ro]` lists joined with `,` (pyxis, apptainer, podman, ch-run).

@@ -8,7 +8,7 @@ import pwd
 import shutil
 import subprocess
 
-from runner.backends.base import Check
+from runner.backends.base import Probe
 
 # (check name, command, how it says its version, what it is for)
 FOUND = (
@@ -18,15 +18,15 @@ FOUND = (
 )
 
 
-def doctor() -> list[Check]:
+def doctor() -> list[Probe]:
     checks = []
     for name, commands, args, what in FOUND:
         path = next((p for p in (shutil.which(c) for c in commands) if p), None)
         if path is None:
-            checks.append(Check(f"runtime {name}", None, f"{' or '.join(commands)} not on PATH here (needed on "
+            checks.append(Probe(f"runtime {name}", None, f"{' or '.join(commands)} not on PATH here (needed on "
                                                           f"the nodes for {what})"))
             continue
-        checks.append(Check(f"runtime {name}", True, f"{_version(path, args)} ({path})"))
+        checks.append(Probe(f"runtime {name}", True, f"{_version(path, args)} ({path})"))
     checks.append(_pyxis())
     return checks
 
@@ -41,7 +41,7 @@ def _version(path: str, args: list[str]) -> str:
     return ((proc.stdout or proc.stderr).strip().splitlines() or ["version unknown"])[0]
 
 
-def _pyxis() -> Check:
+def _pyxis() -> Probe:
     """Pyxis is two pieces: srun's plugin (an option of srun) and enroot on the nodes."""
     srun, enroot = shutil.which("srun"), shutil.which("enroot")
     plugin = False
@@ -52,8 +52,8 @@ def _pyxis() -> Check:
         except (OSError, subprocess.TimeoutExpired):
             plugin = False
     if plugin and enroot:
-        return Check("runtime pyxis", True, f"srun has --container-image; enroot {_version(enroot, ['version'])}")
+        return Probe("runtime pyxis", True, f"srun has --container-image; enroot {_version(enroot, ['version'])}")
     missing = [what for what, ok in (("srun's pyxis plugin (no --container-image)", plugin),
                                      ("enroot", enroot is not None)) if not ok]
-    return Check("runtime pyxis", None, f"{' and '.join(missing)} not here (needed for container: {{runtime: "
+    return Probe("runtime pyxis", None, f"{' and '.join(missing)} not here (needed for container: {{runtime: "
                                         "pyxis}; the nodes may differ)")

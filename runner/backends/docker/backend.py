@@ -27,9 +27,9 @@ from runner.backends.docker.engine import ENGINE_ERRORS, Box, Exec
 from runner.backends.workloads import Changed, arguments
 from runner.backends.workloads.files import FileEntry
 from runner.base import safewrite
-from runner.spec.bench_contract import RESULT_EXITS
-from runner.spec.cells import EnvironmentBase, Task
-from runner.spec.outcomes import Outcome, Status, outcome_from_process
+from runner.domain.bench_contract import RESULT_EXITS
+from runner.domain.cells import EnvironmentBase, Task
+from runner.domain.outcomes import Outcome, Status, outcome_from_process
 
 MASTER_PORT = 29500
 KILL_GRACE_S = 10.0

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator
 
 from runner.backends.docker.engines import ENGINES
 from runner.base.errors import ConfigError
-from runner.spec.cells import EnvironmentBase
+from runner.domain.cells import EnvironmentBase
 
 Gpus = Literal["all"] | int | list[int] | None
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.backends.base import Check
+from runner.backends.base import Probe
 from runner.backends.docker import engine
 from runner.backends.docker.engines import EngineKind, register
 
@@ -19,7 +19,7 @@ NO_GPU_RUNTIME = (
 )
 
 
-class Docker(EngineKind):
+class DockerKind(EngineKind):
     name = "docker"
     title = "Docker"
     bring_up = "(make services)"
@@ -48,16 +48,16 @@ class Docker(EngineKind):
             return NO_GPU_RUNTIME.format(env=env, gpus=gpus, detail=text)
         return None
 
-    def gpu_check(self, label: str, info: dict[str, Any], smi: str | None) -> Check:
+    def gpu_check(self, label: str, info: dict[str, Any], smi: str | None) -> Probe:
         runtimes = sorted((info.get("Runtimes") or {}).keys())
         cdi = [d for d in (info.get("CDISpecDirs") or []) if any(Path(d).glob("nvidia*"))]
         if "nvidia" in runtimes or cdi:
             how = "nvidia runtime" if "nvidia" in runtimes else f"CDI specs in {', '.join(cdi)}"
-            return Check(f"{label} GPU runtime", True, f"{how} (runtimes: {', '.join(runtimes)})")
-        return Check(f"{label} GPU runtime", False if smi else None,
+            return Probe(f"{label} GPU runtime", True, f"{how} (runtimes: {', '.join(runtimes)})")
+        return Probe(f"{label} GPU runtime", False if smi else None,
                      f"no NVIDIA runtime (runtimes: {', '.join(runtimes) or 'none'}): environments "
                      "with `gpus` do not start; install the NVIDIA Container Toolkit and run "
                      "`nvidia-ctk runtime configure --runtime=docker`, then restart dockerd")
 
 
-register(Docker())
+register(DockerKind())

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.backends.base import Check
+from runner.backends.base import Probe
 from runner.backends.docker.engines import EngineKind, register
 
 # Where Podman's Docker-compatible API listens when nothing says otherwise: root's socket, then the user's.
@@ -49,7 +49,7 @@ def cdi_devices(gpus: Any) -> list[str]:
     return [f"nvidia.com/gpu={i}" for i in ids]
 
 
-class Podman(EngineKind):
+class PodmanKind(EngineKind):
     name = "podman"
     title = "Podman"
     bring_up = "then scripts/podman-up.sh"
@@ -78,19 +78,19 @@ class Podman(EngineKind):
             return f"cannot start a container of {what}: {text}{NO_RLIMIT}"
         return None
 
-    def gpu_check(self, label: str, info: dict[str, Any], smi: str | None) -> Check:
+    def gpu_check(self, label: str, info: dict[str, Any], smi: str | None) -> Probe:
         """Podman takes GPUs as CDI devices: a spec from `nvidia-ctk cdi generate` must exist."""
         specs = [str(p) for d in CDI_DIRS for p in sorted(Path(d).glob("nvidia*")) if p.is_file()]
         if specs:
-            return Check(f"{label} GPUs (CDI)", True, f"CDI specs: {', '.join(specs)}")
-        return Check(f"{label} GPUs (CDI)", False if smi else None,
+            return Probe(f"{label} GPUs (CDI)", True, f"CDI specs: {', '.join(specs)}")
+        return Probe(f"{label} GPUs (CDI)", False if smi else None,
                      f"no NVIDIA CDI spec in {' or '.join(CDI_DIRS)}: environments with `gpus` do not start; "
                      "run `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`")
 
-    def absent(self, why: str) -> Check:
+    def absent(self, why: str) -> Probe:
         found = shutil.which("podman")
-        return Check("podman engine", None, (f"podman is installed ({found}) but its API does not answer: "
+        return Probe("podman engine", None, (f"podman is installed ({found}) but its API does not answer: "
                                              if found else "podman not installed: ") + why)
 
 
-register(Podman())
+register(PodmanKind())

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from runner.backends.base import Check
+from runner.backends.base import Probe
 from runner.base.registry import Registry
 
 # Where each built-in engine lives; importing the module registers it. `engine:` unset is DEFAULT's client
@@ -57,13 +57,13 @@ class EngineKind:
         `what`, saying `text`; None: the refusal is said as it is."""
         return None
 
-    def gpu_check(self, label: str, info: dict[str, Any], smi: str | None) -> Check:
+    def gpu_check(self, label: str, info: dict[str, Any], smi: str | None) -> Probe:
         """`matrix doctor`: what this engine offers for GPUs (`info`: its answer; `smi`: nvidia-smi, if any)."""
-        return Check(f"{label} GPUs", None, "no GPU check for this engine")
+        return Probe(f"{label} GPUs", None, "no GPU check for this engine")
 
-    def absent(self, why: str) -> Check:
+    def absent(self, why: str) -> Probe:
         """`matrix doctor`: the check for this engine when nothing answers where it listens."""
-        return Check(f"{self.name} engine", None, why)
+        return Probe(f"{self.name} engine", None, why)
 
 
 ENGINES: Registry[EngineKind] = Registry("engine", MODULES, ordered=True)

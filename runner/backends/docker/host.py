@@ -8,7 +8,7 @@ import shutil
 import socket
 import subprocess
 
-from runner.backends.base import Check
+from runner.backends.base import Probe
 from runner.backends.docker import engine
 from runner.backends.docker.engine import ENGINE_ERRORS
 from runner.backends.docker.engines import DEFAULT, ENGINES
@@ -17,14 +17,14 @@ from runner.base.errors import BackendError
 TEST_IMAGE = "matrix/debian-torch:1.13"
 
 
-def doctor() -> list[Check]:
+def doctor() -> list[Probe]:
     if engine.SDK_MISSING:
-        return [Check("docker SDK", False, engine.SDK_MISSING)]
-    checks = [Check("docker SDK", True, f"docker-py {engine.sdk_version()}")]
+        return [Probe("docker SDK", False, engine.SDK_MISSING)]
+    checks = [Probe("docker SDK", True, f"docker-py {engine.sdk_version()}")]
     try:
         session = engine.connect(timeout=20)
     except engine.EngineUnavailable as e:
-        checks.append(Check("docker engine", False, str(e)))
+        checks.append(Probe("docker engine", False, str(e)))
         session = None
     seen: set[str] = set()
     if session is not None:
@@ -36,13 +36,13 @@ def doctor() -> list[Check]:
     return checks
 
 
-def _engine_checks(name: str, session: engine.Engine) -> list[Check]:
+def _engine_checks(name: str, session: engine.Engine) -> list[Probe]:
     """The engine's version and address, what it offers for GPUs, and whether it has the test image. `name`: the
     engine asked for (DEFAULT: whichever DOCKER_HOST or the context points at)."""
-    checks: list[Check] = []
+    checks: list[Probe] = []
     try:
         version, info = session.describe()
-        checks.append(Check(f"{name} engine", True,
+        checks.append(Probe(f"{name} engine", True,
                             f"{session.describe_kind()} (API {version.get('ApiVersion')}) at "
                             f"{engine.engine_address(name)}, storage "
                             f"{info.get('Driver')}, cgroup v{info.get('CgroupVersion', '?')}"))
@@ -51,17 +51,17 @@ def _engine_checks(name: str, session: engine.Engine) -> list[Check]:
         if name == DEFAULT:
             checks.append(_gpus_check(smi))
         short = session.has_image(TEST_IMAGE)
-        checks.append(Check(f"{name} test image", True, f"{TEST_IMAGE} ({short})") if short else
-                      Check(f"{name} test image", None, f"{TEST_IMAGE} not built: images/debian-torch/build.sh "
+        checks.append(Probe(f"{name} test image", True, f"{TEST_IMAGE} ({short})") if short else
+                      Probe(f"{name} test image", None, f"{TEST_IMAGE} not built: images/debian-torch/build.sh "
                             + ENGINES.get(name).bring_up))
     except ENGINE_ERRORS as e:
-        checks.append(Check(f"{name} engine", False, f"the engine answered ping but not info: {e}"))
+        checks.append(Probe(f"{name} engine", False, f"the engine answered ping but not info: {e}"))
     finally:
         session.close()
     return checks
 
 
-def _named_checks(name: str) -> list[Check]:
+def _named_checks(name: str) -> list[Probe]:
     """An engine other than the default one, for the environments that name it (`engine: podman`)."""
     try:
         session = engine.connect(timeout=20, kind=name)
@@ -70,15 +70,15 @@ def _named_checks(name: str) -> list[Check]:
     return _engine_checks(name, session)
 
 
-def _gpus_check(smi: str | None) -> Check:
+def _gpus_check(smi: str | None) -> Probe:
     if not smi:
-        return Check("GPUs for containers", None, "nvidia-smi not found: no NVIDIA GPU on this host")
+        return Probe("GPUs for containers", None, "nvidia-smi not found: no NVIDIA GPU on this host")
     try:
         q = subprocess.run([smi, "--query-gpu=index,name,driver_version", "--format=csv,noheader"],
                            capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return Check("GPUs for containers", False, str(e))
-    return Check("GPUs for containers", q.returncode == 0, q.stdout.strip().replace("\n", "; ") or q.stderr.strip())
+        return Probe("GPUs for containers", False, str(e))
+    return Probe("GPUs for containers", q.returncode == 0, q.stdout.strip().replace("\n", "; ") or q.stderr.strip())
 
 
 def clean(run_id: str | None = None) -> list[str]:

@@ -5,7 +5,7 @@
 - `commands`: every Slurm command, through one function (`commands.slurm`);
 - `pending`: why a job pends, and which reasons never clear;
 - `state`: what was submitted and not yet collected (in the result store);
-- `outcomes`: a finished array task's outcome, from its files or its Slurm state;
+- `task_outcomes`: a finished array task's outcome, from its files or its Slurm state;
 - `backend`: `SlurmBackend`, submit, poll, collect, cancel;
 - `host`: `matrix doctor` and `matrix clean` for Slurm.
 """

@@ -3,7 +3,7 @@
 matrix adds no scheduler: each environment and node shape (gpus, nodes) becomes one `sbatch`
 of a rendered script (`script`), a job array with one task per repeat. The array index picks a
 line of a manifest in the results directory, so the script does not grow with the matrix.
-Workers write their output as files (tmp + mv); only the controller reads them (`outcomes`) and
+Workers write their output as files (tmp + mv); only the controller reads them (`task_outcomes`) and
 reports outcomes (the sink writes the database). One `sacct -P` call per poll interval covers
 every job of the run; pending jobs are asked why they wait (`pending`).
 
@@ -26,9 +26,9 @@ from runner.backends import artifact, containers, register
 from runner.backends.base import NotStarted, Sink, not_started
 from runner.backends.batch import BatchBackend, Polled
 from runner.backends.containers import ImageIdentity
-from runner.backends.containers.identity import image_identity
+from runner.backends.containers.image_hash import image_identity
 from runner.backends.context import RunContext
-from runner.backends.slurm import commands, host, outcomes, pending
+from runner.backends.slurm import commands, host, pending, task_outcomes
 from runner.backends.slurm.commands import SacctRow, SlurmError
 from runner.backends.slurm.config import CONTROL, TASK_ID_RE, SlurmEnvironment
 from runner.backends.slurm.script import array_job, container_launch, render_script, results_seen, time_limit
@@ -37,8 +37,8 @@ from runner.backends.workloads import Changed, arguments
 from runner.backends.workloads.files import stage
 from runner.base import safewrite
 from runner.base.errors import BackendError
-from runner.spec.cells import EnvironmentBase, Task
-from runner.spec.outcomes import Outcome, Status
+from runner.domain.cells import EnvironmentBase, Task
+from runner.domain.outcomes import Outcome, Status
 
 # sacct lags behind the files: a job sacct calls finished may not show its result file yet on a
 # network filesystem; and a job sacct does not know at all is lost only after a while.
@@ -263,12 +263,12 @@ class SlurmBackend(BatchBackend):
             if row is not None and row.state in STARTED_STATES:
                 self.started(w)
             if f"{w.task.id}.done" in listings[w.results_dir]:
-                outcome = outcomes.from_files(w, row, self._extra(w, row))
+                outcome = task_outcomes.from_files(w, row, self._extra(w, row))
                 if outcome.result is None and outcome.status not in (Status.OK, Status.NOT_STARTED):
                     # Killed before it printed a result (time limit, scancel, a node lost): the batch
                     # script still publishes its marker, so the Slurm state, once final, says why.
-                    if row is not None and outcomes.decided_by_state(row.state):
-                        outcome = outcomes.from_state(self.env, w, row, self._extra(w, row))
+                    if row is not None and task_outcomes.decided_by_state(row.state):
+                        outcome = task_outcomes.from_state(self.env, w, row, self._extra(w, row))
                     elif row is None or row.state not in FINISHED_STATES:
                         w.finished_seen = w.finished_seen or now
                         if now - w.finished_seen < RESULT_GRACE_S and self._sacct_failing_since is None:
@@ -280,7 +280,7 @@ class SlurmBackend(BatchBackend):
                     w.finished_seen = w.finished_seen or now
                     if now - w.finished_seen < RESULT_GRACE_S and self._sacct_failing_since is None:
                         continue
-                finished.append((w, outcomes.from_state(self.env, w, row, self._extra(w, row))))
+                finished.append((w, task_outcomes.from_state(self.env, w, row, self._extra(w, row))))
             elif row is None and not rows and self._sacct_failing_since is not None:
                 continue
             elif row is None and now - w.submitted_at > LOST_AFTER_S and not any(k[0] == w.job for k in rows):
@@ -316,7 +316,7 @@ class SlurmBackend(BatchBackend):
                 forget.append(w.key)
             else:
                 failed.append((w, Outcome(
-                    Status.FAILED, None, outcomes.job_log(w), f"Slurm lost job {w.job_id}: neither "
+                    Status.FAILED, None, task_outcomes.job_log(w), f"Slurm lost job {w.job_id}: neither "
                     f"accounting (sacct) nor the controller (squeue) knows it {now - w.submitted_at:.0f} s "
                     "after its submission", w.submitted_at, now, self._extra(w, None))))
         return forget, failed
@@ -360,7 +360,7 @@ class SlurmBackend(BatchBackend):
                 for w, why in blocked]
 
     def _extra(self, w: Watched, row: SacctRow | None) -> dict[str, Any]:
-        return outcomes.extra(self.env, self.ctx.run_id, w, row)
+        return task_outcomes.extra(self.env, self.ctx.run_id, w, row)
 
     def extra(self, w: Watched) -> dict[str, Any]:
         return self._extra(w, None)

@@ -193,7 +193,7 @@ def queued_jobs() -> set[str] | None:
 
 
 @dataclass(frozen=True)
-class Pending:
+class PendingTask:
     """One pending array task as squeue sees it."""
 
     job: str
@@ -203,13 +203,13 @@ class Pending:
     partition: str
 
 
-def pending(jobs: Sequence[str]) -> dict[tuple[str, int], Pending]:
+def pending(jobs: Sequence[str]) -> dict[tuple[str, int], PendingTask]:
     """Why each pending array task of these jobs waits (squeue -r: one line per array task)."""
     if not jobs:
         return {}
     proc = slurm(["squeue", "-h", "-r", "-t", "PENDING", "-j", ",".join(jobs), "-o", "%i|%r|%P"],
                  timeout=SACCT_TIMEOUT_S)
-    found: dict[tuple[str, int], Pending] = {}
+    found: dict[tuple[str, int], PendingTask] = {}
     for line in proc.stdout.splitlines():
         parts = line.strip().split("|")
         if len(parts) < 3:
@@ -217,7 +217,7 @@ def pending(jobs: Sequence[str]) -> dict[tuple[str, int], Pending]:
         job, sep, index = parts[0].partition("_")
         reason, _, detail = parts[1].strip().strip("()").partition(",")
         for i in [int(index)] if index.isdigit() else _indices(index):
-            found[(job, i)] = Pending(job, i, reason.strip(), detail.strip(), parts[2].strip())
+            found[(job, i)] = PendingTask(job, i, reason.strip(), detail.strip(), parts[2].strip())
     return found
 
 

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from runner.backends import containers
 from runner.backends.containers import Bind, ContainerSpec
-from runner.spec.cells import EnvironmentBase
+from runner.domain.cells import EnvironmentBase
 
 TIME_RE = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$|^UNLIMITED$|^INFINITE$", re.IGNORECASE)
 MEM_RE = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import shutil
 
-from runner.backends.base import Check
+from runner.backends.base import Probe
 from runner.backends.containers import host as runtimes
 from runner.backends.slurm.commands import scancel, slurm
 from runner.base.errors import BackendError
 
 
-def doctor() -> list[Check]:
+def doctor() -> list[Probe]:
     if not any(shutil.which(c) for c in ("sbatch", "sinfo", "sacct")):
-        return [Check("slurm client", None, "sbatch/sinfo/sacct not on PATH: no Slurm here "
+        return [Probe("slurm client", None, "sbatch/sinfo/sacct not on PATH: no Slurm here "
                       "(needed only for slurm environments; `make services` starts a one-node Slurm)"),
                 *runtimes.doctor()]
-    checks = [Check(c, bool(shutil.which(c)), shutil.which(c) or "not on PATH: install slurm-client")
+    checks = [Probe(c, bool(shutil.which(c)), shutil.which(c) or "not on PATH: install slurm-client")
               for c in ("sbatch", "sacct")]
     for name, args, what in (
         ("sinfo", ["sinfo", "-h", "-o", "%P %a %D %t"], "partitions"),
@@ -24,9 +24,9 @@ def doctor() -> list[Check]:
         try:
             proc = slurm(args, timeout=20)
             detail = "; ".join(ln.strip() for ln in proc.stdout.splitlines()[:6] if ln.strip())
-            checks.append(Check(name, True, f"{what}: {detail}" if what else "answers"))
+            checks.append(Probe(name, True, f"{what}: {detail}" if what else "answers"))
         except BackendError as e:
-            checks.append(Check(name, False, str(e)))
+            checks.append(Probe(name, False, str(e)))
     return checks + runtimes.doctor()
 
 

@@ -12,7 +12,7 @@ them again once the cluster is fixed.
 
 from __future__ import annotations
 
-from runner.backends.slurm.commands import Pending
+from runner.backends.slurm.commands import PendingTask
 
 NEVER_CLEARS: dict[str, str] = {
     "PartitionDown": "the partition is down",
@@ -37,7 +37,7 @@ USABLE_NODE_STATES = frozenset({"idle", "mix", "mixed", "alloc", "allocated", "c
                                 "plnd", "planned"})
 
 
-def blocked(p: Pending, node_states: dict[str, str] | None) -> str | None:
+def blocked(p: PendingTask, node_states: dict[str, str] | None) -> str | None:
     """Why this pending task can never start as things are, or None when waiting can help.
     `node_states` are the states of the nodes of its partition (None: unknown, so wait)."""
     if p.reason in NEVER_CLEARS:
@@ -50,6 +50,6 @@ def blocked(p: Pending, node_states: dict[str, str] | None) -> str | None:
     return None
 
 
-def describe(p: Pending) -> str:
+def describe(p: PendingTask) -> str:
     """The reason as a person reads it."""
     return p.reason + (f" ({p.detail})" if p.detail else "")

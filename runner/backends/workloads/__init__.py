@@ -1,7 +1,7 @@
 """Bring-your-own workloads: a user's training program run in every environment, its output parsed into
 the result the store keeps (docs/workloads.md).
 
-`spec` reads and checks `workload:` (argv template, files, parser) and gives each environment its
+`config` reads and checks `workload:` (argv template, files, parser) and gives each environment its
 `Workload`; `files` hashes, stages and packs its files; `arguments` is what a backend puts after
 `python bench.pyz`: bench's own arguments for a bench cell, `workload SPEC` for a workload cell, which the
 launcher in the zipapp (runner/bench/workload.py) runs and parses in the environment.
@@ -13,10 +13,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runner.backends.workloads.config import Workload, arithmetic, text
 from runner.backends.workloads.files import Changed, folder_name, manifest_digest
-from runner.backends.workloads.spec import Workload, arithmetic, text
 from runner.base.errors import ConfigError
-from runner.spec.cells import Task
+from runner.domain.cells import Task
 
 SPEC_VERSION = 1  # runner/bench/workload.py SPEC_VERSION reads it
 

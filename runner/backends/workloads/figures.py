@@ -1,5 +1,5 @@
 """Figures of merit a workload's pattern parser reads: the store's own metrics and their units, the figure
-model, the arithmetic of items_per_step and the placeholders a template may hold (runner/backends/workloads/spec.py
+model, the arithmetic of items_per_step and the placeholders a template may hold (runner/backends/workloads/config.py
 and runner/backends/workloads/parse_settings.py use them)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from runner.domain.cells import Strict
 from runner.record.metrics import HEADLINE, METRIC_ALIASES, METRICS
-from runner.spec.cells import Strict
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.base import safewrite
-from runner.spec.cells import stable_hash
+from runner.domain.cells import stable_hash
 
 MANIFEST = ".manifest.json"
 MAX_BYTES = 64 * 2**20  # files are scripts and configurations; data sets go through `mounts:` or a dataset path

@@ -25,8 +25,8 @@ from runner.backends.workloads.figures import (
     store_metric,
 )
 from runner.base.registry import Registry
+from runner.domain.cells import Strict
 from runner.record.metrics import HEADLINE
-from runner.spec.cells import Strict
 
 Loc = tuple[Any, ...]
 # The store metrics mllog and dllogger read (`require:`, dllogger's `keys:`).

@@ -7,10 +7,10 @@ from runner.report.viewkit import View
 from runner.report.viewset import admission, comparison, history, machines, precision, scaling
 
 VIEWS: list[View] = sorted([
-    admission.Admission(),
-    comparison.Comparison(),
-    precision.Precision(),
-    scaling.Scaling(),
-    history.History(),
-    machines.Machines(),
+    admission.AdmissionView(),
+    comparison.ComparisonView(),
+    precision.PrecisionView(),
+    scaling.ScalingView(),
+    history.HistoryView(),
+    machines.MachinesView(),
 ], key=lambda v: v.order)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pandas as pd
 
+from runner.domain.outcomes import Status
 from runner.report import fmt
 from runner.report.fmt import Section, Table, TableCell
 from runner.report.labels import KEY_LABELS, key_text, varying
 from runner.report.viewkit import Built, Context, View
-from runner.spec.outcomes import Status
 
 COLUMNS = ["environment", "model", "precision", "batch_size", "dataset", "options", "cell_key", "run_id", "repeat",
            "stored_status", "status", "admission"]
@@ -40,7 +40,7 @@ def noted(df: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"admission": "note"})[cols]
 
 
-class Admission(View):
+class AdmissionView(View):
     name = "admission"
     order = 5
     heading = "Repeats not admitted"

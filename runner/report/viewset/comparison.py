@@ -8,7 +8,7 @@ from runner.report.pairs import comparison_doc, comparison_sections
 from runner.report.viewkit import Built, Context, View
 
 
-class Comparison(View):
+class ComparisonView(View):
     name = "comparison"
     order = 10
     heading = "Environment comparison"

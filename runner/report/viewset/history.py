@@ -10,7 +10,7 @@ from runner.report.fmt import Section
 from runner.report.viewkit import Built, Context, View
 
 
-class History(View):
+class HistoryView(View):
     name = "history"
     order = 40
     heading = "History"

@@ -14,7 +14,7 @@ from runner.report.labels import KEY_LABELS, cell_value, key_text, varying
 from runner.report.viewkit import Built, Context, View
 
 
-class Machines(View):
+class MachinesView(View):
     name = "machines"
     order = 50
     heading = "Machines side by side"

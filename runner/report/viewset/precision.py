@@ -13,7 +13,7 @@ from runner.report.labels import KEY_LABELS, cell_value, constants_note, key_tex
 from runner.report.viewkit import Built, Context, View
 
 
-class Precision(View):
+class PrecisionView(View):
     name = "precision"
     order = 20
     heading = "Precision summary"

@@ -11,7 +11,7 @@ from runner.report.labels import KEY_LABELS, key_text, varying
 from runner.report.viewkit import Built, Context, View
 
 
-class Scaling(View):
+class ScalingView(View):
     name = "scaling"
     order = 30
     heading = "Scaling"
