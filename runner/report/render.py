@@ -61,7 +61,7 @@ def render_template(name: str, **context: Any) -> str:
 # --- pandas -----------------------------------------------------------------------------------
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+    return fmt.json_text(obj) + "\n"
 
 
 def repeats_frame(df: pd.DataFrame) -> pd.DataFrame:
