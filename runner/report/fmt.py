@@ -195,13 +195,17 @@ def _as_written(raw: str, lines: int) -> bool:
     """Whether pandas' CSV is already what the loop of csv_text writes, line for line: no field holds a line break,
     starts like a formula (a negative number does: the loop then decides) or starts with a quote (both are quoted
     there, which pandas' minimal quoting does not), and no row is one empty field (which pandas writes as "")."""
-    return raw.count("\n") == lines and raw.count("\r") == lines and not _SPECIAL_START.search(raw)
+    return (raw.count("\n") == lines and raw.count("\r") == lines and not _SPECIAL_START.match(raw)
+            and not _SPECIAL_AFTER.search(raw))
 
 
 # A field, bare or quoted, that starts with a single quote or with what a spreadsheet runs as a formula (a line break
 # only inside quotes: a bare field holds none, and ",\r\n" ends a row whose last field is empty).
 _BARE = "'" + "".join(c for c in FORMULA_START if c not in "\r\n")
-_SPECIAL_START = re.compile(f'(?:^|,)(?:[{re.escape(_BARE)}]|"[{re.escape(_BARE)}\\r\\n])', re.MULTILINE)
+# Searched for after a comma or a line break, each pattern led by one character: twice as fast as `(?:^|,)` on a
+# 7 MB repeats.csv.
+_SPECIAL_START = re.compile(f'[{re.escape(_BARE)}]|"[{re.escape(_BARE)}\\r\\n]')
+_SPECIAL_AFTER = re.compile(f'[\\n,](?:[{re.escape(_BARE)}]|"[{re.escape(_BARE)}\\r\\n])')
 _QUOTE = re.compile(r'^\'|[,"\r\n]')
 
 

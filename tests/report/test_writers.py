@@ -49,3 +49,10 @@ def test_precision_pairs_are_each_precisions_own(db: Path) -> None:
         alone, _ = an.pair_stats(an.side_stats(rows[rows["precision"] == base], m.name, keys),
                                  an.side_stats(rows[rows["precision"] == precision], m.name, keys), m, keys=keys)
         pd.testing.assert_frame_equal(table, alone)
+
+
+@pytest.mark.parametrize("first", ["=1+1", "@cmd", "-2", "'quoted"])
+def test_csv_neutralises_the_very_first_field(first: str) -> None:
+    """The first header of a CSV starts no line break and follows no comma: it is neutralised and quoted as well."""
+    text = fmt.csv_text(pd.DataFrame({first: ["a"], "b": ["c"]}))
+    assert text.startswith(f'"\'{first}",b\n') if first[0] != "'" else text.startswith(f'"{first}",b\n')
