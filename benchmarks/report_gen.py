@@ -113,7 +113,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     from runner import analysis  # noqa: F401  (imports are timed apart from the work)
-    from runner.report import plots, render, report_command  # noqa: F401
+    from runner.report import charts, render, report_command  # noqa: F401
     imports = time.perf_counter() - t0
 
     with tempfile.TemporaryDirectory() as tmp:

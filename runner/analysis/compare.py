@@ -228,10 +228,11 @@ def side_stats(df: pd.DataFrame, metric: str, keys: Sequence[str] = PARAM_KEYS) 
     steps = work["steps"] if "steps" in work else pd.Series("", index=work.index)
     hows = work[f"how_{metric}"] if f"how_{metric}" in work else pd.Series("", index=work.index)
     units = work[f"unit_{metric}"] if f"unit_{metric}" in work else pd.Series("", index=work.index)
+    oks = ok.tolist()  # lists, not Series: a text column's items one by one cost ten times more
     work = work.assign(steps_ok=[str(int(s)) if k and isinstance(s, int | float) and s == s else ""
-                                 for s, k in zip(steps, ok, strict=True)],
+                                 for s, k in zip(steps.tolist(), oks, strict=True)],
                        definition=[definition_text(h, u) if k and h else "" for h, u, k in
-                                   zip(hows, units, ok, strict=True)])
+                                   zip(hows.tolist(), units.tolist(), oks, strict=True)])
     attrs, gid = cell_attributes(work, keys, ["environments", "settings", "cell_keys", "steps_ok", "definition"])
     st = metric_stats(df, gid, len(attrs), [metric])
     st.columns = [c[len(metric) + 1:] for c in st.columns]

@@ -34,7 +34,8 @@ def per_step_rows(cells: list[dict[str, Any]], shown: pd.DataFrame | None, metri
     if shown is None or shown.empty or "cell_key" not in shown:
         return cells, metric.heading, ""
     keys = {str(r["cell_key"]) for r in cells}
-    ok = shown[shown["cell_key"].isin(keys) & (shown["status"] == Status.OK.value) & shown[metric.name].notna()]
+    read = shown[[c for c in ("cell_key", "status", metric.name, "steps", "loss_at") if c in shown]]  # not every column
+    ok = read[read["cell_key"].isin(keys) & (read["status"] == Status.OK.value) & read[metric.name].notna()]
     steps = _steps(ok)
     if len(steps) <= 1:
         return cells, metric.heading, ""

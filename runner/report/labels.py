@@ -147,4 +147,4 @@ def machines(df: pd.DataFrame) -> pd.Series:
     short = unique_prefixes(sorted({o for o in pairs["origin"] if o}))
     label = {(h, o): (f"{h} @{short[o]}" if o else f"{h} (this store)") if h in shared else h
              for h, o in pairs.itertuples(index=False)}
-    return pd.Series(list(zip(hw, origin, strict=True)), index=df.index, dtype=object).map(label)
+    return pd.Series(list(zip(hw.tolist(), origin.tolist(), strict=True)), index=df.index, dtype=object).map(label)

@@ -55,14 +55,19 @@ def precision_pairs(df: pd.DataFrame, envs: Sequence[str], metric: an.Metric) ->
     out = []
     for env in envs:
         rows = df[df["environment"] == env]
-        base = rows[rows["precision"] == an.BASELINE_PRECISION]
-        if base.empty:
+        held = rows["precision"]
+        if not (held == an.BASELINE_PRECISION).any():
             continue
-        others = rows[rows["precision"] != an.BASELINE_PRECISION].sort_values("precision", key=an.precision_rank,
-                                                                              kind="stable")
-        for precision, g in others.groupby("precision", sort=False):
-            pairs, _ = an.pair_stats(an.side_stats(base, metric.name, keys), an.side_stats(g, metric.name, keys),
-                                     metric, keys=keys)
+        # Every precision's cells at once (a cell's statistics are its own rows'), then one side per precision.
+        st = an.side_stats(rows, metric.name, an.PARAM_KEYS)
+
+        def side(precision: Any, st: pd.DataFrame = st) -> pd.DataFrame:
+            return st[st["precision"] == precision].drop(columns="precision").reset_index(drop=True)
+
+        base = side(an.BASELINE_PRECISION)
+        others = held[held != an.BASELINE_PRECISION].sort_values(key=an.precision_rank, kind="stable")
+        for precision in others.dropna().unique():
+            pairs, _ = an.pair_stats(base, side(precision), metric, keys=keys)
             if len(pairs):
                 out.append((str(env), an.BASELINE_PRECISION, str(precision), pairs))
     return out

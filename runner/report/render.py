@@ -62,7 +62,7 @@ def render_template(name: str, **context: Any) -> str:
 # --- pandas -----------------------------------------------------------------------------------
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+    return fmt.json_text(obj) + "\n"
 
 
 def repeats_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -90,12 +90,12 @@ def report_json(model: views.ReportModel) -> str:
         "runs": [run_doc(r) for r in model.run_records],
         "answer": {"headline": model.answer.headline if model.answer else "",
                    "findings": records(model.answer.findings) if model.answer else []},
-        "environments": records(an.environment_info(model.shown).drop(columns="side")),
+        "environments": records(model.environments_df.drop(columns="side")),
         "cells": records(model.summary),
         "recipes": records(model.recipes_df.drop(columns="side")),
         "measurement": records(model.measurement_df),
         **{k: v for b in model.views for k, v in b.json().items()},
-        "flags": records(an.quality_flags(model.summary)),
+        "flags": records(model.flags_df),
         "definitions": records(model.definitions_df),
     }
     return dumps(doc)

@@ -76,6 +76,8 @@ class ReportModel:
     shown: pd.DataFrame = field(default_factory=pd.DataFrame)  # the rows the tables show (`frame`: every row)
     answer: answer.Answer | None = None         # the first section: what differs, by how much, how sure
     flags: list[str] = field(default_factory=list)  # each warning in full, naming its cells
+    flags_df: pd.DataFrame = field(default_factory=pd.DataFrame)         # quality_flags of the summary
+    environments_df: pd.DataFrame = field(default_factory=pd.DataFrame)  # environment_info of `shown`
 
     def built(self, name: str) -> Built | None:
         return next((b for b in self.views if b.view.name == name), None)
@@ -356,9 +358,8 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     defs = an.choose(by_machine(df, provenance) if several_machines else df, an.CELL_KEYS)
     shown = defs.frame
     summary = an.summarize(shown)
-    info = an.environment_info(shown)
-    if several_machines:
-        info = with_machines(info, shown)
+    plain_info = an.environment_info(shown)
+    info = with_machines(plain_info, shown) if several_machines else plain_info
 
     fam = pair_views.families(shown, summary)
     ctx = Context(shown, summary, info, run_records, hist, fam)
@@ -367,9 +368,10 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     meas = an.measurement(shown)
     totals = head.totals(run_records, len(df) if stored is None else stored, shown, len(summary), len(info),
                          defs.n_names if len(shown) != len(df) else 0)
-    details = warnings(an.quality_flags(summary))
+    flags = an.quality_flags(summary)
+    details = warnings(flags)
     definitions = definitions_section(defs)
-    cautions = head.cautions(an.quality_flags(summary), details, definitions.note if definitions else "",
+    cautions = head.cautions(flags, details, definitions.note if definitions else "",
                              defs.n_names)
     metric = an.METRICS["throughput"]
     found = answer.build(answer.families(fam, several=len(info) > 1), hist, metric, nothing_sentence(summary, hist))
@@ -380,7 +382,8 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
         grid=grid_sections(summary, shown), failures=failures(summary), frame=df, summary=summary, views=built,
         recipes_df=recipes, run_records=run_records,
         definitions=definitions, definitions_df=defs.several, shown=shown,
-        measurement=measurement_section(meas), measurement_df=meas, answer=found, flags=details,
+        measurement=measurement_section(meas), measurement_df=meas, answer=found, flags=details, flags_df=flags,
+        environments_df=plain_info,
     )
 
 
