@@ -32,7 +32,8 @@ from runner.commands import bisect as bisect_command
 from runner.commands import check as check_command
 from runner.commands.base import COMMANDS, call
 
-app = typer.Typer(cls=Boundary, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=Boundary, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"max_content_width": 200},
                   help="Benchmark deep-learning training across environments and precisions.")
 F = TypeVar("F", bound=Callable[..., Any])
 

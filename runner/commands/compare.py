@@ -20,9 +20,11 @@ class CompareCommand(Command):
         "env:NAME, tag:NAME, backend:KIND, run:ID, host:NAME (the host a repeat ran on) or machine:X (its\n"
         "hardware in words, or the id of the store it was imported from).\n\n"
         "With --fail-on, a regression gate: exit status 1 when a pair changed more than the threshold AND\n"
-        "significantly, 5 when a pair could not be decided (fewer than 2 ok repeats a side, a metric not\n"
-        "measured, run settings that differ; --undecided fail|pass counts those otherwise); the output lists\n"
-        "the pairs that failed or were undecided (in JSON: the `gate` member).")
+        "significantly; 0 only when every pair's 95% interval of the change lies inside the threshold; 5\n"
+        "otherwise: undecided (the interval reaches across the threshold, fewer than 2 ok repeats a side, a\n"
+        "metric not measured, run settings that differ; --undecided fail|pass counts those otherwise), with\n"
+        "the repeats a side that would decide; the output lists the pairs that failed or were undecided (in\n"
+        "JSON: the `gate` member).")
 
     def run(self, a: str, b: str, db: Path, fmt: str | None, metric: str, min_effect: float | None,
             fail_on: Sequence[str] | None, undecided: str | None, pool: bool) -> int:

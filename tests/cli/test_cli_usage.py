@@ -4,7 +4,10 @@ usage error (2), not a broken store (6)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,13 +51,16 @@ def test_help_names_values_by_what_they_are(name: str) -> None:
 
 
 def test_help_paragraphs_wrap_to_the_terminal_not_to_the_source() -> None:
-    """A docstring's line breaks made short and ragged lines; at 200 columns a paragraph is one line."""
-    code, out = invoke("collect", "--help")
+    """A docstring's line breaks made short and ragged lines; at 200 columns a paragraph is one line (the installed
+    command in a process of its own, as a terminal of 200 columns runs it)."""
+    done = subprocess.run([str(Path(sys.executable).parent / "matrix"), "collect", "--help"], capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "200"}, timeout=60)
+    code, out = done.returncode, done.stdout
     assert code == 0
     line = " ".join(COMMANDS.get("collect").help.split())
     assert line in out, out
     code, out = invoke("--help")
-    assert "│ bisect   Find the adjacent pair of environments" in out
+    assert re.search(r"^  bisect\s+Find the adjacent pair of environments", out, re.M), out
     assert "A change of status counts too" not in out  # the list shows the first sentence only
 
 
