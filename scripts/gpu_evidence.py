@@ -29,6 +29,7 @@ WHEELS = ROOT / ".whl"
 TO_MEASURE = ("pydantic", "typer", "rich", "yaml", "pandas", "scipy")  # matrix run imports these
 TO_REPORT = ("jinja2", "matplotlib", "altair", "vl_convert")  # the report's charts: Altair specs, vl-convert PNGs
 FP8 = ("torchao",)  # the fp8 cells need it; the rest of the plan measures without
+TO_TEST = ("pytest",)  # the GPU tests at the start of the first call; without it they say so and the kit measures on
 KEEP_ANY = ("torchao",)  # tied to the PyTorch it was built for: a version already here is kept, older or not
 MARK = "MATRIX_KIT_SITE"
 
@@ -59,7 +60,7 @@ def wheels_to_install(wheels: list[Path]) -> list[Path]:
 def with_wheels() -> None:
     """Where a dependency is missing, install the wheels it needs from .whl/ into a private folder and run this
     script again with that folder on the path (bench's processes inherit the path too)."""
-    lacking = missing(TO_MEASURE + FP8)
+    lacking = missing(TO_MEASURE + FP8 + TO_TEST)
     if os.environ.get(MARK) or not lacking:
         return
     wheels = wheels_to_install(sorted(WHEELS.glob("*.whl")))

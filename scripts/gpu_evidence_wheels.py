@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # distribution name -> the version used when this interpreter does not have it
 PACKAGES = {"pydantic": "2.14.3", "pydantic-core": "2.50.4", "annotated-types": "0.8.0",
             "typing-inspection": "0.4.5", "typing-extensions": "4.16.0", "typer": "0.29.2",
-            "annotated-doc": "0.0.7", "torchao": "0.18.0"}
+            "annotated-doc": "0.0.7", "torchao": "0.18.0",
+            # the GPU tests at the start of the kit's first call (pytest -m gpu), and what pytest needs
+            "pytest": "9.2.0", "pluggy": "1.7.0", "iniconfig": "2.3.1", "packaging": "26.4", "pygments": "2.21.0"}
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "manylinux_2_24_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64")
 

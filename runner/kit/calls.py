@@ -18,7 +18,8 @@ Deferred = tuple[int, float, str]          # repeats, seconds and why the first 
 def cut(todo: Sequence[tuple[KitCell, int]], cost: Callable[[KitCell, int], float]
         ) -> tuple[list[Call], dict[str, Deferred]]:
     """The repeats cut into calls as measure() takes them, by the same estimates (cost), each call filled to
-    plans.CALL_MEASURE_S less plans.CALL_MARGIN_S: phases in plan order, a phase's repeats round by round; an
+    plans.CALL_MEASURE_S less plans.CALL_MARGIN_S (the goals' rows in the first call: the whole CALL_MEASURE_S): phases in plan order, a phase's
+    repeats round by round; an
     all-or-nothing phase only when all of it fits, any other until its next repeat does not fit; what does not
     fit waits for the next call (a repeat longer than a call gets one of its own). Returns per call each phase's
     repeats and seconds, and what the first call leaves to a later one, with why."""
@@ -34,15 +35,18 @@ def cut(todo: Sequence[tuple[KitCell, int]], cost: Callable[[KitCell, int], floa
             group = sorted(grouped, key=lambda m: m[1])  # round by round, as measure() runs them
             costs = [cost(c, r) for c, r in group]
             phase = group[0][0].phase
-            if phase.all_or_nothing and call and used + sum(costs) > room:
+            # The goals' rows may fill the first call's whole CALL_MEASURE_S: in order of value, the model's error
+            # falls on the last of them (measure() does not start what does not fit, and that one opens call 2).
+            limit = plans.CALL_MEASURE_S if phase.goal and not out else room
+            if phase.all_or_nothing and call and used + sum(costs) > limit:
                 rest += group
                 waiting.update(c.key for c, _ in group)
                 if not out:
                     deferred[phase.name] = (len(group), sum(costs), f"measured whole or not at all (~{sum(costs):.0f} "
-                                            f"s), it does not fit the ~{room - used:.0f} s the call has left")
+                                            f"s), it does not fit the ~{max(limit - used, 0):.0f} s the call has left")
                 continue
             for i, ((c, _), secs) in enumerate(zip(group, costs, strict=True)):
-                if not phase.all_or_nothing and (c.key in waiting or (call and used + secs > room)):
+                if not phase.all_or_nothing and (c.key in waiting or (call and used + secs > limit)):
                     rest += group[i:]
                     waiting.update(cc.key for cc, _ in group[i:])
                     break

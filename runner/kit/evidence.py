@@ -35,7 +35,7 @@ from runner import analysis as an
 from runner.base import safewrite
 from runner.base.exitcodes import Exit
 from runner.domain.outcomes import RERUN_FAILED, Status
-from runner.kit import device, output, reference
+from runner.kit import device, gpu_tests, output, plan_text, reference
 from runner.kit import plan as plans
 from runner.kit.calls import Call, Deferred, cut
 from runner.kit.settings import Budget, KitCell, options
@@ -162,6 +162,8 @@ class Kit:
         folder = self.state / "matrices"
         folder.mkdir(parents=True, exist_ok=True)
         for c in self.cells:
+            if c.phase.tests:
+                continue  # pytest's step, not a matrix
             c.path = folder / f"{c.id}.yaml"
             safewrite.write_text(c.path, self.matrix_text(c, c.phase.repeats))
             cells = matrix.load(c.path).cells()
@@ -188,6 +190,9 @@ class Kit:
         seen: set[tuple[str, int]] = set()
         for c in self.cells:
             if phases is not None and c.phase.name not in phases:
+                continue
+            if c.phase.tests:
+                out.extend([(c, 0)] if not gpu_tests.done(self.state) else [])
                 continue
             if c.phase.reference:
                 if not reference.reference_path(self, c).exists():
@@ -228,7 +233,9 @@ class Kit:
     def cost(self, c: KitCell, r: int) -> float:
         """A missing repeat's seconds, as `--plan` and the budget's checks count it: a reference repeat is two
         processes (bench and the hand-written loop, each its own start-up and fixed window: plans.REFERENCE_PROCESS_S,
-        the kit keeps no time of its own for them); any other its cell's estimate (repeat_estimate)."""
+        the kit keeps no time of its own for them); the GPU tests their budget; any other its cell's estimate."""
+        if c.phase.tests:
+            return plans.GPU_TESTS_S
         if c.phase.reference:
             return 2 * plans.REFERENCE_PROCESS_S["cpu" if c.params.get("device") == "cpu" else "cuda"]
         return self.repeat_estimate(c, r)
@@ -237,36 +244,8 @@ class Kit:
         return sum(self.cost(c, r) for c, r in self.missing(phases))
 
     def print_plan(self) -> None:
-        """Each phase in order: its cells, what is left and its device minutes; then the calls of a lease that measure
-        it (each at most plans.CALL_MEASURE_S of measuring, by the same model), the first one in full."""
-        room = plans.CALL_MEASURE_S
-        total = 0.0
-        left = self.missing()
-        for i, phase in enumerate(self.phases, 1):
-            todo = [m for m in left if m[0].phase is phase]
-            secs = sum(self.cost(c, r) for c, r in todo)
-            total += secs
-            calls = max(1, math.ceil(total / room)) if total else 0
-            mark = "" if phase.name in self.selected else " (not selected)"
-            repeats = (f"repeat {phase.first_repeat + 1}-{phase.repeats}" if phase.first_repeat
-                       else f"{phase.repeats} repeat{'s' if phase.repeats > 1 else ''}")
-            self.say(f"phase {i} {phase.name}{mark}: {len(phase.cells)} cells x {repeats}, {len(todo)} to run, "
-                     f"~{secs / 60:.1f} device min (so far ~{(total + calls * plans.CALL_START_S) / 60:.0f} min of "
-                     f"lease in {calls} calls): {phase.title}")
-        packed, deferred = self.calls([m for m in left if m[0].phase.name in self.selected])
-        if packed:
-            first = packed[0]
-            parts = ", ".join(f"{name} {n} repeat{'s' if n != 1 else ''} (~{secs:.0f} s)"
-                              for name, (n, secs) in first.items())
-            used = sum(secs for _, secs in first.values())
-            self.say(f"call 1 measures {parts}: ~{used:.0f} s of its {room:.0f} s, planned to "
-                     f"{room - plans.CALL_MARGIN_S:.0f} s ({plans.CALL_MARGIN_S:.0f} s kept for the model's error; "
-                     f"--budget {room + self.args.reserve:.0f}: {self.args.reserve:.0f} s more for the report and the pack)")
-            for name, (n, secs, why) in deferred.items():
-                self.say(f"call 1 leaves {name} ({n} repeat{'s' if n != 1 else ''}, ~{secs:.0f} s) to a later call: {why}")
-        self.say(f"plan: {len(left)} repeats to run, ~{total / 60:.1f} device min of measuring; in calls of "
-                 f"{room:.0f} s of measuring and ~{plans.CALL_START_S:.0f} s to start each: {len(packed)} calls, "
-                 f"~{(total + len(packed) * plans.CALL_START_S) / 60:.0f} min of lease; {self.budget.text()}")
+        """The first call row by row, each row's goal; then each phase and the later calls (runner/kit/plan_text.py)."""
+        plan_text.print_plan(self, self.phases, self.selected, self.calls)
 
     def calls(self, todo: Sequence[tuple[KitCell, int]]) -> tuple[list[Call], dict[str, Deferred]]:
         """The repeats cut into calls as measure() takes them, by the same estimates (cost): runner/kit/calls.py."""
@@ -286,6 +265,9 @@ class Kit:
 
     def measure_phase(self, phase: plans.Phase) -> None:
         cells = [c for c in self.cells if c.phase is phase]
+        if phase.tests:
+            gpu_tests.run(self, cells[0])
+            return
         if phase.reference:
             for c in cells:
                 if not reference.run_reference(self, c):

@@ -13,7 +13,7 @@ from typing import Any
 
 from runner import analysis as an
 from runner.base import safewrite
-from runner.kit import goals, headline, lever_sections, reference, spent, transformer
+from runner.kit import goals, gpu_tests, headline, lever_sections, reference, spent, transformer
 from runner.kit.cell_results import MIB, CellResult, _md, _num, _ratio, published
 from runner.kit.settings import KitView
 from runner.report import fmt
@@ -53,7 +53,7 @@ class Page:
         return [self.results[id(c)] for c in self.kit.cells if c.phase.name == name and not c.phase.reference]
 
     def render(self) -> str:
-        parts = [self.header(), self.headline(), self.time_section(), self.resnet50_section(),
+        parts = [self.header(), "## GPU tests\n\n" + gpu_tests.words(self.kit.state), self.headline(), self.time_section(), self.resnet50_section(),
                  transformer.section(self.phase("gpt2-124m"), self.doc), self.recipe_section(),
                  self.breakdown_section(), self.ngc_section(), self.vgg_section(), self.mnist_section(),
                  self.wrn_section(), lever_sections.resnet_fastest_section(self.phase("resnet50-fastest"), self.mlperf(), self.doc),

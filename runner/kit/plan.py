@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runner.domain.bench_contract import PRECISIONS
@@ -63,6 +65,9 @@ class Phase:
     labels: tuple[Mapping[str, str], ...] = field(default_factory=tuple)  # per cell: its name in the write-up
     first_repeat: int = 0     # a phase that adds repeats to cells an earlier phase measured once
     whole: bool = False       # measured only when all of its repeats fit what is left (they answer one question)
+    goal: str = ""            # the first call's: the goal it answers (its call is planned to the whole 540 s)
+    note: str = ""            # why its cell was chosen over a better candidate (`--plan` says it)
+    tests: tuple[str, ...] = ()  # the GPU tests (`pytest -m gpu` on these paths), not a matrix
 
     @property
     def all_or_nothing(self) -> bool:
@@ -128,6 +133,9 @@ CALL_MEASURE_S = 540.0  # what one call measures: 9 minutes (a 10-minute command
 # out 44 s above the model of before over call 1's content: 572 s against 528). The kit itself measures up to its
 # budget; the deadline stops a repeat that overruns it.
 CALL_MARGIN_S = 45.0
+# The GPU tests' own budget (pytest -m gpu on GPU_TESTS, stopped at it): the lever-loss tests, under a minute.
+GPU_TESTS = ("tests/bench/test_levers_gpu.py",)
+GPU_TESTS_S = 60.0
 
 
 def compile_seconds(params: Mapping[str, Any], later: bool) -> float:
@@ -159,11 +167,11 @@ def guess_seconds(params: Mapping[str, Any], window: float, warmup: float, later
 
 
 def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: str = "") -> list[Phase]:
-    """The phases, in the order they run: the headline first (a lease cut at any call still has it), the hand-written
-    loop beside it (~315 and ~118 s by the model above: the first call), GPT-2 124M at BF16 beside FP8 (one repeat
-    each, measured as a pair: `whole`; ~139 s, the second call's first). Then the 2018 recipe, every write-up's grid at one repeat a cell, GPT-2's four cells, then the
-    grids' (and GPT-2's) other repeats. `dry`: the CPU dry run's tiny version of the same plan (every phase, one or two
-    cells each)."""
+    """The phases, in the order they run: the first call answers the goals (goal_phases: the GPU tests, the headline's
+    plain and fastest rows, the hand-written loop, GPT-2's and ResNet-50's fastest lever sets, two repeats each);
+    then the headline's other repeats, each lever's gain, GPT-2 at BF16 beside FP8, the 2018 recipe, every
+    write-up's grid at one repeat a cell, GPT-2's four cells, FP8 by size, then the grids' (and GPT-2's) other
+    repeats. `dry`: the CPU dry run's tiny version of the same plan (every phase, one or two cells each)."""
     dev = "cpu" if dry else device
     base: Params = {"dataset": "synthetic", "device": dev, **({"threads": 1} if dry else {})}
     rn50: Params = {"model": "mlp" if dry else "resnet50", "batch_size": 4 if dry else 256, "cudnn_benchmark": True}
@@ -211,14 +219,18 @@ def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: s
               1, writeup="wrn-apex-t4-p100"),
     ]
     gpt2 = gpt2_phase(base, repeats, dry)
+    fastest, levers = resnet_fastest_phase(plain, repeats, dry), gpt2_levers_phase(gpt2, repeats, dry)
     phases = [
+        # The first call: the goals' rows, two repeats each, priced by the model above (goal_phases).
+        *goal_phases(plain, headline_cells(plain, dry)[-1], levers.cells[4], static_candidates(plain, dry),
+                     min(repeats, 2), dev),
         Phase("headline", "ResNet-50 at batch " + str(rn50["batch_size"]) + ": the plain eager recipe (autocast, "
               "channels_last, cudnn.benchmark) beside the fastest honest settings (every speed lever on)",
               tuple(dict(c) for c in headline_cells(plain, dry)), repeats),
-        Phase("reference", "The hand-written autocast loop on the plain cell's model, batch, data and optimizer "
-              "(benchmarks/bench_vs_reference.py), alternating with bench",
-              (dict(plain),), repeats, reference=True),
-        # The first call's last question: today's training at BF16 beside FP8, one repeat each (the others later).
+        # Then by value: each lever's gain toward the goals (its other rows, max-autotune's), then today's training
+        # at BF16 beside FP8, the 2018 recipe, the write-ups' grids at one repeat, GPT-2, FP8 by size (its goal at
+        # 1.5B), and last the grids' other repeats.
+        fastest, levers,
         Phase("gpt2-first", gpt2.title.split(":")[0] + ": bf16 beside fp8 (torchao, tensorwise), one repeat each",
               tuple(dict(c) for c in gpt2.cells if c["precision"] == "bf16" or c.get("fp8_recipe") == "tensorwise"),
               1, whole=True),
@@ -226,17 +238,12 @@ def build(repeats: int = 3, dry: bool = False, device: str = "cuda", data_dir: s
               "native autocast",
               pick(_cells({**base, **rn50, **MANUAL_2018}, _each("channels_last", [False, True])),
                    [{**base, **rn50, **MANUAL_2018, "channels_last": False}]), repeats),
-        *grids,
-        # After the write-ups' grids: a lease cut before it still has the ResNet-50 headline and every grid.
-        gpt2,
+        *grids, gpt2, fp8_by_size_phase(base, repeats, dry),
     ]
     if repeats > 1:
         every = tuple(c for g in [gpt2, *grids] for c in g.cells)
         phases.append(Phase("more-repeats", f"The write-ups' grids and GPT-2 up to {repeats} repeats a cell", every, repeats,
                             first_repeat=1))
-    # Issue 38's later phases, after everything above (the first call's contents do not change): each lever's gain.
-    phases += [resnet_fastest_phase(plain, repeats, dry), gpt2_levers_phase(gpt2, repeats, dry),
-               fp8_by_size_phase(base, repeats, dry)]
     return [_strip_labels(p) for p in phases]
 
 
@@ -256,6 +263,53 @@ def gpt2_phase(base: Params, repeats: int, dry: bool) -> Phase:
                  f"{model['batch_size']}, synthetic tokens, torch.compile {'on' if model['compile'] else 'off'}: "
                  "bf16 and amp-bf16 beside fp8 (torchao, tensorwise and rowwise scaling)",
                  cells, min(repeats, 2))
+
+
+GOALS = json.loads(Path(__file__).with_name("published.json").read_text())["goals"]
+
+
+def goal_phases(plain: Params, fastest: Params, gpt2: Mapping[str, Any], candidates: Sequence[Params], n: int, dev: str
+                ) -> list[Phase]:
+    """The first call: a row for each goal (published.json "goals"), n repeats each, in order of value: the GPU tests
+    (the levers' losses, a budget of their own), the headline's plain and fastest rows, the hand-written loop beside
+    the plain row, GPT-2 124M's fastest lever set, then ResNet-50's: the first of `candidates` whose repeats fit
+    what the others leave of CALL_MEASURE_S, by the model at the kit's default window and warm-up (so that the
+    choice never changes between calls), `note` saying why a better one waits."""
+    def cost(p: Mapping[str, Any]) -> float:
+        return guess_seconds(p, 2.0, 3.0) + (n - 1) * guess_seconds(p, 2.0, 3.0, later=True)
+
+    room = CALL_MEASURE_S - GPU_TESTS_S - cost(plain) - cost(fastest) - cost(gpt2) - n * 2 * REFERENCE_PROCESS_S[dev]
+    chosen = next((c for c in candidates if cost(c) <= room), candidates[-1])
+    note = "" if chosen is candidates[0] else (
+        f"{row_name(candidates[0])} (~{cost(candidates[0]):.0f} s for {n} repeats) does not fit the ~{room:.0f} s the "
+        f"other goals' rows leave of {CALL_MEASURE_S:.0f} s: {row_name(chosen)} (~{cost(chosen):.0f} s) answers "
+        f"the goal{' now' if cost(chosen) <= room else ' in the next call'}; the first comes with resnet50-fastest")
+    return [
+        Phase("gpu-tests", f"The GPU tests: pytest -m gpu {' '.join(GPU_TESTS)}, at most {GPU_TESTS_S:.0f} s",
+              ({"device": dev},), 1, whole=True, tests=GPU_TESTS,
+              goal="the levers' losses against eager on a GPU (tolerances reasoned, not yet run on one)"),
+        Phase("goal-headline", "The headline's plain row and its fastest honest row", (dict(plain), dict(fastest)),
+              n, whole=True, goal=f"every headline row admitted with {n} repeats or more (its fastest beside "
+              f"ResNet-50's {GOALS['resnet50_img_s']:,} img/s)"),
+        Phase("reference", "The hand-written autocast loop on the plain cell's model, batch, data and optimizer "
+              "(benchmarks/bench_vs_reference.py), alternating with bench", (dict(plain),), n, reference=True,
+              goal="bench within 3% of the hand-written loop (bench_vs_reference.py's tolerance)"),
+        Phase("goal-gpt2", "GPT-2 124M's fastest lever set", (dict(gpt2),), n, whole=True,
+              goal=f"GPT-2 124M MFU at least {GOALS['gpt2_124m_mfu']:.0%}"),
+        Phase("goal-resnet50", "ResNet-50's fastest lever set", (dict(chosen),), n, whole=True, note=note,
+              goal=f"ResNet-50 at least {GOALS['resnet50_img_s']:,} img/s"),
+    ]
+
+
+def row_name(p: Mapping[str, Any]) -> str:
+    """A cell's levers in a few words (`--plan`'s first call)."""
+    words = [str(p.get("model")), str(p.get("precision"))]
+    words += [f"static loss scale {p['loss_scale']:g}"] if p.get("loss_scale") else []
+    words += [f"{p['optimizer_impl']} {p.get('optimizer', 'SGD')}"] if p.get("optimizer_impl") else []
+    words += [f"{p['loss_impl']} loss"] if p.get("loss_impl") else []
+    words += [f"{p['attention']} attention"] if p.get("attention") not in (None, "auto") else []
+    words += ["one CUDA graph"] if p.get("cuda_graphs") else []
+    return ", ".join([*words, f"{p.get('compile_mode') or 'default'} compile" if p.get("compile") else "eager"])
 
 
 def headline_cells(plain: Params, dry: bool) -> list[Params]:
@@ -302,20 +356,30 @@ GPT2_SIZES = (("gpt2_124m", 32, False), ("gpt2_350m", 32, False), ("gpt2_774m", 
               ("gpt2_1558m", 16, True))
 
 
+def static_candidates(plain: Params, dry: bool) -> list[Params]:
+    """ResNet-50's fastest lever set, best first: FP16 autocast with a static loss scale (no GradScaler, so the whole
+    step is one CUDA graph), fused SGD, under max-autotune, else under the default compile (the goal's call takes
+    the first that fits: goal_phases). The dry run's: the same step eager (FP16 and the graphs are `unsupported` on
+    a CPU, each with its sentence)."""
+    static = {**plain, **STATIC_FP16, "optimizer_impl": "fused", "cuda_graphs": True}
+    if dry:
+        return [static]
+    return [{**static, "compile": True, "compile_mode": mode} for mode in ("max-autotune", "default")]
+
+
 def resnet_fastest_phase(plain: Params, repeats: int, dry: bool) -> Phase:
     """ResNet-50's fastest step: the headline's fastest (BF16, fused SGD, one CUDA graph, compiled) beside the same
     under max-autotune, and the FP16 step with a static loss scale (no GradScaler, so the whole step is one CUDA
-    graph) under max-autotune, at batch 256 and 512. On a CPU: FP16 and the graphs are `unsupported`, with their
-    sentences."""
+    graph) compiled (default, and max-autotune at batch 256 and 512). On a CPU: FP16 and the graphs are
+    `unsupported`, with their sentences."""
     fast = {**plain, "precision": "amp-bf16", "optimizer_impl": "fused", "cuda_graphs": True}
-    static = {**plain, **STATIC_FP16, "optimizer_impl": "fused", "cuda_graphs": True}
+    auto, *default = static_candidates(plain, dry)
     if dry:
-        cells = [fast, {**fast, "compile": True, "compile_mode": "max-autotune"}, static,
-                 {**static, "batch_size": 2 * plain["batch_size"]}]
+        cells = [fast, {**fast, "compile": True, "compile_mode": "max-autotune"}, auto,
+                 {**auto, "batch_size": 2 * plain["batch_size"]}]
     else:
         fast = {**fast, "compile": True, "compile_mode": "default"}
-        auto = {**static, "compile": True, "compile_mode": "max-autotune"}
-        cells = [fast, {**fast, "compile_mode": "max-autotune"}, auto, {**auto, "batch_size": 512}]
+        cells = [fast, {**fast, "compile_mode": "max-autotune"}, *default, auto, {**auto, "batch_size": 512}]
     return Phase("resnet50-fastest", f"ResNet-50 fastest: the headline's fastest (bf16, fused SGD, one CUDA graph, "
                  "torch.compile) beside max-autotune and the FP16 step with a static loss scale as one CUDA graph, "
                  f"batch {plain['batch_size']} and {2 * plain['batch_size'] if dry else 512}",

@@ -34,11 +34,12 @@ def reference_path(kit: KitView, c: KitCell) -> Path:
     return kit.state / "reference" / f"{c.id}.json"
 
 
-def run_group(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> tuple[int | None, str, str]:
+def run_group(argv: Sequence[str], timeout: float, env: Mapping[str, str], cwd: Path | None = None
+              ) -> tuple[int | None, str, str]:
     """Run argv in a new process group: (exit status, stdout, stderr), the status None when the timeout killed
     the whole group (the command and every process it started)."""
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, env=dict(env), start_new_session=True)
+                            text=True, env=dict(env), start_new_session=True, cwd=cwd)
     try:
         out, err = proc.communicate(timeout=None if math.isinf(timeout) else max(timeout, 1.0))
         return proc.returncode, out, err
