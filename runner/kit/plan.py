@@ -289,7 +289,7 @@ def goal_phases(plain: Params, fastest: Params, gpt2: Mapping[str, Any], candida
               ({"device": dev},), 1, whole=True, tests=GPU_TESTS,
               goal="the levers' losses against eager on a GPU (tolerances reasoned, not yet run on one)"),
         Phase("goal-headline", "The headline's plain row and its fastest honest row", (dict(plain), dict(fastest)),
-              n, whole=True, goal=f"every headline row admitted with {n} repeats or more (its fastest beside "
+              n, whole=True, goal=f"every headline row admitted with {n} repeat{'s' if n > 1 else ''} or more (its fastest beside "
               f"ResNet-50's {GOALS['resnet50_img_s']:,} img/s)"),
         Phase("reference", "The hand-written autocast loop on the plain cell's model, batch, data and optimizer "
               "(benchmarks/bench_vs_reference.py), alternating with bench", (dict(plain),), n, reference=True,

@@ -65,7 +65,7 @@ def print_plan(kit: KitView, phases: Sequence[plans.Phase], selected: Sequence[s
             kit.say(f"call 1 leaves {name} ({n} repeat{'s' if n != 1 else ''}, ~{secs:.0f} s) to a later call: "
                     f"{why}{said}")
         fp8 = next((i for i, call in enumerate(packed, 1) if "fp8-by-size" in call), None)
-        if fp8:
+        if fp8 and fp8 > 1:
             kit.say(f"call 1 leaves the goal FP8 at least {plans.GOALS['fp8_over_bf16']}x bf16 at "
                     f"{plans.GOALS['fp8_model']} to fp8-by-size (from call {fp8}: its compiled 1.5B cells alone "
                     "would fill most of a call)")

@@ -58,9 +58,11 @@ def test_catch_up_counts_a_later_repeat_as_the_plan_does(tmp_path: Path, monkeyp
 
 
 def test_the_plans_calls_mirror_measure(tmp_path: Path) -> None:
-    """calls() keeps an all-or-nothing phase whole and says why it leaves the first call."""
+    """calls() keeps an all-or-nothing phase whole and says why it leaves the first call; the goals' rows may fill the
+    first call's whole 540 s, any other call is planned to 540 s less the margin."""
     k = kit_at(tmp_path)
     calls, deferred = k.calls(k.missing())
-    assert set(calls[0]) >= {"headline", "reference"} and "gpt2-first" not in calls[0]
-    assert sum(t for _, t in calls[0].values()) <= plan.CALL_MEASURE_S - plan.CALL_MARGIN_S
-    assert "gpt2-first" in deferred and calls[1].get("gpt2-first", (0, 0))[0] == 2
+    assert set(calls[0]) >= {"goal-headline", "reference"} and "gpt2-first" not in calls[0]
+    assert sum(t for _, t in calls[0].values()) <= plan.CALL_MEASURE_S
+    assert all(sum(t for _, t in c.values()) <= plan.CALL_MEASURE_S - plan.CALL_MARGIN_S for c in calls[1:])
+    assert "gpt2-first" in deferred and [c.get("gpt2-first", (0, 0))[0] for c in calls].count(2) == 1
