@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
-from runner.kit import plan
+import pytest
+
+from runner.kit import evidence, plan
 from runner.kit.cell_results import PUBLISHED_PATH
 from tests.conftest import ROOT
 
@@ -32,3 +35,11 @@ def test_mlperf_is_one_figure_everywhere() -> None:
 
 def test_the_first_call_in_the_docs_is_the_plans() -> None:
     assert "~528 s of its 540" not in DOC and "call 1 leaves gpt2-first" in DOC
+
+
+def test_the_docs_first_call_is_what_plan_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The docs' `--plan` lines (the goals' call row by row) are the kit's own, word for word."""
+    assert evidence.main(["--plan", "--state", str(tmp_path / "s")]) == 0
+    printed = [ln.split("] ", 1)[1] for ln in capsys.readouterr().out.splitlines() if "] " in ln]
+    first = [ln for ln in printed if ln.startswith(("call 1 ", "call 1,"))]
+    assert len(first) >= 10 and all(ln in DOC for ln in first), [ln for ln in first if ln not in DOC]
