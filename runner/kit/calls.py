@@ -1,6 +1,7 @@
 """`--plan`'s calls: the repeats left cut into the calls of a lease as the kit's measure() takes them
 (runner/kit/evidence.py), by the same estimates: phases in plan order, each call filled to plans.CALL_MEASURE_S less
-plans.CALL_MARGIN_S; an all-or-nothing phase (the hand-written loop, GPT-2's first pair) only when all of it fits, any
+plans.CALL_MARGIN_S (the first call's goal rows to the whole CALL_MEASURE_S); an all-or-nothing phase (the GPU tests,
+a goal's row, the hand-written loop, GPT-2's first pair) only when all of it fits, any
 other until its next repeat does not fit; what does not fit waits for the next call."""
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ Deferred = tuple[int, float, str]          # repeats, seconds and why the first 
 def cut(todo: Sequence[tuple[KitCell, int]], cost: Callable[[KitCell, int], float]
         ) -> tuple[list[Call], dict[str, Deferred]]:
     """The repeats cut into calls as measure() takes them, by the same estimates (cost), each call filled to
-    plans.CALL_MEASURE_S less plans.CALL_MARGIN_S (the goals' rows in the first call: the whole CALL_MEASURE_S): phases in plan order, a phase's
-    repeats round by round; an
-    all-or-nothing phase only when all of it fits, any other until its next repeat does not fit; what does not
+    plans.CALL_MEASURE_S less plans.CALL_MARGIN_S (the goals' rows in the first call: the whole CALL_MEASURE_S):
+    phases in plan order, a phase's repeats round by round; an all-or-nothing phase only when all of it fits, any other until its next repeat does not fit; what does not
     fit waits for the next call (a repeat longer than a call gets one of its own). Returns per call each phase's
     repeats and seconds, and what the first call leaves to a later one, with why."""
     room = plans.CALL_MEASURE_S - plans.CALL_MARGIN_S

@@ -49,7 +49,7 @@ def run(kit: KitView, c: KitCell) -> bool:
     summary = (f"stopped at its budget of {seconds:.0f} s (the log has the tests that ended)" if code is None
                else (lines[-1] if lines else f"exit {code}, no output"))
     kit.state.mkdir(parents=True, exist_ok=True)
-    safewrite.write_text(kit.state / LOG, f"$ {' '.join(argv[1:])}\n{out}{err}")
+    safewrite.write_text(kit.state / LOG, f"$ python {' '.join(argv[1:])}\n{out}{err}")
     safewrite.write_text(kit.state / RECORD, json.dumps(
         {"argv": argv[1:], "exit": code, "seconds": round(took, 1), "summary": summary}, indent=1))
     kit.say(f"gpu-tests: {summary} (exit {code}; {took:.0f} s; log {kit.rel(kit.state / LOG)}; {kit.budget.text()})")
@@ -61,5 +61,5 @@ def words(state: Path) -> str:
     rec = record(state)
     if rec is None:
         return "The GPU tests (`pytest -m gpu` on the levers' losses) have not run on this state yet."
-    return (f"The GPU tests (`{' '.join(rec.get('argv') or [])}`, {rec.get('seconds')} s): {rec.get('summary')} "
+    return (f"The GPU tests (`python {' '.join(rec.get('argv') or [])}`, {rec.get('seconds')} s): {rec.get('summary')} "
             f"(exit {rec.get('exit')}; the log is the state's `{LOG}`).")

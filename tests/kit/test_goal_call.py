@@ -104,7 +104,7 @@ def test_the_gpu_tests_run_once_a_state_and_keep_their_log(tmp_path: Path) -> No
     assert (c, 0) not in k.missing()
     (k.state / gpu_tests.LOG).write_text("kept")
     assert gpu_tests.run(k, c) and (k.state / gpu_tests.LOG).read_text() == "kept"
-    assert "The GPU tests (`-m pytest -m gpu" in gpu_tests.words(k.state)
+    assert "The GPU tests (`python -m pytest -m gpu" in gpu_tests.words(k.state)
 
 
 def test_the_gpu_tests_stop_at_their_budget_and_wait_for_room(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -424,7 +424,7 @@ def test_only_never_shrinks_the_page_and_says_what_is_missing(dry: dict[str, Any
     partial.mkdir()
     run = kit_in(partial, "--dry-run", "--state", "s", "--out", "r", "--only", "recipe-2018", "--no-report")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "the phases asked for are stored; the plan still misses headline" in run.stdout
+    assert "the phases asked for are stored; the plan still misses gpu-tests (1 repeats), goal-headline" in run.stdout
 
 
 def test_a_state_of_one_device_refuses_another(tmp_path: Path) -> None:
