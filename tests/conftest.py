@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -10,6 +11,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# A test suite started in the background by a non-interactive shell (`make test &`, a CI runner's job) inherits Ctrl-C
+# ignored, and so would every `matrix run` a test starts and interrupts: the Ctrl-C tests would see their runs
+# finish untouched. The tests' own processes take Ctrl-C as a terminal would deliver it (a handler, unlike an
+# ignored signal, is reset to the default in a child at exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def require(available: bool, reason: str) -> None:
