@@ -137,7 +137,7 @@ def section(cells: list[CellResult], doc: dict[str, Any]) -> str:
              f"{'on' if params.get('compile') else 'off'}, attention {params.get('attention')})", "",
              f"Throughput in {u}. `÷ {BASE}` is each row's mean over the {BASE} row's, with Welch's p-value and the "
              "decision `matrix compare` gives a pair (fail: a significant change of at least "
-             f"{an.MIN_EFFECT:.0%}; undecided under two repeats a side). MFU is the model FLOP/s "
+             f"{change.threshold_text(an.MIN_EFFECT)}; undecided under two repeats a side). MFU is the model FLOP/s "
              f"(FLOPs per token: {formula or 'the formula the results name'}) over the peak the results name: the "
              "GPU's BF16 dense peak for every row, FP8's included (the convention of torchao and Transformer Engine: "
              "only the linear layers run in FP8; the share of the FLOPs they hold is beside it); the loss is every "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from runner import analysis as an
+from runner.analysis.change import threshold_text
 from runner.report.decisions import history_table
 from runner.report.fmt import Section
 from runner.report.viewkit import Built, Context, View
@@ -28,7 +29,7 @@ def history_sections(hist: pd.DataFrame) -> list[Section]:
     note = (f"{n_cells} cell{'s' if n_cells != 1 else ''} measured more than once (a run resumed after an "
             "interruption is one measurement; a run that measures stored repeats again, as --force does, is "
             f"the next); {n_steps} significant step{'s' if n_steps != 1 else ''} (a change of at least "
-            f"{an.MIN_EFFECT:.0%} from the previous measurement with Welch's p < {an.ALPHA}, or a change in how "
+            f"{threshold_text(an.MIN_EFFECT)} from the previous measurement with Welch's p < {an.ALPHA}, or a change in how "
             "the repeats ended, compared as rates). Every outcome is a point: a measurement whose repeats all "
             "failed or ran out of memory lists them under repeats and has no mean.")
     n_bounds = int((hist["boundary"].astype(str) != "").sum()) if "boundary" in hist else 0
