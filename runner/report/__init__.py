@@ -118,16 +118,22 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
 
     `out` defaults to reports/<matrix name>/; `runs` are run ids or prefixes (default: every stored run).
     """
+    import contextlib
+
     from runner.report import render, views
+    from runner.report.painter import Painter
     from runner.store import exchange
 
     fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, tuple(FORMATS.names()), "report")
-    infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
-    df, records, name = _frame(infos, run_ids, newest(rows), db, rows)
-    with _open(db) as store:
-        provenance = exchange.provenance(store)
-    model = views.build(df, records, name, history=_history(rows), provenance=provenance, stored=len(rows))
-    return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name))
+    with contextlib.ExitStack() as stack:
+        # A format that shows PNGs has them drawn in a second process, which starts its engine now.
+        painter = stack.enter_context(Painter()) if any("png" in FORMATS.get(f).plots for f in fmts) else None
+        infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
+        df, records, name = _frame(infos, run_ids, newest(rows), db, rows)
+        with _open(db) as store:
+            provenance = exchange.provenance(store)
+        model = views.build(df, records, name, history=_history(rows), provenance=provenance, stored=len(rows))
+        return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name), painter)
 
 
 def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: str = HEADLINE,

@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from runner.report.pairs import comparison_doc
 
 if TYPE_CHECKING:  # Altair and vl-convert load only when a format draws charts
     from runner.report.charts import Chart
+    from runner.report.painter import Painter
 
 JSON_SCHEMA = 3  # of report.json and `compare --format json`; bump when a field changes meaning
 # 2: cells carry their definition (cell_key, run settings); names with more than one definition are listed;
@@ -119,16 +120,34 @@ def slug(name: str) -> str:
     return s or "matrix"
 
 
-def write_report(model: views.ReportModel, formats: Sequence[str], out: Path) -> list[Path]:
+def write_report(model: views.ReportModel, formats: Sequence[str], out: Path, painter: Painter | None = None
+                 ) -> list[Path]:
     """Write the report in each format (runner/report/formats/: one module each) into `out`; returns the files
-    written (plots included). Each file through runner/base/safewrite.py: a link or a FIFO planted at a report's name (or
-    at plots/) is refused, never followed."""
+    written (plots included), in the formats' order. Each file through runner/base/safewrite.py: a link or a FIFO planted
+    at a report's name (or at plots/) is refused, never followed. With a `painter` (runner/report/painter.py) the PNG
+    charts are drawn in its process while the other formats are written; the formats that show PNGs come last."""
     from runner.report.formats import FORMATS
 
     out.mkdir(parents=True, exist_ok=True)
     chosen = [FORMATS.get(name) for name in formats]
     made = report_charts(model) if any(f.plots for f in chosen) else {}
-    return [path for f in chosen for path in f.write(model, out, made)]
+    if painter is not None and any("png" in f.plots for f in chosen):
+        made = painted(made, painter)
+    order = sorted(chosen, key=lambda f: "png" in f.plots)  # stable: the others first, in their order
+    written = {f.name: f.write(model, out, made) for f in order}
+    return [path for f in chosen for path in written[f.name]]
+
+
+def painted(made: dict[str, list[Chart]], painter: Painter) -> dict[str, list[Chart]]:
+    """The same charts, each with its PNG on its way from the painter's process."""
+    from dataclasses import replace
+
+    from runner.report.charts import SCALE, vl_version
+
+    flat = [c for cs in made.values() for c in cs]
+    painter.submit([(c.spec, vl_version(), SCALE) for c in flat])
+    number = {id(c): i for i, c in enumerate(flat)}
+    return {k: [replace(c, drawn=partial(painter.png, number[id(c)])) for c in cs] for k, cs in made.items()}
 
 
 def report_charts(model: views.ReportModel) -> dict[str, list[Chart]]:

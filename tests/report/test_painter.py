@@ -1,0 +1,129 @@
+"""The report's PNG charts drawn in a second process (runner/report/painter.py): the same bytes the report would draw
+itself, every chart still drawn when the helper cannot start, dies or stops answering, and no helper left behind."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.report import painter as painter_mod
+from runner.report import report_command
+from runner.report.charts import SCALE, vl_version
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def spec(n: int) -> dict[str, object]:
+    return {"data": {"values": [{"x": i, "y": (i * 7) % 5} for i in range(n)]}, "mark": "point",
+            "encoding": {"x": {"field": "x", "type": "quantitative"}, "y": {"field": "y", "type": "quantitative"}}}
+
+
+def helpers() -> list[int]:
+    """This process's children that are the painter's helper."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"runner.report.painter" in cmd:
+            found.append(int(pid))
+    return found
+
+
+def test_the_helper_draws_what_the_report_would_draw_byte_for_byte() -> None:
+    import vl_convert
+
+    jobs = [(spec(3), vl_version(), SCALE), (spec(40), vl_version(), SCALE)]
+    with painter_mod.Painter() as p:
+        p.submit(jobs)
+        drawn = [p.png(0), p.png(1)]
+    here = [bytes(vl_convert.vegalite_to_png(s, vl_version=v, scale=sc)) for s, v, sc in jobs]
+    assert drawn == here
+    assert all(d is not None and d.startswith(PNG) for d in drawn)
+    assert not helpers()
+
+
+def test_a_chart_the_helper_cannot_draw_is_none_and_the_others_come_back() -> None:
+    bad = {"mark": "no-such-mark", "data": {"values": [{"x": 1}]}}
+    with painter_mod.Painter() as p:
+        p.submit([(spec(3), vl_version(), SCALE), (bad, vl_version(), SCALE), (spec(4), vl_version(), SCALE)])
+        got = [p.png(i) for i in range(3)]
+    assert got[1] is None
+    assert got[0] is not None and got[0].startswith(PNG) and got[2] is not None and got[2].startswith(PNG)
+
+
+def report_pngs(db: Path, out: Path) -> dict[str, bytes]:
+    paths = report_command(db, None, ["md", "json"], out)
+    assert [p.name for p in paths][-1] == "report.json", "the files come back in the formats' order"
+    return {p.name: p.read_bytes() for p in paths if p.suffix == ".png"}
+
+
+@pytest.fixture
+def drawn_here(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+    """The report's PNGs drawn in the report's own process (a helper that answers nothing)."""
+    with monkeypatch.context() as m:
+        m.setattr(painter_mod.Painter, "submit", lambda self, jobs: (self.close(), None)[1])
+        got = report_pngs(db, tmp_path / "here")
+    assert got and all(b.startswith(PNG) for b in got.values())
+    return got
+
+
+def test_a_report_draws_its_charts_aside_and_they_are_the_same(db: Path, tmp_path: Path,
+                                                              drawn_here: dict[str, bytes]) -> None:
+    assert report_pngs(db, tmp_path / "aside") == drawn_here
+    assert not helpers()
+
+
+def test_a_helper_that_cannot_start_leaves_the_charts_to_the_report(db: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    drawn_here: dict[str, bytes]) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    assert report_pngs(db, tmp_path / "nostart") == drawn_here
+
+
+def test_a_helper_killed_midway_leaves_the_rest_to_the_report(db: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              drawn_here: dict[str, bytes]) -> None:
+    submit = painter_mod.Painter.submit
+
+    def killed(self: painter_mod.Painter, jobs: list[tuple[dict[str, object], str, float]]) -> None:
+        submit(self, jobs)
+        assert self._proc is not None
+        self._proc.kill()
+
+    monkeypatch.setattr(painter_mod.Painter, "submit", killed)
+    assert report_pngs(db, tmp_path / "killed") == drawn_here
+    assert not helpers()
+
+
+def test_a_helper_that_stops_answering_is_ended_and_the_report_draws_the_rest(
+        db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drawn_here: dict[str, bytes]) -> None:
+    submit = painter_mod.Painter.submit
+
+    def stuck(self: painter_mod.Painter, jobs: list[tuple[dict[str, object], str, float]]) -> None:
+        assert self._proc is not None
+        os.kill(self._proc.pid, 19)  # SIGSTOP: alive, and silent
+        submit(self, jobs)
+
+    monkeypatch.setattr(painter_mod, "WAIT", 1.0)
+    monkeypatch.setattr(painter_mod.Painter, "submit", stuck)
+    assert report_pngs(db, tmp_path / "stuck") == drawn_here
+    assert not helpers()
+
+
+def test_a_report_that_fails_before_its_charts_leaves_no_helper(tmp_path: Path) -> None:
+    from runner.base.errors import StoreError
+    from runner.store import Store
+
+    with Store(tmp_path / "empty.db"):
+        pass
+    with pytest.raises(StoreError):
+        report_command(tmp_path / "empty.db", None, ["md"], tmp_path / "out")
+    assert not helpers()
