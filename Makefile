@@ -36,8 +36,11 @@ services:
 images: venv
 	$(PY) images/build.py
 
+# Two workers (pytest-xdist); each service's tests run one at a time on one of them (tests/conftest.py).
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: venv services
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: venv
 	$(VENV)/bin/ruff check runner tests benchmarks images

@@ -33,3 +33,40 @@ def require(available: bool, reason: str) -> None:
 def matrix_cmd() -> list[str]:
     """How to invoke the CLI as a user would, from this interpreter."""
     return [sys.executable, "-m", "runner.cli"]
+
+
+# Run in two processes (`make test`: pytest-xdist, `-n 2`), the tests of one service run one at a time on one
+# worker, in their file's order: two Slurm tests at once would wait on one cluster's slots and drain each other's
+# nodes, and the container tests build, load and clean up images on the same engines. Every other test file is a
+# unit of its own (its module's fixtures made once), run by whichever worker is free. The units are named from the
+# test's path (xdist's own `--dist loadgroup` reads marks it can no longer attach under pytest 9.2), and a test
+# marked for a service outside its service's files is refused at collection.
+SERVICE_PATHS = {"slurm": ("tests/backends/slurm/", "tests/backends/workloads/test_backend_runs.py"),
+                 "docker": ("tests/backends/docker/", "tests/backends/eras/")}
+
+
+def unit_of(nodeid: str) -> str:
+    """The work unit a test runs in: its service's name, else its file."""
+    path = nodeid.split("::", 1)[0]
+    for service, paths in SERVICE_PATHS.items():
+        if path.startswith(paths):
+            return service
+    return path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return ByUnit(config, log)  # type: ignore[arg-type]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for service in SERVICE_PATHS:
+            if item.get_closest_marker(service) is not None and unit_of(item.nodeid) not in (service, "slurm"):
+                raise pytest.UsageError(f"{item.nodeid} is marked {service} but runs outside the {service} tests' unit: "
+                                        f"add its file to SERVICE_PATHS in tests/conftest.py")
