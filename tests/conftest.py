@@ -54,6 +54,7 @@ def unit_of(nodeid: str) -> str:
     return path
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: pytest without xdist (the GPU kit's machine) runs the rest
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     from xdist.scheduler import LoadScopeScheduling
 

@@ -20,3 +20,16 @@ from tests.conftest import unit_of
 def test_each_test_has_its_unit(nodeid: str, unit: str) -> None:
     assert unit_of(nodeid) == unit
 
+
+
+def test_the_suite_runs_where_xdist_is_not_installed() -> None:
+    """The GPU kit runs pytest on a machine that has no xdist: the suite's xdist hook is optional there."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
+                           "--collect-only", "tests/house/test_groups.py"], cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
