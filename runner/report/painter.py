@@ -22,6 +22,8 @@ from typing import Any, BinaryIO
 
 HEAD = struct.Struct(">BQ")   # drawn or not, and the PNG's length
 WAIT = 300.0                  # seconds the report waits for the helper's charts before it draws the rest itself
+LARGEST = 1 << 30             # bytes: a PNG said to be larger is a garbled answer
+PNG = b"\x89PNG\r\n\x1a\n"
 WARM = {"data": {"values": [{"x": 1}]}, "mark": "point", "encoding": {"x": {"field": "x", "type": "quantitative"}}}
 
 
@@ -72,10 +74,12 @@ class Painter:
             if head is None:
                 return
             ok, size = HEAD.unpack(head)
+            if ok not in (0, 1) or size > LARGEST:  # not the helper's answer: nothing more it sends is trusted
+                return
             body = _exactly(out, size) if size else b""
             if body is None:
                 return
-            if ok:
+            if ok and body.startswith(PNG):
                 self._drawn[i] = body
 
     def png(self, i: int) -> bytes | None:
@@ -126,6 +130,9 @@ def _exactly(stream: BinaryIO, n: int) -> bytes | None:
 
 
 def main() -> int:
+    # The answers go out on a copy of stdout; whatever the engine itself prints goes to stderr, never into them.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
     import vl_convert
 
     try:
@@ -134,7 +141,6 @@ def main() -> int:
     except Exception:  # noqa: BLE001  (a failure here is the charts' own, said when they are drawn in the report)
         pass
     jobs = json.loads(sys.stdin.buffer.read() or b"[]")
-    out = sys.stdout.buffer
     for spec, version, scale in jobs:
         try:
             png = bytes(vl_convert.vegalite_to_png(spec, vl_version=version, scale=scale))

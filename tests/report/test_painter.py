@@ -127,3 +127,38 @@ def test_a_report_that_fails_before_its_charts_leaves_no_helper(tmp_path: Path) 
     with pytest.raises(StoreError):
         report_command(tmp_path / "empty.db", None, ["md"], tmp_path / "out")
     assert not helpers()
+
+
+def test_what_the_engine_prints_never_reaches_the_answers() -> None:
+    """Anything written to stdout inside the helper (an engine's console) goes to stderr; the answers stay whole."""
+    import io
+    import json
+    import subprocess
+
+    noisy = ("import os\nfrom runner.report import painter\nloads = painter.json.loads\n"
+             "painter.json.loads = lambda b: (os.write(1, b'WARN noise\\n'), print('more noise', flush=True), loads(b))[2]\n"
+             "painter.main()\n")
+    jobs = json.dumps([[spec(3), vl_version(), SCALE]]).encode()
+    done = subprocess.run([sys.executable, "-c", noisy], input=jobs, capture_output=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0 and b"noise" in done.stderr
+    p = painter_mod.Painter.__new__(painter_mod.Painter)
+    p._n, p._drawn = 1, [None]
+    p._read(io.BytesIO(done.stdout))
+    assert p._drawn[0] is not None and p._drawn[0].startswith(PNG)
+
+
+@pytest.mark.parametrize("sent", [
+    b"WARN something\n" + b"\x00" * 64,                                        # text where a head should be
+    painter_mod.HEAD.pack(1, 5) + b"hello",                                    # a body that is no PNG
+    painter_mod.HEAD.pack(7, 3) + b"abc",                                      # a flag that is neither 0 nor 1
+    painter_mod.HEAD.pack(1, 1 << 40),                                         # a size no PNG has
+    painter_mod.HEAD.pack(1, 100) + PNG,                                       # cut short
+])
+def test_a_garbled_answer_is_not_taken_for_a_chart(sent: bytes) -> None:
+    import io
+
+    p = painter_mod.Painter.__new__(painter_mod.Painter)
+    p._n, p._drawn = 2, [None, None]
+    p._read(io.BytesIO(sent + painter_mod.HEAD.pack(1, 8) + PNG))
+    assert p._drawn[0] is None
