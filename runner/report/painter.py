@@ -54,7 +54,7 @@ class Painter:
             return
         try:
             sent = json.dumps([list(j) for j in jobs], allow_nan=False).encode()
-        except ValueError:  # a value JSON cannot carry: the report draws them, and says what is wrong
+        except (TypeError, ValueError):  # a value JSON cannot carry: the report draws them, and says what is wrong
             self.close()
             return
         self._reader = threading.Thread(target=self._talk, args=(proc.stdin, proc.stdout, sent), daemon=True)
