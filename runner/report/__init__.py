@@ -125,9 +125,9 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
     from runner.store import exchange
 
     fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, tuple(FORMATS.names()), "report")
-    with contextlib.ExitStack() as stack:
-        # A format that shows PNGs has them drawn in a second process, which starts its engine now.
-        painter = stack.enter_context(Painter()) if any("png" in FORMATS.get(f).plots for f in fmts) else None
+    # A format that shows PNGs has them drawn in a second process, which starts its engine now.
+    pngs = any("png" in FORMATS.get(f).plots for f in fmts)
+    with Painter() if pngs else contextlib.nullcontext() as painter:
         infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
         df, records, name = _frame(infos, run_ids, newest(rows), db, rows)
         with _open(db) as store:

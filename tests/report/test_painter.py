@@ -13,7 +13,7 @@ from runner.report import painter as painter_mod
 from runner.report import report_command
 from runner.report.charts import SCALE, vl_version
 
-PNG = b"\x89PNG\r\n\x1a\n"
+PNG = painter_mod.PNG
 
 
 def spec(n: int) -> dict[str, object]:
