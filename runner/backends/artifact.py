@@ -27,7 +27,8 @@ SOURCE = Path(__file__).resolve().parents[1] / "bench"
 PACKAGE = "matrix_bench"  # the package's name inside the zip: distinct from anything an image installs
 MAIN = (b'"""matrix\'s benchmark as one file: python3 bench.pyz ARGS, or python3 bench.pyz workload SPEC for a\n'
         b'user\'s own program (docs/internals.md, docs/workloads.md)."""\n'
-        b"import sys\n\nif sys.argv[1:2] == [\"workload\"]:\n    from matrix_bench.workload import run\n"
+        b"import sys\n\nfrom matrix_bench import tether\n\ntether.from_environment()  # before torch loads: die with the job's shell\n"
+        b"if sys.argv[1:2] == [\"workload\"]:\n    from matrix_bench.workload import run\n"
         b"else:\n    from matrix_bench.main import run\nrun()\n")
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
 

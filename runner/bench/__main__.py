@@ -2,6 +2,9 @@
 
 import sys
 
+from . import tether
+
+tether.from_environment()
 if sys.argv[1:2] == ["workload"]:
     from .workload import run
 else:

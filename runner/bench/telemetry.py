@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 
+from . import tether
 from .compat import optional_module
 
 SAMPLE_INTERVAL_S = 0.2   # 5 samples a second; never faster than MIN_INTERVAL_S
@@ -229,7 +230,7 @@ class _Smi(object):
                     [self.exe, "--query-gpu=" + query, "--format=csv,noheader,nounits", "-i", self.selector,
                      "-lms", str(int(self.interval * 1000))],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    universal_newlines=True)
+                    universal_newlines=True, preexec_fn=tether.preexec(os.getpid()))
             except OSError as e:
                 self.error = "nvidia-smi: %s" % e
                 return

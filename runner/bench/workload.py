@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from . import parsers
+from . import parsers, tether
 from .bounded import BoundedFeed, Updates
 from .contract import EXIT_BAD_ARGS, EXIT_DIVERGED, EXIT_FAILED, EXIT_OK, EXIT_OOM, EXIT_UNSUPPORTED, SCHEMA
 from .parser_matrix import MatrixParser
@@ -348,7 +348,7 @@ def run_program(argv, env, parser, feed, tail):
     status (None: it could not start)."""
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, close_fds=True)
+                                env=env, close_fds=True, preexec_fn=tether.preexec(os.getpid()))
     except (IOError, OSError) as e:
         tail.append("cannot start %s: %s" % (argv[0] if argv else "(empty argv)", getattr(e, "strerror", None) or e))
         return None

@@ -276,8 +276,10 @@ class SlurmBackend(BatchBackend):
                 finished.append((w, outcome))
             elif row is not None and row.state in FINISHED_STATES:
                 if row.state in ("COMPLETED", "FAILED"):
-                    # The result may not be visible yet on a network filesystem.
-                    w.finished_seen = w.finished_seen or now
+                    # The result may not be visible yet on a network filesystem. The wait counts from the
+                    # job's end as sacct says it, so that a `matrix collect` run again and again (each one a
+                    # new process, each shorter than the wait) still gathers a job that never published.
+                    w.finished_seen = w.finished_seen or (min(row.end, now) if row.end else now)
                     if now - w.finished_seen < RESULT_GRACE_S and self._sacct_failing_since is None:
                         continue
                 finished.append((w, task_outcomes.from_state(self.env, w, row, self._extra(w, row))))

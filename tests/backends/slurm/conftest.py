@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -41,3 +44,41 @@ def bare_python(slurm: None) -> str:
     ok, why = _answers([str(BARE_PYTHON), "-c", "import torch"])
     require(ok, f"{BARE_PYTHON} cannot import torch ({why}): scripts/slurm-up.sh installs python3-torch")
     return str(BARE_PYTHON)
+
+
+def bench_processes(under: Path) -> dict[int, int]:
+    """pid -> parent pid of every interpreter on this host running a bench zipapp from a folder under `under`
+    (the test nodes are slurmd processes on this same kernel, so /proc shows every node's ranks)."""
+    found: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        words = [w.decode(errors="replace") for w in argv]
+        script = words[1] if len(words) > 1 else ""  # python3 BENCH ARGS: not a shell that has it among its words
+        if script.startswith(str(under)) and Path(script).name.startswith("bench-") and script.endswith(".pyz"):
+            found[int(entry.name)] = ppid
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_orphaned_bench(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """After each Slurm module: no bench process of this session is left without the shell that started it
+    (a parent of 1: handed to init). Such a rank escaped its job's end (a time limit, scancel, a node's
+    failure) and would keep a core busy under every later test. Killed, then reported as this module's
+    error."""
+    yield None
+    base = tmp_path_factory.getbasetemp()
+    deadline = time.time() + 20  # Slurm's KillWait is 5 s on the test cluster
+    while (orphans := {p for p, pp in bench_processes(base).items() if pp == 1}) and time.time() < deadline:
+        time.sleep(1)
+    for pid in orphans:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not orphans, f"bench processes outlived their job's shell (parent is init): {sorted(orphans)}"

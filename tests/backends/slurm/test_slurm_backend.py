@@ -7,7 +7,9 @@ slow thing is the TIMEOUT: Slurm's 1-minute limit fires after about 80 s.
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -21,6 +23,7 @@ from runner.backends.slurm import SlurmBackend, SlurmEnvironment
 from runner.domain.cells import Cell, RunSettings, Task
 from runner.domain.outcomes import Outcome, Status
 from runner.store import Store
+from tests.backends.slurm.conftest import bench_processes
 
 pytestmark = pytest.mark.slurm
 
@@ -208,3 +211,45 @@ def test_a_job_sbatch_refuses_is_not_started_with_sbatch_words(bare_python: str,
         assert store.open_jobs("slurm") == {}
     assert len(got) == 2 and {o.status for _, o in got} == {Status.NOT_STARTED}
     assert "sbatch refused the job" in got[0][1].reason and "partition" in got[0][1].reason.lower()
+
+
+def test_a_rank_whose_shell_dies_dies_with_it(bare_python: str, tmp_path: Path) -> None:
+    """The job script's shell starts the bench; proctrack/linuxproc (this cluster's, and many others') finds a
+    step's processes through their parents, so a bench that outlives that shell escapes the step's end and
+    keeps a core busy. Kill the shell as a time limit's SIGKILL would: the bench goes with it."""
+    env = SlurmEnvironment(name="sl-tether", python=bare_python, gpus_per_node=0, poll_interval=1,
+                           env={"OMP_NUM_THREADS": "1"})
+    task = tasks_of(env, ENDLESS, repeats=1)[0]
+    with Store(tmp_path / "m.db") as store:
+        with SlurmBackend(env, RunContext(run_id="r", workdir=tmp_path, wait=False, store=store)) as backend:
+            backend.run([task], lambda t, o: None)
+        job = next(iter(store.open_jobs("slurm").values())).job
+        try:
+            deadline = time.time() + 120
+            while not (ranks := bench_processes(tmp_path)):
+                assert time.time() < deadline, "the bench never started"
+                time.sleep(0.5)
+            (pid, shell), = ranks.items()
+            assert Path(f"/proc/{shell}/exe").resolve().name == "bash", "the rank's parent is the job's shell"
+            time.sleep(3)  # past the bench's start, into its training loop
+            os.kill(shell, signal.SIGKILL)
+            deadline = time.time() + 10
+            while pid in bench_processes(tmp_path):
+                assert time.time() < deadline, f"bench {pid} outlived its shell {shell}"
+                time.sleep(0.2)
+        finally:
+            if left := bench_processes(tmp_path):
+                for pid in left:
+                    os.kill(pid, signal.SIGKILL)
+                subprocess.run(["scancel", str(job)], timeout=30)
+        got: list[Outcome] = []
+        deadline = time.time() + 120
+        ctx = RunContext(run_id="collect", workdir=tmp_path, submit=False, store=store)
+        while not got:
+            assert time.time() < deadline, "the job whose rank died was never collected"
+            with SlurmBackend(env, ctx) as backend:
+                backend.run([task], lambda t, o: got.append(o))
+            time.sleep(1)
+    # The job script goes on after its step and publishes what the rank left: a failed repeat, with its log.
+    assert got[0].status is Status.FAILED, got[0]
+    assert "[bench]" in got[0].log_tail, got[0].log_tail

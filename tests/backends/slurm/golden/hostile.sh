@@ -67,6 +67,9 @@ srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node="$NTASKS_PER_NODE" \
     bash -c 'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" LOCAL_WORLD_SIZE="$SLURM_NTASKS_PER_NODE"
 rm -f "work/$MATRIX_TASK.rank$RANK".out "work/$MATRIX_TASK.rank$RANK".log "work/$MATRIX_TASK.rank$RANK".rc
 set -o noclobber  # new files only: a link planted at these names makes the rank fail, never written through
+# The rank dies with this shell (runner/bench/tether.py): a step ended by its time limit or scancel cannot
+# leave it computing on the node once this shell is gone, whatever proctrack plugin the cluster runs.
+export MATRIX_TETHER="$$ $(readlink /proc/self/ns/pid 2>/dev/null)"
 "$@" >"work/$MATRIX_TASK.rank$RANK.out" 2>"work/$MATRIX_TASK.rank$RANK.log"
 rc=$?
 echo "$rc" >"work/$MATRIX_TASK.rank$RANK.rc"
