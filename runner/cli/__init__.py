@@ -3,7 +3,6 @@ under its name (runner/commands/base.py: `run(option values) -> exit status`); o
 (runner/cli/boundary.py); what the shell completes for a value (runner/cli/complete.py). No logic and no formatting
 here: what a command does and says is its module's."""
 
-from __future__ import annotations
 
 import signal
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from runner.cli import boundary, complete
+from runner.cli import boundary, coercion, complete
 from runner.cli.boundary import Boundary, state
 from runner.commands import (
     COMPARE_FORMATS,
@@ -32,6 +31,7 @@ from runner.commands import bisect as bisect_command
 from runner.commands import check as check_command
 from runner.commands.base import COMMANDS, call
 
+coercion.install()  # a string option's value without pydantic (runner/cli/coercion.py)
 app = typer.Typer(cls=Boundary, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"max_content_width": 200},
                   help="Benchmark deep-learning training across environments and precisions.")
