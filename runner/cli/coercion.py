@@ -66,7 +66,8 @@ def _one(annotation: Any, info: Any, value: Any, param: Any, ctx: Any) -> Any:
             return value
         raise _Unsure
     if annotation is Path:
-        if getattr(info, "path_type", None) is not None or not isinstance(value, (str, Path)):
+        # A str subclass (an Enum's member) or a NUL byte: pydantic's own reading decides.
+        if getattr(info, "path_type", None) is not None or type(value) not in (str, Path) or "\0" in str(value):
             raise _Unsure
         from typer._param_types import coerce_cli_path
 

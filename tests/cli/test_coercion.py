@@ -4,6 +4,7 @@ the same refusal."""
 
 from __future__ import annotations
 
+import enum
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,10 @@ def values(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     secret.chmod(0)
     words = ["", "-", "x", " spaced value ", "ünïcode", "1", "0", "true", "no", "3.5", str(root / "file"),
              str(root / "dir"), str(root / "missing"), str(secret), "~/x", "a\nb"]
-    return words + [b"bytes", b"x" + bytes([0xff]), None, True, False, Path("p"), 7, ["a", "b"], ("c",)]
+    class Word(str, enum.Enum):
+        A = "a"
+
+    return words + ["nul\0byte", Word.A, b"bytes", b"x" + bytes([0xff]), None, True, False, Path("p"), 7, ["a", "b"], ("c",)]
 
 
 def test_every_option_coerces_as_typer_does(values: list[Any]) -> None:

@@ -43,6 +43,11 @@ from runner.domain.outcomes import Outcome, Status
 # sacct lags behind the files: a job sacct calls finished may not show its result file yet on a
 # network filesystem; and a job sacct does not know at all is lost only after a while.
 RESULT_GRACE_S = 30.0
+# A job that ended this long ago by sacct's End is decided at once, without a wait of its own: a network
+# filesystem shows a file within its attribute cache's time (NFS: acdirmax, 60 s by default), and `matrix collect`
+# run again and again, each run shorter than the wait, must still gather a job that never published. Twice the
+# cache's time, so that a controller's clock a little behind this host's does not cut the wait short.
+LONG_OVER_S = 120.0
 LOST_AFTER_S = 300.0
 
 # States in which a job is over (sacct(1), "JOB STATE CODES"); all others are waited on.
@@ -276,11 +281,11 @@ class SlurmBackend(BatchBackend):
                 finished.append((w, outcome))
             elif row is not None and row.state in FINISHED_STATES:
                 if row.state in ("COMPLETED", "FAILED"):
-                    # The result may not be visible yet on a network filesystem. The wait counts from the
-                    # job's end as sacct says it, so that a `matrix collect` run again and again (each one a
-                    # new process, each shorter than the wait) still gathers a job that never published.
-                    w.finished_seen = w.finished_seen or (min(row.end, now) if row.end else now)
-                    if now - w.finished_seen < RESULT_GRACE_S and self._sacct_failing_since is None:
+                    # The result may not be visible yet on a network filesystem: wait for it, unless the job
+                    # ended long ago (LONG_OVER_S).
+                    w.finished_seen = w.finished_seen or now
+                    long_over = row.end is not None and now - row.end >= LONG_OVER_S
+                    if not long_over and now - w.finished_seen < RESULT_GRACE_S and self._sacct_failing_since is None:
                         continue
                 finished.append((w, task_outcomes.from_state(self.env, w, row, self._extra(w, row))))
             elif row is None and not rows and self._sacct_failing_since is not None:

@@ -60,7 +60,7 @@ def bench_processes(under: Path) -> dict[int, int]:
             continue  # gone meanwhile
         words = [w.decode(errors="replace") for w in argv]
         script = words[1] if len(words) > 1 else ""  # python3 BENCH ARGS: not a shell that has it among its words
-        if script.startswith(str(under)) and Path(script).name.startswith("bench-") and script.endswith(".pyz"):
+        if Path(script).is_relative_to(under) and Path(script).name.startswith("bench-") and script.endswith(".pyz"):
             found[int(entry.name)] = ppid
     return found
 

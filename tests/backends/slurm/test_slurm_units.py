@@ -418,3 +418,23 @@ def test_a_marker_without_a_result_waits_for_the_final_state_which_says_timeout(
     b._poll(watch, lambda t, o: reported.append(o))
     assert watch == {} and [o.status for o in reported] == [Status.TIMEOUT], reported
     assert "time limit" in reported[0].reason and "DUE TO TIME LIMIT" in reported[0].log_tail
+
+
+@pytest.mark.parametrize("ended_ago,decided", [(5, False), (31, False), (119, False), (121, True), (7200, True)])
+def test_a_job_over_without_its_marker_waits_for_it_unless_it_ended_long_ago(
+        backend: tuple[SlurmBackend, Watched], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        ended_ago: int, decided: bool) -> None:
+    """sacct says COMPLETED and no marker is visible on the first look. A network filesystem may still hide it, so
+    the controller waits (30 s from its first look), even with a controller's clock 30 s behind; a job that ended
+    more than two minutes ago is decided at once, so that `matrix collect` run again and again, each run shorter
+    than the wait, still gathers it."""
+    b, w = backend
+    end = int(time.time()) - ended_ago
+    fake_commands(tmp_path, monkeypatch, sacct=f"41_3|COMPLETED|0:0|00:01:00|1|{end}|node1\n", squeue="")
+    reported: list[Outcome] = []
+    watch = {w.key: w}
+    b._poll(watch, lambda t, o: reported.append(o))
+    if decided:
+        assert len(reported) == 1 and reported[0].status is Status.FAILED and "did not appear" in reported[0].reason
+    else:
+        assert reported == [] and list(watch) == [w.key]
