@@ -20,7 +20,6 @@ import subprocess
 import threading
 import time
 
-from . import tether
 from .compat import optional_module
 
 SAMPLE_INTERVAL_S = 0.2   # 5 samples a second; never faster than MIN_INTERVAL_S
@@ -225,12 +224,15 @@ class _Smi(object):
             if stop.is_set() or self.closed:
                 return
             query = ",".join(SMI_FIELDS + (field,))
+            # Not tethered (tether.py): a preexec_fn makes Popen fork the whole rank, model and all, where it
+            # would otherwise vfork. nvidia-smi writes a line every interval into this pipe, and its first write
+            # after this process died ends it (SIGPIPE, which Popen restores to its default).
             try:
                 self.proc = subprocess.Popen(
                     [self.exe, "--query-gpu=" + query, "--format=csv,noheader,nounits", "-i", self.selector,
                      "-lms", str(int(self.interval * 1000))],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    universal_newlines=True, preexec_fn=tether.preexec(os.getpid()))
+                    universal_newlines=True)
             except OSError as e:
                 self.error = "nvidia-smi: %s" % e
                 return

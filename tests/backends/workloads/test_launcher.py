@@ -103,3 +103,32 @@ def test_files_are_placed_only_as_hashed(tmp_path: Path) -> None:
     (tmp_path / "src" / "lib" / "new.py").write_text("")
     with pytest.raises(Changed, match="files added, removed or edited"):
         tar_members(entries, "/tmp/matrix", tarfile.open(fileobj=io.BytesIO(), mode="w"), 0.0)
+
+
+def test_a_stopped_launcher_lets_its_program_finish_its_sigterm_handler(tmp_path: Path) -> None:
+    """A time limit or scancel sends SIGTERM to every process of the step at once. The launcher passes it on and
+    waits for the program (which may be writing a checkpoint), then ends as a SIGTERM ends a process: 143, no
+    result (the scheduler's state says why), the program's handler done."""
+    import signal
+    import time
+
+    done = tmp_path / "handler-done"
+    program = (f"import signal, sys, time\n"
+               f"def stop(*_):\n    time.sleep(1.5)\n    open({str(done)!r}, 'w').write('saved')\n    sys.exit(0)\n"
+               "signal.signal(signal.SIGTERM, stop)\nprint('ready', flush=True)\n"
+               "while True:\n    time.sleep(0.05)\n")
+    (tmp_path / "prog.py").write_text(program)
+    spec = {"v": 1, "name": "t", "argv": ["{python}", str(tmp_path / "prog.py")], "values": {}, "files": None,
+            "params": {}, "parser": {"kind": "mllog", "file": None, "skip": 0, "require": ["throughput"],
+                                     "throughput_key": "throughput"}}
+    rank = subprocess.Popen([sys.executable, str(artifact.path()), "workload", json.dumps(spec)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert rank.stderr is not None
+    while "ready" not in (line := rank.stderr.readline()):
+        assert line, "the program never started"
+    time.sleep(0.3)
+    os.killpg(rank.pid, signal.SIGTERM)  # the whole step, as slurmstepd signals it
+    out, err = rank.communicate(timeout=60)
+    assert done.read_text() == "saved", err
+    assert rank.returncode == 143 and "MATRIX_RESULT" not in out, (rank.returncode, out, err)
+    assert "asked to stop (SIGTERM)" in err
