@@ -13,11 +13,16 @@ kills the child the moment its parent exits, whatever killed the parent.
 - `preexec(parent)`: for a program the rank starts (a user's workload, nvidia-smi); the child dies with the
   rank. The signal follows the *thread* that started the child, so call it from the thread that waits.
 
-Elsewhere than Linux both do nothing. Standard library only, Python 3.6 syntax.
+- `pass_sigterm(proc, say)`: a launcher asked to stop (SIGTERM) passes it on to its program and waits for it, at
+  most STOP_GRACE_S, instead of dying at once and taking the program with it mid-handler.
+
+Elsewhere than Linux the first two do nothing. Standard library only, Python 3.6 syntax.
 """
 
 import os
 import signal
+import threading
+import time
 
 ENV = "MATRIX_TETHER"
 PR_SET_PDEATHSIG = 1
@@ -89,3 +94,37 @@ def preexec(parent):
             os._exit(143)
 
     return tether_child
+
+
+STOP_GRACE_S = 20.0  # how long a program asked to stop (SIGTERM) may take to end before it is killed
+STOPPED = []  # set when this launcher was asked to stop: it then prints no result (the scheduler's state says why)
+
+
+def pass_sigterm(proc, say):
+    """While the program runs, a SIGTERM (a time limit, scancel) is passed on to it and the launcher waits for it
+    to end, at most STOP_GRACE_S, then kills it. Without this the launcher would die at once and its tether
+    (above) would SIGKILL the program in the middle of its own SIGTERM handler (a checkpoint, a log's last
+    lines), and a launcher such as torchrun could not stop its workers. Returns the handler it replaced."""
+    def kill():
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+    def on_term(signum, frame):
+        if STOPPED:
+            return
+        STOPPED.append(time.time())
+        say("asked to stop (SIGTERM): passing it on to the program, which has %gs to end" % STOP_GRACE_S)
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except OSError:
+            pass
+        timer = threading.Timer(STOP_GRACE_S, kill)
+        timer.daemon = True
+        timer.start()
+
+    try:
+        return signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: the default (die at once) stays
+        return None

@@ -343,54 +343,17 @@ def build_result(spec, parser, found, status, reason, returncode, argv, seconds,
                          "script": (child or {}).get("workload")}}
 
 
-STOP_GRACE_S = 20.0  # how long a program asked to stop (SIGTERM) may take to end before it is killed
-STOPPED = []  # set when this launcher was asked to stop: it then prints no result (the scheduler's state says why)
-
-
-def pass_sigterm(proc):
-    """While the program runs, a SIGTERM (a time limit, scancel) is passed on to it and the launcher waits for it
-    to end, at most STOP_GRACE_S, then kills it. Without this the launcher would die at once and its tether
-    (tether.py) would SIGKILL the program in the middle of its own SIGTERM handler (a checkpoint, a log's last
-    lines), and a launcher such as torchrun could not stop its workers. Returns the handler it replaced."""
-    import signal
-    import threading
-
-    def kill():
-        try:
-            proc.kill()
-        except OSError:
-            pass
-
-    def on_term(signum, frame):
-        if STOPPED:
-            return
-        STOPPED.append(time.time())
-        say("asked to stop (SIGTERM): passing it on to the program, which has %gs to end" % STOP_GRACE_S)
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except OSError:
-            pass
-        timer = threading.Timer(STOP_GRACE_S, kill)
-        timer.daemon = True
-        timer.start()
-
-    try:
-        return signal.signal(signal.SIGTERM, on_term)
-    except ValueError:  # not the main thread: the default (die at once) stays
-        return None
-
-
 def run_program(argv, env, parser, feed, tail):
     """Start the program, pass its output through (to `feed`, the parser with its time bound), return its exit
     status (None: it could not start). The program dies with this launcher (tether.py) and is given a SIGTERM
-    this launcher gets (pass_sigterm)."""
+    this launcher gets (tether.pass_sigterm)."""
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, close_fds=True, preexec_fn=tether.preexec(os.getpid()))
     except (IOError, OSError) as e:
         tail.append("cannot start %s: %s" % (argv[0] if argv else "(empty argv)", getattr(e, "strerror", None) or e))
         return None
-    previous = pass_sigterm(proc)
+    previous = tether.pass_sigterm(proc, say)
     try:
         pump(proc.stdout, None if parser.config.get("file") else feed, tail)
     finally:
@@ -473,7 +436,7 @@ def run(argv=None):
     """The process entry: the launcher's exit status, the result line on rank 0, then exit at once."""
     args = sys.argv[2:] if argv is None else argv
     code, result = main(args)
-    if STOPPED:  # stopped from outside: no result, and the status a SIGTERM gives, as if it had died of it
+    if tether.STOPPED:  # stopped from outside: no result, and the status a SIGTERM gives, as if it had died of it
         result, code = None, 128 + 15
     if result is not None:
         from .result import result_line
