@@ -330,13 +330,27 @@ def _fisher(ok_a: int, bad_a: int, ok_b: int, bad_b: int) -> float:
 
 
 def adjust(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values (scipy.stats.false_discovery_control) over the decided ones;
-    NaN (undecided) stays NaN and does not count as a test. Compare each with alpha."""
+    """Benjamini-Hochberg adjusted p-values over the decided ones; NaN (undecided) stays NaN and does not count as
+    a test. Compare each with alpha."""
     p = np.asarray(p_values, dtype=float)
     out = np.full(p.shape, math.nan)
     tested = ~np.isnan(p)
     if tested.any():
-        from scipy.stats import false_discovery_control
-
-        out[tested] = false_discovery_control(np.clip(p[tested], 0.0, 1.0), method="bh")
+        out[tested] = benjamini_hochberg(np.clip(p[tested], 0.0, 1.0))
     return out
+
+
+def benjamini_hochberg(ps: np.ndarray) -> np.ndarray:
+    """scipy.stats.false_discovery_control(ps, method="bh") for a 1-d array of p-values in [0, 1], step for step and
+    so to the bit (tests/analysis/test_significance.py compares them): importing scipy.stats costs 0.8 s on the
+    2-vCPU VM, a quarter of the report of a small store. Sorted (stably), each times m/i, the running minimum from
+    the largest down, back in the given order, clipped to [0, 1]."""
+    m = ps.shape[-1]
+    if m <= 1:
+        return ps
+    order = np.argsort(ps, kind="stable")
+    adjusted = ps[order] * (m / np.arange(1, m + 1, dtype=ps.dtype))
+    np.minimum.accumulate(adjusted[::-1], out=adjusted[::-1])
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return np.clip(out, 0.0, 1.0)
