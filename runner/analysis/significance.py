@@ -342,7 +342,7 @@ def adjust(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 def benjamini_hochberg(ps: np.ndarray) -> np.ndarray:
     """scipy.stats.false_discovery_control(ps, method="bh") for a 1-d array of p-values in [0, 1], step for step and
-    so to the bit (tests/analysis/test_significance.py compares them): importing scipy.stats costs 0.8 s on the
+    so to the bit (tests/analysis/test_fdr.py compares them): importing scipy.stats costs 0.8 s on the
     2-vCPU VM, a quarter of the report of a small store. Sorted (stably), each times m/i, the running minimum from
     the largest down, back in the given order, clipped to [0, 1]."""
     m = ps.shape[-1]

@@ -10,9 +10,8 @@ kills the child the moment its parent exits, whatever killed the parent.
   (MATRIX_TETHER="$$ pid:[...]"); the rank asks to be killed when that shell exits. In another namespace
   (a container runtime that passed the variable on) it does nothing, and a different parent disarms it:
   the rank is then not the shell's child, and its runtime is what stops it.
-- `preexec(parent)`: for a program the rank starts (a user's workload, nvidia-smi); the child dies with the
-  rank. The signal follows the *thread* that started the child, so call it from the thread that waits.
-
+- `preexec(parent)`: for a program the rank starts (a user's workload); the child dies with the rank. The
+  signal follows the *thread* that started the child, so call it from the thread that waits.
 - `pass_sigterm(proc, say)`: a launcher asked to stop (SIGTERM) passes it on to its program and waits for it, at
   most STOP_GRACE_S, instead of dying at once and taking the program with it mid-handler.
 
@@ -104,7 +103,8 @@ def pass_sigterm(proc, say):
     """While the program runs, a SIGTERM (a time limit, scancel) is passed on to it and the launcher waits for it
     to end, at most STOP_GRACE_S, then kills it. Without this the launcher would die at once and its tether
     (above) would SIGKILL the program in the middle of its own SIGTERM handler (a checkpoint, a log's last
-    lines), and a launcher such as torchrun could not stop its workers. Returns the handler it replaced."""
+    lines), and a launcher such as torchrun could not stop its workers. Returns what puts the handler before it
+    back."""
     def kill():
         try:
             proc.kill()
@@ -125,6 +125,7 @@ def pass_sigterm(proc, say):
         timer.start()
 
     try:
-        return signal.signal(signal.SIGTERM, on_term)
+        previous = signal.signal(signal.SIGTERM, on_term)
     except ValueError:  # not the main thread: the default (die at once) stays
-        return None
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, previous)

@@ -353,15 +353,13 @@ def run_program(argv, env, parser, feed, tail):
     except (IOError, OSError) as e:
         tail.append("cannot start %s: %s" % (argv[0] if argv else "(empty argv)", getattr(e, "strerror", None) or e))
         return None
-    previous = tether.pass_sigterm(proc, say)
+    restore = tether.pass_sigterm(proc, say)
     try:
         pump(proc.stdout, None if parser.config.get("file") else feed, tail)
     finally:
         proc.stdout.close()
     code = proc.wait()
-    if previous is not None:
-        import signal
-        signal.signal(signal.SIGTERM, previous)
+    restore()
     return code
 
 

@@ -5,8 +5,7 @@ option is read, so `matrix ls` imported pydantic (about 0.12 s on the 2-vCPU VM,
 turn a string into a string. `install()` puts a plain coercion in front of Typer's for the annotations whose
 rule is Typer's own code (typer/_adapters.py):
 
-- `str`: `None` is refused, bytes are decoded as the command line was (then as the file system's names),
-  anything else is `str(value)`;
+- `str`: `str(value)` (`None` and bytes go to Typer's adapter);
 - `bool`: a flag's value, already a bool;
 - `pathlib.Path` (no `path_type`): `Path(value)`, then Typer's own `coerce_cli_path` for its checks (exists,
   readable, resolve_path ...), which needs no pydantic once the value is a Path;
@@ -19,7 +18,6 @@ on every option of every command). Where Typer's private names differ (another v
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -34,33 +32,15 @@ def plain_annotation(annotation: Any) -> bool:
     return annotation in PLAIN
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        from typer._click import _compat
-
-        enc = _compat._get_argv_encoding()
-        try:
-            return value.decode(enc)
-        except UnicodeError:
-            fs = sys.getfilesystemencoding()
-            if fs != enc:
-                try:
-                    return value.decode(fs)
-                except UnicodeError:
-                    pass
-            return value.decode("utf-8", "replace")
-    return str(value)
-
-
 class _Unsure(Exception):
     """The plain rule does not decide this value: Typer's adapter does."""
 
 
 def _one(annotation: Any, info: Any, value: Any, param: Any, ctx: Any) -> Any:
     if annotation is str:
-        if value is None:
+        if value is None or isinstance(value, bytes):  # bytes never come from Python's argv: Typer decodes them
             raise _Unsure
-        return _text(value)
+        return str(value)
     if annotation is bool:
         if isinstance(value, bool):
             return value
