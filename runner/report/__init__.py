@@ -132,8 +132,17 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
         df, records, name = _frame(infos, run_ids, newest(rows), db, rows)
         with _open(db) as store:
             provenance = exchange.provenance(store)
-        model = views.build(df, records, name, history=_history(rows), provenance=provenance, stored=len(rows))
-        return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name), painter)
+        hist = _history(rows)
+        early: dict[str, Any] = {}
+
+        def charts_now(summary: Any) -> None:  # drawn while the comparisons are built
+            if painter is not None:
+                early.update(render.painted(render.summary_charts(summary, hist), painter))
+
+        model = views.build(df, records, name, history=hist, provenance=provenance, stored=len(rows),
+                            on_summary=charts_now)
+        return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name), painter,
+                                   early if painter is not None else None)
 
 
 def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: str = HEADLINE,

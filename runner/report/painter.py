@@ -5,14 +5,15 @@ and the report writes its other formats meanwhile. On a machine with one core it
 the process; where the helper cannot start or fails, every chart it did not draw is drawn in the process, where an
 error reads as it always did.
 
-The helper speaks through its pipes: it reads one JSON document, a list of [spec, Vega-Lite version, scale], and
-writes for each a byte (1: a PNG follows, 0: it failed) and the PNG's length in 8 bytes, then the PNG. It writes no
-file: the report writes every file itself (runner/base/safewrite.py)."""
+The helper speaks through its pipes: it reads lines, each one JSON list of [spec, Vega-Lite version, scale], and
+writes for each chart, in the order sent, a byte (1: a PNG follows, 0: it failed) and the PNG's length in 8 bytes,
+then the PNG. It writes no file: the report writes every file itself (runner/base/safewrite.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import struct
 import subprocess
 import sys
@@ -28,14 +29,22 @@ WARM = {"data": {"values": [{"x": 1}]}, "mark": "point", "encoding": {"x": {"fie
 
 
 class Painter:
-    """The helper process, started at once; `submit` sends it the charts, `png(i)` waits for the i-th (None where the
-    helper did not draw it: the caller draws it then). `close` ends the helper whatever state it is in."""
+    """The helper process, started at once. `submit` sends it charts (more than once: the report sends the charts it
+    can make from the summary while it builds the rest) and returns the first one's number; `png(i)` waits for the
+    i-th (None where the helper did not draw it: the caller draws it then); `close` ends the helper whatever state it
+    is in. The helper draws in the order the charts were sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: bool = True) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
-        self._drawn: list[bytes | None] = []
-        self._reader: threading.Thread | None = None
-        self._n = 0
+        self._sent = 0                                   # charts submitted, numbered in that order
+        self._drawn: list[bytes | None] = []             # the answers read so far, in the same order
+        self._over = False                               # no more answers will come (the helper ended, or was ended)
+        self._cond = threading.Condition()
+        self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        if not start:
+            self._over = True
+            return
         try:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_root(), os.environ.get("PYTHONPATH"))
                                                                if p)}
@@ -43,52 +52,75 @@ class Painter:
                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         except OSError:
             self._proc = None
+            self._over = True
 
-    def submit(self, jobs: Sequence[tuple[dict[str, Any], str, float]]) -> None:
-        """Send every chart at once (the helper reads them all before it draws) and read their PNGs, on a thread: the
-        report's other formats are written meanwhile, and a helper that stops reading or answering holds no one."""
-        self._n = len(jobs)
-        self._drawn = [None] * len(jobs)
+    def submit(self, jobs: Sequence[tuple[dict[str, Any], str, float]]) -> int:
+        """Send these charts (one line of JSON) and return the number of the first: the i-th of them is `png(first +
+        i)`. Writing and reading happen on threads: the report goes on meanwhile, and a helper that stops reading or
+        answering holds no one."""
+        first = self._sent
+        self._sent += len(jobs)
         proc = self._proc
         if proc is None or proc.stdin is None or proc.stdout is None:
-            return
+            return first
         try:
-            sent = json.dumps([list(j) for j in jobs], allow_nan=False).encode()
+            line = json.dumps([list(j) for j in jobs], allow_nan=False).encode() + b"\n"
         except (TypeError, ValueError):  # a value JSON cannot carry: the report draws them, and says what is wrong
             self.close()
-            return
-        self._reader = threading.Thread(target=self._talk, args=(proc.stdin, proc.stdout, sent), daemon=True)
-        self._reader.start()
+            return first
+        if not self._threads:
+            self._threads = [threading.Thread(target=self._write, args=(proc.stdin,), daemon=True),
+                             threading.Thread(target=self._listen, args=(proc.stdout,), daemon=True)]
+            for t in self._threads:
+                t.start()
+        self._lines.put(line)
+        return first
 
-    def _talk(self, into: BinaryIO, out: BinaryIO, sent: bytes) -> None:
+    def _write(self, into: BinaryIO) -> None:
         try:
-            into.write(sent)
+            while (line := self._lines.get()) is not None:
+                into.write(line)
+                into.flush()
             into.close()
-            self._read(out)
         except (OSError, ValueError):  # the helper is gone (or was ended): what it did not draw is drawn here
             return
 
+    def _listen(self, out: BinaryIO) -> None:
+        try:
+            self._read(out)
+        except (OSError, ValueError):
+            pass
+        finally:
+            with self._cond:
+                self._over = True
+                self._cond.notify_all()
+
     def _read(self, out: BinaryIO) -> None:
-        for i in range(self._n):
+        """Read answers until the helper ends or says something that is not an answer (nothing more it sends is
+        trusted then)."""
+        while True:
             head = _exactly(out, HEAD.size)
             if head is None:
                 return
             ok, size = HEAD.unpack(head)
-            if ok not in (0, 1) or size > LARGEST:  # not the helper's answer: nothing more it sends is trusted
+            if ok not in (0, 1) or size > LARGEST:
                 return
             body = _exactly(out, size) if size else b""
             if body is None:
                 return
-            if ok and body.startswith(PNG):
-                self._drawn[i] = body
+            with self._cond:
+                self._drawn.append(body if ok and body.startswith(PNG) else None)
+                self._cond.notify_all()
 
     def png(self, i: int) -> bytes | None:
-        if self._reader is not None:
-            self._reader.join(WAIT)
-            if self._reader.is_alive():  # a helper stuck: the charts it has not sent are drawn in the report
-                self.close()
-            self._reader = None
-        return self._drawn[i] if i < len(self._drawn) else None
+        if i >= self._sent:
+            return None
+        with self._cond:
+            answered = self._cond.wait_for(lambda: i < len(self._drawn) or self._over, WAIT)
+            drawn = self._drawn[i] if i < len(self._drawn) else None
+        if not answered:  # a helper stuck: the charts it has not sent are drawn in the report
+            self.close()
+        return drawn
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -97,8 +129,12 @@ class Painter:
         if proc.poll() is None:
             proc.kill()  # first: a thread writing to it or reading from it is let go
         proc.wait()
-        if self._reader is not None:
-            self._reader.join()
+        self._lines.put(None)
+        for t in self._threads:
+            t.join()
+        with self._cond:
+            self._over = True
+            self._cond.notify_all()
         for stream in (proc.stdin, proc.stdout):
             try:
                 if stream is not None:
@@ -140,16 +176,18 @@ def main() -> int:
         vl_convert.vegalite_to_png(WARM, vl_version=vl_convert.get_vegalite_versions()[-1], scale=1.0)
     except Exception:  # noqa: BLE001  (a failure here is the charts' own, said when they are drawn in the report)
         pass
-    jobs = json.loads(sys.stdin.buffer.read() or b"[]")
-    for spec, version, scale in jobs:
-        try:
-            png = bytes(vl_convert.vegalite_to_png(spec, vl_version=version, scale=scale))
-        except Exception:  # noqa: BLE001  (drawn again in the report, where its error is said)
-            out.write(HEAD.pack(0, 0))
-        else:
-            out.write(HEAD.pack(1, len(png)))
-            out.write(png)
-        out.flush()
+    for line in sys.stdin.buffer:  # one batch of charts per line, drawn as it comes; the report's end is EOF
+        if not line.strip():
+            continue
+        for spec, version, scale in json.loads(line):
+            try:
+                png = bytes(vl_convert.vegalite_to_png(spec, vl_version=version, scale=scale))
+            except Exception:  # noqa: BLE001  (drawn again in the report, where its error is said)
+                out.write(HEAD.pack(0, 0))
+            else:
+                out.write(HEAD.pack(1, len(png)))
+                out.write(png)
+            out.flush()
     return 0
 
 

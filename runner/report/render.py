@@ -120,17 +120,18 @@ def slug(name: str) -> str:
     return s or "matrix"
 
 
-def write_report(model: views.ReportModel, formats: Sequence[str], out: Path, painter: Painter | None = None
-                 ) -> list[Path]:
+def write_report(model: views.ReportModel, formats: Sequence[str], out: Path, painter: Painter | None = None,
+                 early: dict[str, list[Chart]] | None = None) -> list[Path]:
     """Write the report in each format (runner/report/formats/: one module each) into `out`; returns the files
     written (plots included), in the formats' order. Each file through runner/base/safewrite.py: a link or a FIFO planted
     at a report's name (or at plots/) is refused, never followed. With a `painter` (runner/report/painter.py) the PNG
-    charts are drawn in its process while the other formats are written; the formats that show PNGs come last."""
+    charts are drawn in its process while the other formats are written; the formats that show PNGs come last.
+    `early`: charts already made (and sent to the painter) before the views were built (`summary_charts`)."""
     from runner.report.formats import FORMATS
 
     out.mkdir(parents=True, exist_ok=True)
     chosen = [FORMATS.get(name) for name in formats]
-    made = report_charts(model) if any(f.plots for f in chosen) else {}
+    made = report_charts(model, early) if any(f.plots for f in chosen) else {}
     if painter is not None and any("png" in f.plots for f in chosen):
         made = painted(made, painter)
     order = sorted(chosen, key=lambda f: "png" in f.plots)  # stable: the others first, in their order
@@ -139,36 +140,50 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path, pa
 
 
 def painted(made: dict[str, list[Chart]], painter: Painter) -> dict[str, list[Chart]]:
-    """The same charts, each with its PNG on its way from the painter's process."""
+    """The same charts, each with its PNG on its way from the painter's process (a chart already sent keeps its
+    own)."""
     from dataclasses import replace
 
     from runner.report.charts import SCALE, vl_version
 
-    flat = [c for cs in made.values() for c in cs]
-    painter.submit([(c.spec, vl_version(), SCALE) for c in flat])
-    number = {id(c): i for i, c in enumerate(flat)}
-    return {k: [replace(c, drawn=partial(painter.png, number[id(c)])) for c in cs] for k, cs in made.items()}
+    flat = [c for cs in made.values() for c in cs if c.drawn is None]
+    first = painter.submit([(c.spec, vl_version(), SCALE) for c in flat]) if flat else 0
+    number = {id(c): first + i for i, c in enumerate(flat)}
+    return {k: [replace(c, drawn=partial(painter.png, number[id(c)])) if id(c) in number else c for c in cs]
+            for k, cs in made.items()}
 
 
-def report_charts(model: views.ReportModel) -> dict[str, list[Chart]]:
-    """Every chart of a report, by the section it sits in: 'answer' (the ratios with their intervals), 'grid' (each
-    plotted metric against batch size), 'scaling' and 'history'. A chart that would carry one point is not made."""
-    from runner.report import answer, chartdata, charts
+CHART_SECTIONS = ("answer", "grid", "scaling", "history")  # the order a report shows its charts in
+
+
+def summary_charts(summary: pd.DataFrame, hist: pd.DataFrame) -> dict[str, list[Chart]]:
+    """The charts made from the summary and the history alone ('grid', 'scaling', 'history'): a report makes them
+    (and sends them to its painter) before it builds the comparisons, which take most of its time."""
+    from runner.report import chartdata, charts
 
     m = an.METRICS["throughput"]
-    made: dict[str, list[Any]] = {}
-    if model.answer is not None:
-        made["answer"] = [charts.ratios(answer.charted(model.answer), m)]
-    summary = model.summary
-    made["grid"] = [charts.by_batch(summary, x, an.shown_unit(summary.get(f"unit_{x.name}", pd.Series(dtype=object))
-                                                                 .unique(), x.name))
-                    for x in an.METRICS.shown("plot")]
-    made["scaling"] = [charts.speedup(model.scaling_df)]
-    hist = model.history_df
+    made: dict[str, list[Any]] = {
+        "grid": [charts.by_batch(summary, x, an.shown_unit(summary.get(f"unit_{x.name}", pd.Series(dtype=object))
+                                                           .unique(), x.name))
+                 for x in an.METRICS.shown("plot")],
+        "scaling": [charts.speedup(an.scaling(summary))]}
     if not hist.empty:
         unit = an.shown_unit(hist["unit"].unique(), m.name)
         made["history"] = [charts.history(chartdata.history_points(hist, m, unit), m, unit)]
     return {k: [c for c in v if c is not None] for k, v in made.items()}
+
+
+def report_charts(model: views.ReportModel, early: dict[str, list[Chart]] | None = None) -> dict[str, list[Chart]]:
+    """Every chart of a report, by the section it sits in: 'answer' (the ratios with their intervals), 'grid' (each
+    plotted metric against batch size), 'scaling' and 'history'. A chart that would carry one point is not made.
+    `early`: what `summary_charts` made for this model before it was built."""
+    from runner.report import answer, charts
+
+    made = dict(early) if early is not None else summary_charts(model.summary, model.history_df)
+    if model.answer is not None:
+        shown = charts.ratios(answer.charted(model.answer), an.METRICS["throughput"])
+        made["answer"] = [shown] if shown is not None else []
+    return {k: made[k] for k in CHART_SECTIONS if made.get(k)}
 
 
 def chart_script(c: Chart) -> Any:

@@ -8,7 +8,7 @@ environments, the precision summary fp32 and another precision, scaling more tha
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -345,10 +345,11 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
 
 def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
           history: pd.DataFrame | None = None, provenance: Mapping[str, an.Provenance] | None = None,
-          stored: int | None = None) -> ReportModel:
+          stored: int | None = None, on_summary: Callable[[pd.DataFrame], None] | None = None) -> ReportModel:
     """All views of one report from the long frame and the runs it came from; `history` is
     runner.analysis.history over every stored row (not only each repeat's newest); `stored`: how many rows the runs
-    stored (default: the frame's).
+    stored (default: the frame's); `on_summary` is called with the summary as soon as it is known (the report makes
+    the charts that need only it then, and has them drawn while the comparisons are built).
 
     A name (environment and params) measured under more than one definition shows its newest definition in
     every table; the others are listed in their own section and counted in the totals, never averaged in."""
@@ -358,6 +359,8 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     defs = an.choose(by_machine(df, provenance) if several_machines else df, an.CELL_KEYS)
     shown = defs.frame
     summary = an.summarize(shown)
+    if on_summary is not None:
+        on_summary(summary)
     plain_info = an.environment_info(shown)
     info = with_machines(plain_info, shown) if several_machines else plain_info
 
