@@ -45,12 +45,15 @@ def families(df: pd.DataFrame, summary: pd.DataFrame, metric: an.Metric | None =
         on.setdefault(str(machine.get(e, "")) if machine is not None else "", []).append(e)
     sides = {e: replace(an.select_side(df, f"env:{e}"), ref=e) for e in envs} if len(envs) > 1 else {}
     comparisons = [(group[0], e, an.compare(sides[group[0]], sides[e], m)) for group in on.values() for e in group[1:]]
-    return Families(sides, comparisons, precision_pairs(df, envs, m))
+    return Families(sides, comparisons, precision_pairs(df, envs, m, sides))
 
 
-def precision_pairs(df: pd.DataFrame, envs: Sequence[str], metric: an.Metric) -> list[tuple[str, str, str, pd.DataFrame]]:
+def precision_pairs(df: pd.DataFrame, envs: Sequence[str], metric: an.Metric,
+                    sides: dict[str, an.Side] | None = None) -> list[tuple[str, str, str, pd.DataFrame]]:
     """In each environment, every precision against fp32, paired on the other params and judged by the decision core
-    (side_stats, pair_stats: Welch's test, the p-values adjusted over the environment's pairs of that precision)."""
+    (side_stats, pair_stats: Welch's test, the p-values adjusted over the environment's pairs of that precision).
+    `sides`: the environments' sides, whose cell statistics are taken where a side holds the environment's rows in
+    the same order (computed once for both families)."""
     keys = tuple(k for k in an.PARAM_KEYS if k != "precision")
     out = []
     for env in envs:
@@ -59,7 +62,11 @@ def precision_pairs(df: pd.DataFrame, envs: Sequence[str], metric: an.Metric) ->
         if not (held == an.BASELINE_PRECISION).any():
             continue
         # Every precision's cells at once (a cell's statistics are its own rows'), then one side per precision.
-        st = an.side_stats(rows, metric.name, an.PARAM_KEYS)
+        known = (sides or {}).get(env)
+        same = known is not None and known.keys == an.PARAM_KEYS and len(known.chosen) == len(rows) and bool(
+            (known.chosen["id"].to_numpy() == rows["id"].to_numpy()).all())
+        st = known.stats(metric.name, an.PARAM_KEYS) if known is not None and same else \
+            an.side_stats(rows, metric.name, an.PARAM_KEYS)
 
         def side(precision: Any, st: pd.DataFrame = st) -> pd.DataFrame:
             return st[st["precision"] == precision].drop(columns="precision").reset_index(drop=True)
