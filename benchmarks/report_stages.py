@@ -64,7 +64,7 @@ def main() -> None:
         stages["  of which the comparison families"], _ = best(n, lambda: pairs.families(shown, summary))
         for f in ("md", "html", "csv", "json"):
             stages[f"write {f} (no charts)"], _ = best(n, partial(FORMATS.get(f).write, model, out, {}))
-        stages["chart specs (Altair)"], _ = best(n, lambda: render.report_charts(model))
+        stages["chart specs"], _ = best(n, lambda: render.report_charts(model))
     print(f"{args.repeats} repeats, best of {n} rounds each:")
     for k, v in stages.items():
         print(f"  {k:38s} {v:6.2f} s")

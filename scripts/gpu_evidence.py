@@ -9,7 +9,7 @@ scripts/gpu_evidence_wheels.py put in .whl/ (pip --target, no network) and runs 
 only the wheels of distributions this machine lacks or has older, so a newer package already here is kept.
 torchao (the GPT-2 phase's FP8 training) is installed only where the machine has none: a torchao of any version
 already here was built for this machine's PyTorch and is kept; without one, the fp8 cells are `unsupported`.
-What only the report needs (Jinja2, matplotlib, Altair, vl-convert) missing does not stop the measuring: the report is written
+What only the report needs (Jinja2, matplotlib, vl-convert) missing does not stop the measuring: the report is written
 later, where they are, with --report-only.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WHEELS = ROOT / ".whl"
 TO_MEASURE = ("pydantic", "typer", "rich", "yaml", "pandas", "scipy")  # matrix run imports these
-TO_REPORT = ("jinja2", "matplotlib", "altair", "vl_convert")  # the report's charts: Altair specs, vl-convert PNGs
+TO_REPORT = ("jinja2", "matplotlib", "vl_convert")  # the report's figures and charts (vl-convert's PNGs)
 FP8 = ("torchao",)  # the fp8 cells need it; the rest of the plan measures without
 TO_TEST = ("pytest",)  # the GPU tests at the start of the first call; without it they say so and the kit measures on
 KEEP_ANY = ("torchao",)  # tied to the PyTorch it was built for: a version already here is kept, older or not

@@ -1,5 +1,6 @@
-"""Every chart of the report and the site, each one Vega-Lite spec built with Vega-Altair. An HTML page draws it in the
-browser with the Vega bundle shipped inside the page or the site (hover for the figure, zoom, a legend that shows or
+"""Every chart of the report and the site, each one Vega-Lite spec (VEGA_LITE's schema) written as the plain dicts it
+is: Vega-Altair wrote the same specs at a tenth of a second each, most of a small report's charts. An HTML page draws
+it in the browser with the Vega bundle shipped inside the page or the site (hover for the figure, zoom, a legend that shows or
 hides a series; nothing fetched); the Markdown report gets the same spec as a PNG from vl-convert, without a
 browser. Numbers in, specs out: the values are computed in runner/analysis, the colours of a verdict come from
 runner/report/tone.py, and every error bar is the 95% interval of the analysis (`ci_low`, `ci_high`), labelled.
@@ -28,7 +29,7 @@ WIDTH, HEIGHT = 640, 300   # the PNG's size; an HTML page stretches a chart to i
 SCALE = 1.5                # a PNG's pixels per point: sharp on a high-density screen
 BAR = "95% interval"       # what every error bar is, said on every chart that has one
 DATA = "points"     # the name of a chart's main dataset (its points), in the spec's `datasets`
-VALIDATE = False  # the specs' shapes are checked against Vega-Lite's schema by the tests, not at every publish
+VEGA_LITE = "v6.4.1"  # the Vega-Lite schema the specs are written for: the tests check them against it
 MARKS = {"points": "points", "bars": "bars", "rings": "rings"}  # Vega's mark names: tests find the points by them
 
 
@@ -67,11 +68,10 @@ class Chart:
 
 @cache
 def vl_version() -> str:
-    """The Vega-Lite version Altair writes, as vl-convert names it (else vl-convert's newest)."""
-    import altair as alt
+    """The Vega-Lite version the specs are written for, as vl-convert names it (else vl-convert's newest)."""
     import vl_convert
 
-    wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    wanted = ".".join(VEGA_LITE.lstrip("v").split(".")[:2])
     known = vl_convert.get_vegalite_versions()
     return wanted if wanted in known else known[-1]
 
@@ -131,30 +131,68 @@ def values(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [{k: _clean(v) for k, v in r.items()} for r in df.to_dict("records")]
 
 
-def _alt() -> Any:
-    import altair as alt
+# --- Vega-Lite, written as the dicts it is (Altair wrote the same specs at a tenth of a second each) ---------------
 
-    return alt
+TYPES = {"Q": "quantitative", "N": "nominal", "O": "ordinal", "T": "temporal"}
+CONFIG = {"view": {"continuousWidth": 300, "continuousHeight": 300, "stroke": "#dde"},
+          "axis": {"labelFontSize": 11, "titleFontSize": 12, "gridColor": "#eef0f4"},
+          "legend": {"labelFontSize": 11, "titleFontSize": 11, "orient": "bottom"}}
+SOURCE = {"name": DATA}  # a layer's data: the chart's points, the named dataset
 
 
-def tone_scale(tones: Sequence[str], metric: an.Metric) -> Any:
+def enc(short: str, **props: Any) -> dict[str, Any]:
+    """An encoding channel from Vega-Lite's shorthand ('mean:Q') and its properties."""
+    name, kind = short.rsplit(":", 1)
+    return {"field": name, "type": TYPES[kind], **props}
+
+
+def mark(kind: str, **props: Any) -> dict[str, Any]:
+    return {"type": kind, **props}
+
+
+def legend_pick(field: str, name: str) -> dict[str, Any]:
+    """A point selection of one series, bound to the legend (click an entry to show it alone)."""
+    return {"name": name, "select": {"type": "point", "fields": [field]}, "bind": "legend"}
+
+
+def seen(pick: dict[str, Any]) -> dict[str, Any]:
+    """Full opacity for the picked series (or all when none is), faint for the others."""
+    return {"condition": {"param": pick["name"], "value": 1.0}, "value": 0.12}
+
+
+def zoom(**select: Any) -> dict[str, Any]:
+    return {"name": "zoom", "select": {"type": "interval", **select}, "bind": "scales"}
+
+
+def layered(layers: list[dict[str, Any]], params: Sequence[dict[str, Any]] = (), **props: Any) -> dict[str, Any]:
+    """Layers over one chart; the data moves up when every layer has the same, and a layer's selections become the
+    chart's, naming the layer (its `name`) they sit in."""
+    out: dict[str, Any] = {}
+    if layers and all(layer.get("data") == layers[0].get("data") and "data" in layer for layer in layers):
+        out["data"] = layers[0]["data"]
+        layers = [{k: v for k, v in layer.items() if k != "data"} for layer in layers]
+    out["layer"] = layers
+    if params:
+        out["params"] = [{**p, "views": [MARKS["points"]]} for p in params]
+    return {**out, **props}
+
+
+def tone_scale(tones: Sequence[str], metric: an.Metric) -> dict[str, Any]:
     """The verdict colours for the tones present, in the one order, each named in the metric's words."""
-    alt = _alt()
     words = legend(metric)
     present = [t for t in ORDER if t.value in set(tones)]
-    return alt.Scale(domain=[words[t.value] for t in present], range=[COLOURS[t] for t in present])
+    return {"domain": [words[t.value] for t in present], "range": [COLOURS[t] for t in present]}
 
 
-def _finish(chart: Any, name: str, title: str, drawn: list[dict[str, Any]], caption: str, width: bool = True) -> Chart:
-    """The chart's spec with its points as the named dataset DATA (set after Altair wrote the spec: Altair copies and
-    walks inline values, which costs seconds for a long history)."""
-    props: dict[str, Any] = {"title": title}
+def _finish(chart: dict[str, Any], name: str, title: str, drawn: list[dict[str, Any]], caption: str,
+            width: bool = True) -> Chart:
+    """The chart's spec: its title, width, the look every chart shares, the schema, and its points as the named
+    dataset DATA."""
+    spec: dict[str, Any] = {**chart, "title": title}
     if width:
-        props["width"] = WIDTH
-    spec = chart.properties(**props).configure_view(stroke="#dde").configure_axis(
-        labelFontSize=11, titleFontSize=12, gridColor="#eef0f4").configure_legend(labelFontSize=11, titleFontSize=11,
-                                                                                 orient="bottom").to_dict(validate=VALIDATE)
-    spec["datasets"] = {**spec.get("datasets", {}), DATA: drawn}
+        spec["width"] = WIDTH
+    spec.update({"config": CONFIG, "$schema": f"https://vega.github.io/schema/vega-lite/{VEGA_LITE}.json",
+                 "datasets": {DATA: drawn}})
     return Chart(name, title, spec, len(drawn), caption)
 
 
@@ -164,25 +202,23 @@ def ratios(rows: pd.DataFrame, metric: an.Metric, name: str = "answer", title: s
     data = rows[rows["ratio"].map(lambda r: r is not None and r == r and r > 0)].copy()
     if len(data) < 2:
         return None
-    alt = _alt()
     data["verdict"] = data["tone"].map(legend(metric))
     rows = values(data[["label", "ratio", "ratio_low", "ratio_high", "tone", "verdict", "sentence"]])
-    base = alt.Chart(alt.Data(name=DATA))
     # The largest changes first, as the rows come: a layer that leaves some out (no interval) must not reorder them.
-    y = alt.Y("label:N", sort=list(dict.fromkeys(data["label"])), title=None, axis=alt.Axis(labelLimit=420))
-    scale = alt.Scale(type="log", nice=False, padding=12)
-    x = alt.X("ratio:Q", scale=scale, title=f"B/A of {metric.label}, log scale, with {BAR} bars")
-    colour = alt.Color("verdict:N", scale=tone_scale(data["tone"], metric), title="verdict")
-    bars = base.mark_rule(strokeWidth=2).encode(y=y, x=alt.X("ratio_low:Q", scale=scale), x2="ratio_high:Q",
-                                                color=colour).properties(name=MARKS["bars"])
-    one = alt.Chart(alt.Data(values=[{"one": 1}])).mark_rule(strokeDash=[4, 3], color="#98a2b3").encode(x="one:Q")
-    dots = base.mark_point(filled=True, size=90, opacity=1).encode(
-        y=y, x=x, color=colour,
-        tooltip=[alt.Tooltip("sentence:N", title="in words"), alt.Tooltip("ratio:Q", format=".3f", title="B/A"),
-                 alt.Tooltip("ratio_low:Q", format=".3f", title="95% low"),
-                 alt.Tooltip("ratio_high:Q", format=".3f", title="95% high")]).properties(name=MARKS["points"])
+    y = enc("label:N", sort=list(dict.fromkeys(data["label"])), title=None, axis={"labelLimit": 420})
+    scale = {"type": "log", "nice": False, "padding": 12}
+    x = enc("ratio:Q", scale=scale, title=f"B/A of {metric.label}, log scale, with {BAR} bars")
+    colour = enc("verdict:N", scale=tone_scale(data["tone"], metric), title="verdict")
+    bars = {"data": SOURCE, "mark": mark("rule", strokeWidth=2), "name": MARKS["bars"],
+            "encoding": {"y": y, "x": enc("ratio_low:Q", scale=scale), "x2": {"field": "ratio_high"}, "color": colour}}
+    one = {"data": {"values": [{"one": 1}]}, "mark": mark("rule", strokeDash=[4, 3], color="#98a2b3"),
+           "encoding": {"x": enc("one:Q")}}
+    dots = {"data": SOURCE, "mark": mark("point", filled=True, size=90, opacity=1), "name": MARKS["points"],
+            "encoding": {"y": y, "x": x, "color": colour, "tooltip": [
+                enc("sentence:N", title="in words"), enc("ratio:Q", format=".3f", title="B/A"),
+                enc("ratio_low:Q", format=".3f", title="95% low"), enc("ratio_high:Q", format=".3f", title="95% high")]}}
     shown = [one, bars, dots] if data["ratio_low"].map(lambda v: v is not None and v == v).any() else [one, dots]
-    chart = alt.layer(*shown).properties(height=max(60, 26 * len(data)))
+    chart = layered(shown, height=max(60, 26 * len(data)))
     return _finish(chart, name, title or f"Each comparison: B/A of {metric.label}, with its {BAR}", rows,
                    f"Each dot is a ratio B/A (>1: B has the higher {metric.label}), its bar the {BAR} of the ratio; "
                    "the colour is the verdict.")
@@ -195,32 +231,31 @@ def history(points: pd.DataFrame, metric: an.Metric, unit: str, name: str = "his
     data = points[points["mean"].notna()].copy()
     if len(data) < 2:
         return None
-    alt = _alt()
     data["verdict"] = data["tone"].map(legend(metric))
     cols = ["series", "when", "seq", "mean", "ci_low", "ci_high", "tone", "verdict", "step", "tip"]
     rows = values(data[cols])
-    base = alt.Chart(alt.Data(name=DATA))
-    pick = alt.selection_point(fields=["series"], bind="legend", name="pick_series")
-    zoom = alt.selection_interval(bind="scales", name="zoom")
-    seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
-    x = alt.X("when:T", title="run started (UTC)", scale=alt.Scale(padding=16),
-              axis=alt.Axis(format="%Y-%m-%d %H:%M", labelAngle=-30))
-    y = alt.Y("mean:Q", title=f"{metric.label} ({unit}), with {BAR} bars", scale=alt.Scale(zero=False))
-    colour = alt.Color("series:N", title=None, legend=alt.Legend(labelLimit=600, columns=1, symbolLimit=40))
-    line = base.mark_line(strokeWidth=1.5).encode(x=x, y=y, color=colour, order="seq:Q", opacity=seen)
-    bars = base.mark_rule().encode(x=x, y="ci_low:Q", y2="ci_high:Q", color=colour, opacity=seen).properties(
-        name=MARKS["bars"])
-    dots = base.mark_point(filled=True, size=45).encode(
-        x=x, y=y, color=colour, opacity=seen, tooltip=[alt.Tooltip("tip:N", title=metric.label)]).add_params(
-        pick, zoom).properties(name=MARKS["points"])
+    pick = legend_pick("series", "pick_series")
+    x = enc("when:T", title="run started (UTC)", scale={"padding": 16},
+            axis={"format": "%Y-%m-%d %H:%M", "labelAngle": -30})
+    y = enc("mean:Q", title=f"{metric.label} ({unit}), with {BAR} bars", scale={"zero": False})
+    colour = enc("series:N", title=None, legend={"labelLimit": 600, "columns": 1, "symbolLimit": 40})
+    line = {"data": SOURCE, "mark": mark("line", strokeWidth=1.5),
+            "encoding": {"x": x, "y": y, "color": colour, "order": enc("seq:Q"), "opacity": seen(pick)}}
+    bars = {"data": SOURCE, "mark": mark("rule"), "name": MARKS["bars"],
+            "encoding": {"x": x, "y": enc("ci_low:Q"), "y2": {"field": "ci_high"}, "color": colour,
+                         "opacity": seen(pick)}}
+    dots = {"data": SOURCE, "mark": mark("point", filled=True, size=45), "name": MARKS["points"],
+            "encoding": {"x": x, "y": y, "color": colour, "opacity": seen(pick),
+                         "tooltip": [enc("tip:N", title=metric.label)]}}
     steps = data[data["step"].astype(bool)]
     layers = [line, bars, dots]
     if len(steps):
-        layers.append(base.transform_filter("datum.step").mark_point(size=260, strokeWidth=2.5, filled=False).encode(
-            x=x, y=y, stroke=alt.Stroke("verdict:N", scale=tone_scale(steps["tone"], metric),
-                                        title="step against the run before"),
-            tooltip=[alt.Tooltip("tip:N", title="step")]).properties(name=MARKS["rings"]))
-    chart = alt.layer(*layers).properties(height=HEIGHT)
+        layers.append({"data": SOURCE, "transform": [{"filter": "datum.step"}], "name": MARKS["rings"],
+                       "mark": mark("point", size=260, strokeWidth=2.5, filled=False),
+                       "encoding": {"x": x, "y": y, "stroke": enc("verdict:N", scale=tone_scale(steps["tone"], metric),
+                                                                  title="step against the run before"),
+                                    "tooltip": [enc("tip:N", title="step")]}})
+    chart = layered(layers, [pick, zoom()], height=HEIGHT)
     return _finish(chart, name, title or f"History of {metric.label}", rows,
                    f"Each point is one run's mean {metric.label}, its bar the {BAR} of the mean; a ring marks a step "
                    "against the run before, in its verdict's colour. Drag to pan, scroll to zoom, click a legend "
@@ -234,22 +269,19 @@ def latest(cells: pd.DataFrame, metric: an.Metric, unit: str, name: str = "lates
     data = cells[cells["mean"].notna()].copy()
     if len(data) < 2:
         return None
-    alt = _alt()
     data["verdict"] = data["tone"].map(legend(metric))
     rows = values(data[["label", "machine", "mean", "ci_low", "ci_high", "tone", "verdict", "tip"]])
-    base = alt.Chart(alt.Data(name=DATA))
-    pick = alt.selection_point(fields=["machine"], bind="legend", name="pick_machine")
-    zoom = alt.selection_interval(bind="scales", encodings=["x"], name="zoom")
-    seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
-    y = alt.Y("label:N", sort=list(dict.fromkeys(data["label"])), title=None, axis=alt.Axis(labelLimit=420))
-    x = alt.X("mean:Q", title=f"latest {metric.label} ({unit}), with {BAR} bars", scale=alt.Scale(zero=False))
-    colour = alt.Color("verdict:N", scale=tone_scale(data["tone"], metric), title="against the run before")
-    bars = base.mark_rule(strokeWidth=2).encode(y=y, x="ci_low:Q", x2="ci_high:Q", color=colour,
-                                                opacity=seen).properties(name=MARKS["bars"])
-    dots = base.mark_point(filled=True, size=80).encode(
-        y=y, x=x, color=colour, shape=alt.Shape("machine:N", title="machine"), opacity=seen,
-        tooltip=[alt.Tooltip("tip:N", title=metric.label)]).add_params(pick, zoom).properties(name=MARKS["points"])
-    chart = alt.layer(bars, dots).properties(height=max(60, 22 * data["label"].nunique()))
+    pick = legend_pick("machine", "pick_machine")
+    y = enc("label:N", sort=list(dict.fromkeys(data["label"])), title=None, axis={"labelLimit": 420})
+    x = enc("mean:Q", title=f"latest {metric.label} ({unit}), with {BAR} bars", scale={"zero": False})
+    colour = enc("verdict:N", scale=tone_scale(data["tone"], metric), title="against the run before")
+    bars = {"data": SOURCE, "mark": mark("rule", strokeWidth=2), "name": MARKS["bars"],
+            "encoding": {"y": y, "x": enc("ci_low:Q"), "x2": {"field": "ci_high"}, "color": colour,
+                         "opacity": seen(pick)}}
+    dots = {"data": SOURCE, "mark": mark("point", filled=True, size=80), "name": MARKS["points"],
+            "encoding": {"y": y, "x": x, "color": colour, "shape": enc("machine:N", title="machine"),
+                         "opacity": seen(pick), "tooltip": [enc("tip:N", title=metric.label)]}}
+    chart = layered([bars, dots], [pick, zoom(encodings=["x"])], height=max(60, 22 * data["label"].nunique()))
     return _finish(chart, name, title or f"Latest {metric.label} of each cell", rows,
                    f"Each point is a cell's latest run on one machine, its bar the {BAR} of the mean; the colour is "
                    "its verdict against the run before. Click a machine in the legend to show it alone.")
@@ -268,28 +300,27 @@ def by_batch(summary: pd.DataFrame, metric: an.Metric, unit: str) -> Chart | Non
     data = data.assign(panel=panel)[procs == procs.groupby(panel).transform("min")]
     if data.groupby("panel")["batch_size"].nunique().max() < 2:
         return None
-    alt = _alt()
     several = data["environment"].nunique() > 1
     data = data.assign(series=(data["environment"].astype(str) + " · " if several else "") + data["precision"].astype(str),
                        mean=data[f"{m}_mean"] * metric.scale, ci_low=data[f"{m}_ci_low"] * metric.scale,
                        ci_high=data[f"{m}_ci_high"] * metric.scale, n=data[f"{m}_n"])
-    base = alt.Chart()
-    pick = alt.selection_point(fields=["series"], bind="legend", name="pick_series")
-    seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
-    x = alt.X("batch_size:O", title="batch size")
-    y = alt.Y("mean:Q", title=f"{metric.label} ({unit}), with {BAR} bars")
-    colour = alt.Color("series:N", title=None)
-    line = base.mark_line().encode(x=x, y=y, color=colour, opacity=seen)
-    bars = base.mark_rule().encode(x=x, y="ci_low:Q", y2="ci_high:Q", color=colour, opacity=seen).properties(
-        name=MARKS["bars"])
-    dots = base.mark_point(filled=True, size=45).encode(
-        x=x, y=y, color=colour, opacity=seen,
-        tooltip=["series:N", "batch_size:O", alt.Tooltip("mean:Q", format=".4g"), alt.Tooltip("ci_low:Q", format=".4g"),
-                 alt.Tooltip("ci_high:Q", format=".4g"), "n:Q"]).add_params(pick).properties(name=MARKS["points"])
+    pick = legend_pick("series", "pick_series")
+    x = enc("batch_size:O", title="batch size")
+    y = enc("mean:Q", title=f"{metric.label} ({unit}), with {BAR} bars")
+    colour = enc("series:N", title=None)
+    line = {"mark": mark("line"), "encoding": {"x": x, "y": y, "color": colour, "opacity": seen(pick)}}
+    bars = {"mark": mark("rule"), "name": MARKS["bars"],
+            "encoding": {"x": x, "y": enc("ci_low:Q"), "y2": {"field": "ci_high"}, "color": colour,
+                         "opacity": seen(pick)}}
+    dots = {"mark": mark("point", filled=True, size=45), "name": MARKS["points"],
+            "encoding": {"x": x, "y": y, "color": colour, "opacity": seen(pick), "tooltip": [
+                enc("series:N"), enc("batch_size:O"), enc("mean:Q", format=".4g"), enc("ci_low:Q", format=".4g"),
+                enc("ci_high:Q", format=".4g"), enc("n:Q")]}}
     cols = ["panel", "series", "batch_size", "mean", "ci_low", "ci_high", "n"]
     rows = values(data[cols])
-    chart = alt.layer(line, bars, dots, data=alt.Data(name=DATA)).properties(
-        width=300, height=220).facet(facet=alt.Facet("panel:N", title=None), columns=2).resolve_scale(x="independent")
+    chart = {"data": SOURCE, "facet": enc("panel:N", title=None), "columns": 2,
+             "spec": layered([line, bars, dots], width=300, height=220),
+             "params": [{**pick, "views": [MARKS["points"]]}], "resolve": {"scale": {"x": "independent"}}}
     title = f"{metric.label.capitalize()} against batch size"
     return _finish(chart, m, title, rows, f"Each point is a cell's mean, its bar the {BAR} of the mean.",
                    width=False)
@@ -308,26 +339,25 @@ def speedup(scale: pd.DataFrame) -> Chart | None:
     """Speed-up against the processes (per node × nodes), with the ideal line; made only with two layouts or more."""
     if scale.empty or scale["processes"].nunique() < 2:
         return None
-    alt = _alt()
     data = scale.assign(series=scale["environment"].astype(str) + " · " + scale["model"].astype(str) + " · " +
                         scale["precision"].astype(str) + " · batch " + scale["batch_size"].astype(str))
     ratio = data["speedup"] / data["throughput_mean"]
     data = data.assign(low=data["throughput_ci_low"] * ratio, high=data["throughput_ci_high"] * ratio)
     rows = values(data[["series", "processes", "speedup", "low", "high", "efficiency"]])
-    base = alt.Chart(alt.Data(name=DATA))
-    pick = alt.selection_point(fields=["series"], bind="legend", name="pick_series")
-    seen = alt.condition(pick, alt.value(1.0), alt.value(0.12))
-    x = alt.X("processes:Q", title="processes (per node × nodes)")
-    colour = alt.Color("series:N", title=None, legend=alt.Legend(labelLimit=420, columns=1))
-    ideal = alt.Chart(alt.Data(values=ideal_lines(data))).mark_line(strokeDash=[5, 4], color="#98a2b3").encode(
-        x="processes:Q", y="speedup:Q", detail="base:N")
-    line = base.mark_line().encode(x=x, y=alt.Y("speedup:Q", title="speed-up"), color=colour, opacity=seen)
-    bars = base.mark_rule().encode(x=x, y="low:Q", y2="high:Q", color=colour, opacity=seen).properties(name=MARKS["bars"])
-    dots = base.mark_point(filled=True, size=45).encode(
-        x=x, y="speedup:Q", color=colour, opacity=seen,
-        tooltip=["series:N", "processes:Q", alt.Tooltip("speedup:Q", format=".2f"),
-                 alt.Tooltip("efficiency:Q", format=".0%")]).add_params(pick).properties(name=MARKS["points"])
-    chart = alt.layer(ideal, line, bars, dots).properties(height=HEIGHT)
+    pick = legend_pick("series", "pick_series")
+    x = enc("processes:Q", title="processes (per node × nodes)")
+    colour = enc("series:N", title=None, legend={"labelLimit": 420, "columns": 1})
+    ideal = {"data": {"values": ideal_lines(data)}, "mark": mark("line", strokeDash=[5, 4], color="#98a2b3"),
+             "encoding": {"x": enc("processes:Q"), "y": enc("speedup:Q"), "detail": enc("base:N")}}
+    line = {"data": SOURCE, "mark": mark("line"),
+            "encoding": {"x": x, "y": enc("speedup:Q", title="speed-up"), "color": colour, "opacity": seen(pick)}}
+    bars = {"data": SOURCE, "mark": mark("rule"), "name": MARKS["bars"],
+            "encoding": {"x": x, "y": enc("low:Q"), "y2": {"field": "high"}, "color": colour, "opacity": seen(pick)}}
+    dots = {"data": SOURCE, "mark": mark("point", filled=True, size=45), "name": MARKS["points"],
+            "encoding": {"x": x, "y": enc("speedup:Q"), "color": colour, "opacity": seen(pick), "tooltip": [
+                enc("series:N"), enc("processes:Q"), enc("speedup:Q", format=".2f"),
+                enc("efficiency:Q", format=".0%")]}}
+    chart = layered([ideal, line, bars, dots], [pick], height=HEIGHT)
     return _finish(chart, "scaling", "Speed-up against processes", rows,
                    f"Speed-up over each line's smallest layout, its bar the {BAR} of the throughput carried over; "
                    "dashed: ideal.")

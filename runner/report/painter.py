@@ -172,7 +172,7 @@ def main() -> int:
     import vl_convert
 
     try:
-        # The engine starts, with the newest Vega-Lite (Altair's), while the report reads the store.
+        # The engine starts, with the newest Vega-Lite, while the report reads the store.
         vl_convert.vegalite_to_png(WARM, vl_version=vl_convert.get_vegalite_versions()[-1], scale=1.0)
     except Exception:  # noqa: BLE001  (a failure here is the charts' own, said when they are drawn in the report)
         pass

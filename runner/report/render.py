@@ -22,7 +22,7 @@ from runner.report import pairs as pair_views
 from runner.report.fmt import MdSafe, Table, TableCell, records
 from runner.report.pairs import comparison_doc
 
-if TYPE_CHECKING:  # Altair and vl-convert load only when a format draws charts
+if TYPE_CHECKING:  # vl-convert loads only when a format draws charts
     from runner.report.charts import Chart
     from runner.report.painter import Painter
 

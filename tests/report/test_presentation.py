@@ -85,7 +85,8 @@ def test_a_chart_that_would_carry_one_point_is_not_made() -> None:
 
 
 def test_every_kind_of_chart_is_a_valid_vega_lite_spec() -> None:
-    """Production skips Altair's validation (seconds on a big site); the specs' shapes are checked here."""
+    """The specs are written as plain dicts, with no validation at run time: their shapes are checked here, against
+    the Vega-Lite schema Altair ships (a test dependency), and they name that schema's version."""
     from altair.vegalite.v6.schema import load_schema
 
     schema = load_schema()
@@ -102,8 +103,12 @@ def test_every_kind_of_chart_is_a_valid_vega_lite_spec() -> None:
                           for p in (1, 2)])
     made = [charts.ratios(ratios, M), charts.history(history_rows(3, step_at=2), M, "img/s"),
             charts.latest(latest, M, "img/s"), charts.by_batch(summary, M, "img/s"), charts.speedup(scale)]
+    import altair
+
+    assert charts.VEGA_LITE.split(".")[0] == altair.SCHEMA_VERSION.split(".")[0]  # the schema checked is theirs
     for chart in made:
         assert chart is not None
+        assert chart.spec["$schema"] == f"https://vega.github.io/schema/vega-lite/{charts.VEGA_LITE}.json"
         jsonschema.validate(chart.spec, schema)
     bad = dict(made[0].spec, mark="not a mark")
     with pytest.raises(jsonschema.ValidationError):
