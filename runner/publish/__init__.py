@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from runner.base.batch import batch
 from runner.publish import load, model, site
 
 
+@batch
 def publish(dbs: Sequence[Path], out: Path, metric: str = "throughput") -> list[Path]:
     """Build the site of `dbs` into `out`; returns the files written."""
     m = load.history_metric(metric)

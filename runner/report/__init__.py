@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.base.batch import batch
 from runner.base.errors import ConfigError, StoreError
 from runner.record.metrics import HEADLINE
 from runner.report.formats import FORMATS
@@ -112,6 +113,7 @@ def load_history(db: Path, runs: Sequence[str] | None = None) -> Any:
     return _history(_read(db, runs)[2])
 
 
+@batch
 def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequence[str] | None = None,
                    out: Path | None = None) -> list[Path]:
     """`matrix report`: write the report (default Markdown + HTML) into `out`; returns the files written.
@@ -145,6 +147,7 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
                                    early if painter is not None else None)
 
 
+@batch
 def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: str = HEADLINE,
                     min_effect: float | None = None, alpha: float | None = None, pool: bool = False) -> str:
     """`matrix compare A B`: the comparison as text (md, csv, json, or rich tables for the terminal if None).

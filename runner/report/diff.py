@@ -14,6 +14,7 @@ from typing import Any
 from runner import analysis as an
 from runner.analysis import envdiff
 from runner.analysis import sides as sides_
+from runner.base.batch import batch
 from runner.base.errors import ConfigError, StoreError
 from runner.report import DIFF_FORMATS
 from runner.report.fmt import Table, TableCell, md_table, short_digest
@@ -118,6 +119,7 @@ def render(d: envdiff.EnvDiff, fmt: str | None = None, everything: bool = False)
     return buf.getvalue()
 
 
+@batch
 def diff_command(db: Path, a: str, b: str, fmt: str | None = None, everything: bool = False) -> str:
     """`matrix diff A B`: what differs between two environments of the store."""
     if fmt is not None and fmt not in DIFF_FORMATS:
