@@ -1,9 +1,9 @@
 """Work that makes many objects that all live to its end (a store's rows, their frame, a report's views and files):
-Python's cyclic garbage collector, started by allocation counts, walks every object still alive each time it runs
-a full pass, and over such work it runs again and again while finding almost nothing to free. On a report of 10,000
-repeats that was a third of the time (benchmarks/report_gen.py: 6.95 s with it, 4.78 s without, the same peak
-memory, 306 MiB), so the commands that read a whole store and analyse it run as one batch, with the collector
-paused; it resumes when they return (a process that goes on, a test session, collects as before)."""
+Python's cyclic garbage collector, started by allocation counts, walks the objects still alive each time it runs, and
+over such work it runs hundreds of times while finding little to free. A report of 10,000 repeats spent 0.62 s in 566
+collections (measured with gc.callbacks, 29 Nov 2026), with the same peak memory without them (306 MiB), so the
+commands that read a whole store and analyse it run as one batch, with the collector paused; it resumes when they
+return (a process that goes on, a test session, collects as before)."""
 
 from __future__ import annotations
 
