@@ -28,7 +28,7 @@ import report_gen  # noqa: E402
 
 import runner.report as report  # noqa: E402
 from runner import analysis as an  # noqa: E402
-from runner.base.batch import collector_paused  # noqa: E402
+from runner.base.gcpause import collector_paused  # noqa: E402
 from runner.report import pairs, render, views  # noqa: E402
 from runner.report.formats import FORMATS  # noqa: E402
 
@@ -37,7 +37,7 @@ def best(rounds: int, f: Callable[[], Any]) -> tuple[float, Any]:
     times, out = [], None
     for _ in range(rounds):
         gc.collect()
-        with collector_paused():  # as `matrix report` runs (runner/base/batch.py)
+        with collector_paused():  # as `matrix report` runs (runner/base/gcpause.py)
             t = time.perf_counter()
             out = f()
             times.append(time.perf_counter() - t)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner.base.batch import batch
+from runner.base.gcpause import batch
 from runner.publish import load, model, site
 
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.base.batch import batch
 from runner.base.errors import ConfigError, StoreError
+from runner.base.gcpause import batch
 from runner.record.metrics import HEADLINE
 from runner.report.formats import FORMATS
 

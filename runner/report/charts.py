@@ -217,7 +217,7 @@ def ratios(rows: pd.DataFrame, metric: an.Metric, name: str = "answer", title: s
             "encoding": {"y": y, "x": x, "color": colour, "tooltip": [
                 enc("sentence:N", title="in words"), enc("ratio:Q", format=".3f", title="B/A"),
                 enc("ratio_low:Q", format=".3f", title="95% low"), enc("ratio_high:Q", format=".3f", title="95% high")]}}
-    shown = [one, bars, dots] if data["ratio_low"].map(lambda v: v is not None and v == v).any() else [one, dots]
+    shown: list[dict[str, Any]] = [one, bars, dots] if data["ratio_low"].map(lambda v: v is not None and v == v).any() else [one, dots]
     chart = layered(shown, height=max(60, 26 * len(data)))
     return _finish(chart, name, title or f"Each comparison: B/A of {metric.label}, with its {BAR}", rows,
                    f"Each dot is a ratio B/A (>1: B has the higher {metric.label}), its bar the {BAR} of the ratio; "
@@ -248,7 +248,7 @@ def history(points: pd.DataFrame, metric: an.Metric, unit: str, name: str = "his
             "encoding": {"x": x, "y": y, "color": colour, "opacity": seen(pick),
                          "tooltip": [enc("tip:N", title=metric.label)]}}
     steps = data[data["step"].astype(bool)]
-    layers = [line, bars, dots]
+    layers: list[dict[str, Any]] = [line, bars, dots]
     if len(steps):
         layers.append({"data": SOURCE, "transform": [{"filter": "datum.step"}], "name": MARKS["rings"],
                        "mark": mark("point", size=260, strokeWidth=2.5, filled=False),

@@ -14,8 +14,8 @@ from typing import Any
 from runner import analysis as an
 from runner.analysis import envdiff
 from runner.analysis import sides as sides_
-from runner.base.batch import batch
 from runner.base.errors import ConfigError, StoreError
+from runner.base.gcpause import batch
 from runner.report import DIFF_FORMATS
 from runner.report.fmt import Table, TableCell, md_table, short_digest
 from runner.store import Store

@@ -1,4 +1,4 @@
-"""The commands that read a whole store run with the cyclic collector paused (runner/base/batch.py), and leave it as
+"""The commands that read a whole store run with the cyclic collector paused (runner/base/gcpause.py), and leave it as
 they found it, however they end."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.base.batch import batch, collector_paused
 from runner.base.errors import StoreError
+from runner.base.gcpause import batch, collector_paused
 
 
 def test_paused_inside_and_on_again_after_even_when_the_work_fails() -> None:
