@@ -187,12 +187,13 @@ def tone_scale(tones: Sequence[str], metric: an.Metric) -> dict[str, Any]:
 def _finish(chart: dict[str, Any], name: str, title: str, drawn: list[dict[str, Any]], caption: str,
             width: bool = True) -> Chart:
     """The chart's spec: its title, width, the look every chart shares, the schema, and its points as the named
-    dataset DATA."""
+    dataset DATA. No part of it is shared with another chart's or layer's: changing one changes nothing else."""
     spec: dict[str, Any] = {**chart, "title": title}
     if width:
         spec["width"] = WIDTH
-    spec.update({"config": CONFIG, "$schema": f"https://vega.github.io/schema/vega-lite/{VEGA_LITE}.json",
-                 "datasets": {DATA: drawn}})
+    spec.update({"config": CONFIG, "$schema": f"https://vega.github.io/schema/vega-lite/{VEGA_LITE}.json"})
+    spec = json.loads(json.dumps(spec))  # a tree of its own: the layers' channels and the look are shared when built
+    spec["datasets"] = {DATA: drawn}
     return Chart(name, title, spec, len(drawn), caption)
 
 

@@ -146,3 +146,23 @@ def test_compare_counts_a_pair_not_comparable_as_such() -> None:
     df["settings"] = ["iterations=50" if k == "d" else "iterations=20" for k in df["cell_key"]]
     c = an.compare(an.select_side(df, "x"), an.select_side(df, "y"))
     assert geomean_sentence(c, "x", "y").startswith("Geometric mean of y/x over 1 of 2 pairs (1 not comparable)")
+
+
+def test_no_part_of_a_chart_is_shared_with_another_chart_or_layer() -> None:
+    """The specs are built from channels and a look used by every layer and chart: each chart holds its own copy."""
+    import json
+
+    scale = pd.DataFrame([{"environment": "e", "model": "m", "precision": "fp32", "batch_size": 8, "dataset": "",
+                           "options": "", "processes": p, "speedup": p * 0.9, "efficiency": 0.9,
+                           "throughput_mean": 100.0 * p, "throughput_ci_low": 90.0 * p, "throughput_ci_high": 110.0 * p}
+                          for p in (1, 2)])
+    one, two = charts.speedup(scale), charts.speedup(scale)
+    assert one is not None and two is not None
+    before = json.dumps(two.spec, sort_keys=True)
+    layers = one.spec["layer"]
+    layers[1]["encoding"]["x"]["title"] = "changed"
+    layers[1]["data"]["name"] = "changed"
+    one.spec["config"]["axis"]["labelFontSize"] = 99
+    assert layers[2]["encoding"]["x"]["title"] != "changed" and layers[2]["data"]["name"] == charts.DATA
+    assert json.dumps(two.spec, sort_keys=True) == before
+    assert charts.CONFIG["axis"]["labelFontSize"] == 11
