@@ -161,11 +161,14 @@ def _machines(df: pd.DataFrame, data: Loaded) -> list[dict[str, Any]]:
 
 
 def _per_group(df: pd.DataFrame, keys: list[str], fn: Any) -> list[Any]:
-    """fn(*key) for each row, computed once per distinct key."""
-    groups = df.groupby(keys, sort=False, dropna=False)
-    codes = groups.ngroup().to_numpy()
-    first = df.loc[groups.head(1).index, keys]
-    values = {int(c): fn(*k) for c, k in zip(codes[first.index], first.itertuples(index=False), strict=True)}
+    """fn(*key) for each row, computed once per distinct key. The groups' first rows are found by position: the
+    frame's index labels are not positions once rows were dropped (a repeat read from two stores)."""
+    codes = df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    if not len(codes):
+        return []
+    found, at = np.unique(codes, return_index=True)
+    first = df[keys].iloc[at]
+    values = {int(c): fn(*k) for c, k in zip(found, first.itertuples(index=False), strict=True)}
     return [values[int(c)] for c in codes]
 
 

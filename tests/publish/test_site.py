@@ -375,3 +375,19 @@ def test_after_a_clock_set_back_the_newest_run_is_the_stores(tmp_path: Path) -> 
     assert runs[0] == "20250101-000000-c10ck0"                     # newest first, by the store
     (page,) = [p.read_text() for p in (tmp_path / "site" / "cells").glob("*.html")]
     assert "20250101-000000-c10ck0" in re.findall(r"<tr><td>.*?</tr>", page, re.S)[-1]
+
+
+def test_each_row_gets_its_own_groups_value_after_rows_were_dropped() -> None:
+    """The site names runs and cells per group after dropping the repeats read from two stores: the groups' first rows
+    were looked up by index label as if labels were positions, which crashed on four stores and could name a row after
+    another group."""
+    import pandas as pd
+
+    from runner.publish.model import _per_group
+
+    df = pd.DataFrame({"k": ["a", "b", "a", "c", "b", "d", None], "o": [1, 1, 1, 2, 1, 2, 2]},
+                      index=[0, 5, 9, 2, 40, 3, 1])  # labels as dropping leaves them: gaps, out of order
+    for part in (df, df.iloc[2:], df.iloc[[6, 0, 3]]):
+        got = _per_group(part, ["k", "o"], lambda k, o: f"{k}-{o}")
+        assert got == [f"{k}-{o}" for k, o in zip(part["k"], part["o"], strict=True)]
+    assert _per_group(df.iloc[0:0], ["k", "o"], lambda k, o: 1) == []
