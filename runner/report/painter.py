@@ -18,11 +18,12 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 HEAD = struct.Struct(">BQ")   # drawn or not, and the PNG's length
-WAIT = 300.0                  # seconds the report waits for the helper's charts before it draws the rest itself
+WAIT = 300.0                  # seconds the report waits for the helper's charts, in all, before it draws the rest itself
 LARGEST = 1 << 30             # bytes: a PNG said to be larger is a garbled answer
 PNG = b"\x89PNG\r\n\x1a\n"
 WARM = {"data": {"values": [{"x": 1}]}, "mark": "point", "encoding": {"x": {"field": "x", "type": "quantitative"}}}
@@ -31,7 +32,7 @@ WARM = {"data": {"values": [{"x": 1}]}, "mark": "point", "encoding": {"x": {"fie
 class Painter:
     """The helper process, started at once. `submit` sends it charts (more than once: the report sends the charts it
     can make from the summary while it builds the rest) and returns the first one's number; `png(i)` waits for the
-    i-th (None where the helper did not draw it: the caller draws it then); `close` ends the helper whatever state it
+    i-th (None where the helper did not draw it: the caller draws it then; all the calls together wait WAIT at most); `close` ends the helper whatever state it
     is in. The helper draws in the order the charts were sent."""
 
     def __init__(self, start: bool = True) -> None:
@@ -42,6 +43,7 @@ class Painter:
         self._cond = threading.Condition()
         self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        self._deadline: float | None = None              # when the report stops waiting (WAIT after the first png())
         if not start:
             self._over = True
             return
@@ -115,8 +117,11 @@ class Painter:
     def png(self, i: int) -> bytes | None:
         if i >= self._sent:
             return None
+        if self._deadline is None:
+            self._deadline = time.monotonic() + WAIT
         with self._cond:
-            answered = self._cond.wait_for(lambda: i < len(self._drawn) or self._over, WAIT)
+            answered = self._cond.wait_for(lambda: i < len(self._drawn) or self._over,
+                                           max(0.0, self._deadline - time.monotonic()))
             drawn = self._drawn[i] if i < len(self._drawn) else None
         if not answered:  # a helper stuck: the charts it has not sent are drawn in the report
             self.close()

@@ -163,3 +163,15 @@ def test_a_garbled_answer_is_not_taken_for_a_chart(sent: bytes) -> None:
     p = painter_mod.Painter(start=False)
     p._read(io.BytesIO(sent + painter_mod.HEAD.pack(1, 8) + PNG))
     assert p._drawn[:1] in ([], [None])
+
+
+def test_a_slow_helper_holds_the_report_for_wait_in_all_not_per_chart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A helper alive but answering nothing: the report waits WAIT once, then draws every chart itself."""
+    import time
+
+    monkeypatch.setattr(painter_mod, "WAIT", 0.4)
+    p = painter_mod.Painter(start=False)
+    p._sent, p._over = 4, False  # four charts sent, no answer, and none said to be the last
+    t = time.monotonic()
+    assert [p.png(i) for i in range(4)] == [None] * 4
+    assert 0.4 <= time.monotonic() - t < 0.8
