@@ -51,3 +51,15 @@ def test_a_change_of_outcome_imports_no_scipy_stats() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split()[-1] == "False", done.stderr[-2000:]
     assert np.isfinite(float(done.stdout.split()[0]))
+
+
+def test_thousands_of_failing_repeats_take_no_time_and_beyond_the_exact_sums_reach_scipy_answers() -> None:
+    import time
+
+    significance._fisher.cache_clear()
+    t = time.perf_counter()
+    near = significance._fisher(2000, 2000, 2100, 1900)  # 4,000 tables with these margins: summed exactly
+    assert time.perf_counter() - t < 2.0
+    assert abs(near - theirs(2000, 2000, 2100, 1900)) <= 1e-15 * near
+    beyond = (6000, 6000, 6400, 5600)                       # 12,000: scipy's own floats
+    assert significance._fisher(*beyond) == theirs(*beyond)
