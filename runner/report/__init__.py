@@ -135,16 +135,16 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
         with _open(db) as store:
             provenance = exchange.provenance(store)
         hist = _history(rows)
-        early: dict[str, Any] = {}
+        early: dict[str, Any] | None = None
 
         def charts_now(summary: Any) -> None:  # drawn while the comparisons are built
+            nonlocal early
             if painter is not None:
-                early.update(render.painted(render.summary_charts(summary, hist), painter))
+                early = render.painted(render.summary_charts(summary, hist), painter)
 
         model = views.build(df, records, name, history=hist, provenance=provenance, stored=len(rows),
-                            on_summary=charts_now)
-        return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name), painter,
-                                   early if painter is not None else None)
+                            on_summary=charts_now if painter is not None else None)
+        return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name), painter, early)
 
 
 @batch

@@ -1,7 +1,7 @@
 """Every chart of the report and the site, each one Vega-Lite spec (VEGA_LITE's schema) written as the plain dicts it
 is: Vega-Altair wrote the same specs at a tenth of a second each, most of a small report's charts. An HTML page draws
-it in the browser with the Vega bundle shipped inside the page or the site (hover for the figure, zoom, a legend that shows or
-hides a series; nothing fetched); the Markdown report gets the same spec as a PNG from vl-convert, without a
+it in the browser with the Vega bundle shipped inside the page or the site (hover for the figure, zoom, a legend that
+shows or hides a series; nothing fetched); the Markdown report gets the same spec as a PNG from vl-convert, without a
 browser. Numbers in, specs out: the values are computed in runner/analysis, the colours of a verdict come from
 runner/report/tone.py, and every error bar is the 95% interval of the analysis (`ci_low`, `ci_high`), labelled.
 

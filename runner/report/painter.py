@@ -32,8 +32,8 @@ WARM = {"data": {"values": [{"x": 1}]}, "mark": "point", "encoding": {"x": {"fie
 class Painter:
     """The helper process, started at once. `submit` sends it charts (more than once: the report sends the charts it
     can make from the summary while it builds the rest) and returns the first one's number; `png(i)` waits for the
-    i-th (None where the helper did not draw it: the caller draws it then; all the calls together wait WAIT at most); `close` ends the helper whatever state it
-    is in. The helper draws in the order the charts were sent."""
+    i-th (None where the helper did not draw it: the caller draws it then; all the calls together wait WAIT at
+    most); `close` ends the helper whatever state it is in. The helper draws in the order the charts were sent."""
 
     def __init__(self, start: bool = True) -> None:
         self._proc: subprocess.Popen[bytes] | None = None

@@ -63,10 +63,10 @@ def precision_pairs(df: pd.DataFrame, envs: Sequence[str], metric: an.Metric,
             continue
         # Every precision's cells at once (a cell's statistics are its own rows'), then one side per precision.
         known = (sides or {}).get(env)
-        same = known is not None and known.keys == an.PARAM_KEYS and len(known.chosen) == len(rows) and bool(
-            (known.chosen["id"].to_numpy() == rows["id"].to_numpy()).all())
-        st = known.stats(metric.name, an.PARAM_KEYS) if known is not None and same else \
-            an.side_stats(rows, metric.name, an.PARAM_KEYS)
+        if known is not None and known.keys == an.PARAM_KEYS and known.chosen["id"].tolist() == rows["id"].tolist():
+            st = known.stats(metric.name, an.PARAM_KEYS)
+        else:
+            st = an.side_stats(rows, metric.name, an.PARAM_KEYS)
 
         def side(precision: Any, st: pd.DataFrame = st) -> pd.DataFrame:
             return st[st["precision"] == precision].drop(columns="precision").reset_index(drop=True)
