@@ -329,7 +329,8 @@ def measure_notes(sides: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
     for label, ref, df in sides:
         if "cpu_native" not in df:
             continue
-        ok = df[df["status"] == Status.OK.value]
+        read = ["environment", "precision", "cpu_native", "cpu_why", "steady", "cell_key"]  # not the whole frame
+        ok = df.loc[df["status"] == Status.OK.value, [c for c in read if c in df]]
         emulated = ok[ok["cpu_native"].map(lambda v: v is False).astype(bool)]
         for (env, precision), g in emulated.groupby(["environment", "precision"], sort=False):
             why = _join_unique(g["cpu_why"])

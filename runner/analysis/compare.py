@@ -221,7 +221,10 @@ def side_stats(df: pd.DataFrame, metric: str, keys: Sequence[str] = PARAM_KEYS) 
     """One side's cells keyed on `keys` (its params; for a whole machine, its environment too): statuses,
     environments, run settings and cell keys (more than one only when the side was pooled on purpose), and the
     metric's statistics."""
-    work = df.rename(columns={"cell_key": "cell_keys"}).assign(environments=df["environment"])
+    read = [*keys, "environment", "cell_key", "status", "steps", f"how_{metric}", f"unit_{metric}", "settings", "id",
+            "reason", "log_tail", "tags"]  # what the cell attributes read: the wide frame is not copied three times
+    work = df[[c for c in dict.fromkeys(read) if c in df]].rename(columns={"cell_key": "cell_keys"}).assign(
+        environments=df["environment"])
     if "environment" not in keys:
         work = work.drop(columns=["environment"])
     ok = work["status"] == Status.OK.value
@@ -255,10 +258,12 @@ _PAIR_WORDS = ["ratio", "ratio_low", "ratio_high", "needed", "change", "p_value"
 
 
 def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = significance.ALPHA,
-               min_effect: float = MIN_EFFECT, keys: Sequence[str] = PARAM_KEYS) -> tuple[pd.DataFrame, pd.DataFrame]:
+               min_effect: float = MIN_EFFECT, keys: Sequence[str] = PARAM_KEYS, unpaired: bool = True
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pair two sides' cell statistics (from side_stats) on `keys`: ratio B/A, Welch p (and adjusted for the false
-    discovery rate over the pairs tested), verdict and decision; and the unpaired cells. Paired on the environment
-    too (two machines), a pair is compared only where both measured the same definition of the cell."""
+    discovery rate over the pairs tested), verdict and decision; and the unpaired cells (with `unpaired=False`, an
+    empty frame of their columns: a caller that shows only the pairs). Paired on the environment too (two machines), a
+    pair is compared only where both measured the same definition of the cell."""
     keys = list(keys)
     pair_cols = [*keys, *(f"{s}_{x}" for s in "ab" for x in _STAT_COLS), *_PAIR_WORDS]
     unpaired_cols = ["side", *keys, "environments", "statuses"]
@@ -269,23 +274,20 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
     pairs = pd.DataFrame(columns=pair_cols) if both.empty else \
         _sorted(_judged(both, metric, alpha, min_effect, "environment" in keys))[pair_cols]
     rows = []
-    for side, tag in (("A", "left_only"), ("B", "right_only")):
+    for side, tag in (("A", "left_only"), ("B", "right_only")) if unpaired else ():
         part = merged[merged["_merge"] == tag]
         low = side.lower()
         rows.append(pd.DataFrame({"side": side, **{k: part[k] for k in keys},
                                   "environments": part[f"{low}_environments"],
                                   "statuses": part[f"{low}_statuses"], "_first": part[f"{low}__first"]}))
-    unpaired = pd.concat(rows, ignore_index=True)
-    unpaired = _sorted(unpaired, ["side"])[unpaired_cols] if not unpaired.empty else pd.DataFrame(
-        columns=unpaired_cols)
-    pairs = pairs.astype({"significant": bool})
-    for side in "ab":
-        pairs[f"{side}_n"] = pairs[f"{side}_n"].astype(int)
-        pairs[f"{side}_{THROTTLED}"] = pairs[f"{side}_{THROTTLED}"].fillna(0).astype(int)
-    for k in ("batch_size", "gpus", "nodes"):
-        pairs[k] = pairs[k].astype(int)
-        unpaired[k] = unpaired[k].astype(int)
-    return pairs.reset_index(drop=True), unpaired.reset_index(drop=True)
+    alone = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    alone = _sorted(alone, ["side"])[unpaired_cols] if not alone.empty else pd.DataFrame(columns=unpaired_cols)
+    ints = dict.fromkeys(("batch_size", "gpus", "nodes"), int)
+    throttled = [f"{side}_{THROTTLED}" for side in "ab"]
+    pairs[throttled] = pairs[throttled].fillna(0)
+    pairs = pairs.astype({"significant": bool, "a_n": int, "b_n": int, **dict.fromkeys(throttled, int), **ints})
+    alone = alone.astype(ints)
+    return pairs.reset_index(drop=True), alone.reset_index(drop=True)
 
 
 def _judged(both: pd.DataFrame, metric: Metric, alpha: float, min_effect: float, same_definition: bool

@@ -115,8 +115,9 @@ def choose(df: pd.DataFrame, keys: Sequence[str], pool: bool = False) -> Definit
     if df.empty or "cell_key" not in df:
         return Definitions(df, keys=keys, pooled=pool)
     ids = definition_ids(df)
-    defs = df.assign(_def=ids).groupby("_def", sort=False).agg(_last=(_order(df), "max"))
-    names = df.assign(_def=ids).drop_duplicates("_def").set_index("_def")[list(keys)]
+    narrow = df[list(dict.fromkeys([_order(df), *keys]))].assign(_def=ids)  # the columns read, not the whole frame
+    defs = narrow.groupby("_def", sort=False).agg(_last=(_order(df), "max"))
+    names = narrow.drop_duplicates("_def").set_index("_def")[list(keys)]
     defs = defs.join(names)
     count = defs.groupby(list(keys), sort=False, dropna=False)["_last"].transform("size")
     if not (count > 1).any():

@@ -41,7 +41,8 @@ def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     says why, where the core would not pair the two cells (run settings or the throughput's definition differ)."""
     keys = [k for k in PARAM_KEYS if k != "precision"]
     cols = ["side", *keys, "precision", "fp32_mean", "mean", "ratio", "why"]
-    ok = df[(df["status"] == Status.OK.value) & df[HEADLINE].notna()]
+    read = [*keys, "precision", HEADLINE, f"how_{HEADLINE}", f"unit_{HEADLINE}", "id", "settings"]
+    ok = df.loc[(df["status"] == Status.OK.value) & df[HEADLINE].notna(), read]  # the columns read, not the frame
     if ok.empty:
         return pd.DataFrame(columns=cols)
     ok = ok.assign(_def=[definition_text(h, u) for h, u in zip(ok[f"how_{HEADLINE}"], ok[f"unit_{HEADLINE}"],
@@ -95,6 +96,8 @@ def environment_info(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     cols = ["side", "environment", *joined]
     if df.empty:
         return pd.DataFrame(columns=cols)
-    out, _ = cell_attributes(df.rename(columns={"run_id": "run_ids"}), ["environment"], joined)
+    read = ["environment", "id", "status", "reason", "log_tail", *(c for c in joined if c != "run_ids"), "run_id"]  # what cell_attributes reads
+    narrow = df[[c for c in read if c in df]].rename(columns={"run_id": "run_ids"})
+    out, _ = cell_attributes(narrow, ["environment"], joined)
     out["side"] = side
     return out.sort_values("_first", kind="stable")[cols].reset_index(drop=True)

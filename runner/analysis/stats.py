@@ -356,7 +356,9 @@ def measurement(df: pd.DataFrame) -> pd.DataFrame:
     cols = list(MEASURE_SUMMARY_COLUMNS)
     if df.empty or "warmup_iters" not in df:
         return pd.DataFrame(columns=cols)
-    ok = df[df["status"] == Status.OK.value]
+    read = [*CELL_KEYS, "cell_key", "seq", "id", "warmup_iters", "load", "window_s", "steady", "window_iters",
+            "calibrated", "cpu_native", "cpu_math", "cpu_why"]  # the columns read: the wide frame is copied once
+    ok = df.loc[df["status"] == Status.OK.value, list(dict.fromkeys(read))]
     if ok.empty:
         return pd.DataFrame(columns=cols)
     ok = ok.sort_values(["seq", "id"])

@@ -122,6 +122,7 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
     """
     import contextlib
 
+    from runner.base.aside import Aside
     from runner.report import render, views
     from runner.report.painter import Painter
     from runner.store import exchange
@@ -129,22 +130,29 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
     fmts = _check_formats(formats or DEFAULT_REPORT_FORMATS, tuple(FORMATS.names()), "report")
     # A format that shows PNGs has them drawn in a second process, which starts its engine now.
     pngs = any("png" in FORMATS.get(f).plots for f in fmts)
-    with Painter() if pngs else contextlib.nullcontext() as painter:
+    with Painter() if pngs else contextlib.nullcontext() as painter, Aside() as texts:
         infos, run_ids, rows = _read(db, runs)  # the store read once: its newest rows, and all of them for history
         df, records, name = _frame(infos, run_ids, newest(rows), db, rows)
+        # What the frame alone makes (repeats.csv) is made in a child meanwhile; forked before the painter's threads
+        # start (the first charts are sent with the summary), so only this thread is copied.
+        render.start_ahead(df, fmts, texts)
         with _open(db) as store:
             provenance = exchange.provenance(store)
         hist = _history(rows)
-        early: dict[str, Any] | None = None
+        early: dict[str, Any] = {}
 
         def charts_now(summary: Any) -> None:  # drawn while the comparisons are built
-            nonlocal early
             if painter is not None:
-                early = render.painted(render.summary_charts(summary, hist), painter)
+                early.update(render.painted(render.summary_charts(summary, hist), painter))
+
+        def answer_now(found: Any) -> None:  # drawn while the other views are built
+            if painter is not None:
+                early.update(render.painted(render.answer_charts(found), painter))
 
         model = views.build(df, records, name, history=hist, provenance=provenance, stored=len(rows),
-                            on_summary=charts_now if painter is not None else None)
-        return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name), painter, early)
+                            on_summary=charts_now if painter is not None else None,
+                            on_answer=answer_now if painter is not None else None)
+        return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name), painter, early or None, texts)
 
 
 @batch

@@ -74,7 +74,7 @@ def precision_pairs(df: pd.DataFrame, envs: Sequence[str], metric: an.Metric,
         base = side(an.BASELINE_PRECISION)
         others = held[held != an.BASELINE_PRECISION].sort_values(key=an.precision_rank, kind="stable")
         for precision in others.dropna().unique():
-            pairs, _ = an.pair_stats(base, side(precision), metric, keys=keys)
+            pairs, _ = an.pair_stats(base, side(precision), metric, keys=keys, unpaired=False)
             if len(pairs):
                 out.append((str(env), an.BASELINE_PRECISION, str(precision), pairs))
     return out

@@ -23,6 +23,7 @@ from runner.report.fmt import MdSafe, Table, TableCell, records
 from runner.report.pairs import comparison_doc
 
 if TYPE_CHECKING:  # vl-convert loads only when a format draws charts
+    from runner.base.aside import Aside
     from runner.report.charts import Chart
     from runner.report.painter import Painter
 
@@ -121,13 +122,15 @@ def slug(name: str) -> str:
 
 
 def write_report(model: views.ReportModel, formats: Sequence[str], out: Path, painter: Painter | None = None,
-                 early: dict[str, list[Chart]] | None = None) -> list[Path]:
+                 early: dict[str, list[Chart]] | None = None, texts: Aside | None = None) -> list[Path]:
     """Write the report in each format (runner/report/formats/: one module each) into `out`; returns the files
     written (plots included), in the formats' order. Each file through runner/base/safewrite.py: a link or a FIFO planted
     at a report's name (or at plots/) is refused, never followed. With a `painter` (runner/report/painter.py) the PNG
     charts are drawn in its process while the other formats are written; the formats that show PNGs come last.
-    `early`: charts already made (and sent to the painter) before the views were built (`summary_charts`)."""
+    `early`: charts already made (and sent to the painter) before the views were built (`summary_charts`). `texts`:
+    the formats' texts made aside from the frame alone (`start_ahead`), for the formats that have some."""
     from runner.report.formats import FORMATS
+    from runner.report.formats.base import Format
 
     out.mkdir(parents=True, exist_ok=True)
     chosen = [FORMATS.get(name) for name in formats]
@@ -135,8 +138,19 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path, pa
     if painter is not None and any("png" in f.plots for f in chosen):
         made = painted(made, painter)
     order = sorted(chosen, key=lambda f: "png" in f.plots)  # stable: the others first, in their order
-    written = {f.name: f.write(model, out, made) for f in order}
+    written = {f.name: f.write(model, out, made, texts=texts) if texts is not None and type(f).ahead is not Format.ahead
+               else f.write(model, out, made) for f in order}
     return [path for f in chosen for path in written[f.name]]
+
+
+def start_ahead(frame: pd.DataFrame, formats: Sequence[str], texts: Aside) -> None:
+    """Start making, in children, the texts the chosen formats can make from the frame alone (repeats.csv): the report
+    builds its views meanwhile (runner/base/aside.py)."""
+    from runner.report.formats import FORMATS
+
+    for name in formats:
+        for file, make in FORMATS.get(name).ahead(frame).items():
+            texts.start(file, make)
 
 
 def painted(made: dict[str, list[Chart]], painter: Painter) -> dict[str, list[Chart]]:
@@ -173,16 +187,27 @@ def summary_charts(summary: pd.DataFrame, hist: pd.DataFrame) -> dict[str, list[
     return {k: [c for c in v if c is not None] for k, v in made.items()}
 
 
+def answer_charts(found: Any) -> dict[str, list[Chart]]:
+    """The answer's chart (the ratios with their intervals), made as soon as the answer is known: a report sends it to
+    its painter before it builds the rest of its views."""
+    from runner.report import answer, charts
+
+    if found is None:
+        return {}
+    shown = charts.ratios(answer.charted(found), an.METRICS["throughput"])
+    return {"answer": [shown] if shown is not None else []}
+
+
 def report_charts(model: views.ReportModel, early: dict[str, list[Chart]] | None = None) -> dict[str, list[Chart]]:
     """Every chart of a report, by the section it sits in: 'answer' (the ratios with their intervals), 'grid' (each
     plotted metric against batch size), 'scaling' and 'history'. A chart that would carry one point is not made.
-    `early`: what `summary_charts` made for this model before it was built."""
-    from runner.report import answer, charts
-
-    made = dict(early) if early is not None else summary_charts(model.summary, model.history_df)
-    if model.answer is not None:
-        shown = charts.ratios(answer.charted(model.answer), an.METRICS["throughput"])
-        made["answer"] = [shown] if shown is not None else []
+    `early`: the charts made for this model while it was built (`summary_charts`, then `answer_charts`); what it
+    does not hold is made now."""
+    made = dict(early) if early is not None else {}
+    if not made.keys() - {"answer"}:  # summary_charts always names its sections, charted or not
+        made.update(summary_charts(model.summary, model.history_df))
+    if "answer" not in made:
+        made.update(answer_charts(model.answer))
     return {k: made[k] for k in CHART_SECTIONS if made.get(k)}
 
 

@@ -345,11 +345,13 @@ def warnings(flags: pd.DataFrame, shown: int = 5) -> list[str]:
 
 def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
           history: pd.DataFrame | None = None, provenance: Mapping[str, an.Provenance] | None = None,
-          stored: int | None = None, on_summary: Callable[[pd.DataFrame], None] | None = None) -> ReportModel:
+          stored: int | None = None, on_summary: Callable[[pd.DataFrame], None] | None = None,
+          on_answer: Callable[[answer.Answer | None], None] | None = None) -> ReportModel:
     """All views of one report from the long frame and the runs it came from; `history` is
     runner.analysis.history over every stored row (not only each repeat's newest); `stored`: how many rows the runs
     stored (default: the frame's); `on_summary` is called with the summary as soon as it is known (the report makes
-    the charts that need only it then, and has them drawn while the comparisons are built).
+    the charts that need only it then, and has them drawn while the comparisons are built), `on_answer` with the
+    answer as soon as the comparisons are (its chart is drawn while the other views are built).
 
     A name (environment and params) measured under more than one definition shows its newest definition in
     every table; the others are listed in their own section and counted in the totals, never averaged in."""
@@ -365,6 +367,10 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     info = with_machines(plain_info, shown) if several_machines else plain_info
 
     fam = pair_views.families(shown, summary)
+    metric = an.METRICS["throughput"]
+    found = answer.build(answer.families(fam, several=len(info) > 1), hist, metric, nothing_sentence(summary, hist))
+    if on_answer is not None:
+        on_answer(found)
     ctx = Context(shown, summary, info, run_records, hist, fam)
     built = [v.build(ctx) for v in viewset.VIEWS]
     recipes = an.precision_recipes(shown)
@@ -376,8 +382,6 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     definitions = definitions_section(defs)
     cautions = head.cautions(flags, details, definitions.note if definitions else "",
                              defs.n_names)
-    metric = an.METRICS["throughput"]
-    found = answer.build(answer.families(fam, several=len(info) > 1), hist, metric, nothing_sentence(summary, hist))
     return ReportModel(
         name=name, totals=totals, hardware=hardware_lines(info), warnings=cautions,
         runs=runs_table(run_records),

@@ -3,8 +3,9 @@ data), and a `write` that turns the built report into files in a folder, each th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.base import safewrite
 
@@ -24,6 +25,12 @@ class Format:
     def write(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]]) -> list[Path]:
         """`charts`: every chart of the report by the section it belongs to (render.report_charts)."""
         raise NotImplementedError
+
+    def ahead(self, frame: Any) -> dict[str, Callable[[], str]]:
+        """The texts this format can make from the repeats' frame alone, by file name. A report has them made in a
+        child (runner/base/aside.py) while it builds its views, and passes them to `write` as `texts=` (a format that
+        has some takes that argument). None by default."""
+        return {}
 
 
 def write_text(path: Path, text: str) -> Path:

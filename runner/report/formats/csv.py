@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runner.report import fmt
 from runner.report.formats import register
 from runner.report.formats.base import Format, write_text
 
 if TYPE_CHECKING:
+    from runner.base.aside import Aside
     from runner.report.charts import Chart
     from runner.report.views import ReportModel
 
@@ -17,11 +19,22 @@ if TYPE_CHECKING:
 class Csv(Format):
     name = "csv"
 
-    def write(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]]) -> list[Path]:
-        from runner.report.render import repeats_frame
+    def ahead(self, frame: Any) -> dict[str, Callable[[], str]]:
+        return {"repeats.csv": lambda: repeats_csv(frame)}  # the frame alone: made while the views are built
+
+    def write(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]],
+              texts: Aside | None = None) -> list[Path]:
+        def repeats() -> str:
+            return repeats_csv(model.frame)
 
         return [write_text(out / "summary.csv", fmt.csv_text(model.summary)),
-                write_text(out / "repeats.csv", fmt.csv_text(repeats_frame(model.frame)))]
+                write_text(out / "repeats.csv", texts.text("repeats.csv", repeats) if texts else repeats())]
+
+
+def repeats_csv(frame: Any) -> str:
+    from runner.report.render import repeats_frame
+
+    return fmt.csv_text(repeats_frame(frame))
 
 
 register(Csv())
