@@ -128,9 +128,8 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path, pa
     at a report's name (or at plots/) is refused, never followed. With a `painter` (runner/report/painter.py) the PNG
     charts are drawn in its process while the other formats are written; the formats that show PNGs come last.
     `early`: charts already made (and sent to the painter) before the views were built (`summary_charts`). `texts`:
-    the formats' texts made aside from the frame alone (`start_ahead`), for the formats that have some."""
+    the formats' texts made aside from the frame alone (`start_ahead`), taken by `Format.write_ahead`."""
     from runner.report.formats import FORMATS
-    from runner.report.formats.base import Format
 
     out.mkdir(parents=True, exist_ok=True)
     chosen = [FORMATS.get(name) for name in formats]
@@ -138,8 +137,8 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path, pa
     if painter is not None and any("png" in f.plots for f in chosen):
         made = painted(made, painter)
     order = sorted(chosen, key=lambda f: "png" in f.plots)  # stable: the others first, in their order
-    written = {f.name: f.write(model, out, made, texts=texts) if texts is not None and type(f).ahead is not Format.ahead
-               else f.write(model, out, made) for f in order}
+    written = {f.name: f.write_ahead(model, out, made, texts) if texts is not None else f.write(model, out, made)
+               for f in order}
     return [path for f in chosen for path in written[f.name]]
 
 

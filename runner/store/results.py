@@ -25,7 +25,7 @@ _SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type] 
 try:  # a C reader, four times faster on the metrics' lists of numbers; json alone where it is not installed
     import orjson as _orjson
 except ImportError:  # pragma: no cover - a dependency (pyproject.toml)
-    _orjson = None
+    _orjson = None  # type: ignore[assignment]
 _LARGE = 2.0 ** 63  # orjson reads an integer beyond 64 bits as a float; json.loads keeps it exact
 
 

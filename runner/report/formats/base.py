@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.base import safewrite
 
 if TYPE_CHECKING:
+    from runner.base.aside import Aside
     from runner.report.charts import Chart
     from runner.report.views import ReportModel
 
@@ -28,9 +29,12 @@ class Format:
 
     def ahead(self, frame: Any) -> dict[str, Callable[[], str]]:
         """The texts this format can make from the repeats' frame alone, by file name. A report has them made in a
-        child (runner/base/aside.py) while it builds its views, and passes them to `write` as `texts=` (a format that
-        has some takes that argument). None by default."""
+        child (runner/base/aside.py) while it builds its views, then calls `write_ahead`. None by default."""
         return {}
+
+    def write_ahead(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]], texts: Aside) -> list[Path]:
+        """`write`, with the texts `ahead` started taken from `texts` (`texts.text(name, make)`)."""
+        return self.write(model, out, charts)
 
 
 def write_text(path: Path, text: str) -> Path:

@@ -22,8 +22,13 @@ class Csv(Format):
     def ahead(self, frame: Any) -> dict[str, Callable[[], str]]:
         return {"repeats.csv": lambda: repeats_csv(frame)}  # the frame alone: made while the views are built
 
-    def write(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]],
-              texts: Aside | None = None) -> list[Path]:
+    def write(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]]) -> list[Path]:
+        return self._write(model, out, None)
+
+    def write_ahead(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]], texts: Aside) -> list[Path]:
+        return self._write(model, out, texts)
+
+    def _write(self, model: ReportModel, out: Path, texts: Aside | None) -> list[Path]:
         def repeats() -> str:
             return repeats_csv(model.frame)
 
