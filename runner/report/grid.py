@@ -26,14 +26,17 @@ def _steps(ok: pd.DataFrame) -> set[int]:
     return {int(s) for s in ok["steps"] if isinstance(s, int | float) and s == s} if "steps" in ok else set()
 
 
-def per_step_rows(cells: list[dict[str, Any]], shown: pd.DataFrame | None, metric: an.Metric
-                  ) -> tuple[list[dict[str, Any]], str, str]:
+def per_step_rows(cells: list[dict[str, Any]], shown: pd.DataFrame | None, metric: an.Metric,
+                  steps_of: _Steps | None = None) -> tuple[list[dict[str, Any]], str, str]:
     """The block's rows for a loss or accuracy: (rows to show, the row's label, a note). Unchanged when every ok
     repeat trained as many steps; the loss at a common step when they differ; else the step count in each value
-    and a note that the figures are not comparable."""
+    and a note that the figures are not comparable. `steps_of`: the steps of `shown`'s cells read once (a grid of
+    many blocks), so that a block whose repeats all trained as many steps reads no rows."""
     if shown is None or shown.empty or "cell_key" not in shown:
         return cells, metric.heading, ""
     keys = {str(r["cell_key"]) for r in cells}
+    if steps_of is not None and len(steps_of.of(metric, keys)) <= 1:
+        return cells, metric.heading, ""
     read = shown[[c for c in ("cell_key", "status", metric.name, "steps", "loss_at") if c in shown]]  # not every column
     ok = read[read["cell_key"].isin(keys) & (read["status"] == Status.OK.value) & read[metric.name].notna()]
     steps = _steps(ok)
@@ -67,6 +70,7 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
         blocks.setdefault(tuple(r[k] for k in GROUP), []).append(r)
     sections = []
     units = _Units(shown) if shown is not None and "cell_key" in shown else None
+    steps_of = _Steps(shown) if shown is not None and "cell_key" in shown else None
     for cells in blocks.values():
         first = cells[0]
         batches = sorted({int(r["batch_size"]) for r in cells})
@@ -78,7 +82,7 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
         notes = []
         for m in metrics:
             if m.per_step:
-                rows, label, note = per_step_rows(cells, shown, m)
+                rows, label, note = per_step_rows(cells, shown, m, steps_of)
                 shown_rows[m.name] = (rows, label)
                 notes += [note] if note else []
         by_precision: dict[str, dict[int, int]] = {}
@@ -102,6 +106,28 @@ def grid_sections(summary: pd.DataFrame, shown: pd.DataFrame | None = None) -> l
                                        cell_label(first, ["model", "dataset", "gpus", "nodes", "options"])) if p)
         sections.append(Section(title, table, " ".join(notes)))
     return sections
+
+
+class _Steps:
+    """Per cell key, the step counts its ok repeats with a figure of a metric trained (what `_steps` reads of a block's
+    rows), read once per metric."""
+
+    def __init__(self, shown: pd.DataFrame) -> None:
+        self.shown = shown
+        self.by_metric: dict[str, dict[str, set[int]]] = {}
+
+    def of(self, m: an.Metric, keys: set[str]) -> set[int]:
+        if m.name not in self.by_metric:
+            found: dict[str, set[int]] = {}
+            shown = self.shown
+            if "steps" in shown and m.name in shown:
+                ok = ((shown["status"] == Status.OK.value) & shown[m.name].notna()).to_numpy()
+                for key, s, good in zip(shown["cell_key"].tolist(), shown["steps"].tolist(), ok.tolist(), strict=True):
+                    if good and isinstance(s, int | float) and s == s:
+                        found.setdefault(str(key), set()).add(int(s))
+            self.by_metric[m.name] = found
+        seen = self.by_metric[m.name]
+        return {s for k in keys for s in seen.get(k, ())}
 
 
 class _Units:
