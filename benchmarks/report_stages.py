@@ -5,7 +5,8 @@
 The same synthetic store as benchmarks/report_gen.py (5 environments, 3 models, 4 precisions, 5 batch sizes). Stages:
 the store read, the frame (admission per repeat), the history, the views (`views.build`, and inside it the comparison
 families alone), each data format written apart and the chart specs. The PNG charts are drawn in a helper process
-(runner/report/painter.py) and are not timed here: report_gen.py times the whole command.
+(runner/report/painter.py) and repeats.csv in a forked child (runner/base/aside.py) while the report builds its
+views; both are timed here in this process, and report_gen.py times the whole command.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from runner import analysis as an  # noqa: E402
 from runner.base.gcpause import collector_paused  # noqa: E402
 from runner.report import pairs, render, views  # noqa: E402
 from runner.report.formats import FORMATS  # noqa: E402
+from runner.report.formats.csv import repeats_csv  # noqa: E402
 
 
 def best(rounds: int, f: Callable[[], Any]) -> tuple[float, Any]:
@@ -68,6 +70,8 @@ def main() -> None:
         stages["  of which the comparison families"], _ = best(n, lambda: pairs.families(shown, summary))
         for f in ("md", "html", "csv", "json"):
             stages[f"write {f} (no charts)"], _ = best(n, partial(FORMATS.get(f).write, model, out, {}))
+            if f == "csv":  # `matrix report` makes this part in a forked child while it builds the views
+                stages["  of which repeats.csv (made aside)"], _ = best(n, lambda: repeats_csv(df))
         stages["chart specs"], _ = best(n, lambda: render.report_charts(model))
     print(f"{args.repeats} repeats, best of {n} rounds each:")
     for k, v in stages.items():

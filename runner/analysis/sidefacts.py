@@ -42,7 +42,7 @@ def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     keys = [k for k in PARAM_KEYS if k != "precision"]
     cols = ["side", *keys, "precision", "fp32_mean", "mean", "ratio", "why"]
     read = [*keys, "precision", HEADLINE, f"how_{HEADLINE}", f"unit_{HEADLINE}", "id", "settings"]
-    ok = df.loc[(df["status"] == Status.OK.value) & df[HEADLINE].notna(), read]  # the columns read, not the frame
+    ok = df.loc[(df["status"] == Status.OK.value) & df[HEADLINE].notna(), [c for c in read if c in df]]  # not all
     if ok.empty:
         return pd.DataFrame(columns=cols)
     ok = ok.assign(_def=[definition_text(h, u) for h, u in zip(ok[f"how_{HEADLINE}"], ok[f"unit_{HEADLINE}"],

@@ -358,7 +358,7 @@ def measurement(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     read = [*CELL_KEYS, "cell_key", "seq", "id", "warmup_iters", "load", "window_s", "steady", "window_iters",
             "calibrated", "cpu_native", "cpu_math", "cpu_why"]  # the columns read: the wide frame is copied once
-    ok = df.loc[df["status"] == Status.OK.value, list(dict.fromkeys(read))]
+    ok = df.loc[df["status"] == Status.OK.value, [c for c in dict.fromkeys(read) if c in df]]
     if ok.empty:
         return pd.DataFrame(columns=cols)
     ok = ok.sort_values(["seq", "id"])

@@ -7,7 +7,8 @@ copies only the thread that calls it, so a lock another thread held would stay h
 more than one CPU. Anywhere else, and whenever the child does not bring the whole text back (it failed, was killed,
 ran out of memory), the text is made in the process when it is asked for, where an error reads as it always did: the
 child changes when the work is done, never what it makes. The child writes nothing but its pipe, and ends with
-os._exit (no exit handler, no inherited buffer flushed twice).
+os._exit (no exit handler, no inherited buffer flushed twice). Ctrl-C and SIGTERM are held back across the fork: the
+child ignores Ctrl-C (the parent's handler stops it, `close`) and ends at SIGTERM without the parent's handlers.
 
 The pipe carries the text's length (8 bytes) and the text as UTF-8 with lone surrogates passed through, so the text
 read back is the one made, character for character.
@@ -25,13 +26,15 @@ import threading
 from collections.abc import Callable
 
 _LENGTH = struct.Struct(">Q")
+_HELD = {signal.SIGINT, signal.SIGTERM}
 _CHUNK = 1 << 20
 
 
 def can_fork() -> bool:
-    """Whether a child can be forked here safely and to any end: fork() exists, no other thread runs, and there is a
-    second CPU to run it on."""
-    return hasattr(os, "fork") and threading.active_count() == 1 and (os.cpu_count() or 1) > 1
+    """Whether a child can be forked here safely and to any end: fork() exists (and signal masks), no other thread
+    runs, and there is a second CPU to run it on."""
+    return (hasattr(os, "fork") and hasattr(signal, "pthread_sigmask") and threading.active_count() == 1
+            and (os.cpu_count() or 1) > 1)
 
 
 class _Child:
@@ -92,16 +95,21 @@ class Aside:
             r, w = os.pipe()
         except OSError:
             return False
+        # Ctrl-C and SIGTERM held back across the fork: one that reached the child before it ignores them would
+        # unwind the caller's code in the child (closing what the parent still uses).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
         try:
             pid = os.fork()
         except OSError:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             os.close(r)
             os.close(w)
             return False
         if pid == 0:  # the child: make the text, write it, end; never return into the caller's code
-            _run_child(r, w, make)
+            _run_child(r, w, make, held)
         os.close(w)
-        self._children[name] = _Child(pid, r)
+        self._children[name] = _Child(pid, r)  # known before a held Ctrl-C is let through: close() then ends it
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return True
 
     def text(self, name: str, make: Callable[[], str]) -> str:
@@ -121,11 +129,15 @@ class Aside:
         return list(self._children)
 
 
-def _run_child(r: int, w: int, make: Callable[[], str]) -> None:
+def _run_child(r: int, w: int, make: Callable[[], str], held: set[int | signal.Signals]) -> None:
     code = 1
     try:
+        # Ctrl-C is the parent's: it stops the child (Aside.close); SIGTERM ends the child as the system would, with
+        # none of the parent's handlers. Set while both are held back, then let through.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         os.close(r)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the child (Aside.close)
         data = make().encode("utf-8", "surrogatepass")
         view = memoryview(_LENGTH.pack(len(data)) + data)
         while view:

@@ -150,6 +150,37 @@ def test_the_child_ignores_ctrl_c_and_the_parent_keeps_its_handler() -> None:
     ''')
 
 
+def test_signals_are_held_only_across_the_fork_and_a_held_ctrl_c_reaches_the_parent_with_the_child_known() -> None:
+    run_program('''
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        with Aside() as a:
+            assert a.start("mask", lambda: repr(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+                                              + [int(signal.getsignal(signal.SIGTERM))]))
+            assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before  # the parent's mask is back
+            assert a.text("mask", lambda: "made here") == repr(sorted(int(s) for s in before) + [int(signal.SIG_DFL)])
+        # A Ctrl-C that arrives while the fork is under way is let through once the child is known: close() ends it.
+        real_fork = os.fork
+        def fork_then_ctrl_c():
+            pid = real_fork()
+            if pid:
+                os.kill(os.getpid(), signal.SIGINT)  # held: delivered when start() lets it through
+            return pid
+        os.fork = fork_then_ctrl_c
+        a = Aside()
+        try:
+            a.start("late", lambda: time.sleep(60) or "never")
+            raise AssertionError("the held Ctrl-C was not delivered")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            os.fork = real_fork
+        assert a.started == ["late"]
+        pid = a._children["late"].pid
+        a.close()
+        assert reaped(pid)
+    ''')
+
+
 def test_the_child_flushes_no_inherited_buffer_and_runs_no_exit_handler() -> None:
     out = run_program('''
         atexit.register(lambda: print("at exit"))
