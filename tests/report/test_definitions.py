@@ -159,14 +159,24 @@ def test_a_redefined_environment_with_the_real_cli(tmp_path: Path) -> None:
     the gate and check agree on which definition they judge, and none pools two."""
     require(importlib.util.find_spec("torch") is not None, "PyTorch is not installed in this interpreter")
 
+    def run(matrix: str, *more: str) -> None:
+        """`matrix run`, which then judges the file's reference (throughput >= 1) on two repeats of a real training:
+        on a loaded machine two repeats can differ ninefold (1074 and 9661 img/s), and the reference is then
+        undecided (exit 5), truly. Which definition each command judges is this test's question, not the reference."""
+        done = subprocess.run([sys.executable, "-m", "runner.cli", "run", "-m", matrix, "--db", "r.db", *more],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False)
+        said = f"matrix run exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        assert done.returncode in (0, 5), said
+        assert done.returncode == 0 or "undecided" in done.stdout.lower(), said
+
     def matrix_file(name: str, variant: str, iterations: int) -> str:
         (tmp_path / name).write_text(MATRIX.format(variant=variant, iterations=iterations))
         return name
 
     v1, v2, v2_long = (matrix_file("v1.yaml", "1", 3), matrix_file("v2.yaml", "2", 3),
                        matrix_file("v3.yaml", "2", 4))
-    cli("run", "-m", v1, "--db", "r.db", cwd=tmp_path)
-    cli("run", "-m", v2, "--db", "r.db", "--env", "cand", cwd=tmp_path)
+    run(v1)
+    run(v2, "--env", "cand")
 
     compare = json.loads(cli("compare", "base", "cand", "--db", "r.db", "--format", "json", cwd=tmp_path).stdout)
     (pair,) = compare["pairs"]
@@ -183,7 +193,7 @@ def test_a_redefined_environment_with_the_real_cli(tmp_path: Path) -> None:
     assert "## Cells measured under more than one definition" in (out / "report.md").read_text()
 
     # Other iterations under the same names: not comparable with base's, so the gate cannot decide.
-    cli("run", "-m", v2_long, "--db", "r.db", "--env", "cand", cwd=tmp_path)
+    run(v2_long, "--env", "cand")
     gate = cli("compare", "base", "cand", "--db", "r.db", "--fail-on", "slower:50%", cwd=tmp_path, code=5)
     assert "not comparable: run settings differ (iterations=3 warmup=1 seed=0 vs iterations=4" in gate.stdout
     assert "Gate undecided" in gate.stdout
