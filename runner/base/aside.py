@@ -2,7 +2,7 @@
 repeats) from the frame alone, so the text is made on the second core while the report builds its views, and the
 report takes it when it writes the file.
 
-The child is forked only where that is safe and useful: a system with fork(), a process with no other thread (a fork
+The child is forked only where that is safe and useful: Linux, a process with no other thread (a fork
 copies only the thread that calls it, so a lock another thread held would stay held in the child), and a machine with
 more than one CPU. Anywhere else, and whenever the child does not bring the whole text back (it failed, was killed,
 ran out of memory), the text is made in the process when it is asked for, where an error reads as it always did: the
@@ -22,6 +22,7 @@ import contextlib
 import os
 import signal
 import struct
+import sys
 import threading
 from collections.abc import Callable
 
@@ -31,10 +32,11 @@ _CHUNK = 1 << 20
 
 
 def can_fork() -> bool:
-    """Whether a child can be forked here safely and to any end: fork() exists (and signal masks), no other thread
-    runs, and there is a second CPU to run it on."""
-    return (hasattr(os, "fork") and hasattr(signal, "pthread_sigmask") and threading.active_count() == 1
-            and (os.cpu_count() or 1) > 1)
+    """Whether a child can be forked here safely and to any end: on Linux (macOS's system libraries are not safe to
+    use in a forked child, which is why Python spawns there), with no other thread running, and a second CPU to run
+    the child on."""
+    return (sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(signal, "pthread_sigmask")
+            and threading.active_count() == 1 and (os.cpu_count() or 1) > 1)
 
 
 class _Child:

@@ -438,6 +438,10 @@ def test_no_fork_with_one_cpu_or_no_fork_at_all(monkeypatch: pytest.MonkeyPatch)
         assert not can_fork()
         assert Aside().start("x", lambda: "child") is False
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(sys, "platform", "darwin")  # fork is not safe there: the text is made in the process
+    assert not can_fork()
+    assert Aside().start("x", lambda: "child") is False
+    monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.delattr(os, "fork")
     assert not can_fork()
     assert Aside().start("x", lambda: "child") is False
