@@ -21,7 +21,7 @@ import pandas as pd
 
 from runner.analysis import significance
 from runner.analysis.change import SIZEABLE, ratio_of
-from runner.analysis.frame import PARAM_KEYS
+from runner.analysis.frame import PARAM_KEYS, present
 from runner.analysis.stats import _join_unique
 from runner.analysis.verdict import Verdict
 from runner.domain.outcomes import Status
@@ -330,7 +330,7 @@ def measure_notes(sides: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
         if "cpu_native" not in df:
             continue
         read = ["environment", "precision", "cpu_native", "cpu_why", "steady", "cell_key"]  # not the whole frame
-        ok = df.loc[df["status"] == Status.OK.value, [c for c in read if c in df]]
+        ok = df.loc[df["status"] == Status.OK.value, present(df, read)]
         emulated = ok[ok["cpu_native"].map(lambda v: v is False).astype(bool)]
         for (env, precision), g in emulated.groupby(["environment", "precision"], sort=False):
             why = _join_unique(g["cpu_why"])

@@ -23,7 +23,7 @@ from runner.analysis.comparable import (
     why_not,
     with_outcomes,
 )
-from runner.analysis.frame import PARAM_KEYS
+from runner.analysis.frame import PARAM_KEYS, present
 from runner.analysis.identity import Definitions, choose
 from runner.analysis.sidefacts import (
     _sorted,
@@ -223,7 +223,7 @@ def side_stats(df: pd.DataFrame, metric: str, keys: Sequence[str] = PARAM_KEYS) 
     metric's statistics."""
     read = [*keys, "environment", "cell_key", "status", "steps", f"how_{metric}", f"unit_{metric}", "settings", "id",
             "reason", "log_tail", "tags"]  # what the cell attributes read: the wide frame is not copied three times
-    work = df[[c for c in dict.fromkeys(read) if c in df]].rename(columns={"cell_key": "cell_keys"}).assign(
+    work = df[present(df, read)].rename(columns={"cell_key": "cell_keys"}).assign(
         environments=df["environment"])
     if "environment" not in keys:
         work = work.drop(columns=["environment"])

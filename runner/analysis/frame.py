@@ -86,6 +86,12 @@ ADMISSION_COLUMNS = ("stored_status", "admission", "checks", "resolution", "prin
 # own (runner/analysis/identity.py: a cell's identity is its definition and its machine).
 
 
+def present(df: pd.DataFrame, names: Iterable[str]) -> list[str]:
+    """The columns among `names` that the frame has, in order, each once: what a function copies when it reads a few
+    columns of the wide frame (a hand-built frame may lack some; reading one then fails where it is read)."""
+    return [c for c in dict.fromkeys(names) if c in df]
+
+
 def frame_columns() -> list[str]:
     """The frame's columns: one per metric of the table (runner/record/metrics.py) and its definition's two."""
     return ["id", "seq", "run_id", "origin", "cell_key", "repeat", "environment", "backend", "tags", *PARAM_KEYS, "settings",

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from runner.analysis.frame import present
 from runner.analysis.stats import status_summary
 
 DEFINITION_COLUMNS = ["cell_key", "environment", "settings", "n", "statuses", "runs", "first_at", "last_at",
@@ -115,7 +116,7 @@ def choose(df: pd.DataFrame, keys: Sequence[str], pool: bool = False) -> Definit
     if df.empty or "cell_key" not in df:
         return Definitions(df, keys=keys, pooled=pool)
     ids = definition_ids(df)
-    narrow = df[list(dict.fromkeys([_order(df), *keys]))].assign(_def=ids)  # the columns read, not the whole frame
+    narrow = df[present(df, [_order(df), *keys])].assign(_def=ids)  # the columns read, not the whole frame
     defs = narrow.groupby("_def", sort=False).agg(_last=(_order(df), "max"))
     names = narrow.drop_duplicates("_def").set_index("_def")[list(keys)]
     defs = defs.join(names)

@@ -18,6 +18,7 @@ from runner.analysis.frame import (
     RECIPE_COLUMNS,
     environment_rank,
     precision_rank,
+    present,
 )
 from runner.analysis.stats import _join_unique, cell_attributes
 from runner.domain.outcomes import Status
@@ -42,7 +43,7 @@ def precision_ratios(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     keys = [k for k in PARAM_KEYS if k != "precision"]
     cols = ["side", *keys, "precision", "fp32_mean", "mean", "ratio", "why"]
     read = [*keys, "precision", HEADLINE, f"how_{HEADLINE}", f"unit_{HEADLINE}", "id", "settings"]
-    ok = df.loc[(df["status"] == Status.OK.value) & df[HEADLINE].notna(), [c for c in read if c in df]]  # not all
+    ok = df.loc[(df["status"] == Status.OK.value) & df[HEADLINE].notna(), present(df, read)]  # not the whole frame
     if ok.empty:
         return pd.DataFrame(columns=cols)
     ok = ok.assign(_def=[definition_text(h, u) for h, u in zip(ok[f"how_{HEADLINE}"], ok[f"unit_{HEADLINE}"],
@@ -96,8 +97,8 @@ def environment_info(df: pd.DataFrame, side: str = "") -> pd.DataFrame:
     cols = ["side", "environment", *joined]
     if df.empty:
         return pd.DataFrame(columns=cols)
-    read = ["environment", "id", "status", "reason", "log_tail", *(c for c in joined if c != "run_ids"), "run_id"]  # what cell_attributes reads
-    narrow = df[[c for c in read if c in df]].rename(columns={"run_id": "run_ids"})
+    read = ["environment", "id", "status", "reason", "log_tail", *(c for c in joined if c != "run_ids"), "run_id"]
+    narrow = df[present(df, read)].rename(columns={"run_id": "run_ids"})  # what cell_attributes reads
     out, _ = cell_attributes(narrow, ["environment"], joined)
     out["side"] = side
     return out.sort_values("_first", kind="stable")[cols].reset_index(drop=True)

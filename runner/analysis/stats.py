@@ -19,6 +19,7 @@ from runner.analysis.frame import (
     STAT_NAMES,
     environment_rank,
     precision_rank,
+    present,
 )
 from runner.analysis.resolution import NEGLIGIBLE
 from runner.analysis.significance import CONFIDENCE, mean_interval
@@ -358,7 +359,7 @@ def measurement(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     read = [*CELL_KEYS, "cell_key", "seq", "id", "warmup_iters", "load", "window_s", "steady", "window_iters",
             "calibrated", "cpu_native", "cpu_math", "cpu_why"]  # the columns read: the wide frame is copied once
-    ok = df.loc[df["status"] == Status.OK.value, [c for c in dict.fromkeys(read) if c in df]]
+    ok = df.loc[df["status"] == Status.OK.value, present(df, read)]
     if ok.empty:
         return pd.DataFrame(columns=cols)
     ok = ok.sort_values(["seq", "id"])

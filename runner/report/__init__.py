@@ -150,8 +150,7 @@ def report_command(db: Path, runs: Sequence[str] | None = None, formats: Sequenc
                 early.update(render.painted(render.answer_charts(found), painter))
 
         model = views.build(df, records, name, history=hist, provenance=provenance, stored=len(rows),
-                            on_summary=charts_now if painter is not None else None,
-                            on_answer=answer_now if painter is not None else None)
+                            on_summary=charts_now, on_answer=answer_now)
         return render.write_report(model, fmts, out or REPORTS_DIR / render.slug(name), painter, early or None, texts)
 
 

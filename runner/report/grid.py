@@ -23,7 +23,12 @@ GROUP = ("environment", "model", "dataset", "gpus", "nodes", "options")
 
 
 def _steps(ok: pd.DataFrame) -> set[int]:
-    return {int(s) for s in ok["steps"] if isinstance(s, int | float) and s == s} if "steps" in ok else set()
+    return {int(s) for s in ok["steps"] if _counted(s)} if "steps" in ok else set()
+
+
+def _counted(steps: Any) -> bool:
+    """Whether a repeat's `steps` is a count (not missing, not NaN)."""
+    return isinstance(steps, int | float) and steps == steps
 
 
 def per_step_rows(cells: list[dict[str, Any]], shown: pd.DataFrame | None, metric: an.Metric,
@@ -123,7 +128,7 @@ class _Steps:
             if "steps" in shown and m.name in shown:
                 ok = ((shown["status"] == Status.OK.value) & shown[m.name].notna()).to_numpy()
                 for key, s, good in zip(shown["cell_key"].tolist(), shown["steps"].tolist(), ok.tolist(), strict=True):
-                    if good and isinstance(s, int | float) and s == s:
+                    if good and _counted(s):
                         found.setdefault(str(key), set()).add(int(s))
             self.by_metric[m.name] = found
         seen = self.by_metric[m.name]

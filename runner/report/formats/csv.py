@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,15 +24,11 @@ class Csv(Format):
         return {"repeats.csv": lambda: repeats_csv(frame)}  # the frame alone: made while the views are built
 
     def write(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]]) -> list[Path]:
-        return self._write(model, out, None)
+        return self.write_ahead(model, out, charts, None)
 
-    def write_ahead(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]], texts: Aside) -> list[Path]:
-        return self._write(model, out, texts)
-
-    def _write(self, model: ReportModel, out: Path, texts: Aside | None) -> list[Path]:
-        def repeats() -> str:
-            return repeats_csv(model.frame)
-
+    def write_ahead(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]],
+                    texts: Aside | None) -> list[Path]:
+        repeats = partial(repeats_csv, model.frame)
         return [write_text(out / "summary.csv", fmt.csv_text(model.summary)),
                 write_text(out / "repeats.csv", texts.text("repeats.csv", repeats) if texts else repeats())]
 
