@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +23,7 @@ from runner.analysis.comparable import (
     why_not,
     with_outcomes,
 )
-from runner.analysis.frame import PARAM_KEYS, present
+from runner.analysis.frame import PARAM_KEYS, precision_index, present
 from runner.analysis.identity import Definitions, choose
 from runner.analysis.sidefacts import (
     _sorted,
@@ -263,10 +263,118 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
     """Pair two sides' cell statistics (from side_stats) on `keys`: ratio B/A, Welch p (and adjusted for the false
     discovery rate over the pairs tested), verdict and decision; and the unpaired cells (with `unpaired=False`, an
     empty frame of their columns: a caller that shows only the pairs). Paired on the environment too (two machines), a
-    pair is compared only where both measured the same definition of the cell."""
+    pair is compared only where both measured the same definition of the cell.
+
+    Where every key is a plain text or integer, held once a side (side_stats' cells always are), the cells are paired
+    by their keys' values and the pairs' frame is made once; anything else goes through pandas' merge. Both ways give
+    the same frames (tests/analysis/test_pair_rows.py holds them equal)."""
     keys = list(keys)
-    pair_cols = [*keys, *(f"{s}_{x}" for s in "ab" for x in _STAT_COLS), *_PAIR_WORDS]
-    unpaired_cols = ["side", *keys, "environments", "statuses"]
+    rows = _paired_rows(sa, sb, keys)
+    if rows is None:
+        return _merged_pair_stats(sa, sb, metric, alpha, min_effect, keys, unpaired)
+    ia, ib, only_a, only_b = rows
+    if not ia:
+        pairs = pd.DataFrame(columns=_pair_columns(keys))
+    else:
+        a, b = sa.take(ia).reset_index(drop=True), sb.take(ib).reset_index(drop=True)
+        words = _judge_columns(lambda c: (a if c[0] == "a" else b)[c[2:]], metric, alpha, min_effect,
+                               "environment" in keys)
+        # The frame in its columns' order, side by side: one concat of whole frames, not sixty columns one by one.
+        pairs = pd.concat([a[keys], *(part[_STAT_COLS].set_axis([f"{side}_{x}" for x in _STAT_COLS], axis=1)
+                                      for side, part in (("a", a), ("b", b))),
+                           pd.DataFrame({c: words[c] for c in _PAIR_WORDS})], axis=1)
+    alone = None
+    if unpaired and (only_a or only_b):
+        parts = []
+        for side, st, at in (("A", sa, only_a), ("B", sb, only_b)):
+            part = st.take(at)
+            parts.append(pd.DataFrame({"side": side, **{k: part[k] for k in keys},
+                                       "environments": part["environments"], "statuses": part["statuses"],
+                                       "_first": part["_first"]}))
+        alone = _sorted(pd.concat(parts, ignore_index=True), ["side"])[["side", *keys, "environments", "statuses"]]
+    return _typed(pairs, alone, keys)
+
+
+def _pair_columns(keys: Sequence[str]) -> list[str]:
+    return [*keys, *(f"{s}_{x}" for s in "ab" for x in _STAT_COLS), *_PAIR_WORDS]
+
+
+def _typed(pairs: pd.DataFrame, alone: pd.DataFrame | None, keys: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The pairs' and the unpaired cells' frames with their columns' types (an empty frame of each where none)."""
+    ints = dict.fromkeys(("batch_size", "gpus", "nodes"), np.dtype(int))
+    if alone is None:  # the columns' types given, not cast: three casts cost more than the pairs' own frame
+        alone = pd.DataFrame({c: np.empty(0, dtype=ints.get(c, object)) for c in ["side", *keys, "environments",
+                                                                                     "statuses"]})
+    throttled = [f"{side}_{THROTTLED}" for side in "ab"]
+    for c in throttled:
+        if pairs[c].isna().any():
+            pairs[c] = pairs[c].fillna(0)
+    # Each column cast where its type differs (a frame's astype copies every column, 60 of them, each time).
+    return _cast(pairs, {"significant": np.dtype(bool), "a_n": np.dtype(int), "b_n": np.dtype(int),
+                         **dict.fromkeys(throttled, np.dtype(int)), **ints}), _cast(alone, ints)
+
+
+def _cast(df: pd.DataFrame, types: Mapping[str, np.dtype]) -> pd.DataFrame:
+    """`df.astype(types).reset_index(drop=True)`, casting only the columns not already of their type."""
+    df = df.reset_index(drop=True)
+    for c, t in types.items():
+        if c in df and df[c].dtype != t:
+            df[c] = df[c].astype(t)
+    return df
+
+
+_REPORT_ORDER = ("model", "dataset", "options", "gpus", "nodes", "precision", "batch_size")  # _sorted's, then _first
+
+
+def _paired_rows(sa: pd.DataFrame, sb: pd.DataFrame, keys: Sequence[str]
+                 ) -> tuple[list[int], list[int], list[int], list[int]] | None:
+    """(A's rows, B's rows) of each pair in report order (`_sorted`: model, dataset, options, layout, precision, batch
+    size, then A's first repeat), and the rows of each side that have no partner; None where the keys are not all
+    plain (each key a column of texts or of integers on both sides, no key held twice on a side), which pandas'
+    merge is left to pair as it does."""
+    values = []
+    for st in (sa, sb):
+        if not all(k in st for k in keys) or "_first" not in st or st["_first"].dtype.kind not in "iu":
+            return None
+        cols = [_plain(st[k]) for k in keys]
+        if any(c is None for c in cols):
+            return None
+        values.append((cols, list(zip(*cols, strict=True)) if keys else [() for _ in range(len(st))]))
+    (ca, ka), (cb, kb) = values
+    if any(x and y and type(x[0]) is not type(y[0]) for x, y in zip(ca, cb, strict=True)):
+        return None
+    at_b = {k: i for i, k in enumerate(kb)}
+    if len(at_b) != len(kb) or len(set(ka)) != len(ka):
+        return None
+    ia = [i for i, k in enumerate(ka) if k in at_b]
+    firsts = sa["_first"].tolist()
+    order = [keys.index(k) for k in _REPORT_ORDER if k in keys]
+    prec = keys.index("precision") if "precision" in keys else None
+
+    def rank(i: int) -> tuple[object, ...]:
+        k = ka[i]
+        return (*(precision_index(k[j]) if j == prec else k[j] for j in order), firsts[i], k)  # then merge's order
+
+    ia.sort(key=rank)
+    held_a = set(ka)
+    return ia, [at_b[ka[i]] for i in ia], [i for i, k in enumerate(ka) if k not in at_b], \
+        [i for i, k in enumerate(kb) if k not in held_a]
+
+
+def _plain(col: pd.Series) -> list[object] | None:
+    """A key column's values where every one is an int (not a bool) or every one is a text; else None."""
+    if col.dtype.kind in "iu":
+        return col.tolist()
+    if col.dtype.kind not in "OT" and str(col.dtype) != "str":
+        return None
+    vals = col.tolist()
+    return vals if all(type(v) is str for v in vals) else None
+
+
+def _merged_pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float, min_effect: float,
+                       keys: list[str], unpaired: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`pair_stats` through pandas' outer merge: any keys (missing values, floats, a key held twice on a side)."""
+    pair_cols = _pair_columns(keys)
     merged = sa.add_prefix("a_").rename(columns={f"a_{k}": k for k in keys}).merge(
         sb.add_prefix("b_").rename(columns={f"b_{k}": k for k in keys}),
         on=keys, how="outer", indicator=True, sort=False)
@@ -281,31 +389,37 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
                                   "environments": part[f"{low}_environments"],
                                   "statuses": part[f"{low}_statuses"], "_first": part[f"{low}__first"]}))
     alone = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
-    alone = _sorted(alone, ["side"])[unpaired_cols] if not alone.empty else pd.DataFrame(columns=unpaired_cols)
-    ints = dict.fromkeys(("batch_size", "gpus", "nodes"), int)
-    throttled = [f"{side}_{THROTTLED}" for side in "ab"]
-    pairs[throttled] = pairs[throttled].fillna(0)
-    pairs = pairs.astype({"significant": bool, "a_n": int, "b_n": int, **dict.fromkeys(throttled, int), **ints})
-    alone = alone.astype(ints)
-    return pairs.reset_index(drop=True), alone.reset_index(drop=True)
+    alone = _sorted(alone, ["side"])[["side", *keys, "environments", "statuses"]] if not alone.empty else None
+    return _typed(pairs, alone, keys)
 
 
 def _judged(both: pd.DataFrame, metric: Metric, alpha: float, min_effect: float, same_definition: bool
             ) -> pd.DataFrame:
     """The paired cells with their ratio, p-values (adjusted over the pairs tested), verdict and decision."""
-    an_, bn_ = both["a_n"].astype(int), both["b_n"].astype(int)
-    am, bm = both["a_mean"].to_numpy(dtype=float), both["b_mean"].to_numpy(dtype=float)
+    both["a_n"], both["b_n"] = both["a_n"].astype(int), both["b_n"].astype(int)
+    for c, v in _judge_columns(both.__getitem__, metric, alpha, min_effect, same_definition).items():
+        both[c] = v
+    both["_first"] = both["a__first"]
+    return both
+
+
+def _judge_columns(col: Callable[[str], pd.Series], metric: Metric, alpha: float, min_effect: float,
+                   same_definition: bool) -> dict[str, object]:
+    """Each pair's ratio, p-values (adjusted over the pairs tested), interval, verdict and decision, as columns, from
+    the paired cells' columns (`col("a_mean")`: A's means, one per pair)."""
+    an_, bn_ = col("a_n").astype(int), col("b_n").astype(int)
+    am, bm = col("a_mean").to_numpy(dtype=float), col("b_mean").to_numpy(dtype=float)
     ratio = np.array([change.ratio_of(x, y) if n and m else math.nan for x, y, n, m in zip(am, bm, an_, bn_, strict=True)],
                      dtype=float)  # the pair's one ratio B/A (NaN where it cannot be sized both ways)
     # Every repeat equal (min == max): no spread at all, whatever rounding left in the std.
-    sda, sdb = (np.where(both[f"{s}_min"] == both[f"{s}_max"], 0.0, both[f"{s}_std"].to_numpy(dtype=float))
+    sda, sdb = (np.where(col(f"{s}_min") == col(f"{s}_max"), 0.0, col(f"{s}_std").to_numpy(dtype=float))
                 for s in "ab")
     apart = [why_not(metric, (sx, sy), (dx, dy), (tx, ty)) or (other_definition(ka, kb) if same_definition else "")
              for ka, kb, sx, sy, dx, dy, tx, ty in zip(
-                 both["a_cell_keys"], both["b_cell_keys"], both["a_settings"], both["b_settings"],
-                 both["a_definition"], both["b_definition"], both["a_steps_ok"], both["b_steps_ok"], strict=True)]
+                 col("a_cell_keys"), col("b_cell_keys"), col("a_settings"), col("b_settings"),
+                 col("a_definition"), col("b_definition"), col("a_steps_ok"), col("b_steps_ok"), strict=True)]
     q = np.array([resolution.pair(resolution.Quanta(ia, ra), resolution.Quanta(ib, rb)) for ia, ra, ib, rb in zip(
-        *(both[c].fillna(0.0).to_numpy(dtype=float) for c in ("a_resi", "a_resr", "b_resi", "b_resr")), strict=True)])
+        *(col(c).fillna(0.0).to_numpy(dtype=float) for c in ("a_resi", "a_resr", "b_resi", "b_resr")), strict=True)])
     p = significance.welch_from_stats(am, sda, an_, bm, sdb, bn_, q, q)
     p = np.where([bool(w) for w in apart], math.nan, p)
     p_adj = significance.adjust(p)
@@ -315,26 +429,25 @@ def _judged(both: pd.DataFrame, metric: Metric, alpha: float, min_effect: float,
     family = int(np.isfinite(p).sum())
     judged = [_verdict(d, (padj, praw, family), x, y, sa_, sb_, why, ma, mb, c, metric, alpha, min_effect)
               for d, padj, praw, x, y, sa_, sb_, why, ma, mb, c in zip(
-                  deltas, p_adj, p, an_, bn_, both["a_statuses"], both["b_statuses"], apart, am, bm, coarse,
+                  deltas, p_adj, p, an_, bn_, col("a_statuses"), col("b_statuses"), apart, am, bm, coarse,
                   strict=True)]
-    both["a_n"], both["b_n"] = an_, bn_
-    both["ratio"] = np.where([bool(w) for w in apart], math.nan, ratio)
-    both["_se"] = [d.se for d in deltas]
-    both["_dof"] = [d.dof for d in deltas]
-    both["ratio_low"] = [d.low for d in deltas]
-    both["ratio_high"] = [d.high for d in deltas]
-    both["needed"] = [change.needed(d, min_effect, None, c, alpha / max(family, 1))
-                      if j[2] is Verdict.UNDECIDED and d.has_interval else None
-                      for d, j, c in zip(deltas, judged, coarse, strict=True)]
-    both["p_value"], both["p_adjusted"] = p, p_adj
-    both["change"] = [change_words(r, metric) for r in both["ratio"]]
-    both["significant"] = [j[0] for j in judged]
-    both["verdict"] = [j[1] for j in judged]
-    both["decision"] = [j[2].value for j in judged]
-    both["throttling"] = [throttling_note(sig, ta, tb, x, y) for sig, ta, tb, x, y in zip(
-        both["significant"], both[f"a_{THROTTLED}"], both[f"b_{THROTTLED}"], an_, bn_, strict=True)]
-    both["_first"] = both["a__first"]
-    return both
+    ratio = np.where([bool(w) for w in apart], math.nan, ratio)
+    significant = [j[0] for j in judged]
+    return {
+        "ratio": ratio,
+        "_se": [d.se for d in deltas], "_dof": [d.dof for d in deltas],
+        "ratio_low": [d.low for d in deltas], "ratio_high": [d.high for d in deltas],
+        "needed": [change.needed(d, min_effect, None, c, alpha / max(family, 1))
+                   if j[2] is Verdict.UNDECIDED and d.has_interval else None
+                   for d, j, c in zip(deltas, judged, coarse, strict=True)],
+        "p_value": p, "p_adjusted": p_adj,
+        "change": [change_words(r, metric) for r in ratio.tolist()],
+        "significant": significant,
+        "verdict": [j[1] for j in judged],
+        "decision": [j[2].value for j in judged],
+        "throttling": [throttling_note(sig, ta, tb, x, y) for sig, ta, tb, x, y in zip(
+            significant, col(f"a_{THROTTLED}"), col(f"b_{THROTTLED}"), an_, bn_, strict=True)],
+    }
 
 
 def _verdict(d: change.Change, ps: tuple[float, float, int], x: int, y: int, sa_: str, sb_: str, why: str, ma: float,
