@@ -5,21 +5,28 @@ and the report writes its other formats meanwhile. On a machine with one core it
 the process; where the helper cannot start or fails, every chart it did not draw is drawn in the process, where an
 error reads as it always did.
 
-The helper speaks through its pipes: it reads lines, each one JSON list of [spec, Vega-Lite version, scale], and
-writes for each chart, in the order sent, a byte (1: a PNG follows, 0: it failed) and the PNG's length in 8 bytes,
-then the PNG. It writes no file: the report writes every file itself (runner/base/safewrite.py)."""
+The report and its helper share a private folder (made by the report, 0700, removed with the helper) and speak
+through their pipes in short lines only, so that neither ever waits on the other and the report needs no thread
+(it forks children for its other formats: runner/base/aside.py): the report writes each batch of charts into the
+folder (`B.json`, B the number of its first chart; a JSON list of [spec, Vega-Lite version, scale]) and sends
+the helper the line "B N"; the helper draws them in order, writes each PNG into the folder (`I.png`) and answers,
+for each chart, its head: a byte (1: drawn, 0: it failed) and the PNG's length in 8 bytes. The report takes each PNG
+when it needs it (`png(i)`) and writes every report file itself (runner/base/safewrite.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import queue
+import select
+import shutil
 import struct
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, BinaryIO
 
 HEAD = struct.Struct(">BQ")   # drawn or not, and the PNG's length
@@ -33,119 +40,115 @@ class Painter:
     """The helper process, started at once. `submit` sends it charts (more than once: the report sends the charts it
     can make from the summary while it builds the rest) and returns the first one's number; `png(i)` waits for the
     i-th (None where the helper did not draw it: the caller draws it then; all the calls together wait WAIT at
-    most); `close` ends the helper whatever state it is in. The helper draws in the order the charts were sent."""
+    most); `close` ends the helper whatever state it is in and removes the folder. The helper draws in the order the
+    charts were sent."""
 
     def __init__(self, start: bool = True) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: Path | None = None                    # the folder the batches and the PNGs go through
         self._sent = 0                                   # charts submitted, numbered in that order
-        self._drawn: list[bytes | None] = []             # the answers read so far, in the same order
+        self._heads: list[tuple[int, int]] = []          # the answers read so far (drawn, length), in the same order
+        self._pending = b""                              # answer bytes read but not yet a whole head
         self._over = False                               # no more answers will come (the helper ended, or was ended)
-        self._cond = threading.Condition()
-        self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
         self._deadline: float | None = None              # when the report stops waiting (WAIT after the first png())
         if not start:
             self._over = True
             return
         try:
+            self._dir = Path(tempfile.mkdtemp(prefix="matrix-charts-"))
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_root(), os.environ.get("PYTHONPATH"))
                                                                if p)}
-            self._proc = subprocess.Popen([sys.executable, "-m", "runner.report.painter"], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+            self._proc = subprocess.Popen([sys.executable, "-m", "runner.report.painter", str(self._dir)],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                          env=env)
         except OSError:
-            self._proc = None
-            self._over = True
+            self.close()
 
     def submit(self, jobs: Sequence[tuple[dict[str, Any], str, float]]) -> int:
-        """Send these charts (one line of JSON) and return the number of the first: the i-th of them is `png(first +
-        i)`. Writing and reading happen on threads: the report goes on meanwhile, and a helper that stops reading or
-        answering holds no one."""
+        """Send these charts and return the number of the first: the i-th of them is `png(first + i)`. The batch goes
+        into the folder and its name down the pipe in a line (the helper reads it when it is done with the last):
+        the report never waits on the helper here."""
         first = self._sent
         self._sent += len(jobs)
         proc = self._proc
-        if proc is None or proc.stdin is None or proc.stdout is None:
+        if proc is None or proc.stdin is None or self._dir is None:
             return first
         try:
-            line = json.dumps([list(j) for j in jobs], allow_nan=False).encode() + b"\n"
-        except (TypeError, ValueError):  # a value JSON cannot carry: the report draws them, and says what is wrong
-            self.close()
-            return first
-        if not self._threads:
-            self._threads = [threading.Thread(target=self._write, args=(proc.stdin,), daemon=True),
-                             threading.Thread(target=self._listen, args=(proc.stdout,), daemon=True)]
-            for t in self._threads:
-                t.start()
-        self._lines.put(line)
+            (self._dir / f"{first}.json").write_bytes(json.dumps([list(j) for j in jobs], allow_nan=False).encode())
+            proc.stdin.write(f"{first} {len(jobs)}\n".encode())
+            proc.stdin.flush()
+        except (OSError, TypeError, ValueError):  # the helper is gone, the disk is full, or a value JSON cannot carry:
+            self.close()                           # the report draws them, and says what is wrong
         return first
-
-    def _write(self, into: BinaryIO) -> None:
-        try:
-            while (line := self._lines.get()) is not None:
-                into.write(line)
-                into.flush()
-            into.close()
-        except (OSError, ValueError):  # the helper is gone (or was ended): what it did not draw is drawn here
-            return
-
-    def _listen(self, out: BinaryIO) -> None:
-        try:
-            self._read(out)
-        except (OSError, ValueError):
-            pass
-        finally:
-            with self._cond:
-                self._over = True
-                self._cond.notify_all()
-
-    def _read(self, out: BinaryIO) -> None:
-        """Read answers until the helper ends or says something that is not an answer (nothing more it sends is
-        trusted then)."""
-        while True:
-            head = _exactly(out, HEAD.size)
-            if head is None:
-                return
-            ok, size = HEAD.unpack(head)
-            if ok not in (0, 1) or size > LARGEST:
-                return
-            body = _exactly(out, size) if size else b""
-            if body is None:
-                return
-            with self._cond:
-                self._drawn.append(body if ok and body.startswith(PNG) else None)
-                self._cond.notify_all()
 
     def png(self, i: int) -> bytes | None:
         if i >= self._sent:
             return None
         if self._deadline is None:
             self._deadline = time.monotonic() + WAIT
-        with self._cond:
-            answered = self._cond.wait_for(lambda: i < len(self._drawn) or self._over,
-                                           max(0.0, self._deadline - time.monotonic()))
-            drawn = self._drawn[i] if i < len(self._drawn) else None
-        if not answered:  # a helper stuck: the charts it has not sent are drawn in the report
-            self.close()
-        return drawn
+        while i >= len(self._heads) and not self._over:
+            if not self._answers(max(0.0, self._deadline - time.monotonic())):
+                self.close()  # a helper stuck: the charts it has not drawn are drawn in the report
+        if i >= len(self._heads) or self._dir is None:
+            return None
+        ok, size = self._heads[i]
+        if not ok:
+            return None
+        try:
+            path = self._dir / f"{i}.png"
+            body = path.read_bytes()
+            path.unlink()
+        except OSError:
+            return None
+        return body if len(body) == size and body.startswith(PNG) else None
+
+    def _answers(self, timeout: float) -> bool:
+        """Read what the helper has answered, waiting `timeout` at most for something; False where nothing came."""
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            self._over = True
+            return True
+        fd = proc.stdout.fileno()
+        try:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if not ready:
+                return False
+            chunk = os.read(fd, 1 << 16)
+        except (OSError, ValueError):
+            chunk = b""
+        if not chunk:  # the helper ended
+            self._over = True
+            return True
+        self._take(chunk)
+        return True
+
+    def _take(self, data: bytes) -> None:
+        """Heads from the helper's answer bytes; anything that is not a head ends the helper (nothing more it says
+        is trusted then)."""
+        self._pending += data
+        while len(self._pending) >= HEAD.size:
+            ok, size = HEAD.unpack(self._pending[:HEAD.size])
+            if ok not in (0, 1) or size > LARGEST or len(self._heads) >= self._sent:
+                self._pending = b""
+                self.close()
+                return
+            self._heads.append((ok, size))
+            self._pending = self._pending[HEAD.size:]
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.kill()  # first: a thread writing to it or reading from it is let go
-        proc.wait()
-        self._lines.put(None)
-        for t in self._threads:
-            t.join()
-        with self._cond:
-            self._over = True
-            self._cond.notify_all()
-        for stream in (proc.stdin, proc.stdout):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
+        self._over = True
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                with contextlib.suppress(OSError):
+                    if stream is not None:
+                        stream.close()
+        folder, self._dir = self._dir, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def __enter__(self) -> Painter:
         return self
@@ -159,20 +162,9 @@ def _root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _exactly(stream: BinaryIO, n: int) -> bytes | None:
-    parts, left = [], n
-    while left:
-        chunk = stream.read(left)
-        if not chunk:
-            return None
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
-
-
-def main() -> int:
+def main(folder: str) -> int:
     # The answers go out on a copy of stdout; whatever the engine itself prints goes to stderr, never into them.
-    out = os.fdopen(os.dup(1), "wb")
+    out: BinaryIO = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     import vl_convert
 
@@ -181,20 +173,28 @@ def main() -> int:
         vl_convert.vegalite_to_png(WARM, vl_version=vl_convert.get_vegalite_versions()[-1], scale=1.0)
     except Exception:  # noqa: BLE001  (a failure here is the charts' own, said when they are drawn in the report)
         pass
+    where = Path(folder)
     for line in sys.stdin.buffer:  # one batch of charts per line, drawn as it comes; the report's end is EOF
-        if not line.strip():
-            continue
-        for spec, version, scale in json.loads(line):
+        try:
+            first, count = (int(x) for x in line.split())
+        except ValueError:
+            return 1  # not the report speaking: the report draws what it sent
+        try:
+            jobs = json.loads((where / f"{first}.json").read_bytes())
+        except (OSError, ValueError):
+            jobs = []
+        for i in range(count):
             try:
+                spec, version, scale = jobs[i]
                 png = bytes(vl_convert.vegalite_to_png(spec, vl_version=version, scale=scale))
+                (where / f"{first + i}.png").write_bytes(png)
             except Exception:  # noqa: BLE001  (drawn again in the report, where its error is said)
                 out.write(HEAD.pack(0, 0))
             else:
                 out.write(HEAD.pack(1, len(png)))
-                out.write(png)
             out.flush()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1]))

@@ -126,7 +126,8 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path, pa
     """Write the report in each format (runner/report/formats/: one module each) into `out`; returns the files
     written (plots included), in the formats' order. Each file through runner/base/safewrite.py: a link or a FIFO planted
     at a report's name (or at plots/) is refused, never followed. With a `painter` (runner/report/painter.py) the PNG
-    charts are drawn in its process while the other formats are written; the formats that show PNGs come last.
+    charts are drawn in its process while the other formats are written; the formats that show PNGs come last, or
+    first where children make the other formats' texts (`Format.from_model`, runner/base/aside.py).
     `early`: charts already made (and sent to the painter) before the views were built (`summary_charts`). `texts`:
     the formats' texts made aside from the frame alone (`start_ahead`), taken by `Format.write_ahead`."""
     from runner.report.formats import FORMATS
@@ -137,6 +138,14 @@ def write_report(model: views.ReportModel, formats: Sequence[str], out: Path, pa
     if painter is not None and any("png" in f.plots for f in chosen):
         made = painted(made, painter)
     order = sorted(chosen, key=lambda f: "png" in f.plots)  # stable: the others first, in their order
+    if texts is not None:
+        # What the built report alone makes is made in children while this process writes the rest: every such text
+        # where a format that waits on the painter comes last, else all but the last (this process makes it). With
+        # children at work, the formats that wait on the painter are written first, and the children's texts taken.
+        later = [item for f in order for item in f.from_model(model, made).items()]
+        forked = [texts.start(name, make) for name, make in (later if "png" in order[-1].plots else later[:-1])]
+        if any(forked):
+            order = sorted(chosen, key=lambda f: "png" not in f.plots)
     written = {f.name: f.write_ahead(model, out, made, texts) if texts is not None else f.write(model, out, made)
                for f in order}
     return [path for f in chosen for path in written[f.name]]

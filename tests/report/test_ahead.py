@@ -1,5 +1,7 @@
-"""What a report makes early: repeats.csv in a forked child while the views are built (runner/base/aside.py), and the
-answer's chart sent to the PNG helper as soon as the answer exists. Neither changes a byte of the report."""
+"""What a report makes early or beside itself: repeats.csv in a forked child while the views are built
+(runner/base/aside.py), the other formats' texts (report.html, summary.csv, report.json) in children while the report
+writes report.md, and the answer's chart sent to the PNG helper as soon as the answer exists. None of it changes a
+byte of the report."""
 
 from __future__ import annotations
 
@@ -37,14 +39,14 @@ def spy_text(self, name, make):
     return got
 aside.Aside.start, aside.Aside.text = spy_start, spy_text
 os.cpu_count = lambda: 2  # a one-CPU runner still takes the fork path here
-paths = report_command(Path(sys.argv[1]), None, ["csv", "md"], Path(sys.argv[2]))
+paths = report_command(Path(sys.argv[1]), None, sys.argv[3].split(","), Path(sys.argv[2]))
 print(json.dumps({"started": started, "taken": taken, "files": [p.name for p in paths], "pid": os.getpid()}))
 """
 
 
-def fresh_report(db: Path, out: Path) -> dict[str, Any]:
+def fresh_report(db: Path, out: Path, formats: str = "csv,md") -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", PROGRAM, str(db), str(out)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", PROGRAM, str(db), str(out), formats], capture_output=True, text=True,
                           env=env, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     said: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -55,8 +57,9 @@ def test_repeats_csv_comes_from_a_child_and_is_the_one_the_report_makes_in_proce
                                                                                      monkeypatch: pytest.MonkeyPatch
                                                                                      ) -> None:
     said = fresh_report(db, tmp_path / "forked")
-    assert said["started"] == [["repeats.csv", True]], "the fresh report forked a child for repeats.csv"
-    assert said["taken"] == [["repeats.csv", True]], "and took its text from it"
+    assert said["started"] == [["repeats.csv", True], ["summary.csv", True]], "the fresh report forked a child for " \
+        "repeats.csv, then one for summary.csv while it wrote report.md"
+    assert sorted(said["taken"]) == [["repeats.csv", True], ["summary.csv", True]], "and took their texts from them"
     monkeypatch.setattr("runner.base.aside.can_fork", lambda: False)
     report_command(db, None, ["csv", "md"], tmp_path / "here")
     for name in ("repeats.csv", "summary.csv", "report.md"):
@@ -87,13 +90,40 @@ def test_a_child_that_dies_leaves_repeats_csv_to_the_report(db: Path, tmp_path: 
     assert (tmp_path / "killed" / "repeats.csv").read_bytes() == (tmp_path / "here" / "repeats.csv").read_bytes()
 
 
-def test_a_report_without_csv_forks_nothing(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_format_s_text_comes_from_a_child_and_is_the_one_made_in_process(db: Path, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report in every format: report.html, summary.csv and report.json are made in children while the report writes
+    report.md (which waits on the PNG helper), byte for byte the texts made in the process; no child and no helper's
+    folder is left."""
+    import tempfile
+
+    before = set(Path(tempfile.gettempdir()).glob("matrix-charts-*"))
+    said = fresh_report(db, tmp_path / "forked", "md,html,csv,json")
+    assert said["started"] == [["repeats.csv", True], ["report.html", True], ["summary.csv", True],
+                               ["report.json", True]]
+    assert sorted(said["taken"]) == sorted(name for name in said["started"])
+    files = said["files"]
+    assert [f for f in files if f.startswith("report.") or f.endswith(".csv")] == [
+        "report.md", "report.html", "summary.csv", "repeats.csv", "report.json"]  # in the formats' order
+    monkeypatch.setattr("runner.base.aside.can_fork", lambda: False)
+    report_command(db, None, ["md", "html", "csv", "json"], tmp_path / "here")
+    for name in ("report.md", "report.html", "summary.csv", "repeats.csv", "report.json"):
+        assert (tmp_path / "forked" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
+    assert set(Path(tempfile.gettempdir()).glob("matrix-charts-*")) <= before
+
+
+@pytest.mark.parametrize(("formats", "forked"), [(["json"], []), (["md"], []), (["json", "html"], ["report.json"]),
+                                                 (["html", "json", "md"], ["report.html", "report.json"])])
+def test_the_report_makes_its_last_text_itself(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              formats: list[str], forked: list[str]) -> None:
+    """A child is forked for a text only where the report has something else to do meanwhile: the last text is made in
+    the process, unless the report then waits on its PNG helper (report.md)."""
     from runner.base import aside
 
     started: list[str] = []
     monkeypatch.setattr(aside.Aside, "start", lambda self, name, make: started.append(name) or False)
-    report_command(db, None, ["json", "html"], tmp_path / "out")
-    assert started == []
+    report_command(db, None, formats, tmp_path / "out")
+    assert started == forked
 
 
 def test_the_answer_is_handed_over_before_the_other_views_and_is_the_model_s(db: Path) -> None:

@@ -97,8 +97,8 @@ def test_a_helper_killed_midway_leaves_the_rest_to_the_report(db: Path, tmp_path
 
     def killed(self: painter_mod.Painter, jobs: list[tuple[dict[str, object], str, float]]) -> int:
         first = submit(self, jobs)
-        assert self._proc is not None
-        self._proc.kill()
+        if self._proc is not None:  # the first batch kills it; a later one finds it ended
+            self._proc.kill()
         return first
 
     monkeypatch.setattr(painter_mod.Painter, "submit", killed)
@@ -132,46 +132,78 @@ def test_a_report_that_fails_before_its_charts_leaves_no_helper(tmp_path: Path) 
     assert not helpers()
 
 
-def test_what_the_engine_prints_never_reaches_the_answers() -> None:
+def test_what_the_engine_prints_never_reaches_the_answers(tmp_path: Path) -> None:
     """Anything written to stdout inside the helper (an engine's console) goes to stderr; the answers stay whole."""
-    import io
     import json
     import subprocess
 
-    noisy = ("import os\nfrom runner.report import painter\nloads = painter.json.loads\n"
-             "painter.json.loads = lambda b: (os.write(1, b'WARN noise\\n'), print('more noise', flush=True), loads(b))[2]\n"
-             "painter.main()\n")
-    jobs = json.dumps([[spec(3), vl_version(), SCALE]]).encode()
-    done = subprocess.run([sys.executable, "-c", noisy], input=jobs, capture_output=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[2])
+    noisy = ("import os, sys\nfrom runner.report import painter\nloads = painter.json.loads\n"
+             "painter.json.loads = lambda b: (os.write(1, b'WARN noise\\n'), print('more noise', flush=True), "
+             "loads(b))[2]\npainter.main(sys.argv[1])\n")
+    (tmp_path / "0.json").write_text(json.dumps([[spec(3), vl_version(), SCALE]]))
+    done = subprocess.run([sys.executable, "-c", noisy, str(tmp_path)], input=b"0 1\n", capture_output=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0 and b"noise" in done.stderr
     p = painter_mod.Painter(start=False)
-    p._read(io.BytesIO(done.stdout))
-    assert len(p._drawn) == 1 and p._drawn[0] is not None and p._drawn[0].startswith(PNG)
+    p._sent, p._over, p._dir = 1, False, tmp_path
+    p._take(done.stdout)
+    assert p._heads == [(1, (tmp_path / "0.png").stat().st_size)]
+    drawn = p.png(0)
+    assert drawn is not None and drawn.startswith(PNG) and not (tmp_path / "0.png").exists()
 
 
-@pytest.mark.parametrize("sent", [
-    b"WARN something\n" + b"\x00" * 64,                                        # text where a head should be
-    painter_mod.HEAD.pack(1, 5) + b"hello",                                    # a body that is no PNG
-    painter_mod.HEAD.pack(7, 3) + b"abc",                                      # a flag that is neither 0 nor 1
-    painter_mod.HEAD.pack(1, 1 << 40),                                         # a size no PNG has
-    painter_mod.HEAD.pack(1, 100) + PNG,                                       # cut short
+@pytest.mark.parametrize(("answer", "file"), [
+    (b"WARN something\n" + b"\x00" * 64, PNG),                                 # text where a head should be
+    (painter_mod.HEAD.pack(1, 5), b"hello"),                                    # a file that is no PNG
+    (painter_mod.HEAD.pack(7, 8), PNG),                                         # a flag that is neither 0 nor 1
+    (painter_mod.HEAD.pack(1, 1 << 40), PNG),                                   # a size no PNG has
+    (painter_mod.HEAD.pack(1, 100), PNG),                                       # a file cut short
+    (painter_mod.HEAD.pack(0, 8), PNG),                                         # said not drawn
+    (painter_mod.HEAD.pack(1, 8) * 3, PNG),                                     # more answers than charts sent
+    (b"", None),                                                                # drawn, said, but no file
 ])
-def test_a_garbled_answer_is_not_taken_for_a_chart(sent: bytes) -> None:
-    import io
-
+def test_a_garbled_answer_is_not_taken_for_a_chart(tmp_path: Path, answer: bytes, file: bytes | None) -> None:
+    if file is not None:
+        (tmp_path / "0.png").write_bytes(file)
     p = painter_mod.Painter(start=False)
-    p._read(io.BytesIO(sent + painter_mod.HEAD.pack(1, 8) + PNG))
-    assert p._drawn[:1] in ([], [None])
+    p._sent, p._over, p._dir = 2, False, tmp_path
+    p._take(answer or painter_mod.HEAD.pack(1, 8))
+    assert p.png(0) is None
 
 
 def test_a_slow_helper_holds_the_report_for_wait_in_all_not_per_chart(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A helper alive but answering nothing: the report waits WAIT once, then draws every chart itself."""
+    """A helper alive but answering nothing: the report waits WAIT once, then draws every chart itself, and the
+    helper is ended."""
+    import subprocess
     import time
 
     monkeypatch.setattr(painter_mod, "WAIT", 0.4)
     p = painter_mod.Painter(start=False)
-    p._sent, p._over = 4, False  # four charts sent, no answer, and none said to be the last
+    silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    p._proc, p._sent, p._over = silent, 4, False  # four charts sent, no answer, and none said to be the last
     t = time.monotonic()
     assert [p.png(i) for i in range(4)] == [None] * 4
     assert 0.4 <= time.monotonic() - t < 0.8
+    assert silent.poll() is not None  # ended, not left behind
+
+
+def test_the_report_never_waits_on_a_busy_helper_and_the_folder_goes_with_it() -> None:
+    """A batch far larger than a pipe holds goes through the folder: `submit` returns at once even while the helper
+    is stopped; the folder is private and is removed with the helper."""
+    import stat
+    import time
+
+    big = [(spec(4000), vl_version(), SCALE) for _ in range(3)]
+    with painter_mod.Painter() as p:
+        assert p._proc is not None and p._dir is not None
+        folder = p._dir
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        os.kill(p._proc.pid, 19)  # SIGSTOP: it reads nothing
+        t = time.monotonic()
+        for _ in range(4):
+            p.submit(big)
+        assert time.monotonic() - t < 2.0
+        os.kill(p._proc.pid, 18)  # SIGCONT
+        assert p.png(0) is not None
+    assert not folder.exists() and not helpers()

@@ -32,8 +32,13 @@ class Format:
         child (runner/base/aside.py) while it builds its views, then calls `write_ahead`. None by default."""
         return {}
 
+    def from_model(self, model: ReportModel, charts: dict[str, list[Chart]]) -> dict[str, Callable[[], str]]:
+        """The texts this format writes that the built report alone makes (no PNG), by file name. A report has them
+        made in children while it writes its other files, then calls `write_ahead`. None by default."""
+        return {}
+
     def write_ahead(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]], texts: Aside) -> list[Path]:
-        """`write`, with the texts `ahead` started taken from `texts` (`texts.text(name, make)`)."""
+        """`write`, with the texts `ahead` and `from_model` started taken from `texts` (`texts.text(name, make)`)."""
         return self.write(model, out, charts)
 
 

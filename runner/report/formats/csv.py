@@ -23,13 +23,16 @@ class Csv(Format):
     def ahead(self, frame: Any) -> dict[str, Callable[[], str]]:
         return {"repeats.csv": lambda: repeats_csv(frame)}  # the frame alone: made while the views are built
 
+    def from_model(self, model: ReportModel, charts: dict[str, list[Chart]]) -> dict[str, Callable[[], str]]:
+        return {"summary.csv": partial(fmt.csv_text, model.summary)}
+
     def write(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]]) -> list[Path]:
         return self.write_ahead(model, out, charts, None)
 
     def write_ahead(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]],
                     texts: Aside | None) -> list[Path]:
-        repeats = partial(repeats_csv, model.frame)
-        return [write_text(out / "summary.csv", fmt.csv_text(model.summary)),
+        summary, repeats = partial(fmt.csv_text, model.summary), partial(repeats_csv, model.frame)
+        return [write_text(out / "summary.csv", texts.text("summary.csv", summary) if texts else summary()),
                 write_text(out / "repeats.csv", texts.text("repeats.csv", repeats) if texts else repeats())]
 
 
