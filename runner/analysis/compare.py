@@ -92,6 +92,11 @@ class Side:
             self._cache[key] = environment_info(self.chosen)
         return self._cache[key].assign(side=label)
 
+    def share_info(self, info: pd.DataFrame) -> None:
+        """Take `info` as `environment_info(self.chosen)`: the caller computed it over rows that hold exactly these
+        (an environment's facts are its own rows', in the order of their ids)."""
+        self._cache["info"] = info
+
     @property
     def environments(self) -> list[str]:
         return list(dict.fromkeys(self.chosen["environment"]))

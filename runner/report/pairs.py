@@ -36,7 +36,10 @@ class Families:
     precisions: list[tuple[str, str, str, pd.DataFrame]]
 
 
-def families(df: pd.DataFrame, summary: pd.DataFrame, metric: an.Metric | None = None) -> Families:
+def families(df: pd.DataFrame, summary: pd.DataFrame, metric: an.Metric | None = None,
+             info: pd.DataFrame | None = None) -> Families:
+    """`info`: the environments' facts (`environment_info(df)`), which a side that holds its environment's rows of
+    `df` takes as its own rather than computing them again."""
     m = metric or an.METRICS["throughput"]
     envs = list(dict.fromkeys(summary["environment"])) if len(summary) else []
     machine = df.drop_duplicates("environment").set_index("environment")["machine"] if "machine" in df else None
@@ -44,6 +47,10 @@ def families(df: pd.DataFrame, summary: pd.DataFrame, metric: an.Metric | None =
     for e in envs:
         on.setdefault(str(machine.get(e, "")) if machine is not None else "", []).append(e)
     sides = {e: replace(an.select_side(df, f"env:{e}"), ref=e) for e in envs} if len(envs) > 1 else {}
+    if info is not None and "environment" in info:
+        for e, side in sides.items():
+            if side.keys == an.PARAM_KEYS and side.chosen["id"].tolist() == df.loc[df["environment"] == e, "id"].tolist():
+                side.share_info(info[info["environment"] == e].reset_index(drop=True))
     comparisons = [(group[0], e, an.compare(sides[group[0]], sides[e], m)) for group in on.values() for e in group[1:]]
     return Families(sides, comparisons, precision_pairs(df, envs, m, sides))
 

@@ -366,7 +366,7 @@ def build(df: pd.DataFrame, run_records: list[dict[str, Any]], name: str,
     plain_info = an.environment_info(shown)
     info = with_machines(plain_info, shown) if several_machines else plain_info
 
-    fam = pair_views.families(shown, summary)
+    fam = pair_views.families(shown, summary, info=plain_info)
     metric = an.METRICS["throughput"]
     found = answer.build(answer.families(fam, several=len(info) > 1), hist, metric, nothing_sentence(summary, hist))
     if on_answer is not None:

@@ -169,3 +169,23 @@ def test_precision_ratios_equal_the_aggregation(cells: list[dict[str, Any]], poo
     if pooled:  # several definitions of a cell, and settings that differ between them
         f = pd.concat([f, f.assign(id=f["id"] + 10_000, settings=f["settings"] + " x")], ignore_index=True)
     pd.testing.assert_frame_equal(precision_ratios(f, "A"), old_precision_ratios(f, "A"), check_exact=True)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(a=side_cells, b=side_cells)
+def test_a_side_takes_the_report_s_environment_facts_only_where_they_are_its_own(a: list[dict[str, Any]],
+                                                                                 b: list[dict[str, Any]]) -> None:
+    """The report's environment facts (environment_info over the rows it shows), given to each environment's side,
+    are the facts the side would compute from its own rows."""
+    from runner.analysis.sidefacts import environment_info
+    from runner.report import pairs
+
+    fa, fb = side_frame(a, "envA", 1000.0), side_frame(b, "envB", 9000.0)
+    if fa.empty or fb.empty:
+        return
+    shown = an.choose(pd.concat([fa, fb], ignore_index=True), an.CELL_KEYS).frame
+    fam = pairs.families(shown, an.summarize(shown), info=environment_info(shown))
+    assert set(fam.sides) == {"envA", "envB"}
+    for side in fam.sides.values():
+        assert "info" in side._cache
+        pd.testing.assert_frame_equal(side.info("A"), environment_info(side.chosen).assign(side="A"), check_exact=True)
