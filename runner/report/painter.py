@@ -174,25 +174,32 @@ def main(folder: str) -> int:
     except Exception:  # noqa: BLE001  (a failure here is the charts' own, said when they are drawn in the report)
         pass
     where = Path(folder)
-    for line in sys.stdin.buffer:  # one batch of charts per line, drawn as it comes; the report's end is EOF
-        try:
-            first, count = (int(x) for x in line.split())
-        except ValueError:
-            return 1  # not the report speaking: the report draws what it sent
-        try:
-            jobs = json.loads((where / f"{first}.json").read_bytes())
-        except (OSError, ValueError):
-            jobs = []
-        for i in range(count):
+    try:
+        for line in sys.stdin.buffer:  # one batch of charts per line, drawn as it comes; the report's end is EOF
             try:
-                spec, version, scale = jobs[i]
-                png = bytes(vl_convert.vegalite_to_png(spec, vl_version=version, scale=scale))
-                (where / f"{first + i}.png").write_bytes(png)
-            except Exception:  # noqa: BLE001  (drawn again in the report, where its error is said)
-                out.write(HEAD.pack(0, 0))
-            else:
-                out.write(HEAD.pack(1, len(png)))
-            out.flush()
+                first, count = (int(x) for x in line.split())
+            except ValueError:
+                return 1  # not the report speaking: the report draws what it sent
+            try:
+                jobs = json.loads((where / f"{first}.json").read_bytes())
+            except (OSError, ValueError):
+                jobs = []
+            for i in range(count):
+                try:
+                    spec, version, scale = jobs[i]
+                    png = bytes(vl_convert.vegalite_to_png(spec, vl_version=version, scale=scale))
+                    (where / f"{first + i}.png").write_bytes(png)
+                except Exception:  # noqa: BLE001  (drawn again in the report, where its error is said)
+                    out.write(HEAD.pack(0, 0))
+                else:
+                    out.write(HEAD.pack(1, len(png)))
+                out.flush()
+    except OSError:  # the report is gone (its end of the pipe closed)
+        return 1
+    finally:
+        # However the helper ends (the report's end, or the report killed where it could not clean up), the folder
+        # goes with it; a report still running draws in its own process whatever it then cannot find.
+        shutil.rmtree(where, ignore_errors=True)
     return 0
 
 

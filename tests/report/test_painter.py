@@ -139,17 +139,44 @@ def test_what_the_engine_prints_never_reaches_the_answers(tmp_path: Path) -> Non
 
     noisy = ("import os, sys\nfrom runner.report import painter\nloads = painter.json.loads\n"
              "painter.json.loads = lambda b: (os.write(1, b'WARN noise\\n'), print('more noise', flush=True), "
-             "loads(b))[2]\npainter.main(sys.argv[1])\n")
-    (tmp_path / "0.json").write_text(json.dumps([[spec(3), vl_version(), SCALE]]))
-    done = subprocess.run([sys.executable, "-c", noisy, str(tmp_path)], input=b"0 1\n", capture_output=True,
-                          timeout=120, cwd=Path(__file__).resolve().parents[2])
-    assert done.returncode == 0 and b"noise" in done.stderr
+             "loads(b))[2]\nsys.exit(painter.main(sys.argv[1]))\n")
+    folder = tmp_path / "charts"
+    folder.mkdir()
+    (folder / "0.json").write_text(json.dumps([[spec(3), vl_version(), SCALE]]))
+    helper = subprocess.Popen([sys.executable, "-c", noisy, str(folder)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2])
+    assert helper.stdin is not None and helper.stdout is not None and helper.stderr is not None
+    helper.stdin.write(b"0 1\n")
+    helper.stdin.flush()
+    head = helper.stdout.read(painter_mod.HEAD.size)
     p = painter_mod.Painter(start=False)
-    p._sent, p._over, p._dir = 1, False, tmp_path
-    p._take(done.stdout)
-    assert p._heads == [(1, (tmp_path / "0.png").stat().st_size)]
+    p._sent, p._over, p._dir = 1, False, folder
+    p._take(head)
+    assert p._heads == [(1, (folder / "0.png").stat().st_size)]
     drawn = p.png(0)
-    assert drawn is not None and drawn.startswith(PNG) and not (tmp_path / "0.png").exists()
+    assert drawn is not None and drawn.startswith(PNG) and not (folder / "0.png").exists()
+    helper.stdin.close()  # the report's end: the helper ends, its folder with it
+    assert helper.wait(timeout=60) == 0 and helper.stdout.read() == b""
+    assert b"noise" in helper.stderr.read() and not folder.exists()
+
+
+def test_a_report_killed_outright_leaves_no_helper_and_no_folder(tmp_path: Path) -> None:
+    """SIGKILL gives the report no chance to clean up: its helper sees the pipe close, ends, and removes the folder."""
+    import subprocess
+    import time
+
+    program = ("import os, sys\nfrom runner.report import painter\np = painter.Painter()\n"
+               "p.submit([(dict(" + repr(spec(30)) + "), " + repr(vl_version()) + ", 1.0)])\n"
+               "print(p._dir, p._proc.pid, flush=True)\nos.kill(os.getpid(), 9)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == -9
+    folder, pid = done.stdout.split()
+    deadline = time.monotonic() + 60
+    while (Path(folder).exists() or Path(f"/proc/{pid}").exists()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(folder).exists()
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
 
 
 @pytest.mark.parametrize(("answer", "file"), [
