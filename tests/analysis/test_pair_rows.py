@@ -62,7 +62,7 @@ def both_ways(sa: pd.DataFrame, sb: pd.DataFrame, keys: tuple[str, ...], unpaire
         pd.testing.assert_frame_equal(x, y, check_exact=True)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(a=side_cells, b=side_cells, unpaired=st.booleans(), collide=st.booleans())
 def test_pairs_by_key_equal_the_merge(a: list[dict[str, Any]], b: list[dict[str, Any]], unpaired: bool,
                                       collide: bool) -> None:
@@ -83,7 +83,7 @@ def test_pairs_by_key_equal_the_merge(a: list[dict[str, Any]], b: list[dict[str,
     both_ways(two.iloc[::-1].reset_index(drop=True).assign(_first=7), two, an.CELL_KEYS, unpaired)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cells=side_cells)
 def test_precision_pairs_equal_the_merge(cells: list[dict[str, Any]]) -> None:
     """A report's precision pairs: one environment's fp32 cells against each other precision's, on the other keys."""
