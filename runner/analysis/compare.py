@@ -339,8 +339,8 @@ def _paired_rows(sa: pd.DataFrame, sb: pd.DataFrame, keys: Sequence[str]
     merge is left to pair as it does."""
     values = []
     for st in (sa, sb):
-        if not all(k in st for k in keys) or "_first" not in st or st["_first"].dtype.kind not in "iu":
-            return None
+        if st.empty or not all(k in st for k in keys) or "_first" not in st or st["_first"].dtype.kind not in "iu":
+            return None  # an empty side's columns take their types from the other side's in the merge
         cols = [_plain(st[k]) for k in keys]
         if any(c is None for c in cols):
             return None
@@ -362,15 +362,18 @@ def _paired_rows(sa: pd.DataFrame, sb: pd.DataFrame, keys: Sequence[str]
 
     ia.sort(key=rank)
     held_a = set(ka)
-    return ia, [at_b[ka[i]] for i in ia], [i for i, k in enumerate(ka) if k not in at_b], \
-        [i for i, k in enumerate(kb) if k not in held_a]
+    # The unpaired cells in the merge's order (their keys'), which `_sorted` keeps where its columns tie.
+    only_a = sorted((i for i, k in enumerate(ka) if k not in at_b), key=ka.__getitem__)
+    only_b = sorted((i for i, k in enumerate(kb) if k not in held_a), key=kb.__getitem__)
+    return ia, [at_b[ka[i]] for i in ia], only_a, only_b
 
 
 def _plain(col: pd.Series) -> list[object] | None:
-    """A key column's values where every one is an int (not a bool) or every one is a text; else None."""
-    if col.dtype.kind in "iu":
+    """A key column's values where it holds integers (not bools) or texts alone (object or string typed, not
+    categorical: a category sorts in its own order); else None."""
+    if col.dtype.kind in "iu" and isinstance(col.dtype, np.dtype):
         return col.tolist()
-    if col.dtype.kind not in "OT" and str(col.dtype) != "str":
+    if not (col.dtype == object or isinstance(col.dtype, pd.StringDtype)):
         return None
     vals = col.tolist()
     return vals if all(type(v) is str for v in vals) else None

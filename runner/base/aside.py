@@ -11,7 +11,8 @@ os._exit (no exit handler, no inherited buffer flushed twice). Ctrl-C and SIGTER
 child ignores Ctrl-C (the parent's handler stops it, `close`) and ends at SIGTERM without the parent's handlers.
 
 The pipe carries the text's length (8 bytes) and the text as UTF-8 with lone surrogates passed through, so the text
-read back is the one made, character for character.
+read back is the one made, character for character. The parent waits WAIT for a child's whole text, then stops it and
+makes the text itself (a child stopped or stuck never holds the process).
 
 The bottom floor (docs/architecture.md): standard library only.
 """
@@ -20,13 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 _LENGTH = struct.Struct(">Q")
+WAIT = 300.0  # seconds the process waits for one child's text before it stops the child and makes the text itself
 _HELD = {signal.SIGINT, signal.SIGTERM}
 _CHUNK = 1 << 20
 
@@ -44,18 +48,24 @@ class _Child:
         self.pid, self.fd = pid, fd
 
     def take(self) -> str | None:
-        """The child's text, or None where it did not bring all of it; the child is reaped either way."""
+        """The child's text, or None where it did not bring all of it within WAIT; the child is reaped either way."""
         try:
-            with os.fdopen(self.fd, "rb", closefd=True) as f:
-                self.fd = -1
-                head = f.read(_LENGTH.size)
-                if len(head) != _LENGTH.size:
+            deadline = time.monotonic() + WAIT
+            data = bytearray()
+            size: int | None = None
+            while size is None or len(data) < _LENGTH.size + size:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                    return None  # stopped or stuck: ended below, and the text is made in the process
+                chunk = os.read(self.fd, _CHUNK)
+                if not chunk:
                     return None
-                (n,) = _LENGTH.unpack(head)
-                data = f.read(n)
-                if len(data) != n:
-                    return None
-                return data.decode("utf-8", "surrogatepass")
+                data += chunk
+                if size is None and len(data) >= _LENGTH.size:
+                    (size,) = _LENGTH.unpack_from(data)
+            if len(data) != _LENGTH.size + size:
+                return None
+            return bytes(data[_LENGTH.size:]).decode("utf-8", "surrogatepass")
         except (OSError, ValueError, MemoryError):
             return None
         finally:

@@ -63,6 +63,9 @@ class Painter:
                                           env=env)
         except OSError:
             self.close()
+        except BaseException:  # Ctrl-C between the folder and the helper: neither is left behind
+            self.close()
+            raise
 
     def submit(self, jobs: Sequence[tuple[dict[str, Any], str, float]]) -> int:
         """Send these charts and return the number of the first: the i-th of them is `png(first + i)`. The batch goes
@@ -138,17 +141,19 @@ class Painter:
     def close(self) -> None:
         proc, self._proc = self._proc, None
         self._over = True
-        if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            for stream in (proc.stdin, proc.stdout):
-                with contextlib.suppress(OSError):
-                    if stream is not None:
-                        stream.close()
-        folder, self._dir = self._dir, None
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+        try:
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+                for stream in (proc.stdin, proc.stdout):
+                    with contextlib.suppress(OSError):
+                        if stream is not None:
+                            stream.close()
+        finally:  # a second Ctrl-C while the helper is ended still removes the folder
+            folder, self._dir = self._dir, None
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def __enter__(self) -> Painter:
         return self

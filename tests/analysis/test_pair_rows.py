@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -54,12 +55,48 @@ def side_frame(cells: list[dict[str, Any]], environment: str, start: float) -> p
     return an.choose(df, PARAM_KEYS).frame  # one definition per cell, as a side compares
 
 
-def both_ways(sa: pd.DataFrame, sb: pd.DataFrame, keys: tuple[str, ...], unpaired: bool) -> None:
+def old_pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, keys: Sequence[str], unpaired: bool
+                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """pair_stats as it was before it paired by the keys' values (pandas' outer merge, one astype), for the property:
+    the judging itself (`_judged`) is the module's."""
+    from runner.analysis.sidefacts import _sorted
+    from runner.analysis.stats import THROTTLED
+
+    keys = list(keys)
+    pair_cols = compare_mod._pair_columns(keys)
+    unpaired_cols = ["side", *keys, "environments", "statuses"]
+    merged = sa.add_prefix("a_").rename(columns={f"a_{k}": k for k in keys}).merge(
+        sb.add_prefix("b_").rename(columns={f"b_{k}": k for k in keys}),
+        on=keys, how="outer", indicator=True, sort=False)
+    both = merged[merged["_merge"] == "both"].copy()
+    pairs = pd.DataFrame(columns=pair_cols) if both.empty else _sorted(compare_mod._judged(
+        both, THROUGHPUT, 0.05, compare_mod.MIN_EFFECT, "environment" in keys))[pair_cols]
+    rows = []
+    for side, tag in (("A", "left_only"), ("B", "right_only")) if unpaired else ():
+        part = merged[merged["_merge"] == tag]
+        low = side.lower()
+        rows.append(pd.DataFrame({"side": side, **{k: part[k] for k in keys},
+                                  "environments": part[f"{low}_environments"],
+                                  "statuses": part[f"{low}_statuses"], "_first": part[f"{low}__first"]}))
+    alone = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    alone = _sorted(alone, ["side"])[unpaired_cols] if not alone.empty else pd.DataFrame(columns=unpaired_cols)
+    ints = dict.fromkeys(("batch_size", "gpus", "nodes"), int)
+    throttled = [f"{side}_{THROTTLED}" for side in "ab"]
+    pairs[throttled] = pairs[throttled].fillna(0)
+    pairs = pairs.astype({"significant": bool, "a_n": int, "b_n": int, **dict.fromkeys(throttled, int), **ints})
+    alone = alone.astype(ints)
+    return pairs.reset_index(drop=True), alone.reset_index(drop=True)
+
+
+def both_ways(sa: pd.DataFrame, sb: pd.DataFrame, keys: Sequence[str], unpaired: bool) -> None:
+    """The new pairing, the merge kept for odd keys and the code before: the same frames, types and order."""
     fast = an.pair_stats(sa, sb, THROUGHPUT, keys=keys, unpaired=unpaired)
     merged = compare_mod._merged_pair_stats(sa, sb, THROUGHPUT, 0.05, compare_mod.MIN_EFFECT, list(keys), unpaired)
-    for x, y in zip(fast, merged, strict=True):
-        assert list(x.columns) == list(y.columns)
+    before = old_pair_stats(sa, sb, keys, unpaired)
+    for x, y, z in zip(fast, merged, before, strict=True):
+        assert list(x.columns) == list(y.columns) == list(z.columns)
         pd.testing.assert_frame_equal(x, y, check_exact=True)
+        pd.testing.assert_frame_equal(x, z, check_exact=True)
 
 
 @settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,6 +133,29 @@ def test_precision_pairs_equal_the_merge(cells: list[dict[str, Any]]) -> None:
         other = st_[st_["precision"] == p].drop(columns="precision").reset_index(drop=True)
         both_ways(base, other, NO_PRECISION, False)
         both_ways(base, other, NO_PRECISION, True)
+
+
+def test_ties_categories_and_empty_sides_as_before() -> None:
+    """Cells whose first repeats tie, unpaired on a side of three environments (the merge's order, by the keys);
+    categorical keys (sorted in their categories' order: not plain); a side with no cell, its columns typed object."""
+    def one(model: str) -> dict[str, Any]:
+        return {"model": model, "precision": "fp32", "batch_size": 32, "values": [1.0, 2.0], "status": "ok",
+                "iterations": 20}
+
+    three = pd.concat([side_frame([one("m")], env, 1000.0 + 100 * i) for i, env in enumerate(["zeta", "alpha", "mid"])],
+                      ignore_index=True)
+    sa = an.side_stats(three, "throughput", an.CELL_KEYS).assign(_first=7)
+    sb = an.side_stats(side_frame([one("other")], "x", 5000.0), "throughput", an.CELL_KEYS)
+    both_ways(sa, sb, an.CELL_KEYS, True)
+    assert an.pair_stats(sa, sb, THROUGHPUT, keys=an.CELL_KEYS)[1]["environment"].tolist() == ["alpha", "mid", "zeta",
+                                                                                                "x"]
+    s2 = an.side_stats(side_frame([one("vgg"), one("alexnet"), one("resnet")], "e", 1000.0), "throughput")
+    cat = s2.assign(model=s2["model"].astype(pd.CategoricalDtype(["vgg", "resnet", "alexnet"])))
+    assert compare_mod._paired_rows(cat, cat, list(PARAM_KEYS)) is None
+    both_ways(cat, cat, PARAM_KEYS, True)
+    empty = s2.iloc[0:0].astype(object).assign(_first=pd.Series([], dtype=np.int64))
+    both_ways(empty, s2, PARAM_KEYS, True)
+    both_ways(s2, empty, PARAM_KEYS, True)
 
 
 def test_keys_that_are_not_plain_go_through_the_merge() -> None:

@@ -332,6 +332,28 @@ def test_close_kills_and_reaps_a_child_that_hangs() -> None:
     ''')
 
 
+def test_a_child_stopped_or_stuck_holds_the_process_for_wait_then_the_text_is_made_here() -> None:
+    run_program('''
+        import runner.base.aside as aside_mod
+        aside_mod.WAIT = 0.5
+        report = Report()
+
+        def make():
+            if in_child():
+                report.tell()
+                os.kill(os.getpid(), signal.SIGSTOP)  # alive, and silent
+            return "made here"
+
+        a = Aside()
+        assert a.start("t", make)
+        child = report.pid()
+        t0 = time.monotonic()
+        assert a.text("t", make) == "made here"
+        assert 0.5 <= time.monotonic() - t0 < 3
+        assert reaped(child)
+    ''')
+
+
 def test_no_descriptor_is_left_open() -> None:
     run_program('''
         if os.path.isdir("/proc/self/fd"):

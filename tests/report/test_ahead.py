@@ -38,6 +38,13 @@ def spy_text(self, name, make):
     taken.append([name, child is not None])
     return got
 aside.Aside.start, aside.Aside.text = spy_start, spy_text
+from runner.report import charts
+real_bundle = charts.bundle
+def spy_bundle():  # which process reads (or makes and caches) the Vega bundle: the report's own, never a child
+    with open(sys.argv[4], "a") as log:
+        log.write(f"{os.getpid()}\\n")
+    return real_bundle()
+charts.bundle = spy_bundle
 os.cpu_count = lambda: 2  # a one-CPU runner still takes the fork path here
 paths = report_command(Path(sys.argv[1]), None, sys.argv[3].split(","), Path(sys.argv[2]))
 print(json.dumps({"started": started, "taken": taken, "files": [p.name for p in paths], "pid": os.getpid()}))
@@ -46,10 +53,12 @@ print(json.dumps({"started": started, "taken": taken, "files": [p.name for p in 
 
 def fresh_report(db: Path, out: Path, formats: str = "csv,md") -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", PROGRAM, str(db), str(out), formats], capture_output=True, text=True,
-                          env=env, timeout=240)
+    log = out.parent / f"{out.name}.bundle.log"
+    done = subprocess.run([sys.executable, "-c", PROGRAM, str(db), str(out), formats, str(log)], capture_output=True,
+                          text=True, env=env, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     said: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    said["bundle_read_by"] = log.read_text().split() if log.exists() else []
     return said
 
 
@@ -102,6 +111,7 @@ def test_every_format_s_text_comes_from_a_child_and_is_the_one_made_in_process(d
     assert said["started"] == [["repeats.csv", True], ["report.html", True], ["summary.csv", True],
                                ["report.json", True]]
     assert sorted(said["taken"]) == sorted(name for name in said["started"])
+    assert said["bundle_read_by"] == [str(said["pid"])], "the report's process reads the Vega bundle, never a child"
     files = said["files"]
     assert [f for f in files if f.startswith("report.") or f.endswith(".csv")] == [
         "report.md", "report.html", "summary.csv", "repeats.csv", "report.json"]  # in the formats' order
