@@ -11,15 +11,11 @@ never dropped.
 
 from runner.analysis.comparable import OutcomeChange, Outcomes, outcome_change, why_not
 from runner.analysis.compare import (
-    MIN_EFFECT,
     Comparison,
     Side,
-    change_words,
     compare,
     geometric_mean,
-    judge_pair,
     pair_cells,
-    pair_stats,
     select_side,
     side_stats,
 )
@@ -44,6 +40,7 @@ from runner.analysis.frame import (
     settings_text,
 )
 from runner.analysis.identity import DEFINITION_COLUMNS, Definitions, choose
+from runner.analysis.pairing import MIN_EFFECT, change_words, judge_pair, pair_stats
 from runner.analysis.recipes import DASH_WORD, RECIPE_FIELDS, recipe, recipe_text
 from runner.analysis.scaling import scaling
 from runner.analysis.sidefacts import (

@@ -24,9 +24,9 @@ from runner.analysis.bisect_search import (
 )
 from runner.analysis.change import threshold_text
 from runner.analysis.comparable import unit_in
-from runner.analysis.compare import change_words
 from runner.analysis.envdiff import EnvDiff, EnvSide
 from runner.analysis.envdiff import to_json as diff_json
+from runner.analysis.pairing import change_words
 from runner.record.metrics import Metric
 from runner.report import diff as diff_view
 from runner.report.fmt import DASH, Table, TableCell, md_table, mean_std, p_value

@@ -8,7 +8,6 @@ over fp32 (`precision_ratios`) equals the pandas aggregation it replaced."""
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import runner.analysis as an
+from runner.analysis import pairing as compare_mod
 from runner.analysis.frame import BASELINE_PRECISION, PARAM_KEYS, frame_columns
 from runner.analysis.sidefacts import precision_ratios
 from runner.analysis.stats import _join_unique
 from runner.record.metrics import HEADLINE, get_metric
 from tests.analysis.helpers import long_frame, rows_for
 
-compare_mod = sys.modules["runner.analysis.compare"]
 THROUGHPUT = get_metric("throughput")
 NO_PRECISION = tuple(k for k in PARAM_KEYS if k != "precision")
 
