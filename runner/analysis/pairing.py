@@ -106,16 +106,17 @@ def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float 
         pairs = pd.concat([a[keys], *(part[_STAT_COLS].set_axis([f"{side}_{x}" for x in _STAT_COLS], axis=1)
                                       for side, part in (("a", a), ("b", b))),
                            pd.DataFrame({c: words[c] for c in _PAIR_WORDS})], axis=1)
-    alone = None
-    if unpaired and (only_a or only_b):
-        parts = []
-        for side, st, at in (("A", sa, only_a), ("B", sb, only_b)):
-            part = st.take(at)
-            parts.append(pd.DataFrame({"side": side, **{k: part[k] for k in keys},
-                                       "environments": part["environments"], "statuses": part["statuses"],
-                                       "_first": part["_first"]}))
-        alone = _sorted(pd.concat(parts, ignore_index=True), ["side"])[["side", *keys, "environments", "statuses"]]
+    alone = _alone([("A", sa.take(only_a), ""), ("B", sb.take(only_b), "")] if unpaired else [], keys)
     return _typed(pairs, alone, keys)
+
+
+def _alone(parts: Sequence[tuple[str, pd.DataFrame, str]], keys: Sequence[str]) -> pd.DataFrame | None:
+    """The unpaired cells in report order, from each side's (label, rows, prefix of their columns); None where none."""
+    rows = [pd.DataFrame({"side": side, **{k: part[k] for k in keys}, "environments": part[f"{pre}environments"],
+                          "statuses": part[f"{pre}statuses"], "_first": part[f"{pre}_first"]})
+            for side, part, pre in parts]
+    alone = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    return None if alone.empty else _sorted(alone, ["side"])[["side", *keys, "environments", "statuses"]]
 
 
 def _pair_columns(keys: Sequence[str]) -> list[str]:
@@ -207,15 +208,8 @@ def _merged_pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha
     both = merged[merged["_merge"] == "both"].copy()
     pairs = pd.DataFrame(columns=pair_cols) if both.empty else \
         _sorted(_judged(both, metric, alpha, min_effect, "environment" in keys))[pair_cols]
-    rows = []
-    for side, tag in (("A", "left_only"), ("B", "right_only")) if unpaired else ():
-        part = merged[merged["_merge"] == tag]
-        low = side.lower()
-        rows.append(pd.DataFrame({"side": side, **{k: part[k] for k in keys},
-                                  "environments": part[f"{low}_environments"],
-                                  "statuses": part[f"{low}_statuses"], "_first": part[f"{low}__first"]}))
-    alone = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
-    alone = _sorted(alone, ["side"])[["side", *keys, "environments", "statuses"]] if not alone.empty else None
+    alone = _alone([(side, merged[merged["_merge"] == tag], f"{side.lower()}_")
+                    for side, tag in (("A", "left_only"), ("B", "right_only"))] if unpaired else [], keys)
     return _typed(pairs, alone, keys)
 
 

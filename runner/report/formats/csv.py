@@ -31,7 +31,7 @@ class Csv(Format):
 
     def write_ahead(self, model: ReportModel, out: Path, charts: dict[str, list[Chart]],
                     texts: Aside | None) -> list[Path]:
-        summary, repeats = partial(fmt.csv_text, model.summary), partial(repeats_csv, model.frame)
+        summary, repeats = self.from_model(model, charts)["summary.csv"], partial(repeats_csv, model.frame)
         return [write_text(out / "summary.csv", texts.text("summary.csv", summary) if texts else summary()),
                 write_text(out / "repeats.csv", texts.text("repeats.csv", repeats) if texts else repeats())]
 
