@@ -254,7 +254,10 @@ def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) 
     d = significance.rate_difference(a.n - a.ok, a.n, b.n - b.ok, b.n)
     if not new_a and not new_b and a.ok and b.ok and not (d.decided and d.p_value < alpha):
         return None  # the same ways of failing, at rates not told apart (or none): the metric decides
-    worse = (b.n - b.ok) / b.n > (a.n - a.ok) / a.n or (not new_a and bool(new_b))
+    rate_a, rate_b = (a.n - a.ok) / a.n, (b.n - b.ok) / b.n
+    # At equal rates a way of failing B has and A had not is feared (worse), even where A lost one of its own: a
+    # gate that fears a slowdown fears a new failure too.
+    worse = rate_b > rate_a or (rate_b == rate_a and bool(new_b))
     direction = "worse" if worse else "better"
     said = f"regression: B {b.words} (A {a.words})" if worse else f"fixed: A {a.words} (B {b.words})"
     if d.exact:
@@ -264,8 +267,11 @@ def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) 
         return OutcomeChange(Verdict.FAIL, f"{said}, {p_text}", direction, d.p_value)
     new = sorted(new_b if worse else new_a)
     what = f"{', '.join(new)} on {'B' if worse else 'A'} only" if new else f"more failures on {'B' if worse else 'A'}"
-    return OutcomeChange(Verdict.UNDECIDED, f"{what} ({a.words} vs {b.words}), {p_text}: more repeats needed",
-                         direction, d.p_value)
+    # Equal rates are what a rate test cannot tell apart however many repeats are added: said so, not "more repeats".
+    tail = ("the same rate of failing on both sides, in other ways, which a rate test cannot tell apart (read the "
+            "logs)" if rate_a == rate_b else "more repeats needed")
+    return OutcomeChange(Verdict.UNDECIDED, f"{what} ({a.words} vs {b.words}), {p_text}: {tail}", direction,
+                         d.p_value)
 
 
 def for_the_metric(oc: OutcomeChange) -> OutcomeChange:

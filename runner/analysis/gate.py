@@ -302,7 +302,11 @@ def _decide(c: GateCheck, p_adj: float, alpha: float, family: int = 1) -> GateCh
         if verdict is Verdict.FAIL:
             reason = f"{reason}; {c.outcomes.why}"
     else:
+        # Where the outcomes hold it undecided, the metric's repeats-needed would not decide it: none is said.
+        held = c.outcomes is not None and c.outcomes.verdict is Verdict.UNDECIDED and verdict is not Verdict.FAIL
         verdict, reason = with_outcomes(verdict, reason, c.outcomes)
+        if held:
+            return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason, needed=None)
     return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason, needed=d.needed)
 
 

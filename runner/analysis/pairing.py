@@ -77,7 +77,8 @@ def judge_pair(ratio: float, p: float, n_a: int, n_b: int, metric: Metric, alpha
 _STAT_COLS = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments", "settings", "cell_keys", "steps_ok",
               "definition", THROTTLED]
 _PAIR_WORDS = ["ratio", "ratio_low", "ratio_high", "needed", "change", "p_value", "p_adjusted", "significant",
-               "verdict", "decision", "throttling", "_se", "_dof"]
+               "verdict", "decision", "decided_by", "throttling", "_se", "_dof"]
+OUTCOMES, METRIC = "outcomes", "metric"  # what decided a pair (`decided_by`): its outcomes' rates, or the metric
 
 
 def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = significance.ALPHA,
@@ -257,31 +258,37 @@ def _judge_columns(col: Callable[[str], pd.Series], metric: Metric, alpha: float
         "ratio": ratio,
         "_se": [d.se for d in deltas], "_dof": [d.dof for d in deltas],
         "ratio_low": [d.low for d in deltas], "ratio_high": [d.high for d in deltas],
+        # Repeats that would decide: only where the metric's interval is what is open (more repeats of a pair held
+        # undecided by its outcomes, or by failure modes on both sides, need not decide it).
         "needed": [change.needed(d, min_effect, None, c, alpha / max(family, 1))
-                   if j[2] is Verdict.UNDECIDED and d.has_interval else None
+                   if j[2] is Verdict.UNDECIDED and j[3] == METRIC and d.has_interval else None
                    for d, j, c in zip(deltas, judged, coarse, strict=True)],
         "p_value": p, "p_adjusted": p_adj,
         "change": [change_words(r, metric) for r in ratio.tolist()],
         "significant": significant,
         "verdict": [j[1] for j in judged],
         "decision": [j[2].value for j in judged],
+        "decided_by": [j[3] for j in judged],
         "throttling": [throttling_note(sig, ta, tb, x, y) for sig, ta, tb, x, y in zip(
             significant, col(f"a_{THROTTLED}"), col(f"b_{THROTTLED}"), an_, bn_, strict=True)],
     }
 
 
 def _verdict(d: change.Change, ps: tuple[float, float, int], x: int, y: int, sa_: str, sb_: str, why: str, ma: float,
-             mb: float, coarse: float, metric: Metric, alpha: float, min_effect: float) -> tuple[bool, str, Verdict]:
-    """(significant, words, decision) of one pair: not comparable, a change of outcome, or the metric's test."""
+             mb: float, coarse: float, metric: Metric, alpha: float, min_effect: float
+             ) -> tuple[bool, str, Verdict, str]:
+    """(significant, words, decision, what decided) of one pair: not comparable (''), a change of outcome
+    ('outcomes': its direction is the outcomes', not the ratio of the ok repeats), or the metric's test ('metric')."""
     if why:
-        return False, why, Verdict.UNDECIDED
+        return False, why, Verdict.UNDECIDED, ""
     outcomes = outcome_change(Outcomes.parse(sa_), Outcomes.parse(sb_), alpha)
     if outcomes is not None and (outcomes.verdict is not Verdict.UNDECIDED or not (x and y)):
         said = for_the_metric(outcomes)  # oom on both: nothing measured, undecided as the gate says
-        return said.verdict is Verdict.FAIL, said.why, said.verdict
+        return said.verdict is Verdict.FAIL, said.why, said.verdict, OUTCOMES
     unsized = no_ratio(metric, ma, mb) if x and y else ""
     p, p_raw, family = ps
     significant, words, decision = (False, unsized, Verdict.UNDECIDED) if unsized else judge_pair(
         d.ratio, p, x, y, metric, alpha, min_effect, coarse, d, p_raw, family)
+    held = outcomes is not None and decision is not Verdict.FAIL  # the outcomes, not told apart, hold it undecided
     decision, words = with_outcomes(decision, words, outcomes)
-    return significant, words, decision
+    return significant, words, decision, OUTCOMES if held else METRIC

@@ -12,7 +12,7 @@ import pandas as pd
 
 from runner import analysis as an
 from runner.report.labels import cell_label
-from runner.report.tone import Said, Tone, pair_said, same_words, say
+from runner.report.tone import Said, Tone, by_outcomes, pair_said, same_words, say
 from runner.report.tone import of_point as point_tone
 
 SHOWN = 5           # sentences of each kind before "and N more"
@@ -64,17 +64,22 @@ def _where(r: dict[str, Any], keys: list[str]) -> str:
     return f"{text} at batch {r['batch_size']}" if "batch_size" in keys else text
 
 
-def pair_findings(fam: Compared, metric: an.Metric) -> list[dict[str, Any]]:
+def pair_findings(fam: Compared, metric: an.Metric, within: float | None = None) -> list[dict[str, Any]]:
     out = []
     p = fam.pairs
     keys = [k for k in an.PARAM_KEYS if k in p and (k in ("model", "batch_size") or p[k].nunique() > 1)]
     for r in p.to_dict("records"):
         where = _where(r, keys) + (f" {fam.where}" if fam.where else "")
-        said = pair_said(r, metric, fam.b, fam.a, where)
+        said = pair_said(r, metric, fam.b, fam.a, where, within)
         cell = " · ".join(str(r[k]) for k in keys if k != "batch_size") + (f" · batch {r['batch_size']}"
                                                                             if "batch_size" in keys else "")
-        out.append(_row(fam.kind, fam.a, fam.b, cell, r.get("ratio"), r.get("ratio_low"), r.get("ratio_high"),
-                        r.get("p_adjusted"), str(r.get("decision", "")), said, r.get("needed"), fam.anchor,
+        # A pair its outcomes decided has no figure of what decided it: the ratio of the repeats that delivered is
+        # not its answer, so it is neither charted nor sized by it (it leads, as the largest change).
+        sized = not by_outcomes(r)
+        out.append(_row(fam.kind, fam.a, fam.b, cell, r.get("ratio") if sized else None,
+                        r.get("ratio_low") if sized else None, r.get("ratio_high") if sized else None,
+                        r.get("p_adjusted") if sized else None, str(r.get("decision", "")), said,
+                        r.get("needed") if sized else None, fam.anchor,
                         f"{fam.b} / {fam.a} · {cell}" + (f" {fam.where}" if fam.where else "")))
     return out
 
@@ -121,9 +126,11 @@ def _size(r: pd.Series) -> float:
     return abs(math.log(r["ratio"])) if r["ratio"] == r["ratio"] and r["ratio"] > 0 else math.inf
 
 
-def build(families: list[Compared], hist: pd.DataFrame, metric: an.Metric, nothing: str) -> Answer:
-    """The answer over every family and the history; `nothing`: the sentence when there is nothing to compare."""
-    rows = [f for fam in families for f in pair_findings(fam, metric)] + history_findings(hist, metric)
+def build(families: list[Compared], hist: pd.DataFrame, metric: an.Metric, nothing: str,
+          within: float | None = None) -> Answer:
+    """The answer over every family and the history; `nothing`: the sentence when there is nothing to compare;
+    `within`: the threshold the pairs were judged by (compare's --min-effect; MIN_EFFECT unless given)."""
+    rows = [f for fam in families for f in pair_findings(fam, metric, within)] + history_findings(hist, metric)
     df = pd.DataFrame(rows, columns=COLUMNS)
     if df.empty:
         return Answer(df, nothing)
@@ -131,9 +138,11 @@ def build(families: list[Compared], hist: pd.DataFrame, metric: an.Metric, nothi
     changed = df[df["tone"].isin([Tone.BETTER.value, Tone.WORSE.value, Tone.CHANGED.value])]
     same = df[df["tone"] == Tone.SAME.value]
     open_ = df[df["tone"] == Tone.UNDECIDED.value]
-    n = len(df)
+    n, none = len(df), int((df["tone"] == Tone.NONE.value).sum())
+    # Every comparison counted once: changed, the same, undecided, or (nothing measured on either side) not compared.
     headline = (f"{n} comparison{'s' if n != 1 else ''} of {metric.label}: {len(changed)} changed, {len(same)} "
-                f"{same_words()}, {len(open_)} undecided.")
+                f"{same_words(within)}, {len(open_)} undecided" + (f", {none} not compared (nothing measured on either "
+                                                              "side)." if none else "."))
     ans = Answer(df.drop(columns="_size").reset_index(drop=True), headline,
                  [(s, t) for s, t in zip(changed["sentence"].head(SHOWN), changed["tone"].head(SHOWN), strict=True)],
                  [(s, t) for s, t in zip(open_["sentence"].head(SHOWN), open_["tone"].head(SHOWN), strict=True)])

@@ -125,13 +125,30 @@ def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
         if not with_ratio:
             return f"No geometric mean of {b}/{a}: none of the {n} pairs has a ratio ({', '.join(r for r in reasons if r)})"
     text = f"Geometric mean of {b}/{a} over {over}: {fmt.ratio_words(c.geomean, c.geomean_words)}"
+    tones = [tone.of_pair(r, c.metric) for r in c.pairs.to_dict("records")]
+    up, down = tones.count(tone.Tone.BETTER), tones.count(tone.Tone.WORSE)
     if c.geomean_low == c.geomean_low and c.geomean_high == c.geomean_high:
         text += f", 95% interval {c.geomean_low:.3f}-{c.geomean_high:.3f}"
         low, high = 1 / (1 + c.min_effect), 1 + c.min_effect
-        if low <= c.geomean_low and c.geomean_high <= high:
+        if up and down:  # a mean of opposite changes is no answer, however narrow its interval
+            pass
+        elif low <= c.geomean_low and c.geomean_high <= high:
             text += f" (the same within ±{threshold_text(c.min_effect)})"
         elif c.geomean_high < low or c.geomean_low > high:
             text += f" (a change beyond ±{threshold_text(c.min_effect)})"
+    elif with_ratio:
+        text += " (no 95% interval: the pairs' repeats are too few to size one, so the mean decides nothing)"
+    if up and down:
+        text += (f"; but the pairs disagree, {up} {c.metric.better} and {down} {c.metric.worse}: the mean decides "
+                 "nothing, the pairs are the answer")
+    held = [t for t, r in zip(tones, c.pairs.to_dict("records"), strict=True)
+            if tone.by_outcomes(r) and t in (tone.Tone.BETTER, tone.Tone.WORSE, tone.Tone.CHANGED)
+            and r["ratio"] == r["ratio"] and r["ratio"] > 0]  # in the mean: a ratio of the repeats that delivered
+    if held:
+        worse = held.count(tone.Tone.WORSE)
+        text += (f"; {len(held)} pair{'s' if len(held) != 1 else ''} decided by {'their' if len(held) != 1 else 'its'}"
+                 f" outcomes ({worse} regression{'s' if worse != 1 else ''}: more failures on {b}), which this mean "
+                 "of the repeats that delivered does not show")
     return text
 
 
@@ -211,11 +228,16 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
         cls = tone.of_pair(r, m).value  # the colour of the decision core's verdict, never of its words
         words = str(r["verdict"]) + (f" ({r['throttling']})" if r.get("throttling") else "")
         iv = tone.interval(r["ratio"], r.get("ratio_low"), r.get("ratio_high"), m)
+        change = f"{r['change']} ({iv})" if r["change"] and iv else r["change"] or DASH
+        # Where the outcomes decided, the change of the repeats that delivered is shown uncoloured and its p left
+        # out: the verdict (its own test's p in its words) is what decided.
+        held = tone.by_outcomes(r)
         table.add(*(key_text(k, r[k]) for k in keys),
                   side_cell(r, "a", m), side_cell(r, "b", m),
                   TableCell(fmt.number(r["ratio"], 3), "num"),
-                  TableCell(f"{r['change']} ({iv})" if r["change"] and iv else r["change"] or DASH, cls),
-                  TableCell(fmt.p_value(r["p_adjusted"]), "num"), TableCell(words, cls))
+                  TableCell(f"{change}, of the ok repeats" if held and change != DASH else change,
+                            "status" if held else cls),
+                  TableCell(DASH if held else fmt.p_value(r["p_adjusted"]), "num"), TableCell(words, cls))
     return table
 
 

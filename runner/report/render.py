@@ -254,6 +254,8 @@ class CompareView:
     definitions_note: str = ""
     notes: list[str] = field(default_factory=list)
     machines: list[str] = field(default_factory=list)  # where each side ran, when a side holds another machine's
+    headline: str = ""                                  # the answer, first: the report's own (runner/report/answer.py)
+    said: list[tuple[str, str]] = field(default_factory=list)  # its sentences, (sentence, tone), changes first
 
 
 def compare_view(c: an.Comparison) -> CompareView:
@@ -308,8 +310,13 @@ def compare_view(c: an.Comparison) -> CompareView:
         note = labels.definitions_sentence(n_names, pooled, "the pairs").replace(
             "the tables show each one's newest definition", "the pairs use each one's newest definition (--pool "
             "to pool them)")
+    from runner.report import answer
+
+    found = answer.build([answer.Compared("environment", a, b, c.pairs, "pairs")], pd.DataFrame(), m,
+                         f"No cell of {b} has a partner in {a}: nothing to compare.", c.min_effect)
+    said = [*found.decided, *found.undecided, *((line, "none") for line in found.more)]
     return CompareView(title, method, env_table, pairs, summary, precision, unpaired, recipes, definitions, note,
-                       list(c.notes), pair_views.machine_lines(c))
+                       list(c.notes), pair_views.machine_lines(c), found.headline, said)
 
 
 def compare_markdown(c: an.Comparison) -> str:
@@ -334,9 +341,15 @@ def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | N
     v = compare_view(c)
     buf = io.StringIO()
     console = make_console(buf, tty=sys.stdout.isatty(), color=color, width=width)
+    from runner.report.tone import COLOURS, Tone
+
     console.print(Text(v.title, style="bold"))
     for line in v.machines:
         console.print(Text(line, style="bold yellow" if line.startswith("The sides") else ""))
+    # The answer first: the headline and its sentences, each in its tone's colour; then how it was reached.
+    console.print(Text(v.headline, style="bold"))
+    for sentence, tone in v.said:
+        console.print(Text(f"- {sentence}", style=COLOURS[Tone(tone)] if tone in Tone.__members__.values() else ""))
     console.print(Text(v.method, style="dim"))
     console.print(rich_table(v.environments, "Environments"))
     if v.definitions is not None:

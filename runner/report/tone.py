@@ -12,6 +12,7 @@ from typing import Any
 from runner import analysis as an
 from runner.analysis.change import threshold_text
 from runner.analysis.comparable import Outcomes, outcome_change
+from runner.analysis.pairing import OUTCOMES
 from runner.analysis.verdict import Verdict
 from runner.report import fmt
 
@@ -55,19 +56,27 @@ def of_ratio(ratio: Any, metric: an.Metric) -> Tone:
 
 
 def of_pair(row: Any, metric: an.Metric) -> Tone:
-    """A compare pair's tone (a row of `Comparison.pairs`): its decision, and for a change its ratio's direction or,
-    where the outcomes changed and there is no ratio, the core's direction of that change."""
+    """A compare pair's tone (a row of `Comparison.pairs`) from what decided it (`decided_by`): where its outcomes
+    did (more failures on one side, one failure for another), the outcomes' direction, whatever the ratio of the
+    repeats that did deliver; where the metric did, the ratio's direction. A pass with nothing measured on either
+    side (unsupported on both) is no comparison at all: none, never 'the same'."""
     decision = str(row.get("decision", ""))
     if decision == Verdict.UNDECIDED.value:
         return Tone.UNDECIDED
     if decision == Verdict.PASS.value:
-        return Tone.SAME
+        return Tone.SAME if _finite(row.get("ratio")) and float(row["ratio"]) > 0 else Tone.NONE
     if decision != Verdict.FAIL.value:
         return Tone.NONE
-    if _finite(row.get("ratio")) and float(row["ratio"]) > 0:
+    if not by_outcomes(row) and _finite(row.get("ratio")) and float(row["ratio"]) > 0:
         return of_ratio(row["ratio"], metric)
     oc = outcome_change(Outcomes.parse(str(row.get("a_statuses", ""))), Outcomes.parse(str(row.get("b_statuses", ""))))
     return Tone(oc.direction) if oc is not None and oc.direction else Tone.CHANGED
+
+
+def by_outcomes(row: Any) -> bool:
+    """Whether a pair was decided (or held undecided) by its outcomes, not by its metric: its ratio and p-value are
+    then those of the repeats that delivered, not what decided."""
+    return str(row.get("decided_by", "")) == OUTCOMES
 
 
 def of_point(row: Any) -> Tone:
@@ -129,7 +138,7 @@ class Said:
 
 
 def say(tone: Tone, ratio: Any, low: Any, high: Any, p: Any, metric: an.Metric, b: str, a: str, where: str = "",
-        why: str = "", needed: Any = None) -> Said:
+        why: str = "", needed: Any = None, within: float | None = None) -> Said:
     """The sentence of one comparison of B against A: 'bf16 is 1.41x faster than fp32 for wrn at batch 64
     (1.32–1.50, p<0.001)'; 'no change' or 'undecided' with the core's reason and, where the core says it, the repeats
     a side that would decide it."""
@@ -141,12 +150,12 @@ def say(tone: Tone, ratio: Any, low: Any, high: Any, p: Any, metric: an.Metric, 
     elif tone in (Tone.BETTER, Tone.WORSE, Tone.CHANGED):
         text = f"{b} against {a}{at}: {sides(why, a, b) or 'the outcomes changed'}."
     elif tone is Tone.SAME:
-        text = f"{b} against {a}{at}: {same_words()}{brackets(f'B/A {float(ratio):.2f}' if words else '', iv, pt)}."
+        text = f"{b} against {a}{at}: {same_words(within)}{brackets(f'B/A {float(ratio):.2f}' if words else '', iv, pt)}."
     elif tone is Tone.UNDECIDED:
         more = f"; about {int(needed)} repeats a side would decide it" if _finite(needed) and float(needed) > 0 else ""
         text = f"{b} against {a}{at} is undecided: {sides(why.removeprefix('undecided: '), a, b) or 'the data cannot tell'}{more}."
     else:
-        text = f"{b} against {a}{at}: not compared."
+        text = f"{b} against {a}{at}: not compared{f' ({sides(why, a, b)})' if why else ''}."
     return Said(tone, words, iv, pt, text)
 
 
@@ -164,11 +173,15 @@ def sides(why: str, a: str, b: str) -> str:
     return re.sub(r"\b([AB])\b", lambda m: a if m.group(1) == "A" else b, why)
 
 
-def pair_said(row: Any, metric: an.Metric, b: str, a: str, where: str = "") -> Said:
-    """`say` for a row of compare's pairs (the lead's interval and `needed` columns read where present)."""
+def pair_said(row: Any, metric: an.Metric, b: str, a: str, where: str = "", within: float | None = None) -> Said:
+    """`say` for a row of compare's pairs (the lead's interval and `needed` columns read where present). A pair its
+    outcomes decided is said in the outcomes' words, without the ratio, interval or p-value of the repeats that
+    delivered (they did not decide it)."""
     tone = of_pair(row, metric)
+    if by_outcomes(row):
+        return say(tone, None, None, None, None, metric, b, a, where, str(row.get("verdict", "")))
     return say(tone, row.get("ratio"), row.get("ratio_low"), row.get("ratio_high"), row.get("p_adjusted"), metric, b, a,
-               where, str(row.get("verdict", "")), row.get("needed"))
+               where, str(row.get("verdict", "")), row.get("needed"), within)
 
 
 def css() -> str:

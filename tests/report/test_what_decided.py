@@ -1,0 +1,182 @@
+"""A pair's colour, sentence and place in the answer come from what decided it.
+
+A review found pairs that read the opposite of their verdict: B newly out of memory in 6 of 10 repeats, its 4 ok
+repeats 1.26x faster, was decided a regression by the rate of failures, yet the answer said "B is 1.26x faster" in
+green; a pair unsupported on both sides was counted "the same within ±2%"; two pairs 1.5x apart in opposite
+directions gave a geometric mean "the same within ±2%"; a new failure mode on both sides at equal rates passed the
+gate. These tests hold every surface (compare's tables, CSV and JSON, the report's answer, its JSON and HTML) to
+the verdict's own reason."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+
+from runner import analysis as an
+from runner.analysis import gate
+from runner.analysis.comparable import Outcomes, outcome_change
+from runner.analysis.verdict import Verdict
+from runner.domain.cells import stable_hash
+from runner.record.stored import StoredRepeat
+from runner.report import answer, report_command
+from runner.report import tone as tones
+from runner.report.render import compare_csv, compare_json, compare_markdown, compare_terminal
+from runner.store import SCHEMA, Store
+from tests.analysis.test_agreement import rows as agreement_rows
+from tests.analysis.test_agreement import side
+
+PARAMS = {"model": "mnist_cnn", "precision": "fp32", "batch_size": 32, "dataset": "synthetic"}
+
+
+def repeats(env: str, spec: list[Any], start: int = 0, **over: Any) -> list[dict[str, Any]]:
+    """Stored rows of one cell: a number is an ok repeat at that throughput, a word a repeat that ended so."""
+    params = {**PARAMS, **over}
+    out = []
+    for i, v in enumerate(spec):
+        ok = not isinstance(v, str)
+        out.append({"id": start + i, "run_id": "20260101-000000-aaaaaa", "cell_key": stable_hash([env, params]),
+                    "repeat": i, "environment": env, "backend": "local", "params": params,
+                    "status": "ok" if ok else v, "reason": None if ok else v,
+                    "metrics": {"throughput": float(v), "window_s": 2.0} if ok else {},
+                    "started_at": float(start + i)})
+    return out
+
+
+def comparison(rows: list[dict[str, Any]]) -> an.Comparison:
+    df = an.frame(an.StoredRepeat.many(rows))
+    return an.compare(an.select_side(df, "A"), an.select_side(df, "B"))
+
+
+def store(db: Path, rows: list[dict[str, Any]]) -> Path:
+    with Store(db) as s, s.db:
+        s.db.execute("INSERT INTO runs (run_id, schema, started_at, finished_at, matrix_path, matrix_name, argv, host,"
+                     " status) VALUES ('20260101-000000-aaaaaa', ?, 1.7e9, 1.7e9, 'm.yaml', 'm', '[]', 'h',"
+                     " 'complete')", (SCHEMA,))
+        for r in rows:
+            s.db.execute("INSERT INTO results (schema, run_id, cell_key, repeat, environment, backend, tags, params,"
+                         " status, reason, metrics, env, raw, log_tail, started_at, finished_at)"
+                         " VALUES (?, ?, ?, ?, ?, ?, '[]', ?, ?, ?, ?, '{}', NULL, '', ?, ?)",
+                         (SCHEMA, r["run_id"], r["cell_key"], r["repeat"], r["environment"], r["backend"],
+                          json.dumps(r["params"]), r["status"], r["reason"], json.dumps(r["metrics"]),
+                          1.7e9 + r["started_at"], 1.7e9 + r["started_at"] + 1))
+    return db
+
+
+REGRESSION = repeats("A", [100.0 + i for i in range(10)]) + repeats("B", [130.0 + i for i in range(4)] + ["oom"] * 6, 100)
+FIXED = repeats("A", [130.0 + i for i in range(4)] + ["oom"] * 6) + repeats("B", [100.0 + i for i in range(10)], 100)
+
+
+def test_a_regression_of_outcomes_reads_as_one_on_every_surface_whatever_the_ok_repeats_ratio(tmp_path: Path) -> None:
+    c = comparison(REGRESSION)
+    (pair,) = c.pairs.to_dict("records")
+    assert pair["decision"] == "fail" and pair["decided_by"] == "outcomes" and pair["ratio"] > 1.2
+    assert tones.of_pair(pair, c.metric) is tones.Tone.WORSE
+    said = tones.pair_said(pair, c.metric, "B", "A")
+    assert said.sentence.startswith("B against A: regression: B 4 ok, 6 oom") and "faster" not in said.sentence
+    assert json.loads(compare_json(c))["pairs"][0]["tone"] == "worse"
+    assert pd.read_csv(__import__("io").StringIO(compare_csv(c)))["tone"].tolist() == ["worse"]
+    md = compare_markdown(c)
+    row = next(line for line in md.splitlines() if line.startswith("| mnist_cnn"))
+    assert "of the ok repeats" in row and "<0.001" not in row  # the speed test's p is not what decided
+    assert "does not show" in md  # the mean of the ok repeats says it leaves the regression out
+
+    out = tmp_path / "r"
+    report_command(store(tmp_path / "s.db", REGRESSION), None, ["md", "html", "json"], out)
+    finding = json.loads((out / "report.json").read_text())["answer"]["findings"][0]
+    assert (finding["tone"], finding["decision"]) == ("worse", "fail") and "regression" in finding["sentence"]
+    assert finding["ratio"] is None and finding["p"] is None  # not charted as a speed, no speed p as its own
+    md = (out / "report.md").read_text()
+    answer_part = md[md.index("## The answer"):].split("\n## ", 1)[0]
+    assert "regression: B 4 ok, 6 oom" in answer_part and "faster" not in answer_part
+    html = (out / "report.html").read_text()
+    assert re.search(r'<li class="worse">[^<]*regression', html), "the answer's sentence is red, not green"
+    assert not re.search(r'class="better"[^>]*>[^<]*regression', html)
+
+
+def test_a_fix_of_outcomes_reads_better_though_its_ok_repeats_are_slower() -> None:
+    c = comparison(FIXED)
+    (pair,) = c.pairs.to_dict("records")
+    assert pair["decided_by"] == "outcomes" and pair["ratio"] < 0.8
+    assert tones.of_pair(pair, c.metric) is tones.Tone.BETTER
+    assert "slower" not in tones.pair_said(pair, c.metric, "B", "A").sentence
+
+
+def test_unsupported_on_both_sides_is_not_compared_never_the_same(tmp_path: Path) -> None:
+    c = comparison(repeats("A", ["unsupported"] * 2) + repeats("B", ["unsupported"] * 2, 100))
+    (pair,) = c.pairs.to_dict("records")
+    assert pair["decision"] == "pass"  # the gate's rule: nothing to compare fails nothing
+    assert tones.of_pair(pair, c.metric) is tones.Tone.NONE
+    found = answer.build([answer.Compared("environment", "A", "B", c.pairs, "pairs")], pd.DataFrame(), c.metric, "")
+    assert found.headline.endswith("0 changed, 0 the same within ±2%, 0 undecided, 1 not compared (nothing measured "
+                                   "on either side).")
+    assert "unsupported on both sides" in found.findings["sentence"][0]
+
+
+def test_a_new_failure_mode_on_b_at_the_rate_a_had_its_own_is_undecided_and_no_repeats_promised() -> None:
+    ok = [100.0, 101.0, 99.0, 100.0, 101.0]
+    for a_bad, b_bad in (("oom", "timeout"), ("oom", "failed")):
+        rows = repeats("A", ok + [a_bad] * 5) + repeats("B", ok + [b_bad] * 5, 100)
+        oc = outcome_change(Outcomes.parse("5 ok, 5 " + a_bad), Outcomes.parse("5 ok, 5 " + b_bad))
+        assert oc is not None and oc.direction == "worse" and oc.verdict is Verdict.UNDECIDED
+        assert "cannot tell apart" in oc.why and "more repeats needed" not in oc.why
+        df = an.frame(an.StoredRepeat.many(rows))
+        (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"],
+                                 [gate.Rule("slower", 0.03)])
+        assert check.verdict is Verdict.UNDECIDED and check.needed is None, check.reason
+        (pair,) = comparison(rows).pairs.to_dict("records")
+        assert pair["decision"] == "undecided" and pair["needed"] is None
+
+
+def test_a_mean_over_opposite_changes_is_never_said_to_be_the_same() -> None:
+    rows = (repeats("A", [100 * (1 + 0.002 * i) for i in range(5)], batch_size=32)
+            + repeats("B", [150 * (1 + 0.002 * i) for i in range(5)], 100, batch_size=32)
+            + repeats("A", [100 * (1 + 0.002 * i) for i in range(5)], 200, batch_size=64)
+            + repeats("B", [66.6667 * (1 + 0.002 * i) for i in range(5)], 300, batch_size=64))
+    md = compare_markdown(comparison(rows))
+    mean = next(line for line in md.splitlines() if line.startswith("**Geometric mean"))
+    assert "the same within" not in mean and "the pairs disagree, 1 faster and 1 slower" in mean
+
+
+def test_a_mean_without_an_interval_decides_nothing() -> None:
+    md = compare_markdown(comparison(repeats("A", [100.0]) + repeats("B", [200.0], 100)))
+    mean = next(line for line in md.splitlines() if line.startswith("**Geometric mean"))
+    assert "2.00x faster" in mean and "no 95% interval" in mean and "decides nothing" in mean
+
+
+def test_compare_says_its_answer_before_its_method_and_tables() -> None:
+    c = comparison(REGRESSION)
+    for text in (compare_markdown(c), compare_terminal(c, color=False, width=200)):
+        head = text.index("1 comparison of throughput: 1 changed")
+        assert head < text.index("Metric: throughput") < text.index("Environments")
+        assert text.index("regression: B 4 ok, 6 oom") < text.index("Metric: throughput")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(a=side(), b=side())
+def test_no_pair_reads_against_what_decided_it(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Any two sides (statuses, levels, noise and definitions drawn): a pair its outcomes decided takes the outcomes'
+    direction and words, never its ok repeats' speed; 'the same' only over a measured interval inside ±2%; a pass
+    with nothing measured is not compared."""
+    if not a["statuses"] or not b["statuses"]:
+        return
+    df = an.frame(StoredRepeat.many(agreement_rows("A", a, 0) + agreement_rows("B", b, 100)))
+    c = an.compare(an.select_side(df, "A"), an.select_side(df, "B"))
+    for pair in c.pairs.to_dict("records"):
+        t = tones.of_pair(pair, c.metric)
+        sentence = tones.pair_said(pair, c.metric, "B", "A").sentence
+        if pair["decided_by"] == "outcomes":
+            oc = outcome_change(Outcomes.parse(pair["a_statuses"]), Outcomes.parse(pair["b_statuses"]))
+            assert oc is not None
+            if pair["decision"] == "fail" and oc.direction:
+                assert t.value == oc.direction, (pair["verdict"], t)
+            assert " faster than " not in sentence and " slower than " not in sentence, sentence
+            assert pair["needed"] is None
+        if t is tones.Tone.SAME:
+            assert 1 / 1.02 <= pair["ratio_low"] <= pair["ratio_high"] <= 1.02, pair
+        if pair["decision"] == "pass" and not pair["ratio"] == pair["ratio"]:
+            assert t is tones.Tone.NONE
