@@ -11,7 +11,10 @@ A cell's value is the mean of its ok repeats in the metric's display unit; the v
 (runner/analysis/verdict.py) is pass or fail by that mean, with the margin: how far inside (+) or outside (-)
 the bound it is, relative to the reference. A cell without an ok repeat fails when its repeats ended
 failed, oom, diverged, timeout or unsupported (it does not deliver), and is undecided when nothing was measured
-(nothing stored, cancelled, not started) or the metric is not measured there (peak memory on a CPU).
+(nothing stored, cancelled, not started) or the metric is not measured there (peak memory on a CPU). A cell with ok
+repeats beside ones that ended failed, oom, diverged or timeout is never shown to pass, however well its ok repeats
+do: with its mean inside the bound it is undecided ("not every repeat ended ok (3 ok, 3 oom)"), and no number of
+repeats is said to decide it; with its mean outside it fails as any cell does.
 An entry's `undecided: error | fail | pass` says how its undecided verdicts count (default error: exit 5).
 """
 
@@ -311,14 +314,18 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
         verdict = tested.verdict
         failed = set(counts.index) & (DID_NOT_DELIVER - {"unsupported"})
         half = _rounding(ok, metric, st.mean)
-        if verdict is Verdict.PASS:
+        if failed and inside:
+            # A figure from some repeats only: not every repeat delivered, so the cell is never shown to pass, however
+            # well its ok repeats do; more repeats cannot undo the failed ones, so none would decide it. Checked first:
+            # an interval that passes must not hide them. (A mean outside the bound can still fail on its ok ones.)
+            verdict, reason = Verdict.UNDECIDED, (f"not every repeat ended ok ({statuses}): the value is of the ok "
+                                                  "ones; more repeats cannot show the cell passes")
+            tested = replace(tested, needed=None)
+        elif verdict is Verdict.PASS:
             pass  # the widened interval lies inside the bound: rounding cannot take the mean across it
         elif half and any(st.mean - half <= edge <= st.mean + half for edge in (bound.low, bound.high)):
             verdict, reason = Verdict.UNDECIDED, (f"the figures are printed too coarsely to tell: rounding alone may "
                                                   f"move the mean by {half:g}, across the bound")
-        elif inside and failed:
-            # A figure from some repeats only: not every repeat delivered, so the cell is not shown to pass.
-            verdict, reason = Verdict.UNDECIDED, f"not every repeat ended ok ({statuses}): the value is of the ok ones"
         elif verdict is Verdict.UNDECIDED:
             reason = tested.why or (f"the interval {_num(st.ci_low)}-{_num(st.ci_high)} reaches across the bound; "
                                     f"{_needed_words(tested.needed)}")

@@ -24,6 +24,7 @@ from .readings import (
     DLLOGGER_KEYS,
     MLLOG_LOSS_KEYS,
     json_after,
+    loss_reading,
     mean,
     number,
     quantum,
@@ -87,14 +88,16 @@ class MllogParser(Parser):
             if throughput is not None:
                 self.throughputs.append(throughput)
                 self.throughput_quanta.append(quantum(raw))
-            for name in MLLOG_LOSS_KEYS:
-                if reading(value.get(name)) is not None:
-                    self.losses.append(reading(value.get(name)))
-                    self.loss_quantum = quantum(value.get(name))
-                    self.loss(value.get(name), "mllog: tracked_stats %s" % name)
-                    break
-        elif key in MLLOG_LOSS_KEYS and reading(value) is not None:  # a loss logged as its own event
-            self.losses.append(reading(value))
+            # Every loss key the record holds is judged (a null one is a NaN a strict encoder wrote); the first
+            # is the run's loss (loss_end).
+            kept = [name for name in MLLOG_LOSS_KEYS if name in value and loss_reading(value[name]) is not None]
+            for name in kept:
+                if name == kept[0]:
+                    self.losses.append(loss_reading(value[name]))
+                    self.loss_quantum = quantum(value[name])
+                self.loss(value[name], "mllog: tracked_stats %s" % name)
+        elif key in MLLOG_LOSS_KEYS and loss_reading(value) is not None:  # a loss logged as its own event
+            self.losses.append(loss_reading(value))
             self.loss_quantum = quantum(value)
             self.loss(value, "mllog: %s events" % key)
         elif key == "eval_accuracy" and reading(value) is not None:
@@ -190,8 +193,11 @@ class DlloggerParser(Parser):
         elif step in ([], (), None, ""):
             self.summary.update(data)
         else:
+            losses = self.loss_keys()
             for key, value in data.items():
-                if reading(value) is not None:
+                # A loss key's null is kept as None: a loss that was not finite (a strict encoder's NaN), which
+                # keep_losses hands on as such; another key's null is no value.
+                if reading(value) is not None or (value is None and key in losses):
                     self.series.setdefault(key, []).append(reading(value))
                     self.series_quanta.setdefault(key, []).append(quantum(value))
 
@@ -206,19 +212,23 @@ class DlloggerParser(Parser):
                     return key, DLLOGGER_KEYS[metric]
         return None, DLLOGGER_KEYS.get(metric, ())
 
-    def keep_losses(self):
-        """Every value of the loss key (the one `keys` names, else the first of the usual ones logged per step, else
-        in the summary record): each step's, then the summary's."""
+    def loss_keys(self):
+        """The keys a loss is logged under: the one `keys` names, else every usual one."""
         keys = self.config.get("keys") or {}
-        names = (keys["loss_end"],) if "loss_end" in keys else DLLOGGER_KEYS["loss_end"]
-        key = next((k for k in names if k in self.series), None) or next((k for k in names if k in self.summary), None)
-        if key is None:
-            return
-        where = "dllogger: %s" % key
-        for value in self.series.get(key, ()):
-            self.loss(value, where)
-        if reading(self.summary.get(key)) is not None:
-            self.loss(reading(self.summary[key]), where)
+        return (keys["loss_end"],) if "loss_end" in keys else DLLOGGER_KEYS["loss_end"]
+
+    def keep_losses(self):
+        """Every value of every loss key (loss_keys) the output holds: each key's steps, then the summary record's,
+        a null one included (a NaN a strict encoder wrote). The per-step loss may be logged under one key and the
+        summary's under another (`loss` per step, `train.loss` in the summary): each is a loss the run reached."""
+        names = self.loss_keys()
+        for key in names:
+            for value in self.series.get(key, ()):
+                self.loss(value, "dllogger: %s" % key)
+        for key in names:
+            raw = self.summary.get(key, False)
+            if raw is None or reading(raw) is not None:
+                self.loss(None if raw is None else reading(raw), "dllogger: %s" % key)
 
     def measured(self):
         skip = int(self.config.get("skip", 1))
@@ -243,8 +253,8 @@ class DlloggerParser(Parser):
                         continue
                     value, source = mean(kept), "mean of %d steps after the first %d" % (len(kept), skip)
                     q = max(self.series_quanta[key][skip:])
-                else:
-                    value, source = values[-1], "last step"
+                else:  # a loss logged as null is kept as None (keep_losses): not finite
+                    value, source = math.nan if values[-1] is None else values[-1], "last step"
                     q = self.series_quanta[key][-1]
             if value is None:
                 continue

@@ -45,9 +45,13 @@ class Parser(object):
         self.lines += 1
 
     def loss(self, value, source):
-        """One loss the output gave, NaN and infinities included; `source` says where, in words."""
+        """One loss the output gave, NaN and infinities included, and None for a loss logged as null (a strict JSON
+        encoder's NaN: not finite); `source` says where, in words (the record's `from` names every source, in the
+        order they were first seen)."""
         if not self.loss_seen.source:
             self.loss_seen.source = source
+        elif source not in self.loss_seen.source.split(", "):
+            self.loss_seen.source += ", " + source
         self.loss_seen.add(value)
 
     def measured(self):

@@ -32,6 +32,12 @@ def reading(value):
         return None
 
 
+def loss_reading(value):
+    """A logged loss as reading() takes it, and a null (None) as NaN: where a loss is expected a null is what a strict
+    JSON encoder (orjson) writes for a NaN or an infinity, never 'no loss'. None: not a loss at all."""
+    return math.nan if value is None else reading(value)
+
+
 THOUSANDS = {".": re.compile(r"^[-+]?\d{1,3}(,\d{3})+(\.\d*)?$"), ",": re.compile(r"^[-+]?\d{1,3}(\.\d{3})+(,\d*)?$")}
 
 
@@ -154,6 +160,9 @@ DLLOG_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "seconds": 1.0, "ms": 1e-3, "
                     "min": 60.0, "minutes": 60.0, "h": 3600.0, "hours": 3600.0}
 
 
+NULL = "null"  # LossSeen's word for a loss logged as JSON null (a NaN or an infinity a strict encoder wrote)
+
+
 class LossSeen(object):
     """Every loss a program's output gave, in the order given, summarised for admission (docs/admission.md): how many,
     the first that was not finite (its place among them, and what it was: the result's strict JSON cannot hold a NaN),
@@ -170,18 +179,25 @@ class LossSeen(object):
         self.first = self.first_at = self.last = self.largest = self.largest_at = None
 
     def add(self, value):
-        """One more loss (a number, a numeric string or a 0-d tensor; anything else is no loss)."""
-        if value is None or isinstance(value, bool):
+        """One more loss (a number, a numeric string or a 0-d tensor; anything else is no loss). None is a loss that
+        was logged as null where a loss is expected: strict JSON encoders (orjson, json with allow_nan off) write a
+        NaN or an infinity so, and no format matrix reads documents null as 'no loss this step', so it is a loss
+        that was not finite. A caller with no loss to give does not call add."""
+        if isinstance(value, bool):
             return
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            return
+        if value is None:
+            value, shown = math.nan, NULL
+        else:
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                return
+            shown = repr(value)
         self.count += 1
         if not math.isfinite(value):
             self.nonfinite += 1
             if self.first_nonfinite_at is None:
-                self.first_nonfinite_at, self.first_nonfinite = self.count, repr(value)
+                self.first_nonfinite_at, self.first_nonfinite = self.count, shown
                 self.finite_before = self.last
             return
         if self.first is None:
@@ -213,8 +229,11 @@ def loss_words(record):
     if not record or not record.get("nonfinite"):
         return None
     at, count = record["first_nonfinite_at"], record["count"]
+    what = record.get("first_nonfinite") or "NaN or infinite"
+    if what == NULL:
+        what = "null (NaN or infinite, as strict JSON writes it)"
     text = "loss became %s at the %s of the %d loss%s read%s" % (
-        record.get("first_nonfinite") or "NaN or infinite", ordinal(at), count, "" if count == 1 else "es",
+        what, ordinal(at), count, "" if count == 1 else "es",
         " (%s)" % record["from"] if record.get("from") else "")
     before = record.get("finite_before")
     return text + ("; last finite loss %.4g before it" % before if isinstance(before, (int, float)) else

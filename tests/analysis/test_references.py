@@ -238,3 +238,78 @@ def test_a_figure_in_another_unit_is_not_judged_against_the_reference() -> None:
     df["how_throughput"], df["unit_throughput"] = "mllog: mean of tracked_stats", "samples/s"
     (v,) = ref.judge(m.references, m.cells(), df)
     assert v.verdict is Verdict.UNDECIDED and v.reason.startswith("not comparable: the throughput is obtained")
+
+
+def wrn_with(ok: list[float], status: str, n: int) -> tuple[matrix.Matrix, object]:
+    """The wrn fp32 cell with `ok` repeats and then `n` more (repeat numbers after them) that ended `status`."""
+    m, _ = cells_and_frame([])
+    wrn = next(c for c in m.cells() if c.params["model"] == "wrn" and c.params["precision"] == "fp32")
+    bad = [{**r, "repeat": r["repeat"] + len(ok)}
+           for r in rows_for(wrn.key, [math.nan] * n, status=status, model="wrn", start=2000.0)]
+    return m, long_frame(rows_for(wrn.key, ok, model="wrn"), bad)
+
+
+@pytest.mark.parametrize("failure", ["failed", "oom", "timeout", "diverged"])
+def test_a_cell_whose_ok_repeats_alone_would_pass_is_not_shown_to_pass_beside_a_failed_one(failure: str) -> None:
+    """3 ok repeats well inside the bound (their interval alone passes) and 3 that did not deliver: the ordering in
+    _judgement let the interval's pass through before the failed repeats were looked at ("pass ... 3 ok, 3 oom")."""
+    m, df = cells_and_frame([110.0, 112.0, 108.0])
+    (alone,) = ref.judge(m.references, m.cells(), df)
+    assert alone.verdict is Verdict.PASS  # the ok repeats by themselves pass
+    m, both = wrn_with([110.0, 112.0, 108.0], failure, 3)
+    (v,) = ref.judge(m.references, m.cells(), both)
+    assert v.verdict is Verdict.UNDECIDED, v
+    assert v.reason == (f"not every repeat ended ok (3 ok, 3 {failure}): the value is of the ok ones; more repeats "
+                        "cannot show the cell passes") and v.n == 3
+    assert v.needed is None  # more repeats cannot undo the ones that failed: until-decided adds none for it
+    assert ref.exit_status([v]) is Exit.UNDECIDED and ref.summary_line([v]).startswith("References undecided")
+    assert ref.rows([v])[0]["why"] == v.reason
+
+
+def test_a_cell_whose_ok_repeats_miss_the_bound_still_fails_beside_a_failed_one() -> None:
+    m, df = wrn_with([50.0, 51.0, 49.0], "oom", 1)
+    (v,) = ref.judge(m.references, m.cells(), df)
+    assert v.verdict is Verdict.FAIL and v.margin == pytest.approx(-0.5)
+
+
+def test_a_cell_whose_interval_reaches_across_the_bound_beside_a_failed_one_asks_for_no_more_repeats() -> None:
+    """The mean inside, the interval across the bound: more repeats could narrow the interval, but never undo the
+    timeout, so nothing would decide it and `until: decided` must not add repeats for it."""
+    m, df = wrn_with([101.0, 106.0, 96.0], "timeout", 1)
+    (v,) = ref.judge(m.references, m.cells(), df)
+    assert v.verdict is Verdict.UNDECIDED and v.needed is None
+    assert v.reason.startswith("not every repeat ended ok (3 ok, 1 timeout)")
+
+
+def test_check_and_run_decisions_do_not_pass_a_cell_with_oom_repeats(tmp_path: Path) -> None:
+    """The reviewer's case through the command line on a real store: A 3 ok and 3 oom, B 3 ok, `>= 50`."""
+    from typer.testing import CliRunner
+
+    from runner import cli
+    from runner.commands import decide
+    from runner.store import Store
+    from tests.analysis.helpers import store_of
+
+    text = textwrap.dedent("""
+        environments: [{name: A, backend: local}, {name: B, backend: local}]
+        axes: {model: [mnist_cnn], precision: [fp32], batch_size: [32], device: [cpu]}
+        run: {iterations: 20, warmup: 5, repeats: 3}
+        references:
+          - match: {model: mnist_cnn}
+            throughput: ">= 50"
+    """)
+    (tmp_path / "m.yaml").write_text(text)
+    m = matrix.parse(text, tmp_path / "m.yaml")
+    a, b = m.cells()
+    rows = (rows_for(a.key, [100.0, 101.0, 99.0], environment="A", device="cpu")
+            + rows_for(a.key, [math.nan] * 3, status="oom", environment="A", start=2000.0, device="cpu")
+            + rows_for(b.key, [100.0, 101.0, 99.0], environment="B", start=3000.0, device="cpu"))
+    db = store_of(tmp_path / "r.db", [{**r, "repeat": i} for i, r in enumerate(rows[:6])] + rows[6:])
+    out = CliRunner().invoke(cli.app, ["check", "-m", str(tmp_path / "m.yaml"), "--db", str(db), "--format", "json"])
+    doc = json.loads(out.stdout)
+    assert [(j["cell"].split()[0], j["verdict"]) for j in doc["verdicts"]] == [("A", "undecided"), ("B", "pass")]
+    assert doc["verdicts"][0]["reason"].startswith("not every repeat ended ok (3 ok, 3 oom)")
+    assert out.exit_code == 5 and doc["passed"] is False, out.stdout
+    with Store(db, readonly=True) as store:
+        said, status = decide.run_decisions(m, m.cells(), store)  # what `matrix run` prints after its summary
+    assert status is Exit.UNDECIDED and "References undecided: 1 passed, 1 undecided" in said, said

@@ -6,6 +6,7 @@ through the launcher; admission reads what the launcher would store (docs/admiss
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -128,3 +129,60 @@ def test_a_non_loss_figure_that_is_not_finite_still_fails_the_repeat() -> None:
         parser.feed(line)
     found = parser.outcome()
     assert found["problem"] and "perplexity" in found["problem"] and found["losses"] is None
+
+
+@pytest.mark.parametrize("fmt", ["mllog", "dllogger", "measure"])
+def test_a_loss_a_strict_encoder_wrote_as_null_is_diverged_not_skipped(fmt: str) -> None:
+    """orjson (and json with allow_nan off) writes a NaN as null: a null where a loss is expected is a loss that was
+    not finite, not 'no loss this step'. Skipping it admitted the run on its last finite loss (1.8)."""
+    result, admission = run(fmt, "--losses", "2.3,nan,1.9,1.8", "--strict")
+    assert result["status"] == "diverged", result["reason"]
+    assert "loss became null (NaN or infinite, as strict JSON writes it) at the 2nd of the " in result["reason"], \
+        result["reason"]
+    seen = result["metrics"]["loss_seen"]
+    assert seen["nonfinite"] == 1 and seen["first_nonfinite_at"] == 2 and seen["first_nonfinite"] == "null"
+    assert seen["count"] == (5 if fmt == "dllogger" else 4) and seen["finite_before"] == 2.3  # dllogger: + summary
+    assert admission.status == "diverged" and "diverged: the loss became null" in admission.reasons
+    as_ok = StoredRepeat.of({"status": "ok", "metrics": result["metrics"], "raw": result}).admission
+    assert as_ok.status == "diverged"
+
+
+def test_a_final_loss_a_strict_encoder_wrote_as_null_is_diverged() -> None:
+    """The last step's loss null: the run's final loss is not finite, whatever came before."""
+    result, admission = run("mllog", "--losses", "2.3,2.1,1.9,nan", "--strict")
+    assert result["status"] == "diverged" and "at the 4th of the 4 losses" in result["reason"], result["reason"]
+    assert admission.status == "diverged"
+
+
+def test_dllogger_judges_the_summary_loss_under_another_key_than_the_steps() -> None:
+    """Per-step losses under `loss`, the summary's under `train.loss` and NaN: keep_losses read only the per-step key,
+    so the summary's NaN was never judged and the repeat ended `failed` ("loss_end is nan") instead of diverged."""
+    result, admission = run("dllogger", "--losses", "2.3,2.1,1.9,1.8", "--step-key", "loss", "--summary-loss", "nan")
+    assert result["status"] == "diverged", result["reason"]
+    assert "loss became nan at the 5th of the 5 losses read" in result["reason"], result["reason"]
+    assert "train.loss" in result["metrics"]["loss_seen"]["from"], result["metrics"]["loss_seen"]
+    assert admission.status == "diverged"
+
+
+def test_dllogger_judges_every_per_step_loss_key() -> None:
+    """Two loss keys logged per step (`loss` and `train.loss`): a NaN under either is a training that diverged."""
+    cfg = config(PARSERS["dllogger"])
+    parser = parsers.make(cfg)
+    for step, (a, b) in enumerate([(2.3, 2.3), (float("nan"), 2.1), (1.9, 1.9)]):
+        parser.feed("DLLL " + json.dumps({"type": "LOG", "step": [step], "data": {"loss": a, "train.loss": b,
+                                                                                   "train.ips": 100.0}}))
+    found = parser.outcome()
+    assert found["losses"]["nonfinite"] == 1 and found["losses"]["first_nonfinite"] == "nan", found["losses"]
+
+
+def test_a_null_that_is_not_a_loss_is_still_no_value() -> None:
+    """Only a loss key's null is a non-finite loss: a per-step throughput or accuracy logged as null is no value, as
+    before (the summary's figure is read)."""
+    parser = parsers.make(config(PARSERS["dllogger"]))
+    for step in range(3):
+        parser.feed("DLLL " + json.dumps({"type": "LOG", "step": [step], "data": {"train.loss": 2.0 - step / 10,
+                                                                                   "train.ips": None}}))
+    parser.feed("DLLL " + json.dumps({"type": "LOG", "step": [], "data": {"train.total_ips": 100.0}}))
+    found = parser.outcome()
+    assert found["problem"] is None and found["metrics"]["throughput"] == 100.0
+    assert found["losses"]["nonfinite"] == 0 and found["losses"]["count"] == 3

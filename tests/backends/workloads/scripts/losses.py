@@ -5,12 +5,17 @@
                                                          and json write them)
     python losses.py FORMAT --train LR --steps N         train a tiny MLP with SGD at learning rate LR for N steps
                                                          and report its real losses
+    --strict                                             write a NaN or an infinity as null, as a strict JSON
+                                                         encoder (orjson) does (mllog, dllogger, measure)
+    --step-key KEY --summary-loss X                      dllogger: the per-step loss under KEY (default
+                                                         train.loss), the summary's train.loss X (default the last)
 
 FORMAT: mllog, dllogger, pattern or measure. Every step takes at least 10 ms and reports the throughput of 64
 samples in 10 ms."""
 
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -38,6 +43,12 @@ def trained(lr, steps):
     return out
 
 
+def strict(losses):
+    """The losses as a strict JSON encoder writes them: a NaN or an infinity is null (orjson, json with allow_nan
+    off and a default)."""
+    return [v if isinstance(v, float) and math.isfinite(v) else None for v in losses]
+
+
 def mllog(losses):
     from mlperf_logging import mllog as ml
 
@@ -50,10 +61,11 @@ def mllog(losses):
     log.end(key="run_stop", metadata={"status": "success"})
 
 
-def dllogger(losses):
+def dllogger(losses, step_key="train.loss", summary_loss=None):
     for step, loss in enumerate(losses):  # json.dumps writes NaN and Infinity, as dllogger's JSONStreamBackend does
-        print("DLLL " + json.dumps({"type": "LOG", "step": [step], "data": {"train.loss": loss, "train.ips": RATE}}))
-    print("DLLL " + json.dumps({"type": "LOG", "step": [], "data": {"train.total_ips": RATE, "train.loss": losses[-1]}}))
+        print("DLLL " + json.dumps({"type": "LOG", "step": [step], "data": {step_key: loss, "train.ips": RATE}}))
+    final = losses[-1] if summary_loss is None else summary_loss
+    print("DLLL " + json.dumps({"type": "LOG", "step": [], "data": {"train.total_ips": RATE, "train.loss": final}}))
 
 
 def pattern(losses):
@@ -76,10 +88,18 @@ def main():
     p.add_argument("--losses", default="")
     p.add_argument("--train", type=float, default=None, help="the learning rate of a real training")
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--strict", action="store_true", help="a NaN or an infinity written as null")
+    p.add_argument("--step-key", default="train.loss", help="dllogger: the per-step loss key")
+    p.add_argument("--summary-loss", type=float, default=None, help="dllogger: the summary's train.loss")
     args = p.parse_args()
     losses = trained(args.train, args.steps) if args.train is not None else [float(v) for v in args.losses.split(",")]
     print(f"losses: {losses}", file=sys.stderr)
-    {"mllog": mllog, "dllogger": dllogger, "pattern": pattern, "measure": measure}[args.format](losses)
+    if args.strict:
+        losses = strict(losses)
+    if args.format == "dllogger":
+        dllogger(losses, args.step_key, args.summary_loss)
+    else:
+        {"mllog": mllog, "pattern": pattern, "measure": measure}[args.format](losses)
     sys.stdout.flush()
 
 
