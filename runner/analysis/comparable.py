@@ -75,19 +75,30 @@ def no_one_figure(ok: pd.DataFrame, metric: Metric) -> str:
         if how in ok and unit in ok else []
     if len(seen) > 1:
         return f"not comparable: the {metric.label} is obtained in more than one way within the cell ({' | '.join(seen)})"
-    trained = _join_unique(str(int(s)) for s in ok.get("steps", ()) if isinstance(s, int | float) and s == s)
+    trained = _join_unique(str(int(s)) for s in ok.get(counted(metric) or "steps", ())
+                           if isinstance(s, int | float) and s == s)
     return steps_differ(trained, trained, metric)
+
+
+def counted(metric: Metric) -> str:
+    """The frame's column of the count a metric is compared at (steps_differ): the training steps before a loss or
+    an accuracy, the iterations of the window whose length is the time; '' for a metric that needs neither."""
+    return "steps" if metric.per_step else "window_iters" if metric.per_window else ""
 
 
 def steps_differ(a: str, b: str, metric: Metric) -> str:
     """Why a loss or an accuracy cannot be compared: the two sides (or the repeats of one) trained for different
-    numbers of steps before it was taken ('' when every repeat took it after the same number)."""
-    if not metric.per_step:
+    numbers of steps before it was taken; or a window's length: the windows held different numbers of iterations
+    (a calibrated window is as long as its target, whatever the speed). '' when every repeat counted the same."""
+    if not counted(metric):
         return ""
     a, b = str(a or ""), str(b or "")
     if not a or not b or (a == b and not _several(a)):
         return ""
-    shown = a if a == b else f"{a} vs {b}"  # one side (or cell) whose repeats differ: its steps once
+    shown = a if a == b else f"{a} vs {b}"  # one side (or cell) whose repeats differ: its counts once
+    if metric.per_window:
+        return (f"not comparable: the {metric.label} is the length of windows of different numbers of iterations "
+                f"({shown}; a calibrated window is as long as its target, whatever the speed)")
     return f"not comparable: the {metric.label} comes after different numbers of training steps ({shown})"
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from runner.analysis import sides, significance
-from runner.analysis.comparable import align_steps, definition_text, measure_notes
+from runner.analysis.comparable import align_steps, counted, definition_text, measure_notes
 from runner.analysis.frame import PARAM_KEYS, present
 from runner.analysis.identity import Definitions, choose
 from runner.analysis.pairing import MIN_EFFECT, change_words, pair_stats
@@ -168,14 +168,15 @@ def side_stats(df: pd.DataFrame, metric: str, keys: Sequence[str] = PARAM_KEYS) 
     """One side's cells keyed on `keys` (its params; for a whole machine, its environment too): statuses,
     environments, run settings and cell keys (more than one only when the side was pooled on purpose), and the
     metric's statistics."""
-    read = [*keys, "environment", "cell_key", "status", "steps", f"how_{metric}", f"unit_{metric}", "settings", "id",
+    count = counted(get_metric(metric)) or "steps"  # what the metric is compared at (steps, window iterations)
+    read = [*keys, "environment", "cell_key", "status", count, f"how_{metric}", f"unit_{metric}", "settings", "id",
             "reason", "log_tail", "tags"]  # what the cell attributes read: the wide frame is not copied three times
     work = df[present(df, read)].rename(columns={"cell_key": "cell_keys"}).assign(
         environments=df["environment"])
     if "environment" not in keys:
         work = work.drop(columns=["environment"])
     ok = work["status"] == Status.OK.value
-    steps = work["steps"] if "steps" in work else pd.Series("", index=work.index)
+    steps = work[count] if count in work else pd.Series("", index=work.index)
     hows = work[f"how_{metric}"] if f"how_{metric}" in work else pd.Series("", index=work.index)
     units = work[f"unit_{metric}"] if f"unit_{metric}" in work else pd.Series("", index=work.index)
     oks = ok.tolist()  # lists, not Series: a text column's items one by one cost ten times more

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from runner.analysis import resolution
-from runner.analysis.comparable import OK, Outcomes, definition_text
+from runner.analysis.comparable import OK, Outcomes, counted, definition_text
+from runner.record.metrics import get_metric
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,9 @@ class Name:
         how, unit = f"how_{metric}", f"unit_{metric}"
         definition = ([definition_text(h, u) for h, u in zip(frame[how], frame[unit], strict=True)]
                       if how in frame and unit in frame else [""] * n)
-        steps = ([str(int(s)) if isinstance(s, int | float) and s == s else "" for s in frame["steps"]]
-                 if "steps" in frame else [""] * n)
+        count = counted(get_metric(metric)) or "steps"  # what the metric is compared at (steps, window iterations)
+        steps = ([str(int(s)) if isinstance(s, int | float) and s == s else "" for s in frame[count]]
+                 if count in frame else [""] * n)
         units = [str(u) if u else "" for u in frame[unit]] if unit in frame else [""] * n
         has_res = "resolution" in frame and "printed" in frame
         seq = frame["seq"].to_numpy() if "seq" in frame else frame["id"].to_numpy()

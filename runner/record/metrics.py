@@ -53,6 +53,7 @@ class Metric:
     rule: str = ""                       # the gate's word for a change for the worse (--fail-on slower:3%)
     rule_better: str = ""                # ... and for the better (faster:10%)
     per_step: bool = False               # depends on the training steps before it: compared at equal steps only
+    per_window: bool = False             # the measured window's length: compared at equal window iterations only
     ladder: bool = False                 # can be read at any recorded step (bench's metrics.loss_at)
     throttle_sensitive: bool = False     # a throttled GPU changes it: a table says how many repeats throttled
     vs_fp32: bool = False                # the precision summary shows its ratio to fp32
@@ -116,7 +117,9 @@ BUILT_IN: tuple[Metric, ...] = (
            figure_unit="s"),
     # 0 is a window a log's whole milliseconds could not resolve (a workload's run_stop in the same millisecond as its
     # run_start): the workload parsers take it, so admission does (its rate, if any, is judged on its own).
-    Metric("window_s", "time", "s", False, stored_unit="s", aliases=("time",),
+    # A window's length measures speed only against a window of as many iterations: a calibrated one (iterations:
+    # auto) is as long as its target whatever the speed.
+    Metric("window_s", "time", "s", False, stored_unit="s", aliases=("time",), per_window=True,
            reach=Reach(0.0, 30 * 86400.0, True, "seconds: 0 to 30 days", low_open=False),
            throttle_sensitive=True, site=2, figure_unit="s"),
     Metric("peak_mem", "peak memory", "MiB", False, MIB, "less memory", "more memory", "bytes",

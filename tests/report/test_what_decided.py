@@ -180,3 +180,22 @@ def test_no_pair_reads_against_what_decided_it(a: dict[str, Any], b: dict[str, A
             assert 1 / 1.02 <= pair["ratio_low"] <= pair["ratio_high"] <= 1.02, pair
         if pair["decision"] == "pass" and not pair["ratio"] == pair["ratio"]:
             assert t is tones.Tone.NONE
+
+
+def test_a_window_s_length_is_compared_only_between_windows_of_as_many_iterations() -> None:
+    """iterations: auto calibrates each window to its target time: B twice as fast ran 66 iterations in the ~1.05 s A
+    took for 33, and `compare --metric time` called the pair the same. The time is the window's length: it measures
+    speed only against a window of as many iterations."""
+    def side_rows(env: str, tput: float, iters: int, start: int) -> list[dict[str, Any]]:
+        rows = repeats(env, [tput * (1 + 0.005 * i) for i in range(5)], start)
+        for r in rows:
+            r["metrics"].update(window_s=32 * iters / r["metrics"]["throughput"], iterations=iters, images=32 * iters)
+        return rows
+
+    time = an.get_metric("time")
+    df = an.frame(an.StoredRepeat.many(side_rows("A", 1000.0, 33, 0) + side_rows("B", 2000.0, 66, 100)))
+    (pair,) = an.compare(an.select_side(df, "A"), an.select_side(df, "B"), time).pairs.to_dict("records")
+    assert pair["decision"] == "undecided" and "windows of different numbers of iterations (33 vs 66" in pair["verdict"]
+    df = an.frame(an.StoredRepeat.many(side_rows("A", 1000.0, 33, 0) + side_rows("B", 2000.0, 33, 100)))
+    (pair,) = an.compare(an.select_side(df, "A"), an.select_side(df, "B"), time).pairs.to_dict("records")
+    assert pair["decision"] == "fail" and pair["verdict"] == "faster"  # as many iterations: half the time
