@@ -308,20 +308,21 @@ def with_outcomes(metric_verdict: Verdict, metric_why: str, outcomes: OutcomeCha
     return Verdict.UNDECIDED, outcomes.why
 
 
-def align_steps(a: pd.DataFrame, b: pd.DataFrame, metric: str = "loss_end"
+def align_steps(a: pd.DataFrame, b: pd.DataFrame, metric: str = "loss_end", keys: Sequence[str] = PARAM_KEYS
                 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[tuple[Any, ...], int]]:
     """Where a pair's repeats trained for different numbers of steps (calibrated windows, warm-ups until steady),
     its loss (`metric`: one whose ladder bench records, Metric.ladder) is taken at the last step every ok repeat of
     both sides recorded (bench's loss_at: steps 1, 2, 5, 10, 20, 50, ...): the metric and steps of those rows are
-    replaced. Returns both frames and {params: step}."""
+    replaced. `keys`: what pairs the two sides' cells (the params; the environment too where the sides pair on it).
+    Returns both frames and {pair key: step}."""
     if "loss_at" not in a or "loss_at" not in b:
         return a, b, {}
     a, b = a.copy(), b.copy()
     at: dict[tuple[Any, ...], int] = {}
     ok_a = a[a["status"] == Status.OK.value]
     ok_b = b[b["status"] == Status.OK.value]
-    groups_b = {k if isinstance(k, tuple) else (k,): g for k, g in ok_b.groupby(list(PARAM_KEYS), sort=False)}
-    for key, ga in ok_a.groupby(list(PARAM_KEYS), sort=False):
+    groups_b = {k if isinstance(k, tuple) else (k,): g for k, g in ok_b.groupby(list(keys), sort=False)}
+    for key, ga in ok_a.groupby(list(keys), sort=False):
         key = key if isinstance(key, tuple) else (key,)
         gb = groups_b.get(key)
         if gb is None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from runner.analysis import sides, significance
 from runner.analysis.comparable import align_steps, counted, definition_text, measure_notes
-from runner.analysis.frame import PARAM_KEYS, present
+from runner.analysis.frame import CELL_KEYS, PARAM_KEYS, present
 from runner.analysis.identity import Definitions, choose
 from runner.analysis.pairing import MIN_EFFECT, change_words, pair_stats
 from runner.analysis.sidefacts import (
@@ -30,8 +30,9 @@ from runner.record.metrics import Metric, get_metric
 class Side:
     """The rows one side of a comparison selects, and how the reference was understood.
 
-    `frame` holds every definition the side selected; what is compared (`chosen`) is, per pair of params,
-    the newest definition, or with `pool` all of them (runner/analysis/identity.py). Build one with `select_side`."""
+    `frame` holds every definition the side selected; what is compared (`chosen`) is, per cell (its `keys`: the params;
+    the environment too for a whole machine, or where the two sides pair on it, `pair_keys`), the newest definition, or
+    with `pool` all of them (runner/analysis/identity.py). Build one with `select_side`."""
 
     ref: str
     kind: str       # env | tag | backend | run | host | machine
@@ -67,10 +68,23 @@ class Side:
             self._cache[(metric, keys)] = side_stats(self.chosen, metric, keys)
         return self._cache[(metric, keys)]
 
+    def on(self, keys: Sequence[str]) -> Side:
+        """This side with its cells named on `keys` where they add the environment (the two sides pair on it): each
+        environment's newest definition of a cell, never another environment's in its place; else this side."""
+        keys = tuple(keys)
+        if keys == self.keys or "environment" not in keys:
+            return self
+        return replace(self, keys=keys, _cache={}, _defs=[])
+
     def precision_ratios(self, label: str) -> pd.DataFrame:
+        """Each precision over fp32 in the same configuration; per environment (its `environment` column) where the
+        side's cells are named by environment and it holds several: two environments' cells are never pooled."""
         key = "ratios"
         if key not in self._cache:
-            self._cache[key] = precision_ratios(self.chosen)
+            envs = self.environments if "environment" in self.keys else []
+            self._cache[key] = pd.concat(
+                [precision_ratios(self.chosen[self.chosen["environment"] == e]).assign(environment=e) for e in envs],
+                ignore_index=True) if len(envs) > 1 else precision_ratios(self.chosen)
         return self._cache[key].assign(side=label)
 
     def info(self, label: str) -> pd.DataFrame:
@@ -125,7 +139,7 @@ class Comparison:
     recipes: pd.DataFrame = field(default_factory=pd.DataFrame)  # precision, a, b: ran differently
     correction: str = significance.CORRECTION
     notes: list[str] = field(default_factory=list)  # how the sides were measured (emulated math, unsteady warm-ups)
-    keys: tuple[str, ...] = PARAM_KEYS  # what the pairs are keyed on (the environment too between two machines)
+    keys: tuple[str, ...] = PARAM_KEYS  # what the pairs are keyed on (the environment too: `pair_keys`)
 
     @property
     def machines(self) -> tuple[tuple[sides.Machine, ...], tuple[sides.Machine, ...]]:
@@ -208,19 +222,20 @@ def compare(a: Side, b: Side, metric: Metric | str = "throughput", alpha: float 
         envs = _join_unique(a.frame[a.frame["id"].isin(shared)]["environment"])
         raise ConfigError(f"{a.ref!r} and {b.ref!r} select the same results (environment {envs}): "
                           "pick two disjoint sides, e.g. two environment names")
-    keys = pair_keys(a, b)
+    keys, same = pair_keys(a, b), same_definition(a, b)
+    a, b = a.on(keys), b.on(keys)  # paired on the environment: each side's cells are its environments' own
     sa, sb = a.stats(m.name, keys), b.stats(m.name, keys)
     notes = [*left_out_notes(a, "A"), *left_out_notes(b, "B"),
              *measure_notes([("A", a.ref, a.chosen), ("B", b.ref, b.chosen)])]
     if m.ladder:
-        fa, fb, at = align_steps(a.chosen, b.chosen, m.name)
+        fa, fb, at = align_steps(a.chosen, b.chosen, m.name, keys)
         if at:
             sa, sb = side_stats(fa, m.name, keys), side_stats(fb, m.name, keys)
             steps = sorted(set(at.values()))
             notes.append(f"Where a pair's windows or warm-ups differ in length, its loss is compared at the last step "
                          f"every repeat of both sides recorded (step {', '.join(map(str, steps))}; {len(at)} "
                          f"pair{'s' if len(at) != 1 else ''}).")
-    pairs, unpaired = pair_stats(sa, sb, m, alpha, min_effect, keys)
+    pairs, unpaired = pair_stats(sa, sb, m, alpha, min_effect, keys, same_definition=same)
     low, high = geomean_interval(pairs)
     pairs = pairs.drop(columns=["_se", "_dof"])  # what the geometric mean's interval is made of, read now
     return Comparison(
@@ -246,9 +261,19 @@ def geomean_interval(pairs: pd.DataFrame) -> tuple[float, float]:
 
 
 def pair_keys(a: Side, b: Side) -> tuple[str, ...]:
-    """What two sides' cells pair on: the environment and the params between two whole machines (never one's `metal`
-    with the other's `container`), else the params; a whole machine that holds several environments of one cell
+    """What two sides' cells pair on (docs/decisions.md, "Which cells pair"):
+
+    - the environment and the params between two whole machines (never one's `metal` with the other's `container`);
+    - the environment and the params where both sides hold an environment and one of them holds more than one (a
+      run, a tag, a backend or a machine of several environments): one environment's cell is never paired with
+      another's; the cells of an environment only one side holds are unpaired;
+    - else the params: two sides of one environment each (`compare envA envB`) pair across the two environments, and
+      a side of several environments against sides that share none of them compares its newest cell per params.
+
+    A whole machine that holds several environments of one cell, against a side it shares no environment with,
     cannot be paired on the params alone, and is refused with how to name one."""
+    if a.keys == b.keys == CELL_KEYS or by_environment(a, b):
+        return CELL_KEYS
     if a.keys == b.keys:
         return a.keys
     for s in (a, b):
@@ -260,6 +285,20 @@ def pair_keys(a: Side, b: Side) -> tuple[str, ...]:
                                   f"another machine, or name one environment, e.g. "
                                   f"{s.chosen['environment'].iloc[0]}@{s.ref}")
     return PARAM_KEYS
+
+
+def by_environment(a: Side, b: Side) -> bool:
+    """The two sides hold an environment in common and one of them holds more than one: they pair on the environment
+    as well as the params (`pair_keys`)."""
+    held = [set(s.frame["environment"]) for s in (a, b)]
+    return bool(held[0] & held[1]) and max(len(h) for h in held) > 1
+
+
+def same_definition(a: Side, b: Side) -> bool:
+    """Between two whole machines a pair is compared only where both measured the same definition of the cell (less
+    the store an imported key names); sides paired on the environment otherwise (two runs of it) compare its
+    definitions, as one environment's two runs always have."""
+    return a.kind in sides.MACHINE_KINDS and b.kind in sides.MACHINE_KINDS
 
 
 def left_out_notes(side: Side, label: str) -> list[str]:

@@ -202,15 +202,18 @@ _MISSING = _Cell(np.array([]), Outcomes({}), "")
 
 def evaluate(a: pd.DataFrame, b: pd.DataFrame, rules: Sequence[Rule], alpha: float = significance.ALPHA,
              test: significance.PValue = significance.TEST, pool: bool = False,
-             keys: Sequence[str] = PARAM_KEYS) -> list[GateCheck]:
+             keys: Sequence[str] = PARAM_KEYS, same_definition: bool | None = None) -> list[GateCheck]:
     """Every cell of A under every rule, in A's cell order, against B's cell of the same params (`keys`: and the same
-    environment, between two machines; runner/analysis/compare.py `pair_keys`). Each side contributes its newest
-    definition of a cell (runner/analysis/identity.py), all of them with `pool`. A cell of A that B never measured is
-    an undecided check (never dropped: `--undecided` says how it counts)."""
+    environment, between two machines or sides of several environments; runner/analysis/compare.py `pair_keys`;
+    `same_definition`: only the same definition of a cell compared, between two whole machines, by default wherever
+    the keys hold the environment). Each side contributes its newest definition of a cell (runner/analysis/identity.py),
+    all of them with `pool`. A cell of A that B never measured is an undecided check (never dropped: `--undecided`
+    says how it counts)."""
     checks = []
     for rule in rules:
         ca, cb = _cells(a, rule.metric, pool, keys), _cells(b, rule.metric, pool, keys)
-        raw = [replace(_check(rule, dict(zip(keys, key, strict=True)), cell, cb.get(key, _MISSING), test, alpha),
+        same = "environment" in keys if same_definition is None else same_definition
+        raw = [replace(_check(rule, dict(zip(keys, key, strict=True)), cell, cb.get(key, _MISSING), test, alpha, same),
                        a_keys=cell.keys, b_keys=cb.get(key, _MISSING).keys)
                for key, cell in ca.items()]
         adjusted = significance.adjust([c.p_value for c in raw])
@@ -226,7 +229,7 @@ def only_in_b(a: pd.DataFrame, b: pd.DataFrame, keys: Sequence[str] = PARAM_KEYS
 
 
 def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: significance.PValue,
-           alpha: float = significance.ALPHA) -> GateCheck:
+           alpha: float = significance.ALPHA, same_definition: bool = False) -> GateCheck:
     """The check before the false-discovery adjustment: decided here when the data says so without a test
     (the sides not comparable, a change of outcome, a metric not measured), else its p-value. What may be
     compared and what a change of outcome means come from runner/analysis/comparable.py, as for compare."""
@@ -237,7 +240,7 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     note: dict[str, Any] = {"a_throttled": a.throttled, "b_throttled": b.throttled}
 
     apart = why_not(metric, (a.settings, b.settings), (a.definition, b.definition)) or (
-        other_definition(a.keys, b.keys) if "environment" in params else "")
+        other_definition(a.keys, b.keys) if same_definition else "")
     # Every comparable pair with two values a side is one test of the rule's family, however it is decided, as in
     # compare: the two adjust the same p-values together.
     q = resolution.pair(a.quanta, b.quanta)

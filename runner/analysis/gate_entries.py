@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from runner.analysis import gate, significance
-from runner.analysis.compare import pair_keys, select_side
+from runner.analysis.compare import pair_keys, same_definition, select_side
 from runner.analysis.verdict import UNDECIDED_POLICIES
 from runner.base.errors import ConfigError
 
@@ -128,4 +128,5 @@ def evaluate(entry: GateEntry, frame: pd.DataFrame, alpha: float = significance.
         side_a, side_b = select_side(frame, entry.a), select_side(frame, entry.b)
     except ConfigError:
         return []  # a side with nothing stored yet: nothing to check
-    return gate.evaluate(side_a.frame, side_b.frame, entry.rules, alpha, keys=pair_keys(side_a, side_b))
+    return gate.evaluate(side_a.frame, side_b.frame, entry.rules, alpha, keys=pair_keys(side_a, side_b),
+                         same_definition=same_definition(side_a, side_b))

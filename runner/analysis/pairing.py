@@ -82,27 +82,28 @@ OUTCOMES, METRIC = "outcomes", "metric"  # what decided a pair (`decided_by`): i
 
 
 def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = significance.ALPHA,
-               min_effect: float = MIN_EFFECT, keys: Sequence[str] = PARAM_KEYS, unpaired: bool = True
-               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+               min_effect: float = MIN_EFFECT, keys: Sequence[str] = PARAM_KEYS, unpaired: bool = True,
+               same_definition: bool | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Pair two sides' cell statistics (from side_stats) on `keys`: ratio B/A, Welch p (and adjusted for the false
     discovery rate over the pairs tested), verdict and decision; and the unpaired cells (with `unpaired=False`, an
-    empty frame of their columns: a caller that shows only the pairs). Paired on the environment too (two machines), a
-    pair is compared only where both measured the same definition of the cell.
+    empty frame of their columns: a caller that shows only the pairs). With `same_definition` (two whole machines;
+    by default wherever the keys hold the environment), a pair is compared only where both measured the same
+    definition of the cell: runner/analysis/compare.py `same_definition` says which.
 
     Where every key is a plain text or integer, held once a side (side_stats' cells always are), the cells are paired
     by their keys' values and the pairs' frame is made once; anything else goes through pandas' merge. Both ways give
     the same frames (tests/analysis/test_pair_rows.py holds them equal)."""
     keys = list(keys)
+    same = "environment" in keys if same_definition is None else same_definition
     rows = _paired_rows(sa, sb, keys)
     if rows is None:
-        return _merged_pair_stats(sa, sb, metric, alpha, min_effect, keys, unpaired)
+        return _merged_pair_stats(sa, sb, metric, alpha, min_effect, keys, unpaired, same)
     ia, ib, only_a, only_b = rows
     if not ia:
         pairs = pd.DataFrame(columns=_pair_columns(keys))
     else:
         a, b = sa.take(ia).reset_index(drop=True), sb.take(ib).reset_index(drop=True)
-        words = _judge_columns(lambda c: (a if c[0] == "a" else b)[c[2:]], metric, alpha, min_effect,
-                               "environment" in keys)
+        words = _judge_columns(lambda c: (a if c[0] == "a" else b)[c[2:]], metric, alpha, min_effect, same)
         # The frame in its columns' order, side by side: one concat of whole frames, not sixty columns one by one.
         pairs = pd.concat([a[keys], *(part[_STAT_COLS].set_axis([f"{side}_{x}" for x in _STAT_COLS], axis=1)
                                       for side, part in (("a", a), ("b", b))),
@@ -200,15 +201,17 @@ def _plain(col: pd.Series) -> list[object] | None:
 
 
 def _merged_pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float, min_effect: float,
-                       keys: list[str], unpaired: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+                       keys: list[str], unpaired: bool, same_definition: bool | None = None
+                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`pair_stats` through pandas' outer merge: any keys (missing values, floats, a key held twice on a side)."""
+    same = "environment" in keys if same_definition is None else same_definition
     pair_cols = _pair_columns(keys)
     merged = sa.add_prefix("a_").rename(columns={f"a_{k}": k for k in keys}).merge(
         sb.add_prefix("b_").rename(columns={f"b_{k}": k for k in keys}),
         on=keys, how="outer", indicator=True, sort=False)
     both = merged[merged["_merge"] == "both"].copy()
     pairs = pd.DataFrame(columns=pair_cols) if both.empty else \
-        _sorted(_judged(both, metric, alpha, min_effect, "environment" in keys))[pair_cols]
+        _sorted(_judged(both, metric, alpha, min_effect, same))[pair_cols]
     alone = _alone([(side, merged[merged["_merge"] == tag], f"{side.lower()}_")
                     for side, tag in (("A", "left_only"), ("B", "right_only"))] if unpaired else [], keys)
     return _typed(pairs, alone, keys)

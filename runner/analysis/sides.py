@@ -9,7 +9,9 @@ A local verdict never pools or replaces this store's repeats with another machin
 A side may name its machine (`a@machine:ID`, `a@host:NAME`), or be a whole machine (`machine:ID`, `host:NAME`): a
 machine is its store id or its hardware in words, a host its name, each matched whole (never by prefix); one that
 names several machines, or none, is refused with the list. Two whole machines pair their cells on the environment
-as well as the params (`pair_keys`): one machine's `metal` is never paired with another's `container`.
+as well as the params (`pair_keys`): one machine's `metal` is never paired with another's `container`. So do two
+sides that hold an environment in common where one of them holds several (two runs, two tags, a machine against a
+run): one environment's cell is never paired with another's, whichever is each side's newest of the params.
 """
 
 from __future__ import annotations

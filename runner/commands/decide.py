@@ -14,7 +14,7 @@ import pandas as pd
 from runner import analysis as an
 from runner.analysis import gate, gate_entries, references
 from runner.analysis.adaptive import Stop
-from runner.analysis.compare import pair_keys
+from runner.analysis.compare import pair_keys, same_definition
 from runner.analysis.verdict import Verdict, exit_status, parse_policy
 from runner.base.errors import ConfigError, StoreError
 from runner.base.exitcodes import Exit
@@ -138,8 +138,10 @@ def gate_result(df: pd.DataFrame, a: str, b: str, specs: Sequence[str], pool: bo
     selects for it (one machine's, unless it names machines; `here`: this store's id), as compare takes them."""
     rules = gate.parse_rules(specs)
     side_a, side_b = an.select_side(df, a, pool, here), an.select_side(df, b, pool, here)
-    keys = pair_keys(side_a, side_b)  # the pairs compare makes: two machines pair on the environment too
-    return (rules, gate.evaluate(side_a.frame, side_b.frame, rules, pool=pool, keys=keys),
+    keys = pair_keys(side_a, side_b)  # the pairs compare makes: on the environment too between two machines, or
+    # where a side of several environments shares one with the other
+    return (rules, gate.evaluate(side_a.frame, side_b.frame, rules, pool=pool, keys=keys,
+                                 same_definition=same_definition(side_a, side_b)),
             gate.only_in_b(side_a.frame, side_b.frame, keys))
 
 

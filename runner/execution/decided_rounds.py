@@ -85,7 +85,7 @@ def pending(m: Matrix, cells: Sequence[Cell], frame: pd.DataFrame) -> tuple[list
             total += 1
             decided += c.verdict is not Verdict.UNDECIDED
             if c.more_would_help:
-                cell = " ".join(str(c.params[k]) for k in ("model", "precision", "batch_size") if k in c.params)
+                cell = " ".join(str(c.params[k]) for k in ("environment", "model", "precision", "batch_size") if k in c.params)
                 out.append(Pending(f"gate {entry.title}: {cell}", (*_keys(c.a_keys), *_keys(c.b_keys)), c.needed,
                                    c.reason))
     return out, total, decided

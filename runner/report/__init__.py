@@ -161,8 +161,10 @@ def compare_command(db: Path, a: str, b: str, fmt: str | None = None, metric: st
 
     A and B are environment names, tags, backend kinds or run id prefixes (`env:`/`tag:`/`backend:`/`run:`
     in front picks the kind when names clash), each one machine's repeats (runner/analysis/sides.py: this store's
-    own by default; `NAME@machine:ID` names another), or whole machines (`machine:ID`, `host:NAME`). A side that
-    holds more than one definition of a cell compares the newest and lists the others; `pool` pools them.
+    own by default; `NAME@machine:ID` names another), or whole machines (`machine:ID`, `host:NAME`). Sides that share
+    an environment, one of them holding several, pair on the environment as well (runner/analysis/compare.py
+    `pair_keys`). A side that holds more than one definition of a cell compares the newest and lists the others;
+    `pool` pools them.
     """
     from runner import analysis as an
     from runner.report import render

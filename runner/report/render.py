@@ -280,8 +280,12 @@ def compare_view(c: an.Comparison) -> CompareView:
     precision = None
     if not c.precision_ratios.empty:
         side_names = {"A": a, "B": b}
-        ratios = c.precision_ratios.assign(side=c.precision_ratios["side"].map(side_names))
-        precision = pair_views.precision_ratio_table(ratios, [a, b])
+        r = c.precision_ratios
+        # A side of several environments has each one's ratios (its `environment`): a column each, never pooled.
+        envs = r["environment"].tolist() if "environment" in r else [None] * len(r)
+        named = [side_names[s] + (f" ({e})" if isinstance(e, str) and e else "") for s, e in zip(r["side"], envs,
+                                                                                                 strict=True)]
+        precision = pair_views.precision_ratio_table(r.assign(side=named), list(dict.fromkeys(named)))
     unpaired = None
     if not c.unpaired.empty:
         u = c.unpaired

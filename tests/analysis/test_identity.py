@@ -134,9 +134,14 @@ def test_two_machines_pair_the_same_environment(twins: Path, tmp_path: Path) -> 
 
 
 def test_a_machine_with_several_environments_is_not_paired_on_params_alone(twins: Path) -> None:
-    with pytest.raises(ConfigError, match=r"'host:box1' holds several environments of the same cells \(.*\): "
-                                          r"compare it with another machine, or name one environment"):
-        compare_command(twins, "host:box1", "container@host:box2", "json")
+    """Against one of its environments, a machine of several pairs that environment with itself (its others unpaired);
+    against an environment it does not hold, it is refused: the params alone would choose one of its environments."""
+    out = json.loads(compare_command(twins, "host:box1", "container@host:box2", "json"))
+    assert out["paired_on"][0] == "environment"
+    assert [(p["environment"], p["a_environments"], p["b_environments"]) for p in out["pairs"]] == \
+        [("container", "container", "container")]
+    assert 0.95 < out["pairs"][0]["ratio"] < 1.05
+    assert [(u["side"], u["environment"]) for u in out["unpaired"]] == [("A", "metal")]
     out = json.loads(compare_command(twins, "metal@host:box1", "container@host:box2", "json"))
     assert 0.45 < out["pairs"][0]["ratio"] < 0.55
 
