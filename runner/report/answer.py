@@ -68,11 +68,13 @@ def pair_findings(fam: Compared, metric: an.Metric, within: float | None = None)
     out = []
     p = fam.pairs
     keys = [k for k in an.PARAM_KEYS if k in p and (k in ("model", "batch_size") or p[k].nunique() > 1)]
+    # Sides paired on the environment too (two runs of the same environments): each sentence names its own.
+    envs = "environment" in p and p["environment"].nunique() > 1
     for r in p.to_dict("records"):
-        where = _where(r, keys) + (f" {fam.where}" if fam.where else "")
+        where = _where(r, keys) + (f" in {r['environment']}" if envs else "") + (f" {fam.where}" if fam.where else "")
         said = pair_said(r, metric, fam.b, fam.a, where, within)
-        cell = " · ".join(str(r[k]) for k in keys if k != "batch_size") + (f" · batch {r['batch_size']}"
-                                                                            if "batch_size" in keys else "")
+        cell = " · ".join([*([str(r["environment"])] if envs else []), *(str(r[k]) for k in keys if k != "batch_size")]
+                          ) + (f" · batch {r['batch_size']}" if "batch_size" in keys else "")
         # A pair its outcomes decided has no figure of what decided it: the ratio of the repeats that delivered is
         # not its answer, so it is neither charted nor sized by it (it leads, as the largest change).
         sized = not by_outcomes(r)

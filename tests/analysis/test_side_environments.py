@@ -196,3 +196,14 @@ def test_a_side_of_several_environments_has_each_ones_precision_ratios() -> None
     view = render.compare_view(c)
     assert view.precision is not None and "r1 (e1) fp16/fp32" in view.precision.columns
     assert "r1 (e2) fp16/fp32" in view.precision.columns
+
+
+def test_each_sentence_of_the_answer_names_its_environment_when_sides_pair_on_it() -> None:
+    """Two runs of the same two environments: the answer's sentences are one per environment, and each says which
+    (before, both read "for mnist_cnn at batch 32")."""
+    from runner.report.render import compare_markdown
+
+    md = compare_markdown(compared(swapped_runs(), RUN1, RUN2))
+    said = [line for line in md.split("## The answer", 1)[1].split("Metric:", 1)[0].splitlines() if line.startswith("- ")]
+    assert len(said) == 2 and {" in fastenv" in s for s in said} == {True, False}
+    assert any(" in slowenv" in s for s in said)
