@@ -266,9 +266,10 @@ def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) 
     if not new_a and not new_b and a.ok and b.ok and not (d.decided and d.p_value < alpha):
         return None  # the same ways of failing, at rates not told apart (or none): the metric decides
     rate_a, rate_b = (a.n - a.ok) / a.n, (b.n - b.ok) / b.n
-    # At equal rates a way of failing B has and A had not is feared (worse), even where A lost one of its own: a
-    # gate that fears a slowdown fears a new failure too.
-    worse = rate_b > rate_a or (rate_b == rate_a and bool(new_b))
+    # A way of failing B has and A had not is feared (worse), even where A lost one of its own or failed more often,
+    # unless B failed significantly less often in all: a gate that fears a slowdown fears a new failure too.
+    fewer = rate_b < rate_a and d.decided and d.p_value < alpha
+    worse = rate_b > rate_a or (bool(new_b) and not fewer)
     direction = "worse" if worse else "better"
     said = f"regression: B {b.words} (A {a.words})" if worse else f"fixed: A {a.words} (B {b.words})"
     if d.exact:

@@ -267,7 +267,9 @@ def _judge_columns(col: Callable[[str], pd.Series], metric: Metric, alpha: float
                    if j[2] is Verdict.UNDECIDED and j[3] == METRIC and d.has_interval else None
                    for d, j, c in zip(deltas, judged, coarse, strict=True)],
         "p_value": p, "p_adjusted": p_adj,
-        "change": [change_words(r, metric) for r in ratio.tolist()],
+        # A pair its failures decided: the change is of the ok repeats only, and says so in every output.
+        "change": [f"{w}, of the ok repeats" if w and j[3] == OUTCOMES else w
+                   for w, j in zip((change_words(r, metric) for r in ratio.tolist()), judged, strict=True)],
         "significant": significant,
         "verdict": [j[1] for j in judged],
         "decision": [j[2].value for j in judged],

@@ -125,12 +125,18 @@ def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
         if not with_ratio:
             return f"No geometric mean of {b}/{a}: none of the {n} pairs has a ratio ({', '.join(r for r in reasons if r)})"
     text = f"Geometric mean of {b}/{a} over {over}: {fmt.ratio_words(c.geomean, c.geomean_words)}"
-    tones = [tone.of_pair(r, c.metric) for r in c.pairs.to_dict("records")]
-    up, down = tones.count(tone.Tone.BETTER), tones.count(tone.Tone.WORSE)
+    recs = c.pairs.to_dict("records")
+    tones = [tone.of_pair(r, c.metric) for r in recs]
+    # The mean is of the ratios: its pairs' directions are those their metric decided, not their outcomes'.
+    by_metric = [t for t, r in zip(tones, recs, strict=True) if not tone.by_outcomes(r)]
+    up, down = by_metric.count(tone.Tone.BETTER), by_metric.count(tone.Tone.WORSE)
+    held = [t for t, r in zip(tones, recs, strict=True)
+            if tone.by_outcomes(r) and t in (tone.Tone.BETTER, tone.Tone.WORSE, tone.Tone.CHANGED)
+            and r["ratio"] == r["ratio"] and r["ratio"] > 0]  # in the mean: a ratio of the repeats that delivered
     if c.geomean_low == c.geomean_low and c.geomean_high == c.geomean_high:
         text += f", 95% interval {c.geomean_low:.3f}-{c.geomean_high:.3f}"
         low, high = 1 / (1 + c.min_effect), 1 + c.min_effect
-        if up and down:  # a mean of opposite changes is no answer, however narrow its interval
+        if (up and down) or held:  # a mean of opposite changes, or of pairs their failures decided, is no answer
             pass
         elif low <= c.geomean_low and c.geomean_high <= high:
             text += f" (the same within ±{threshold_text(c.min_effect)})"
@@ -141,14 +147,12 @@ def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
     if up and down:
         text += (f"; but the pairs disagree, {up} {c.metric.better} and {down} {c.metric.worse}: the mean decides "
                  "nothing, the pairs are the answer")
-    held = [t for t, r in zip(tones, c.pairs.to_dict("records"), strict=True)
-            if tone.by_outcomes(r) and t in (tone.Tone.BETTER, tone.Tone.WORSE, tone.Tone.CHANGED)
-            and r["ratio"] == r["ratio"] and r["ratio"] > 0]  # in the mean: a ratio of the repeats that delivered
     if held:
-        worse = held.count(tone.Tone.WORSE)
-        text += (f"; {len(held)} pair{'s' if len(held) != 1 else ''} decided by {'their' if len(held) != 1 else 'its'}"
-                 f" outcomes ({worse} regression{'s' if worse != 1 else ''}: more failures on {b}), which this mean "
-                 "of the repeats that delivered does not show")
+        kinds = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in (
+            (held.count(tone.Tone.WORSE), "regression"), (held.count(tone.Tone.BETTER), "fix"),
+            (held.count(tone.Tone.CHANGED), "change of failure")) if n]
+        text += (f"; {len(held)} of them decided by {'their' if len(held) != 1 else 'its'} failures, not by this "
+                 f"figure ({', '.join(kinds)}): this mean of the repeats that delivered decides nothing")
     return text
 
 
@@ -166,10 +170,17 @@ def decisions_sentence(c: an.Comparison) -> str:
     """'5 of 8 pairs significant (Welch's p < 0.05 adjusted by Benjamini–Hochberg over the 7 tested pairs,
     and a change of at least 2%).', with the undecided pairs counted: the table footer."""
     n, tested = len(c.pairs), c.n_tested
-    text = f"{c.n_significant} of {n} pair{'s' if n != 1 else ''} significant"
-    same = c.n_decision(Verdict.PASS)
+    recs = c.pairs.to_dict("records")
+    said = [tone.of_pair(r, c.metric) for r in recs]
+    failures = sum(1 for r in recs if tone.by_outcomes(r) and r["decision"] == Verdict.FAIL.value)
+    # Significant by Welch's test (the metric decided it); a change of outcomes is counted apart, by its own test.
+    text = f"{c.n_significant - failures} of {n} pair{'s' if n != 1 else ''} significant"
+    same = said.count(tone.Tone.SAME)
     if same:
         text += f", {same} the same within ±{threshold_text(c.min_effect)} (the 95% interval of B/A inside it)"
+    none = sum(1 for t, r in zip(said, recs, strict=True) if t is tone.Tone.NONE and r["decision"] == Verdict.PASS.value)
+    if none:
+        text += f", {none} not compared (nothing measured on either side)"
     und = c.n_decision(Verdict.UNDECIDED)
     if und:
         needed = [int(x) for x in c.pairs["needed"] if x is not None and x == x] if "needed" in c.pairs else []
@@ -187,12 +198,20 @@ def decisions_sentence(c: an.Comparison) -> str:
     else:
         how = (f"Welch's p < {c.alpha:g} and a change of at least {threshold_text(c.min_effect)}; "
                f"{'one pair tested, nothing to adjust' if tested else 'no pair could be tested'}")
-    text = f"{text} ({how})."
+    text = f"{text} ({how})"
+    if failures:
+        text += f"; {failures} changed in {'their' if failures != 1 else 'its'} failures ({significance_words()})"
+    text += "."
     hot = c.pairs[(c.pairs["throttling"] != "") & c.pairs["significant"]] if "throttling" in c.pairs else c.pairs[:0]
     if len(hot):
         text += (f" {len(hot)} significant difference{'s' if len(hot) != 1 else ''} coincide"
                  f"{'s' if len(hot) == 1 else ''} with throttling (the verdict says on which side).")
     return text
+
+
+def significance_words() -> str:
+    """How a change of outcomes is decided, in the footer's words."""
+    return "Fisher's exact test on the failure rates, or every repeat one way on each side"
 
 
 def machine_lines(c: an.Comparison) -> list[str]:
@@ -228,15 +247,16 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
         cls = tone.of_pair(r, m).value  # the colour of the decision core's verdict, never of its words
         words = str(r["verdict"]) + (f" ({r['throttling']})" if r.get("throttling") else "")
         iv = tone.interval(r["ratio"], r.get("ratio_low"), r.get("ratio_high"), m)
-        change = f"{r['change']} ({iv})" if r["change"] and iv else r["change"] or DASH
+        moved = str(r["change"] or "")
+        change = (moved.replace(", of the ok repeats", f" ({iv}), of the ok repeats") if moved.endswith(
+            ", of the ok repeats") else f"{moved} ({iv})") if moved and iv else moved or DASH
         # Where the outcomes decided, the change of the repeats that delivered is shown uncoloured and its p left
         # out: the verdict (its own test's p in its words) is what decided.
         held = tone.by_outcomes(r)
         table.add(*(key_text(k, r[k]) for k in keys),
                   side_cell(r, "a", m), side_cell(r, "b", m),
                   TableCell(fmt.number(r["ratio"], 3), "num"),
-                  TableCell(f"{change}, of the ok repeats" if held and change != DASH else change,
-                            "status" if held else cls),
+                  TableCell(change, "status" if held else cls),
                   TableCell(DASH if held else fmt.p_value(r["p_adjusted"]), "num"), TableCell(words, cls))
     return table
 

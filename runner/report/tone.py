@@ -5,7 +5,7 @@ its interval, the metric's direction, the history's step and direction), never f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -152,7 +152,8 @@ def say(tone: Tone, ratio: Any, low: Any, high: Any, p: Any, metric: an.Metric, 
     elif tone is Tone.SAME:
         text = f"{b} against {a}{at}: {same_words(within)}{brackets(f'B/A {float(ratio):.2f}' if words else '', iv, pt)}."
     elif tone is Tone.UNDECIDED:
-        more = f"; about {int(needed)} repeats a side would decide it" if _finite(needed) and float(needed) > 0 else ""
+        more = (f"; about {int(needed)} repeats a side would decide it" if _finite(needed) and float(needed) > 0
+                and "repeats a side would decide" not in why else "")  # said once, where the core said it already
         text = f"{b} against {a}{at} is undecided: {sides(why.removeprefix('undecided: '), a, b) or 'the data cannot tell'}{more}."
     else:
         text = f"{b} against {a}{at}: not compared{f' ({sides(why, a, b)})' if why else ''}."
@@ -180,8 +181,16 @@ def pair_said(row: Any, metric: an.Metric, b: str, a: str, where: str = "", with
     tone = of_pair(row, metric)
     if by_outcomes(row):
         return say(tone, None, None, None, None, metric, b, a, where, str(row.get("verdict", "")))
-    return say(tone, row.get("ratio"), row.get("ratio_low"), row.get("ratio_high"), row.get("p_adjusted"), metric, b, a,
+    said = say(tone, row.get("ratio"), row.get("ratio_low"), row.get("ratio_high"), row.get("p_adjusted"), metric, b, a,
                where, str(row.get("verdict", "")), row.get("needed"), within)
+    if tone in (Tone.BETTER, Tone.WORSE):
+        # A change the metric decided beside failures few repeats cannot tell from chance: said with it, as the gate
+        # says it ("oom on B only ..., fisher p=1: more repeats needed").
+        oc = outcome_change(Outcomes.parse(str(row.get("a_statuses", ""))),
+                            Outcomes.parse(str(row.get("b_statuses", ""))))
+        if oc is not None and oc.verdict is Verdict.UNDECIDED:
+            said = replace(said, sentence=f"{said.sentence[:-1]}; {sides(oc.why, a, b)}.")
+    return said
 
 
 def css() -> str:

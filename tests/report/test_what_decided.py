@@ -83,7 +83,7 @@ def test_a_regression_of_outcomes_reads_as_one_on_every_surface_whatever_the_ok_
     md = compare_markdown(c)
     row = next(line for line in md.splitlines() if line.startswith("| mnist_cnn"))
     assert "of the ok repeats" in row and "<0.001" not in row  # the speed test's p is not what decided
-    assert "does not show" in md  # the mean of the ok repeats says it leaves the regression out
+    assert "(1 regression): this mean of the repeats that delivered decides nothing" in md
 
     out = tmp_path / "r"
     report_command(store(tmp_path / "s.db", REGRESSION), None, ["md", "html", "json"], out)
@@ -130,6 +130,23 @@ def test_a_new_failure_mode_on_b_at_the_rate_a_had_its_own_is_undecided_and_no_r
         assert check.verdict is Verdict.UNDECIDED and check.needed is None, check.reason
         (pair,) = comparison(rows).pairs.to_dict("records")
         assert pair["decision"] == "undecided" and pair["needed"] is None
+
+
+def test_a_new_failure_mode_on_b_is_feared_though_a_failed_more_often_its_own_way() -> None:
+    """A 5 ok, 5 oom; B 6 ok, 4 timeout: B's timeout is new, and the gate passed it because A failed more often."""
+    ok = [100.0, 101.0, 99.0, 100.0, 101.0]
+    for a_spec, b_spec in ((ok + ["oom"] * 5, ok + [100.0] + ["timeout"] * 4),
+                           (ok + ok[:4] + ["oom"] * 2, ok + ok[:4] + ["timeout"])):
+        rows = repeats("A", a_spec) + repeats("B", b_spec, 100)
+        df = an.frame(an.StoredRepeat.many(rows))
+        (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"],
+                                 [gate.Rule("slower", 0.03)])
+        assert check.verdict is Verdict.UNDECIDED and "timeout on B only" in check.reason, check.reason
+        (pair,) = comparison(rows).pairs.to_dict("records")
+        assert pair["decision"] == "undecided" and "timeout on B only" in pair["verdict"]
+    # B failing significantly less often in all is a fix, its one new way of failing said beside it.
+    oc = outcome_change(Outcomes.parse("2 ok, 8 oom"), Outcomes.parse("9 ok, 1 timeout"))
+    assert oc is not None and oc.direction == "better" and oc.verdict is Verdict.FAIL
 
 
 def test_a_mean_over_opposite_changes_is_never_said_to_be_the_same() -> None:
@@ -199,3 +216,37 @@ def test_a_window_s_length_is_compared_only_between_windows_of_as_many_iteration
     df = an.frame(an.StoredRepeat.many(side_rows("A", 1000.0, 33, 0) + side_rows("B", 2000.0, 33, 100)))
     (pair,) = an.compare(an.select_side(df, "A"), an.select_side(df, "B"), time).pairs.to_dict("records")
     assert pair["decision"] == "fail" and pair["verdict"] == "faster"  # as many iterations: half the time
+
+
+def test_the_footer_and_the_mean_count_each_pair_by_what_decided_it() -> None:
+    ok10 = [100.0, 101.0, 99.0, 100.0, 101.0, 100.0, 99.0, 101.0, 100.0, 100.0]
+    # One pair faster by its metric, one fixed by its failures though its ok repeats are 2x slower.
+    rows = (repeats("A", ok10[:5]) + repeats("B", [130.0, 131.0, 129.0, 130.0, 131.0], 100)
+            + repeats("A", ok10[:4] + ["oom"] * 6, 200, batch_size=64)
+            + repeats("B", [50.0, 51.0, 49.0, 50.0, 51.0, 50.0, 50.0, 51.0, 49.0, 50.0], 300, batch_size=64))
+    c = comparison(rows)
+    md = compare_markdown(c)
+    mean = next(line for line in md.splitlines() if line.startswith("**Geometric mean"))
+    assert "a change beyond" not in mean and "(1 fix): this mean of the repeats that delivered decides nothing" in mean
+    assert "1 of 2 pairs significant (Welch's" in mean and "1 changed in its failures (Fisher's" in mean
+    csv = pd.read_csv(__import__("io").StringIO(compare_csv(c)))
+    assert csv.loc[csv["decided_by"] == "outcomes", "change"].tolist() == ["2.00x slower, of the ok repeats"]
+    # Unsupported on both: not compared in the footer too, never "the same".
+    md = compare_markdown(comparison(repeats("A", ["unsupported"] * 2) + repeats("B", ["unsupported"] * 2, 100)))
+    mean = next(line for line in md.splitlines() if line.startswith("**"))
+    assert "the same" not in mean.split("No geometric mean")[-1] and "1 not compared" in mean
+
+
+def test_a_change_its_metric_decided_says_the_failures_few_repeats_cannot_tell_from_chance() -> None:
+    c = comparison(repeats("A", [100.0, 101, 102, 100, 101, 99, 100, 101, 102, 100])
+                   + repeats("B", [130.0, 131, 129, 130, 131, 130, 129, 131, 130, "oom"], 100))
+    (pair,) = c.pairs.to_dict("records")
+    sentence = tones.pair_said(pair, c.metric, "B", "A").sentence
+    assert sentence.startswith("B is 1.29x faster than A") and "oom on B only" in sentence
+
+
+def test_an_undecided_pair_says_its_repeats_needed_once() -> None:
+    c = comparison(repeats("A", [100.0, 101.0, 99.0]) + repeats("B", [100.0, 101.0, 99.5], 100))
+    (pair,) = c.pairs.to_dict("records")
+    sentence = tones.pair_said(pair, c.metric, "B", "A").sentence
+    assert sentence.count("repeats a side would decide") == 1, sentence
