@@ -165,6 +165,10 @@ def at_common_step(metric: Metric | None, a: Values, b: Values) -> tuple[np.ndar
     accuracy taken at a step every repeat of both reached (as compare's `align_steps`: the last step every repeat
     recorded when their windows differ); the step used (None: as measured), or why they cannot be compared."""
     x, y = np.asarray(a[0], dtype=float), np.asarray(b[0], dtype=float)
+    if metric is not None and metric.per_window and len(set((*a[1], *b[1])) - {None}) > 1:
+        # A window's length against one of other iterations: no step to take it at (compare says the same).
+        counts = [", ".join(str(s) for s in sorted({int(s) for s in side[1] if s is not None})) for side in (a, b)]
+        return x[:0], y[:0], steps_differ(counts[0] or "unknown", counts[1] or "unknown", metric)
     if metric is not None and metric.per_step and len(set((*a[1], *b[1]))) > 1:
         ladders = [*a[2], *b[2]]
         step = common_step(ladders) if metric.ladder and len(ladders) == x.size + y.size else None

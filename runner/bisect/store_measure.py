@@ -111,7 +111,7 @@ class StoreMeasure:
                 if v is None:
                     continue
                 values.append(v)
-                steps.append(r.steps)
+                steps.append(r.window_iters if self.metric.per_window else r.steps)  # what it is compared at
                 ladders.append(r.loss_at)
                 defined[r.definition(self.metric.name)] = None
         reason = next((r.reason for r in final if not r.ok and r.reason), "")

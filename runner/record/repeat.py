@@ -138,6 +138,12 @@ class Repeat:
         return steps if isinstance(steps, int) else None
 
     @property
+    def window_iters(self) -> int | None:
+        """Iterations in its measured window (the count a window's length is compared at), when recorded."""
+        window = measured(self.stored)["window_iters"]
+        return window if isinstance(window, int) else None
+
+    @property
     def loss_at(self) -> Mapping[int, float] | None:
         found: Mapping[int, float] | None = measured(self.stored)["loss_at"]
         return found
