@@ -15,7 +15,7 @@ import runner.analysis as an
 from runner.analysis.history import history
 from runner.report import chartdata, fmt
 from runner.report.labels import iso
-from runner.report.tone import Tone, of_point
+from runner.report.tone import Tone, by_failures, of_point
 
 NAME_KEYS = ("environment", "model", "precision", "batch_size", "dataset", "gpus", "nodes", "options")
 
@@ -70,6 +70,7 @@ def machine_history(points: pd.DataFrame, metric: an.Metric, label: str, unit: s
     table = {"machine": label, "points": rows, "definitions": len(number), "steps": steps}
     shown = {"machine": label, "value": value, "change": rows[-1]["vs"] if len(rows) > 1 else "first run",
              "tone": rows[-1]["tone"] if len(rows) > 1 else Tone.NONE.value, "runs": len(rows), "changes": steps,
+             "failures": len(rows) > 1 and by_failures(last),  # its step its failures decided, not its figure
              "mean": last["mean"] * s if last["n"] else None, "ci_low": last["ci_low"] * s, "ci_high": last["ci_high"] * s,
              "run": str(last["run_id"])}
     return table, shown

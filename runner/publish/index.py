@@ -14,7 +14,7 @@ from runner.publish.cell_pages import NAME_KEYS
 from runner.report import charts
 from runner.report.head import plural
 from runner.report.labels import cell_label
-from runner.report.tone import Tone, of_point, same_words, say
+from runner.report.tone import Tone, of_point, same_words, say, word
 
 SAID = 8  # changes said as sentences; the table below has them all
 
@@ -23,10 +23,15 @@ def fill(site: Any, hist: pd.DataFrame, label: dict[str, str]) -> None:
     """The index's headline, sentences and charts, and each cell's history chart, into `site`."""
     metric, unit = site.metric, site.unit
     latest = [dict(x, label=cell_label(c["name"]), slug=c["slug"]) for c in site.cells for x in c["latest"]]
-    counts = {t: sum(1 for x in latest if x["tone"] == t.value) for t in Tone}
+    counts = {t: sum(1 for x in latest if x["tone"] == t.value and not x.get("failures")) for t in Tone}
     once = counts[Tone.NONE]
     parts = [f"{counts[Tone.BETTER]} {metric.better}", f"{counts[Tone.WORSE]} {metric.worse}",
              f"{counts[Tone.SAME]} {same_words()}", f"{counts[Tone.UNDECIDED]} undecided"]
+    # A step its failures decided is counted by its own word (more or fewer failures), never as faster or slower.
+    for t in (Tone.WORSE, Tone.BETTER):
+        n = sum(1 for x in latest if x["tone"] == t.value and x.get("failures"))
+        if n:
+            parts.insert(2, f"{n} with {word(t, metric, True)}")
     if counts[Tone.CHANGED]:
         parts.insert(2, f"{counts[Tone.CHANGED]} with other outcomes")
     site.headline = (f"Against the run before, of {plural(len(latest) - once, 'cell')} measured more than once on a "
@@ -41,9 +46,10 @@ def fill(site: Any, hist: pd.DataFrame, label: dict[str, str]) -> None:
                           "history (the chart of the cells that changed).")
     site.said = _sentences(hist, label, metric)
     rows = pd.DataFrame([{"label": x["label"], "machine": x["machine"], "mean": x["mean"], "ci_low": x["ci_low"],
-                          "ci_high": x["ci_high"], "tone": x["tone"],
+                          "ci_high": x["ci_high"], "tone": x["tone"], "failures": bool(x.get("failures")),
                           "tip": f"{x['label']} on {x['machine']}, run {x['run']}: {x['value']}; {x['change']}"}
-                         for x in latest], columns=["label", "machine", "mean", "ci_low", "ci_high", "tone", "tip"])
+                         for x in latest], columns=["label", "machine", "mean", "ci_low", "ci_high", "tone", "failures",
+                                                    "tip"])
     site.charts = {"latest": charts.latest(rows, metric, unit) if len(rows) else None,
                    "changed": _changed(site.cells, metric, unit)}
     for c in site.cells:

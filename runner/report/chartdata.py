@@ -11,9 +11,9 @@ import pandas as pd
 from runner import analysis as an
 from runner.report import fmt
 from runner.report.labels import cell_label
-from runner.report.tone import interval, of_point, p_text, same_words
+from runner.report.tone import by_failures, interval, of_point, p_text, same_words
 
-HISTORY_COLUMNS = ["series", "when", "seq", "mean", "ci_low", "ci_high", "tone", "step", "tip"]
+HISTORY_COLUMNS = ["series", "when", "seq", "mean", "ci_low", "ci_high", "tone", "step", "failures", "tip"]
 
 
 def figure_text(mean: Any, std: Any, n: Any, unit: str, low: Any = None, high: Any = None) -> str:
@@ -42,7 +42,7 @@ def point_words(r: dict[str, Any], metric: an.Metric) -> str:
     tone = of_point(r)
     if r.get("step"):
         said = [x for x in (interval(r.get("ratio"), r.get("ratio_low"), r.get("ratio_high"), metric),
-                            p_text(r.get("p_value"))) if x]
+                            "" if by_failures(r) else p_text(r.get("p_value"))) if x]  # failures: p in their words
         return f"step: {r.get('change') or tone.value}" + (f" ({', '.join(said)})" if said else "")
     if r.get("undecided"):
         return f"undecided: {r['undecided']}"
@@ -71,5 +71,5 @@ def history_points(hist: pd.DataFrame, metric: an.Metric, unit: str, label: Any 
         words = point_words(r, metric)
         rows.append({"series": name, "when": when, "seq": i, "mean": r["mean"] * s if r["n"] else None,
                      "ci_low": r["ci_low"] * s, "ci_high": r["ci_high"] * s, "tone": of_point(r).value,
-                     "step": bool(r["step"]), "tip": f"{tip}; {words}" if words else tip})
+                     "step": bool(r["step"]), "failures": by_failures(r), "tip": f"{tip}; {words}" if words else tip})
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from runner import analysis as an
-from runner.report.tone import COLOURS, ORDER, legend
+from runner.report.tone import COLOURS, ORDER, Tone, legend, word
 
 WIDTH, HEIGHT = 640, 300   # the PNG's size; an HTML page stretches a chart to its column
 SCALE = 1.5                # a PNG's pixels per point: sharp on a high-density screen
@@ -177,11 +177,24 @@ def layered(layers: list[dict[str, Any]], params: Sequence[dict[str, Any]] = (),
     return {**out, **props}
 
 
-def tone_scale(tones: Sequence[str], metric: an.Metric) -> dict[str, Any]:
-    """The verdict colours for the tones present, in the one order, each named in the metric's words."""
-    words = legend(metric)
-    present = [t for t in ORDER if t.value in set(tones)]
-    return {"domain": [words[t.value] for t in present], "range": [COLOURS[t] for t in present]}
+def tone_scale(tones: Sequence[str], metric: an.Metric, failures: Sequence[bool] = ()) -> dict[str, Any]:
+    """The verdict colours for the tones present, in the one order, each named in the metric's words (a step its
+    failures decided, flagged in `failures`, by its own: 'more failures', never 'slower')."""
+    seen = set(zip(tones, failures, strict=True)) if len(failures) else {(t, False) for t in tones}
+    present = [(t, f) for t in ORDER for f in (False, True) if (t.value, f) in seen]
+    words = list(dict.fromkeys(word(t, metric, f) for t, f in present))
+    colours = {word(t, metric, f): COLOURS[t] for t, f in present}
+    return {"domain": words, "range": [colours[w] for w in words]}
+
+
+def _flags(data: pd.DataFrame) -> list[bool]:
+    return [bool(f) for f in data["failures"]] if "failures" in data else [False] * len(data)
+
+
+def verdicts(data: pd.DataFrame, metric: an.Metric) -> list[str]:
+    """Each row's verdict word: its tone's, or for a step its failures decided, 'more failures' / 'fewer failures'."""
+    flags = data["failures"].tolist() if "failures" in data else [False] * len(data)
+    return [word(Tone(t), metric, bool(f)) for t, f in zip(data["tone"], flags, strict=True)]
 
 
 def _finish(chart: dict[str, Any], name: str, title: str, drawn: list[dict[str, Any]], caption: str,
@@ -232,7 +245,7 @@ def history(points: pd.DataFrame, metric: an.Metric, unit: str, name: str = "his
     data = points[points["mean"].notna()].copy()
     if len(data) < 2:
         return None
-    data["verdict"] = data["tone"].map(legend(metric))
+    data["verdict"] = verdicts(data, metric)
     cols = ["series", "when", "seq", "mean", "ci_low", "ci_high", "tone", "verdict", "step", "tip"]
     rows = values(data[cols])
     pick = legend_pick("series", "pick_series")
@@ -253,7 +266,8 @@ def history(points: pd.DataFrame, metric: an.Metric, unit: str, name: str = "his
     if len(steps):
         layers.append({"data": SOURCE, "transform": [{"filter": "datum.step"}], "name": MARKS["rings"],
                        "mark": mark("point", size=260, strokeWidth=2.5, filled=False),
-                       "encoding": {"x": x, "y": y, "stroke": enc("verdict:N", scale=tone_scale(steps["tone"], metric),
+                       "encoding": {"x": x, "y": y, "stroke": enc("verdict:N", scale=tone_scale(
+                                                                      steps["tone"], metric, _flags(steps)),
                                                                   title="step against the run before"),
                                     "tooltip": [enc("tip:N", title="step")]}})
     chart = layered(layers, [pick, zoom()], height=HEIGHT)
@@ -270,12 +284,12 @@ def latest(cells: pd.DataFrame, metric: an.Metric, unit: str, name: str = "lates
     data = cells[cells["mean"].notna()].copy()
     if len(data) < 2:
         return None
-    data["verdict"] = data["tone"].map(legend(metric))
+    data["verdict"] = verdicts(data, metric)
     rows = values(data[["label", "machine", "mean", "ci_low", "ci_high", "tone", "verdict", "tip"]])
     pick = legend_pick("machine", "pick_machine")
     y = enc("label:N", sort=list(dict.fromkeys(data["label"])), title=None, axis={"labelLimit": 420})
     x = enc("mean:Q", title=f"latest {metric.label} ({unit}), with {BAR} bars", scale={"zero": False})
-    colour = enc("verdict:N", scale=tone_scale(data["tone"], metric), title="against the run before")
+    colour = enc("verdict:N", scale=tone_scale(data["tone"], metric, _flags(data)), title="against the run before")
     bars = {"data": SOURCE, "mark": mark("rule", strokeWidth=2), "name": MARKS["bars"],
             "encoding": {"y": y, "x": enc("ci_low:Q"), "x2": {"field": "ci_high"}, "color": colour,
                          "opacity": seen(pick)}}

@@ -43,6 +43,20 @@ def legend(metric: an.Metric) -> dict[str, str]:
             Tone.CHANGED.value: "outcome changed", Tone.UNDECIDED.value: "undecided", Tone.NONE.value: "not compared"}
 
 
+def by_failures(row: Any) -> bool:
+    """A history point whose step its outcomes decided (more or fewer failures: no ratio of the figure)."""
+    return bool(row.get("step")) and not _finite(row.get("ratio"))
+
+
+def word(tone: Tone | str, metric: an.Metric, failures: bool = False) -> str:
+    """A tone's word in a legend or a count: a step its failures decided is 'more failures' or 'fewer failures',
+    never the metric's 'slower' or 'faster'."""
+    t = Tone(tone)
+    if failures and t in (Tone.BETTER, Tone.WORSE):
+        return "fewer failures" if t is Tone.BETTER else "more failures"
+    return legend(metric)[t.value]
+
+
 def _finite(x: Any) -> bool:
     try:
         return x is not None and math.isfinite(float(x))

@@ -54,9 +54,10 @@ def comparison(rows: list[dict[str, Any]]) -> an.Comparison:
 
 def store(db: Path, rows: list[dict[str, Any]]) -> Path:
     with Store(db) as s, s.db:
-        s.db.execute("INSERT INTO runs (run_id, schema, started_at, finished_at, matrix_path, matrix_name, argv, host,"
-                     " status) VALUES ('20260101-000000-aaaaaa', ?, 1.7e9, 1.7e9, 'm.yaml', 'm', '[]', 'h',"
-                     " 'complete')", (SCHEMA,))
+        for i, run in enumerate(dict.fromkeys(r["run_id"] for r in rows)):
+            s.db.execute("INSERT INTO runs (run_id, schema, started_at, finished_at, matrix_path, matrix_name, argv,"
+                         " host, status) VALUES (?, ?, ?, ?, 'm.yaml', 'm', '[]', 'h', 'complete')",
+                         (run, SCHEMA, 1.7e9 + i * 86400, 1.7e9 + i * 86400))
         for r in rows:
             s.db.execute("INSERT INTO results (schema, run_id, cell_key, repeat, environment, backend, tags, params,"
                          " status, reason, metrics, env, raw, log_tail, started_at, finished_at)"
@@ -250,3 +251,24 @@ def test_an_undecided_pair_says_its_repeats_needed_once() -> None:
     (pair,) = c.pairs.to_dict("records")
     sentence = tones.pair_said(pair, c.metric, "B", "A").sentence
     assert sentence.count("repeats a side would decide") == 1, sentence
+
+
+def test_a_step_of_the_history_its_failures_decided_reads_more_failures_not_slower(tmp_path: Path) -> None:
+    """The same cell, the run before at 100 img/s, the latest 4 ok at 130 and 6 out of memory: the history's step is
+    the failures', so its ring and the site say 'more failures', never 'slower' (nor 'faster')."""
+    from runner.publish import publish
+
+    before = repeats("A", [100.0, 101, 99, 100, 101, 100, 99, 101, 100, 100])
+    latest = [dict(r, run_id="20260102-000000-bbbbbb", started_at=r["started_at"] + 86400)
+              for r in repeats("A", [130.0, 131, 129, 130] + ["oom"] * 6, 100)]
+    db = store(tmp_path / "h.db", before + latest)
+    out = tmp_path / "r"
+    report_command(db, None, ["html"], out)
+    html = (out / "report.html").read_text()
+    rings = re.findall(r'"stroke": \{"field": "verdict", "scale": \{"domain": (\[[^]]*\])', html)
+    assert rings == ['["more failures"]'], rings
+    assert '"verdict": "slower"' not in html and "(p=0.011)" not in html  # the rate test's p said once
+    site = tmp_path / "site"
+    publish([db], site)
+    index = (site / "index.html").read_text()
+    assert "0 faster, 0 slower, 1 with more failures" in index
