@@ -245,6 +245,7 @@ class OutcomeChange:
     why: str
     direction: str = ""
     p_value: float | None = None
+    rates_differ: bool = True  # False: the same rate of failing, in other ways (no number of repeats tells them apart)
 
     @property
     def newly_fails(self) -> bool:
@@ -287,7 +288,7 @@ def outcome_change(a: Outcomes, b: Outcomes, alpha: float = significance.ALPHA) 
     tail = ("the same rate of failing on both sides, in other ways, which a rate test cannot tell apart (read the "
             "logs)" if rate_a == rate_b else "more repeats needed")
     return OutcomeChange(Verdict.UNDECIDED, f"{what} ({a.words} vs {b.words}), {p_text}: {tail}", direction,
-                         d.p_value)
+                         d.p_value, rate_a != rate_b)
 
 
 def for_the_metric(oc: OutcomeChange) -> OutcomeChange:

@@ -127,7 +127,8 @@ class GateCheck:
         (a test needs two), or a new failure on B waits to be told from chance."""
         if self.verdict is not Verdict.UNDECIDED:
             return False
-        return self.needed is not None or min(self.a_n, self.b_n) == 1 or self.outcomes is not None
+        return self.needed is not None or min(self.a_n, self.b_n) == 1 or (
+            self.outcomes is not None and self.outcomes.verdict is Verdict.UNDECIDED and self.outcomes.rates_differ)
 
     @property
     def note(self) -> str:
@@ -283,7 +284,9 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     diff = significance.difference(xa, xb, test, quanta)
     if not diff.decided:
         return replace(done(*with_outcomes(Verdict.UNDECIDED, f"not tested: {diff.why}", oc), point), delta=delta)
-    pending = oc if oc is not None and oc.verdict is Verdict.UNDECIDED else None
+    # The outcomes go with the check: undecided, they may hold it; decided and not feared by the rule (a fix, or any
+    # change for `faster`), they are said beside a tripped check, never left out of it.
+    pending = oc
     return GateCheck(rule, params, xa.size, xb.size, ma, mb, point, diff.p_value, Verdict.PASS,
                  "", **note, outcomes=pending, coarse=diff.rounding / abs(ma), delta=delta)
 

@@ -272,3 +272,11 @@ def test_a_step_of_the_history_its_failures_decided_reads_more_failures_not_slow
     publish([db], site)
     index = (site / "index.html").read_text()
     assert "0 faster, 0 slower, 1 with more failures" in index
+
+
+def test_a_tripped_check_says_the_change_of_failures_beside_it_whatever_the_rule_fears() -> None:
+    for rows, rule, said in ((FIXED, gate.Rule("slower", 0.03), "fixed: A 4 ok, 6 oom"),
+                             (REGRESSION, gate.Rule("faster", 0.10), "regression: B 4 ok, 6 oom")):
+        df = an.frame(an.StoredRepeat.many(rows))
+        (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [rule])
+        assert check.verdict is Verdict.FAIL and said in check.reason, check.reason
