@@ -193,9 +193,11 @@ class Judgement:
     p_adjusted: float = math.nan  # ... adjusted over the references' family (Benjamini-Hochberg), what decides a fail
     needed: int | None = None  # an undecided one: the repeats that would decide it, as far as the spread seen says
     confidence: float = significance.CONFIDENCE  # the level of ci_low..ci_high
+    final: bool = False        # undecided however many repeats are added (some did not deliver): none are asked for
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
+        del d["final"]  # the JSON's schema as it was: `needed` null with an undecided verdict says it already
         d["verdict"] = self.verdict.value
         for k in ("measured", "ci_low", "ci_high", "margin", "p_value", "p_adjusted"):
             d[k] = None if not math.isfinite(d[k]) else round(float(d[k]), 6)
@@ -288,7 +290,7 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
     tested = change.BoundTest(Verdict.UNDECIDED, math.nan, None)
     counts = rows["status"].value_counts() if len(rows) else pd.Series(dtype=int)
     statuses = ", ".join(f"{n} {s}" for s, n in counts.items()) or "nothing stored"
-    margin, reason = math.nan, ""
+    margin, reason, final = math.nan, "", False
     units = sorted({str(u) for u in ok[f"unit_{metric.name}"]}) if f"unit_{metric.name}" in ok and len(ok) else []
     # The reference is in the unit the cell is defined to produce: a workload's own (one unit over its repeats),
     # else the built-in benchmark's for its model; a figure obtained another way is not comparable to it.
@@ -320,7 +322,7 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
             # an interval that passes must not hide them. (A mean outside the bound can still fail on its ok ones.)
             verdict, reason = Verdict.UNDECIDED, (f"not every repeat ended ok ({statuses}): the value is of the ok "
                                                   "ones; more repeats cannot show the cell passes")
-            tested = replace(tested, needed=None)
+            tested, final = replace(tested, needed=None), True
         elif verdict is Verdict.PASS:
             pass  # the widened interval lies inside the bound: rounding cannot take the mean across it
         elif half and any(st.mean - half <= edge <= st.mean + half for edge in (bound.low, bound.high)):
@@ -339,7 +341,7 @@ def _judgement(ref: Reference, cell: Cell, rows: pd.DataFrame, metric: Metric, b
     return Judgement(ref.index, cell.key, cell_words(cell, keys), metric.name, unit, bound.text(), verdict,
                      st.mean, st.n, st.ci_low, st.ci_high, margin, statuses, reason, ref.undecided,
                      tested.p_value if verdict is Verdict.FAIL else math.nan, needed=tested.needed,
-                     confidence=confidence)
+                     confidence=confidence, final=final)
 
 
 def _needed_words(n: int | None) -> str:

@@ -77,7 +77,7 @@ def pending(m: Matrix, cells: Sequence[Cell], frame: pd.DataFrame) -> tuple[list
         for j in references.judge(m.references, cells, frame, alpha):
             total += 1
             decided += j.verdict is not Verdict.UNDECIDED
-            if j.verdict is Verdict.UNDECIDED and (j.needed is not None or j.n == 1):
+            if j.verdict is Verdict.UNDECIDED and not j.final and (j.needed is not None or j.n == 1):
                 out.append(Pending(f"reference {j.cell} {j.metric} {j.expected}", (j.cell_key,), j.needed, j.reason))
     mine = frame[frame["cell_key"].isin({c.key for c in cells})] if len(frame) else frame
     for entry in m.gates:

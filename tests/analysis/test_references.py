@@ -313,3 +313,18 @@ def test_check_and_run_decisions_do_not_pass_a_cell_with_oom_repeats(tmp_path: P
     with Store(db, readonly=True) as store:
         said, status = decide.run_decisions(m, m.cells(), store)  # what `matrix run` prints after its summary
     assert status is Exit.UNDECIDED and "References undecided: 1 passed, 1 undecided" in said, said
+
+
+def test_one_ok_repeat_beside_failed_ones_asks_until_decided_for_no_more_repeats() -> None:
+    """1 ok inside the bound and 2 oom: undecided for good (more repeats cannot undo the oom), and `until: decided`
+    added repeats for it because one ok repeat alone always asked for a second."""
+    from runner.execution.decided_rounds import pending
+
+    m, df = wrn_with([110.0], "oom", 2)
+    (v,) = ref.judge(m.references, m.cells(), df)
+    assert v.verdict is Verdict.UNDECIDED and v.final and v.n == 1
+    waiting, total, decided = pending(m, m.cells(), df)
+    assert (total, decided) == (1, 0) and waiting == []
+    m, df = cells_and_frame([110.0])  # one ok repeat and nothing else: a second would decide it
+    waiting, _, _ = pending(m, m.cells(), df)
+    assert [w.keys for w in waiting] and not ref.judge(m.references, m.cells(), df)[0].final
