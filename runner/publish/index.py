@@ -23,8 +23,12 @@ def fill(site: Any, hist: pd.DataFrame, label: dict[str, str]) -> None:
     """The index's headline, sentences and charts, and each cell's history chart, into `site`."""
     metric, unit = site.metric, site.unit
     latest = [dict(x, label=cell_label(c["name"]), slug=c["slug"]) for c in site.cells for x in c["latest"]]
-    counts = {t: sum(1 for x in latest if x["tone"] == t.value and not x.get("failures")) for t in Tone}
-    once = counts[Tone.NONE]
+    # Each cell counted once: a step its failures decided by its own word (below), every other by its tone; a cell
+    # with one run is "measured once", one with more whose runs had nothing to compare is "nothing measured".
+    directed = (Tone.BETTER, Tone.WORSE)
+    counts = {t: sum(1 for x in latest if x["tone"] == t.value and x.get("runs", 2) > 1
+                     and not (x.get("failures") and t in directed)) for t in Tone}
+    once = sum(1 for x in latest if x.get("runs", 2) <= 1)
     parts = [f"{counts[Tone.BETTER]} {metric.better}", f"{counts[Tone.WORSE]} {metric.worse}",
              f"{counts[Tone.SAME]} {same_words()}", f"{counts[Tone.UNDECIDED]} undecided"]
     # A step its failures decided is counted by its own word (more or fewer failures), never as faster or slower.
@@ -34,6 +38,8 @@ def fill(site: Any, hist: pd.DataFrame, label: dict[str, str]) -> None:
             parts.insert(2, f"{n} with {word(t, metric, True)}")
     if counts[Tone.CHANGED]:
         parts.insert(2, f"{counts[Tone.CHANGED]} with other outcomes")
+    if counts[Tone.NONE]:
+        parts.append(f"{counts[Tone.NONE]} with nothing measured to compare")
     site.headline = (f"Against the run before, of {plural(len(latest) - once, 'cell')} measured more than once on a "
                      f"machine: {', '.join(parts)}" + (f"; {plural(once, 'cell')} measured once." if once else ".")) \
         if len(latest) > once else (f"Every cell was measured by one run on each machine ({plural(once, 'cell')}): "

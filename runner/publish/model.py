@@ -264,13 +264,18 @@ def _comparisons(data: Loaded, machines: list[dict[str, Any]], metric: an.Metric
             rows = []
             for r in c.pairs.to_dict("records"):
                 said = tone.pair_said(r, metric, "B", "A")
+                # As compare's table: each side with its failures; a pair its failures decided shows the change of
+                # its ok repeats uncoloured and no speed p (its verdict, with its own test, is what decided).
+                held = tone.by_outcomes(r)
                 rows.append({"environment": r["environment"], "model": r["model"], "precision": r["precision"],
                              "batch": r["batch_size"], "options": r["options"],
-                             "a": fmt.mean_std(r["a_mean"] * metric.scale, r["a_std"] * metric.scale, int(r["a_n"])),
-                             "b": fmt.mean_std(r["b_mean"] * metric.scale, r["b_std"] * metric.scale, int(r["b_n"])),
+                             "a": pair_views.side_cell(r, "a", metric).text,
+                             "b": pair_views.side_cell(r, "b", metric).text,
                              "ratio": fmt.number(r["ratio"], 3), "change": r["change"] or "",
-                             "interval": said.interval, "p": fmt.p_value(r["p_adjusted"]), "verdict": str(r["verdict"]),
-                             "tone": said.tone.value})
+                             "interval": tone.interval(r["ratio"], r.get("ratio_low"), r.get("ratio_high"), metric)
+                             if held else said.interval, "p": fmt.DASH if held else fmt.p_value(r["p_adjusted"]),
+                             "verdict": str(r["verdict"]), "tone": said.tone.value,
+                             "change_tone": tone.Tone.NONE.value if held else said.tone.value})
             n_a = int((c.unpaired["side"] == "A").sum()) if len(c.unpaired) else 0
             n_b = len(c.unpaired) - n_a
             summary = f"{pair_views.geomean_sentence(c, 'A', 'B')}. {pair_views.decisions_sentence(c)}" if rows else (

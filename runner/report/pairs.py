@@ -131,7 +131,7 @@ def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
     by_metric = [t for t, r in zip(tones, recs, strict=True) if not tone.by_outcomes(r)]
     up, down = by_metric.count(tone.Tone.BETTER), by_metric.count(tone.Tone.WORSE)
     held = [t for t, r in zip(tones, recs, strict=True)
-            if tone.by_outcomes(r) and t in (tone.Tone.BETTER, tone.Tone.WORSE, tone.Tone.CHANGED)
+            if tone.by_outcomes(r) and t in (tone.Tone.BETTER, tone.Tone.WORSE, tone.Tone.CHANGED, tone.Tone.UNDECIDED)
             and r["ratio"] == r["ratio"] and r["ratio"] > 0]  # in the mean: a ratio of the repeats that delivered
     if c.geomean_low == c.geomean_low and c.geomean_high == c.geomean_high:
         text += f", 95% interval {c.geomean_low:.3f}-{c.geomean_high:.3f}"
@@ -150,8 +150,9 @@ def geomean_sentence(c: an.Comparison, a: str, b: str) -> str:
     if held:
         kinds = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in (
             (held.count(tone.Tone.WORSE), "regression"), (held.count(tone.Tone.BETTER), "fix"),
-            (held.count(tone.Tone.CHANGED), "change of failure")) if n]
-        text += (f"; {len(held)} of them decided by {'their' if len(held) != 1 else 'its'} failures, not by this "
+            (held.count(tone.Tone.CHANGED), "change of failure"),
+            (held.count(tone.Tone.UNDECIDED), "held undecided by failures")) if n]
+        text += (f"; {len(held)} of them judged by {'their' if len(held) != 1 else 'its'} failures, not by this "
                  f"figure ({', '.join(kinds)}): this mean of the repeats that delivered decides nothing")
     return text
 

@@ -280,3 +280,46 @@ def test_a_tripped_check_says_the_change_of_failures_beside_it_whatever_the_rule
         df = an.frame(an.StoredRepeat.many(rows))
         (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [rule])
         assert check.verdict is Verdict.FAIL and said in check.reason, check.reason
+
+
+def two_runs(spec_before: dict[str, list[Any]], spec_latest: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    rows, start = [], 0
+    for run, spec, shift in (("20260101-000000-aaaaaa", spec_before, 0), ("20260102-000000-bbbbbb", spec_latest, 86400)):
+        for env, values in spec.items():
+            rows += [dict(r, run_id=run, started_at=r["started_at"] + shift) for r in repeats(env, values, start)]
+            start += 100
+    return rows
+
+
+def test_the_site_counts_every_cell_once_whatever_its_failures_did(tmp_path: Path) -> None:
+    """oom then timeout is 'other outcomes', never dropped; oom twice and unsupported twice were measured twice,
+    never 'measured once'; the counts add up to the cells."""
+    from runner.publish import publish
+
+    rows = two_runs({"A": ["oom"] * 3, "B": [100.0, 101, 99, 100, 101], "C": [100.0, 101, 99], "D": ["oom"] * 3},
+                    {"A": ["timeout"] * 3, "B": [100.0, 101, 99, 100, 101], "C": [100.0, 101, 99.5], "D": ["oom"] * 3})
+    site = tmp_path / "site"
+    publish([store(tmp_path / "s.db", rows)], site)
+    head = re.search(r"Against the run before, of (\d+) cells[^<]*", (site / "index.html").read_text())
+    assert head is not None, "no headline"
+    said = head.group(0)
+    assert head.group(1) == "4" and "measured once" not in said, said
+    counted = sum(int(n) for n in re.findall(r"(\d+) (?:faster|slower|with|the same|undecided)", said))
+    assert counted == 4 and "1 with other outcomes" in said and "1 with nothing measured to compare" in said, said
+
+
+def test_the_precision_summary_leaves_a_ratio_its_failures_decided_uncoloured(tmp_path: Path) -> None:
+    rows = (repeats("E", [100.0, 101, 99, 100, 101, 100, 99, 101, 100, 100])
+            + repeats("E", [150.0, 151, 149, 150] + ["oom"] * 6, 100, precision="bf16"))
+    out = tmp_path / "r"
+    report_command(store(tmp_path / "s.db", rows), None, ["html"], out)
+    html = (out / "report.html").read_text()
+    assert re.search(r'<td class="num none r">1\.50x</td>', html) and not re.search(r'class="num (?:worse|better) r">1\.50x', html)
+
+
+def test_a_mean_beside_a_pair_its_failures_hold_undecided_decides_nothing() -> None:
+    ok10 = [100.0, 101, 99, 100, 101, 100, 99, 101, 100, 100]
+    rows = (repeats("A", ok10) + repeats("B", ok10[:9] + ["oom"], 100)
+            + repeats("A", ok10, 200, batch_size=64) + repeats("B", ok10, 300, batch_size=64))
+    mean = next(line for line in compare_markdown(comparison(rows)).splitlines() if line.startswith("**Geometric"))
+    assert "the same within" not in mean.split(";")[0] and "(1 held undecided by failures)" in mean, mean

@@ -44,7 +44,8 @@ def tones(families: Any) -> dict[tuple[Any, ...], str]:
     if families is None:
         return {}
     m = an.METRICS["throughput"]
-    return {(env, b, *(r[k] for k in KEYS)): tone.of_pair(r, m).value
+    # A pair its failures decided: its ratio is of the ok repeats only, shown uncoloured (the verdict is elsewhere).
+    return {(env, b, *(r[k] for k in KEYS)): tone.Tone.NONE.value if tone.by_outcomes(r) else tone.of_pair(r, m).value
             for env, _, b, pairs in families.precisions for r in pairs.to_dict("records")}
 
 
