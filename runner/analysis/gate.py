@@ -120,6 +120,7 @@ class GateCheck:
     needed: int | None = None  # repeats a side that would decide an undecided check, as far as its spread says
     a_keys: str = ""  # the cell keys each side compared (runner/execution/decided_rounds.py adds repeats to them)
     b_keys: str = ""
+    by_failures: bool = False  # decided by how the repeats ended, not by the metric's test (whose p is not shown)
 
     @property
     def more_would_help(self) -> bool:
@@ -149,7 +150,8 @@ class GateCheck:
                 "ratio": num(d.ratio), "ratio_low": num(d.low), "ratio_high": num(d.high), "confidence": d.confidence,
                 "change": num(self.change), "change_low": num(low), "change_high": num(high),
                 "repeats_needed": self.needed, "p_value": num(self.p_value), "p_adjusted": num(self.p_adjusted),
-                "verdict": self.verdict.value, "tripped": self.tripped, "reason": self.reason, "note": self.note}
+                "verdict": self.verdict.value, "tripped": self.tripped, "reason": self.reason, "note": self.note,
+                "decided_by": "outcomes" if self.by_failures else "metric"}
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,27 @@ def only_in_b(a: pd.DataFrame, b: pd.DataFrame, keys: Sequence[str] = PARAM_KEYS
     return [dict(zip(keys, key, strict=True)) for key in _cells(b, "throughput", True, keys) if key not in keys_a]
 
 
+def _by_failures(oc: OutcomeChange, fears_failure: bool, both_ok: bool) -> tuple[Verdict, str] | None:
+    """A check decided by how its repeats ended, before the metric (None: the metric decides, the outcomes said
+    beside it): a new failure the rule fears, nothing measured on a side, or failures against none."""
+    if oc.direction == "worse" and fears_failure and (oc.verdict is not Verdict.UNDECIDED or not both_ok):
+        return oc.verdict, oc.why
+    if oc.direction == "" and oc.verdict is Verdict.PASS and "unsupported" in oc.why:
+        return Verdict.PASS, f"{oc.why}: nothing to compare"
+    if oc.direction == "":
+        return Verdict.UNDECIDED, (oc.why if ("not measured" in oc.why or "either side" in oc.why
+                                              or "no admitted" in oc.why) else f"no ok repeat on either side ({oc.why})")
+    if not both_ok:
+        if oc.verdict is Verdict.UNDECIDED:  # fewer failures on B, not yet told from chance: not yet a fix
+            return Verdict.UNDECIDED, oc.why
+        if oc.direction == "worse":
+            return Verdict.PASS, f"{oc.why}: not faster"
+        if fears_failure:
+            return Verdict.PASS, f"{oc.why}: not a regression"
+        return Verdict.UNDECIDED, f"{oc.why}: no ok repeat on A to compare B with"
+    return None
+
+
 def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: significance.PValue,
            alpha: float = significance.ALPHA, same_definition: bool = False) -> GateCheck:
     """The check before the false-discovery adjustment: decided here when the data says so without a test
@@ -257,22 +280,9 @@ def _check(rule: Rule, params: dict[str, Any], a: _Cell, b: _Cell, test: signifi
     fears_failure = rule.fears_worse
     both_ok = bool(a.ok and b.ok)
     if oc is not None:
-        if oc.direction == "worse" and fears_failure and (oc.verdict is not Verdict.UNDECIDED or not both_ok):
-            return done(oc.verdict, oc.why)
-        if oc.direction == "" and oc.verdict is Verdict.PASS and "unsupported" in oc.why:
-            return done(Verdict.PASS, f"{oc.why}: nothing to compare")
-        if oc.direction == "":
-            return done(Verdict.UNDECIDED, oc.why if ("not measured" in oc.why or "either side" in oc.why
-                                                     or "no admitted" in oc.why)
-                        else f"no ok repeat on either side ({oc.why})")
-        if not both_ok:
-            if oc.verdict is Verdict.UNDECIDED:  # fewer failures on B, not yet told from chance: not yet a fix
-                return done(Verdict.UNDECIDED, oc.why)
-            if oc.direction == "worse":
-                return done(Verdict.PASS, f"{oc.why}: not faster")
-            if fears_failure:
-                return done(Verdict.PASS, f"{oc.why}: not a regression")
-            return done(Verdict.UNDECIDED, f"{oc.why}: no ok repeat on A to compare B with")
+        decided = _by_failures(oc, fears_failure, both_ok)
+        if decided is not None:
+            return replace(done(*decided), by_failures=True)
     if not (xa.size and xb.size):
         where = "either side" if not (xa.size or xb.size) else ("A" if not xa.size else "B")
         return done(Verdict.UNDECIDED, f"{rule.metric} not measured on {where}")
@@ -312,7 +322,7 @@ def _decide(c: GateCheck, p_adj: float, alpha: float, family: int = 1) -> GateCh
         held = c.outcomes is not None and c.outcomes.verdict is Verdict.UNDECIDED and verdict is not Verdict.FAIL
         verdict, reason = with_outcomes(verdict, reason, c.outcomes)
         if held:
-            return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason, needed=None)
+            return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason, needed=None, by_failures=True)
     return replace(c, verdict=verdict, p_adjusted=p_adj, reason=reason, needed=d.needed)
 
 
@@ -357,7 +367,7 @@ def rows(checks: Sequence[GateCheck]) -> list[dict[str, str]]:
         out.append({"verdict": c.verdict.value, "rule": c.rule.text, "cell": " ".join([cell, *extra, opts]).strip(),
                     "A": _shown(c.a_mean, c.rule), "B": _shown(c.b_mean, c.rule),
                     "change": "—" if math.isnan(c.change) else f"{c.change:+.1%}",
-                    "p": "—" if math.isnan(p) else f"{p:.3g}",
+                    "p": "—" if math.isnan(p) or c.by_failures else f"{p:.3g}",  # failures: their p is in the why
                     "why": "; ".join(x for x in (c.reason, c.note) if x)})
     return out
 

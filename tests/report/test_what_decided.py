@@ -323,3 +323,11 @@ def test_a_mean_beside_a_pair_its_failures_hold_undecided_decides_nothing() -> N
             + repeats("A", ok10, 200, batch_size=64) + repeats("B", ok10, 300, batch_size=64))
     mean = next(line for line in compare_markdown(comparison(rows)).splitlines() if line.startswith("**Geometric"))
     assert "the same within" not in mean.split(";")[0] and "(1 held undecided by failures)" in mean, mean
+
+
+def test_a_gate_check_its_failures_decided_shows_no_speed_p_and_says_what_decided() -> None:
+    df = an.frame(an.StoredRepeat.many(REGRESSION))
+    (check,) = gate.evaluate(df[df["environment"] == "A"], df[df["environment"] == "B"], [gate.Rule("slower", 0.03)])
+    assert check.verdict is Verdict.FAIL and check.by_failures and check.as_json()["decided_by"] == "outcomes"
+    (row,) = gate.rows([check])
+    assert row["p"] == "—" and row["why"].startswith("regression: B 4 ok, 6 oom")
