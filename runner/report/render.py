@@ -265,7 +265,7 @@ def compare_view(c: an.Comparison) -> CompareView:
     env_table = views.environments_table(info.assign(environment=headers))
     units = [*c.a.frame.get(f"unit_{m.name}", ()), *c.b.frame.get(f"unit_{m.name}", ())]
     method = (f"Metric: {an.metric_heading(m.name, units)}, mean ± std over the repeats that ended ok; the ratio is {b}/{a}, "
-              f"with its 95% interval. A pair changed (faster, slower) when the change is at least {threshold_text(c.min_effect)} "
+              f"with its 95% interval. A pair changed ({m.better}, {m.worse}) when the change is at least {threshold_text(c.min_effect)} "
               f"and significant (Welch's t-test on the log scale, p < {c.alpha:g} adjusted for the false discovery "
               f"rate over the pairs tested, {c.correction.replace('-', '–').title()}); it is the same only when the "
               f"whole interval lies within ±{threshold_text(c.min_effect)}; otherwise it is undecided, with the repeats a side "
