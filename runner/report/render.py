@@ -354,6 +354,7 @@ def compare_terminal(c: an.Comparison, color: bool | None = None, width: int | N
     console.print(Text(v.headline, style="bold"))
     for sentence, tone in v.said:
         console.print(Text(f"- {sentence}", style=COLOURS[Tone(tone)] if tone in Tone.__members__.values() else ""))
+    console.print(Text(""))  # the answer stands apart from how it was reached
     console.print(Text(v.method, style="dim"))
     console.print(rich_table(v.environments, "Environments"))
     if v.definitions is not None:
