@@ -683,3 +683,11 @@ def test_the_goals_take_the_best_admitted_row_with_a_known_spread() -> None:
     text, out = goals.section(doc, pub, "NVIDIA H200")
     assert out["fp8_over_bf16"]["verdict"] == "met" and "not an H100" in text
     assert goals.section({}, pub, "NVIDIA H100")[1]["gpt2_124m_mfu"]["verdict"] == "not measured yet"
+    # A row whose other repeats ran out of memory never meets a goal on its ok repeats alone, as `check` never passes
+    # such a cell: the MFU row above met 45%; with two oom beside its three ok it is undecided, and FP8 likewise.
+    doc["gpt2"][0].update(mfu_std=0.001, statuses="3 ok, 2 oom")
+    doc["fp8-by-size"][0]["statuses"] = "3 ok, 1 timeout"
+    _, out = goals.section(doc, pub, "NVIDIA H200")
+    assert out["gpt2_124m_mfu"]["verdict"] == "undecided: its ok repeats reach it, but not every repeat ended ok (2 oom)"
+    assert out["fp8_over_bf16"]["verdict"] == ("undecided: its ok repeats reach it, but not every FP8 repeat ended ok "
+                                               "(1 timeout)")
