@@ -79,6 +79,7 @@ _STAT_COLS = ["n", "mean", "std", "ci_low", "ci_high", "statuses", "environments
 _PAIR_WORDS = ["ratio", "ratio_low", "ratio_high", "needed", "change", "p_value", "p_adjusted", "significant",
                "verdict", "decision", "decided_by", "throttling", "_se", "_dof"]
 OUTCOMES, METRIC = "outcomes", "metric"  # what decided a pair (`decided_by`): its outcomes' rates, or the metric
+OK_ONLY = ", of the ok repeats"  # said after the change of a pair its outcomes decided: not what decided it
 
 
 def pair_stats(sa: pd.DataFrame, sb: pd.DataFrame, metric: Metric, alpha: float = significance.ALPHA,
@@ -268,7 +269,7 @@ def _judge_columns(col: Callable[[str], pd.Series], metric: Metric, alpha: float
                    for d, j, c in zip(deltas, judged, coarse, strict=True)],
         "p_value": p, "p_adjusted": p_adj,
         # A pair its failures decided: the change is of the ok repeats only, and says so in every output.
-        "change": [f"{w}, of the ok repeats" if w and j[3] == OUTCOMES else w
+        "change": [f"{w}{OK_ONLY}" if w and j[3] == OUTCOMES else w
                    for w, j in zip((change_words(r, metric) for r in ratio.tolist()), judged, strict=True)],
         "significant": significant,
         "verdict": [j[1] for j in judged],

@@ -193,8 +193,7 @@ def _flags(data: pd.DataFrame) -> list[bool]:
 
 def verdicts(data: pd.DataFrame, metric: an.Metric) -> list[str]:
     """Each row's verdict word: its tone's, or for a step its failures decided, 'more failures' / 'fewer failures'."""
-    flags = data["failures"].tolist() if "failures" in data else [False] * len(data)
-    return [word(Tone(t), metric, bool(f)) for t, f in zip(data["tone"], flags, strict=True)]
+    return [word(Tone(t), metric, f) for t, f in zip(data["tone"], _flags(data), strict=True)]
 
 
 def _finish(chart: dict[str, Any], name: str, title: str, drawn: list[dict[str, Any]], caption: str,

@@ -14,6 +14,7 @@ import pandas as pd
 from runner import analysis as an
 from runner.analysis.change import threshold_text
 from runner.analysis.comparable import unit_of
+from runner.analysis.pairing import OK_ONLY
 from runner.analysis.verdict import Verdict
 from runner.report import fmt, tone
 from runner.report.fmt import DASH, Section, Table, TableCell, records
@@ -35,6 +36,8 @@ class Families:
     environments: list[tuple[str, str, an.Comparison]]
     precisions: list[tuple[str, str, str, pd.DataFrame]]
 
+
+RATE_WORDS = "Fisher's exact test on the failure rates, or every repeat one way on each side"  # how failures decide
 
 def families(df: pd.DataFrame, summary: pd.DataFrame, metric: an.Metric | None = None,
              info: pd.DataFrame | None = None) -> Families:
@@ -201,18 +204,13 @@ def decisions_sentence(c: an.Comparison) -> str:
                f"{'one pair tested, nothing to adjust' if tested else 'no pair could be tested'}")
     text = f"{text} ({how})"
     if failures:
-        text += f"; {failures} changed in {'their' if failures != 1 else 'its'} failures ({significance_words()})"
+        text += f"; {failures} changed in {'their' if failures != 1 else 'its'} failures ({RATE_WORDS})"
     text += "."
     hot = c.pairs[(c.pairs["throttling"] != "") & c.pairs["significant"]] if "throttling" in c.pairs else c.pairs[:0]
     if len(hot):
         text += (f" {len(hot)} significant difference{'s' if len(hot) != 1 else ''} coincide"
                  f"{'s' if len(hot) == 1 else ''} with throttling (the verdict says on which side).")
     return text
-
-
-def significance_words() -> str:
-    """How a change of outcomes is decided, in the footer's words."""
-    return "Fisher's exact test on the failure rates, or every repeat one way on each side"
 
 
 def machine_lines(c: an.Comparison) -> list[str]:
@@ -249,8 +247,8 @@ def pairs_table(c: an.Comparison, a: str, b: str) -> Table:
         words = str(r["verdict"]) + (f" ({r['throttling']})" if r.get("throttling") else "")
         iv = tone.interval(r["ratio"], r.get("ratio_low"), r.get("ratio_high"), m)
         moved = str(r["change"] or "")
-        change = (moved.replace(", of the ok repeats", f" ({iv}), of the ok repeats") if moved.endswith(
-            ", of the ok repeats") else f"{moved} ({iv})") if moved and iv else moved or DASH
+        bare, only = moved.removesuffix(OK_ONLY), OK_ONLY if moved.endswith(OK_ONLY) else ""
+        change = f"{bare} ({iv}){only}" if moved and iv else moved or DASH
         # Where the outcomes decided, the change of the repeats that delivered is shown uncoloured and its p left
         # out: the verdict (its own test's p in its words) is what decided.
         held = tone.by_outcomes(r)
